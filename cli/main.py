@@ -1,0 +1,25 @@
+"""``ges``: the Grid Event Service command line."""
+
+from __future__ import annotations
+
+import typer
+
+from cli import topology as topology_cmd
+
+app = typer.Typer(
+    name="ges",
+    help="GES, the Grid Event Service: content-based publish/subscribe over a hierarchy of brokers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(topology_cmd.app, name="topology")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

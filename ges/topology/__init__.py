@@ -1,0 +1,27 @@
+"""Topologies: brokers organised into units (seed 004 §2), their links, validation, generators."""
+
+from ges.topology.model import (
+    DEFAULT_BLOCK_LIMIT,
+    BrokerSpec,
+    LinkCostMatrix,
+    LinkSpec,
+    ReplicatorSpec,
+    Topology,
+    UnitPath,
+    broker_order_key,
+    link_key,
+    unit_name,
+)
+
+__all__ = [
+    "DEFAULT_BLOCK_LIMIT",
+    "BrokerSpec",
+    "LinkCostMatrix",
+    "LinkSpec",
+    "ReplicatorSpec",
+    "Topology",
+    "UnitPath",
+    "broker_order_key",
+    "link_key",
+    "unit_name",
+]

@@ -1,0 +1,284 @@
+"""The topology model: brokers in a hierarchy of units, the links between them, replicators.
+
+Seed 004 §2 ("the organization of the broker network") defines the hierarchy this module encodes:
+brokers (level 0) form clusters (level 1), clusters form super-clusters (level 2), and so on, with
+at most ``block_limit`` members in any unit. A broker's *unit path* names its units from the top
+level down, so ``SSC-A/SC-1/c1`` is broker in cluster ``c1`` of super-cluster ``SC-1`` of
+super-super-cluster ``SSC-A``. Every broker has a path of the same length, the topology's *depth*.
+
+A unit is identified by its full path (a tuple of names), so ``SSC-A/SC-1/c1`` and
+``SSC-B/SC-1/c1`` are different clusters. The empty path is the whole system (level depth+1).
+
+Everything here is a frozen value; build one with :meth:`Topology.from_yaml` or
+:meth:`Topology.from_dict`, which validate, so a ``Topology`` that exists is valid.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from functools import cached_property
+
+import attrs
+
+UnitPath = tuple[str, ...]
+
+#: Seed 004 §2: "This limit, the block-limit, is set at 64."
+DEFAULT_BLOCK_LIMIT = 64
+DEFAULT_HOST = "127.0.0.1"
+
+_NATURAL_SPLIT = re.compile(r"(\d+)")
+
+
+def broker_order_key(broker_id: str) -> tuple:
+    """Natural order on broker ids (``b2`` < ``b10``); the lower broker dials each link."""
+    return tuple(int(part) if part.isdigit() else part for part in _NATURAL_SPLIT.split(broker_id))
+
+
+def unit_name(path: UnitPath) -> str:
+    """The display form of a unit path: ``SSC-A/SC-1/c1``; the whole system is ``/``."""
+    return "/".join(path) if path else "/"
+
+
+@attrs.frozen
+class BrokerSpec:
+    """One broker: its id, its unit path (top level first) and where it listens."""
+
+    id: str
+    unit: UnitPath
+    host: str = DEFAULT_HOST
+    port: int = 0
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+
+@attrs.frozen
+class LinkSpec:
+    """An undirected link between two brokers; ``a`` is the lower id, the one that dials."""
+
+    a: str
+    b: str
+    cost: float | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.a, self.b)
+
+    def other(self, broker_id: str) -> str:
+        return self.b if broker_id == self.a else self.a
+
+
+@attrs.frozen
+class ReplicatorSpec:
+    """Stable storage attached to a unit, hosted by one broker inside it (used by later issues)."""
+
+    unit: UnitPath
+    broker: str
+
+
+@attrs.frozen
+class LinkCostMatrix:
+    """Seed 004 §2.2: the cost of traversing a level-ℓ link from a level-x unit.
+
+    The cost rises with both x (a bigger unit takes more internal hops to cross) and ℓ (higher
+    gateways are longer, slower links). ``rows[x][ℓ]`` overrides the default for that pair; the
+    default is ``1 + x + ℓ``.
+    """
+
+    rows: tuple[tuple[float, ...], ...] = ()
+
+    def cost(self, unit_level: int, link_level: int) -> float:
+        if unit_level < len(self.rows) and link_level < len(self.rows[unit_level]):
+            return self.rows[unit_level][link_level]
+        return float(1 + unit_level + link_level)
+
+
+@attrs.frozen
+class Topology:
+    """A validated broker network. Build it with :meth:`from_yaml` or :meth:`from_dict`."""
+
+    name: str
+    block_limit: int
+    brokers: Mapping[str, BrokerSpec]
+    links: tuple[LinkSpec, ...]
+    replicators: tuple[ReplicatorSpec, ...] = ()
+    link_costs: LinkCostMatrix = LinkCostMatrix()
+    #: Non-fatal findings of validation, one line each (a unit not connected inside itself).
+    warnings: tuple[str, ...] = attrs.field(default=(), eq=False)
+    source: str = attrs.field(default="<topology>", eq=False)
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_yaml(cls, path) -> Topology:
+        """Read and validate a YAML topology file; raises ``UserInputError`` with one line."""
+        from ges.topology._loader import load_yaml_file
+
+        return load_yaml_file(path)
+
+    @classmethod
+    def from_yaml_text(cls, text: str, *, source: str = "<string>") -> Topology:
+        from ges.topology._loader import load_yaml_text
+
+        return load_yaml_text(text, source=source)
+
+    @classmethod
+    def from_dict(cls, data: Mapping, *, source: str = "<dict>") -> Topology:
+        """Validate a plain mapping of the YAML form (no line numbers in errors)."""
+        from ges.topology._loader import build
+
+        return build(data, source=source, lines=None)
+
+    def to_dict(self) -> dict:
+        """The YAML form of this topology; ``from_dict(t.to_dict()) == t``."""
+        out: dict = {"name": self.name, "block_limit": self.block_limit, "brokers": {}}
+        for b in self.brokers.values():
+            out["brokers"][b.id] = {"unit": unit_name(b.unit), "host": b.host, "port": b.port}
+        out["links"] = [
+            [link.a, link.b] if link.cost is None else [link.a, link.b, {"cost": link.cost}]
+            for link in self.links
+        ]
+        if self.replicators:
+            out["replicators"] = [
+                {"unit": unit_name(r.unit), "broker": r.broker} for r in self.replicators
+            ]
+        if self.link_costs.rows:
+            out["link_costs"] = [list(row) for row in self.link_costs.rows]
+        return out
+
+    # -- the hierarchy (seed 004 §2) ------------------------------------------------------------
+
+    @property
+    def depth(self) -> int:
+        """Number of unit levels above the brokers (3 for SSC/SC/cluster)."""
+        return len(next(iter(self.brokers.values())).unit)
+
+    def broker(self, broker_id: str) -> BrokerSpec:
+        return self.brokers[broker_id]
+
+    def context(self, broker_id: str, level: int) -> UnitPath:
+        """C(b, ℓ): the level-ℓ unit broker b belongs to (level 0 is the broker itself).
+
+        Level 1 is b's cluster, level ``depth`` its top-level unit, level ``depth + 1`` the whole
+        system (the empty path).
+        """
+        if not 0 <= level <= self.depth + 1:
+            raise ValueError(f"level {level} outside 0..{self.depth + 1}")
+        unit = self.brokers[broker_id].unit
+        if level == 0:
+            return (*unit, broker_id)
+        return unit[: self.depth - level + 1]
+
+    def unit_level(self, unit: UnitPath) -> int:
+        """The level of a unit path: a cluster is 1, the whole system ``depth + 1``."""
+        return self.depth - len(unit) + 1
+
+    def common_level(self, a: str, b: str) -> int:
+        """The level of the lowest unit containing both brokers (1 if they share a cluster)."""
+        if a == b:
+            return 0
+        ua, ub = self.brokers[a].unit, self.brokers[b].unit
+        shared = 0
+        for x, y in zip(ua, ub, strict=True):
+            if x != y:
+                break
+            shared += 1
+        return self.depth - shared + 1
+
+    def link_level(self, a: str, b: str) -> int:
+        """A link whose lowest common unit is level ℓ+1 is a level-ℓ link (0: inside a cluster)."""
+        return self.common_level(a, b) - 1
+
+    @cached_property
+    def neighbours(self) -> Mapping[str, tuple[str, ...]]:
+        adj: dict[str, list[str]] = {b: [] for b in self.brokers}
+        for link in self.links:
+            adj[link.a].append(link.b)
+            adj[link.b].append(link.a)
+        return {b: tuple(sorted(ns, key=broker_order_key)) for b, ns in adj.items()}
+
+    @cached_property
+    def link_index(self) -> Mapping[tuple[str, str], LinkSpec]:
+        return {link.key: link for link in self.links}
+
+    def link_between(self, a: str, b: str) -> LinkSpec | None:
+        return self.link_index.get(link_key(a, b))
+
+    @cached_property
+    def units(self) -> Mapping[UnitPath, tuple[str, ...]]:
+        """Every unit (levels 1..depth+1) and the ids of the brokers inside it."""
+        inside: dict[UnitPath, list[str]] = {}
+        for b in sorted(self.brokers, key=broker_order_key):
+            path = self.brokers[b].unit
+            for n in range(len(path) + 1):
+                inside.setdefault(path[:n], []).append(b)
+        return {u: tuple(bs) for u, bs in inside.items()}
+
+    def members(self, unit: UnitPath) -> tuple:
+        """The direct members of a unit: broker ids for a cluster, child unit paths otherwise."""
+        if self.unit_level(unit) == 1:
+            return self.units[unit]
+        children = {self.brokers[b].unit[: len(unit) + 1] for b in self.units[unit]}
+        return tuple(sorted(children))
+
+    def gateways(self, level: int | None = None) -> tuple[LinkSpec, ...]:
+        """Links of level ≥ 1 (between units), or of exactly ``level``."""
+        return tuple(
+            link
+            for link in self.links
+            if (lv := self.link_level(link.a, link.b)) >= 1 and (level is None or lv == level)
+        )
+
+    def gatekeepers(self, level: int) -> tuple[str, ...]:
+        """Brokers at either end of a level-``level`` gateway: the level-ℓ gatekeepers."""
+        found = {end for link in self.gateways(level) for end in (link.a, link.b)}
+        return tuple(sorted(found, key=broker_order_key))
+
+    def gatekeeper_levels(self, broker_id: str) -> tuple[int, ...]:
+        """The gateway levels at which a broker is a gatekeeper (empty for an inner broker)."""
+        levels = {self.link_level(broker_id, n) for n in self.neighbours[broker_id]}
+        return tuple(sorted(lv for lv in levels if lv >= 1))
+
+    def unit_gatekeepers(self, unit: UnitPath) -> tuple[str, ...]:
+        """Brokers in ``unit`` with a link leaving it: the unit's gatekeepers."""
+        inside = set(self.units[unit])
+        found = {
+            b for b in inside for n in self.neighbours[b] if n not in inside
+        }
+        return tuple(sorted(found, key=broker_order_key))
+
+    def replicators_in(self, unit: UnitPath) -> tuple[ReplicatorSpec, ...]:
+        return tuple(r for r in self.replicators if r.unit == unit)
+
+
+def link_key(a: str, b: str) -> tuple[str, str]:
+    """The canonical (lower, higher) key of an undirected link."""
+    return (a, b) if broker_order_key(a) <= broker_order_key(b) else (b, a)
+
+
+def connected_components(nodes: Iterable[str], edges: Iterable[tuple[str, str]]) -> list[set[str]]:
+    """Connected components of an undirected graph, largest first."""
+    nodes = list(nodes)
+    adj: dict[str, set[str]] = {n: set() for n in nodes}
+    for a, b in edges:
+        if a in adj and b in adj:
+            adj[a].add(b)
+            adj[b].add(a)
+    seen: set[str] = set()
+    parts: list[set[str]] = []
+    for start in nodes:
+        if start in seen:
+            continue
+        part = {start}
+        stack = [start]
+        while stack:
+            for n in adj[stack.pop()]:
+                if n not in part:
+                    part.add(n)
+                    stack.append(n)
+        seen |= part
+        parts.append(part)
+    parts.sort(key=len, reverse=True)
+    return parts

@@ -1,0 +1,201 @@
+"""The message set shared by brokers and clients, encoded with msgspec's msgpack.
+
+Messages are tagged, array-like msgspec structs: compact on the wire, validated on decode (a
+wrong type anywhere is an undecodable frame). Events travel as binary; XML is only an edge
+format. The forwarded event item is designed for the reliable-delivery work that follows:
+``(pubend, tick, prev)`` lets a downstream broker know the ticks in between were silence on this
+path (DESIGN "Data flows").
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ges.wire.frames import PROTOCOL_VERSION, FrameError, frame
+
+Value = str | int | float | bool
+
+
+class Event(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A published event: typed attributes, an opaque payload, the publisher's clock (ns)."""
+
+    attributes: dict[str, Value]
+    payload: bytes = b""
+    published_at: int = 0
+
+
+class EventItem(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """An event at a position of its pubend's stream, as forwarded between brokers.
+
+    ``prev`` is the previous tick sent on the path this item travels (seed 002 §2: the ticks in
+    between are silence for this path); ``hops`` counts broker-to-broker links crossed.
+    """
+
+    tick: int
+    prev: int
+    hops: int
+    event: Event
+
+
+class Constraint(msgspec.Struct, array_like=True, frozen=True):
+    attr: str
+    op: str
+    value: Value | None = None
+
+
+class _Msg(msgspec.Struct, tag=True, array_like=True):
+    pass
+
+
+# -- handshake ---------------------------------------------------------------------------------
+
+
+class Hello(_Msg):
+    """First frame on every connection: who is calling and for which topology."""
+
+    role: str  # "broker" | "client"
+    id: str
+    topology: str
+    proto: int = PROTOCOL_VERSION
+
+
+class Welcome(_Msg):
+    broker: str
+    incarnation: str
+
+
+class Refuse(_Msg):
+    reason: str
+
+
+# -- broker ↔ broker ---------------------------------------------------------------------------
+
+
+class Heartbeat(_Msg):
+    pass
+
+
+class LinkState(_Msg):
+    """Connection information (seed 004 §2.2): one endpoint's view of one link.
+
+    Carries both endpoints' full unit addresses; each receiver re-expresses the link for its
+    own connectivity graph. ``version`` orders reports from the same reporter.
+    """
+
+    a: str
+    b: str
+    a_unit: list[str]
+    b_unit: list[str]
+    cost: float
+    reporter: str
+    version: tuple[int, int]
+    up: bool
+
+
+class Events(_Msg):
+    """A batch of one pubend's events forwarded between brokers."""
+
+    pubend: str
+    items: list[EventItem]
+
+
+# -- client ↔ broker ---------------------------------------------------------------------------
+
+
+class Subscribe(_Msg):
+    sub_id: int
+    where: list[Constraint]
+
+
+class SubAck(_Msg):
+    sub_id: int
+
+
+class Unsubscribe(_Msg):
+    sub_id: int
+
+
+class Publish(_Msg):
+    """A batch of events from one publisher; acknowledged by ``PubAck`` with the same seq."""
+
+    seq: int
+    events: list[Event]
+
+
+class PubAck(_Msg):
+    seq: int
+    pubend: str
+    first_tick: int
+    last_tick: int
+
+
+class Deliver(_Msg):
+    """Events delivered to one subscription, in the order the broker received them."""
+
+    sub_id: int
+    pubend: str
+    items: list[EventItem]
+
+
+class StatsRequest(_Msg):
+    pass
+
+
+class Stats(_Msg):
+    """A broker's counters; rates are computed by whoever polls twice."""
+
+    broker: str
+    incarnation: str
+    clients: int
+    subscriptions: int
+    links_up: list[str]
+    links_expected: int
+    events_in: int
+    events_out: int
+    frames_in: int
+    frames_out: int
+    published: int
+    delivered: int
+    duplicates: int
+    pid: int = 0
+
+
+class Error(_Msg):
+    """The broker refused a client request; the connection stays open."""
+
+    reason: str
+
+
+Message = (
+    Hello
+    | Welcome
+    | Refuse
+    | Heartbeat
+    | LinkState
+    | Events
+    | Subscribe
+    | SubAck
+    | Unsubscribe
+    | Publish
+    | PubAck
+    | Deliver
+    | StatsRequest
+    | Stats
+    | Error
+)
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Message)
+
+
+def encode(message: _Msg) -> bytes:
+    """One complete frame carrying ``message``."""
+    return frame(_encoder.encode(message))
+
+
+def decode(body) -> Message:
+    """Decode one frame body; an undecodable body raises :class:`FrameError`."""
+    try:
+        return _decoder.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise FrameError(f"undecodable frame: {exc}") from None
