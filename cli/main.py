@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from cli import network, pubsub
 from cli import topology as topology_cmd
 
 app = typer.Typer(
@@ -15,6 +16,10 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(topology_cmd.app, name="topology")
+app.command()(network.up)
+app.command()(network.broker)
+app.command()(pubsub.publish)
+app.command()(pubsub.subscribe)
 
 
 def main() -> None:

@@ -61,9 +61,13 @@ class FrameDecoder:
         while end - pos >= HEADER_SIZE:
             length, version = _HEADER.unpack_from(buf, pos)
             if length - 1 > self.max_frame or length < 1:
-                raise FrameError(f"frame of {length - 1} bytes exceeds the {self.max_frame}-byte limit")
+                raise FrameError(
+                    f"frame of {length - 1} bytes exceeds the {self.max_frame}-byte limit"
+                )
             if version != self.version:
-                raise FrameError(f"unsupported protocol version {version} (expected {self.version})")
+                raise FrameError(
+                    f"unsupported protocol version {version} (expected {self.version})"
+                )
             stop = pos + 4 + length
             if stop > end:
                 break

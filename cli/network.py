@@ -1,0 +1,142 @@
+"""``ges up`` and ``ges broker``: run a topology's brokers on this host, or one broker."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import trio
+import typer
+from rich.logging import RichHandler
+
+from cli._common import err, load_topology, one_line_errors, out, resolve_broker
+from ges.monitor import Monitor
+from ges.runtime import BrokerServer
+from ges.runtime.up import (
+    Network,
+    ProcessSupervisor,
+    run_embedded,
+    stop_on_signals,
+    wait_ready,
+    watch_parent,
+)
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _setup_logging(level: str, *, console=None) -> None:
+    if level not in LOG_LEVELS:
+        raise typer.BadParameter(
+            f"must be one of {', '.join(LOG_LEVELS)}", param_hint="--log-level"
+        )
+    handler = RichHandler(console=console or err, show_path=False, rich_tracebacks=False)
+    logging.basicConfig(
+        level=level.upper(), handlers=[handler], format="%(name)s: %(message)s", force=True
+    )
+
+
+def default_data_dir(topology_name: str) -> Path:
+    return Path(".ges") / topology_name
+
+
+def up(
+    topology_file: Path = typer.Argument(..., help="Topology YAML file.", metavar="TOPOLOGY"),
+    data_dir: Path = typer.Option(
+        None, "--data-dir", help="Where run.json and logs go [default: .ges/NAME]."
+    ),
+    processes: bool = typer.Option(
+        False, "--processes", help="One supervised OS process per broker."
+    ),
+    no_live: bool = typer.Option(
+        False, "--no-live", help="No live view; just a readiness line and logs."
+    ),
+    ready_timeout: float = typer.Option(
+        120.0, "--ready-timeout", help="Seconds to wait for every link."
+    ),
+    log_level: str = typer.Option("warning", "--log-level", help="debug, info, warning or error."),
+) -> None:
+    """Start every broker of a topology on this host and show them live.
+
+    Prints a readiness line once every broker listens and all its links are up, writes
+    DIR/run.json (id, host, port, pid per broker), and stops cleanly on Ctrl-C or SIGTERM.
+    """
+    one_line_errors(_up)(topology_file, data_dir, processes, no_live, ready_timeout, log_level)
+
+
+def _up(topology_file, data_dir, processes, no_live, ready_timeout, log_level) -> None:
+    topology = load_topology(topology_file)
+    data_dir = data_dir or default_data_dir(topology.name)
+    # with the live view on, logs print above it through the same console
+    _setup_logging(log_level, console=err if no_live else out)
+    network = Network(topology=topology, processes=processes, data_dir=data_dir)
+    trio.run(_run_up, topology, topology_file, network, no_live, ready_timeout, log_level)
+
+
+async def _run_up(topology, topology_file, network: Network, no_live, ready_timeout, log_level):
+    supervisor = None
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stop_on_signals, nursery.cancel_scope)
+            mode = "processes" if network.processes else "embedded"
+            err.print(
+                f"starting {len(topology.brokers)} brokers of {topology.name} ({mode}) …",
+                highlight=False,
+            )
+            if network.processes:
+                supervisor = ProcessSupervisor(
+                    topology, Path(topology_file), network, log_level=log_level
+                )
+                await supervisor.start_all(nursery)
+                check = supervisor.check
+            else:
+                await run_embedded(topology, nursery, network)
+                check = None
+            await wait_ready(topology, timeout=ready_timeout, check=check)
+            if supervisor is not None:
+                supervisor.ready = True
+            path = network.write_run_json()
+            out.print(
+                f"ready: {len(topology.brokers)} brokers of {topology.name} listening, "
+                f"{2 * len(topology.links)}/{2 * len(topology.links)} link ends up ({mode}); "
+                f"run file {path}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            if not no_live:
+                nursery.start_soon(Monitor(topology, console=out).run)
+    finally:
+        if supervisor is not None:
+            with trio.CancelScope(shield=True):
+                await supervisor.stop_all()
+    err.print("stopped", highlight=False)
+
+
+def broker(
+    topology_file: Path = typer.Argument(..., help="Topology YAML file.", metavar="TOPOLOGY"),
+    broker_id: str = typer.Option(..., "--id", help="Which broker of the topology to run."),
+    data_dir: Path = typer.Option(None, "--data-dir", help="Data directory [default: .ges/NAME]."),
+    log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
+) -> None:
+    """Run one broker of a topology (for deployments across hosts)."""
+    one_line_errors(_broker)(topology_file, broker_id, data_dir, log_level)
+
+
+def _broker(topology_file, broker_id, data_dir, log_level) -> None:
+    topology = load_topology(topology_file)
+    resolve_broker(topology, broker_id)
+    _setup_logging(log_level)
+    (data_dir or default_data_dir(topology.name)).mkdir(parents=True, exist_ok=True)
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stop_on_signals, nursery.cancel_scope)
+            nursery.start_soon(watch_parent)
+            await nursery.start(BrokerServer(topology, broker_id).run)
+            spec = topology.brokers[broker_id]
+            err.print(
+                f"broker {broker_id} listening on {spec.host}:{spec.port} (pid {os.getpid()})",
+                highlight=False,
+            )
+
+    trio.run(main)

@@ -1,0 +1,218 @@
+"""``ges publish`` and ``ges subscribe``: a client at one broker, named by id."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import time
+from pathlib import Path
+
+import trio
+import typer
+
+from cli._common import err, load_topology, one_line_errors, out, resolve_broker
+from ges.client import connect
+from ges.client.records import RecordWriter
+from ges.errors import OperationError, UserInputError
+from ges.matching.filter import parse_attr, parse_where
+from ges.wire import messages as m
+
+#: Events per Publish frame when publishing as fast as possible.
+PUBLISH_BATCH = 256
+FORMATS = ("text", "jsonl")
+
+
+def publish(
+    topology_file: Path = typer.Argument(..., help="Topology YAML file.", metavar="TOPOLOGY"),
+    broker: str = typer.Option(..., "--broker", "-b", help="Broker id to publish at."),
+    attr: list[str] = typer.Option(
+        [],
+        "--attr",
+        "-a",
+        help="name=value (int, else float, else string); name:str=value forces a string.",
+    ),
+    count: int = typer.Option(
+        1, "--count", "-n", help="Events to publish; each gets int attribute n=0..N-1."
+    ),
+    rate: float = typer.Option(
+        0.0, "--rate", "-r", help="Events per second (0: as fast as possible)."
+    ),
+    size: int = typer.Option(0, "--size", help="Payload bytes per event."),
+    payload: str = typer.Option(None, "--payload", help="Payload text (instead of --size filler)."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
+) -> None:
+    """Publish events at a broker; returns once the broker acknowledged every one."""
+    one_line_errors(_publish)(topology_file, broker, attr, count, rate, size, payload, as_json)
+
+
+def _publish(topology_file, broker, attrs_, count, rate, size, payload, as_json) -> None:
+    topology = load_topology(topology_file)
+    resolve_broker(topology, broker)
+    if count < 1:
+        raise UserInputError(f"--count {count}: must be at least 1")
+    if rate < 0:
+        raise UserInputError(f"--rate {rate}: must be ≥ 0")
+    if size < 0:
+        raise UserInputError(f"--size {size}: must be ≥ 0")
+    attributes = dict(parse_attr(a) for a in attrs_)
+    body = payload.encode() if payload is not None else b"x" * size
+    spec = topology.brokers[broker]
+
+    async def main():
+        started = time.perf_counter()
+        async with connect(spec.host, spec.port, topology=topology.name) as client:
+
+            def make(i: int) -> m.Event:
+                attrs_i = dict(attributes)
+                attrs_i.setdefault("n", i)
+                return m.Event(attrs_i, body, time.time_ns())
+
+            async def send(events):
+                await client.publish_nowait(events)
+
+            if rate <= 0:
+                for start in range(0, count, PUBLISH_BATCH):
+                    await send([make(i) for i in range(start, min(count, start + PUBLISH_BATCH))])
+            else:
+                t0 = trio.current_time()
+                i = 0
+                while i < count:
+                    due = min(count, int((trio.current_time() - t0) * rate) + 1)
+                    if due > i:
+                        await send([make(j) for j in range(i, due)])
+                        i = due
+                    else:
+                        await trio.sleep_until(t0 + i / rate)
+            await client.flush()
+        return time.perf_counter() - started
+
+    elapsed = trio.run(main)
+    summary = {
+        "broker": broker,
+        "published": count,
+        "seconds": round(elapsed, 4),
+        "events_per_second": round(count / elapsed, 1) if elapsed > 0 else None,
+    }
+    if as_json:
+        out.print_json(json.dumps(summary))
+    else:
+        err.print(f"published {count} events at {broker} in {elapsed:.3f}s", highlight=False)
+
+
+def subscribe(
+    topology_file: Path = typer.Argument(..., help="Topology YAML file.", metavar="TOPOLOGY"),
+    broker: str = typer.Option(..., "--broker", "-b", help="Broker id to subscribe at."),
+    where: list[str] = typer.Option(
+        [],
+        "--where",
+        "-w",
+        help="'name OP value' (OP: = != < <= > >= prefix) or 'name exists'; repeat to AND.",
+    ),
+    count: int = typer.Option(
+        0, "--count", "-n", help="Exit 0 after this many events (0: run until timeout or Ctrl-C)."
+    ),
+    timeout: float = typer.Option(
+        0.0, "--timeout", "-t", help="Seconds to wait; with --count, exit 1 if fewer arrived."
+    ),
+    fmt: str = typer.Option("text", "--format", "-f", help="text or jsonl."),
+    record: Path = typer.Option(
+        None, "--record", help="Append delivery records (JSON lines) to FILE."
+    ),
+) -> None:
+    """Subscribe at a broker and print every matching event as it arrives."""
+    one_line_errors(_subscribe)(topology_file, broker, where, count, timeout, fmt, record)
+
+
+def _subscribe(topology_file, broker, where, count, timeout, fmt, record) -> None:
+    topology = load_topology(topology_file)
+    resolve_broker(topology, broker)
+    if fmt not in FORMATS:
+        raise UserInputError(f"--format {fmt!r}: must be one of {', '.join(FORMATS)}")
+    if count < 0:
+        raise UserInputError(f"--count {count}: must be ≥ 0")
+    if timeout < 0:
+        raise UserInputError(f"--timeout {timeout}: must be ≥ 0")
+    constraints = [parse_where(w) for w in where]
+    wire = [m.Constraint(c.attr, c.op, c.value) for c in constraints]
+    spec = topology.brokers[broker]
+    record_file = None
+    if record is not None:
+        try:
+            record_file = open(record, "a", encoding="utf-8")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise UserInputError(f"--record {record}: cannot open: {exc.strerror}") from None
+    client_name = f"subscribe-{broker}-{time.time_ns()}"
+    received = 0
+
+    async def main():
+        nonlocal received
+        writer = (
+            RecordWriter(record_file, subscriber_broker=broker, client=client_name)
+            if record_file
+            else None
+        )
+        stdout = sys.stdout
+        async with connect(
+            spec.host, spec.port, topology=topology.name, client_id=client_name
+        ) as client:
+            sub = await client.subscribe(wire)
+            shown = " and ".join(where) or "everything"
+            err.print(f"subscribed at {broker} to {shown}", highlight=False)
+            async for batch in sub.batches():
+                if count:
+                    batch = batch[: count - received]
+                lines = [_format(d, fmt) for d in batch]
+                stdout.write("\n".join(lines) + "\n")
+                stdout.flush()
+                if writer:
+                    writer.write(batch)
+                received += len(batch)
+                if count and received >= count:
+                    return True
+            raise OperationError(f"broker {broker} closed the subscription after {received} events")
+
+    try:
+        result = trio.run(_with_timeout, main, timeout) if timeout else trio.run(main)
+    finally:
+        if record_file:
+            record_file.close()
+    if result is None and count:
+        raise OperationError(f"timeout after {timeout:g}s: received {received} of {count} events")
+
+
+async def _with_timeout(fn, seconds):
+    with trio.move_on_after(seconds):
+        return await fn()
+    return None
+
+
+def _payload_json(payload: bytes) -> tuple[str, str]:
+    try:
+        return payload.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(payload).decode("ascii"), "base64"
+
+
+def _format(d, fmt: str) -> str:
+    if fmt == "jsonl":
+        text, enc = _payload_json(d.event.payload)
+        return json.dumps(
+            {
+                "pubend": d.pubend,
+                "tick": d.tick,
+                "attributes": d.event.attributes,
+                "payload": text,
+                "payload_encoding": enc,
+                "published_at": d.event.published_at,
+                "received_at": d.received_at,
+                "hops": d.hops,
+            },
+            separators=(",", ":"),
+        )
+    attrs_text = " ".join(f"{k}={v!r}" for k, v in d.event.attributes.items())
+    latency_us = (d.received_at - d.event.published_at) / 1000 if d.event.published_at else 0
+    size = len(d.event.payload)
+    return (
+        f"{d.pubend}#{d.tick} {attrs_text} ({size} B payload, {d.hops} hops, {latency_us:.0f} µs)"
+    )

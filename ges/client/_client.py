@@ -1,0 +1,271 @@
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
+
+import attrs
+import trio
+
+from ges.errors import OperationError
+from ges.runtime.connection import Connection, ConnectionClosed
+from ges.wire import FrameError, encode
+from ges.wire import messages as m
+
+#: Unacknowledged publish batches in flight per client: deep enough to keep a broker busy
+#: across a round trip, shallow enough that a stalled broker stops the publisher quickly.
+DEFAULT_WINDOW = 16
+#: Delivered batches buffered per subscription before the client stops reading its socket
+#: (and the broker, seeing its queue fill, treats it as a slow consumer).
+SUBSCRIPTION_BUFFER = 1_024
+CONNECT_TIMEOUT = 5.0
+
+
+@attrs.frozen
+class Delivery:
+    """One event delivered to a subscription, with where it came from and when it arrived."""
+
+    pubend: str
+    tick: int
+    hops: int
+    event: m.Event
+    received_at: int
+
+
+class Subscription:
+    """An async iterator over deliveries for one subscription."""
+
+    def __init__(self, client: Client, sub_id: int, where: Sequence[m.Constraint]):
+        self.client = client
+        self.id = sub_id
+        self.where = list(where)
+        self._send, self._receive = trio.open_memory_channel[list](SUBSCRIPTION_BUFFER)
+        self._ready: deque[Delivery] = deque()
+
+    def __aiter__(self) -> AsyncIterator[Delivery]:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        if not self._ready:
+            try:
+                batch = await self._receive.receive()
+            except trio.EndOfChannel:
+                raise StopAsyncIteration from None
+            self._ready.extend(batch)
+        return self._ready.popleft()
+
+    async def batches(self) -> AsyncIterator[list[Delivery]]:
+        """Deliveries as they arrive, a batch at a time (cheaper than one at a time)."""
+        if self._ready:
+            batch = list(self._ready)
+            self._ready.clear()
+            yield batch
+        async for batch in self._receive:
+            yield batch
+
+
+class Client:
+    """A connection to one broker. Create it with :func:`connect`."""
+
+    def __init__(self, conn: Connection, *, broker: str, window: int):
+        self.conn = conn
+        self.broker = broker
+        self._seq = itertools.count(1)
+        self._sub_ids = itertools.count(1)
+        self._window = trio.Semaphore(window)
+        self._window_size = window
+        self._acks: dict[int, list] = {}  # seq -> [trio.Event, PubAck | None]
+        self._subacks: dict[int, trio.Event] = {}
+        self._subs: dict[int, Subscription] = {}
+        self._stats: deque[list] = deque()
+        self._errors: list[str] = []
+        self._closed: str | None = None
+
+    # -- publishing --------------------------------------------------------------------------
+
+    async def publish(self, events: Sequence[m.Event]) -> m.PubAck:
+        """Publish a batch and wait for the broker to acknowledge it."""
+        seq = await self._send_publish(events)
+        return await self._wait_ack(seq)
+
+    async def publish_nowait(self, events: Sequence[m.Event]) -> int:
+        """Queue a batch; waits only while ``window`` batches are unacknowledged."""
+        return await self._send_publish(events)
+
+    async def flush(self) -> None:
+        """Wait until every published batch has been acknowledged."""
+        for _ in range(self._window_size):
+            await self._window.acquire()
+        for _ in range(self._window_size):
+            self._window.release()
+        self._raise_if_closed()
+
+    async def _send_publish(self, events: Sequence[m.Event]) -> int:
+        self._raise_if_closed()
+        await self._window.acquire()
+        seq = next(self._seq)
+        self._acks[seq] = [trio.Event(), None]
+        await self._send(m.Publish(seq, list(events)))
+        return seq
+
+    async def _wait_ack(self, seq: int) -> m.PubAck:
+        waiter = self._acks.get(seq)
+        if waiter is not None:
+            await waiter[0].wait()
+        self._raise_if_closed()
+        return waiter[1]
+
+    # -- subscribing -------------------------------------------------------------------------
+
+    async def subscribe(self, where: Sequence[m.Constraint] = ()) -> Subscription:
+        """Subscribe with a conjunction of constraints; returns once the broker accepted it."""
+        self._raise_if_closed()
+        sub = Subscription(self, next(self._sub_ids), where)
+        self._subs[sub.id] = sub
+        done = self._subacks[sub.id] = trio.Event()
+        await self._send(m.Subscribe(sub.id, sub.where))
+        await done.wait()
+        self._raise_if_closed()
+        return sub
+
+    async def unsubscribe(self, sub: Subscription) -> None:
+        done = self._subacks[sub.id] = trio.Event()
+        await self._send(m.Unsubscribe(sub.id))
+        await done.wait()
+        self._subs.pop(sub.id, None)
+        sub._send.close()
+
+    # -- introspection -----------------------------------------------------------------------
+
+    async def stats(self) -> m.Stats:
+        self._raise_if_closed()
+        waiter = [trio.Event(), None]
+        self._stats.append(waiter)
+        await self._send(m.StatsRequest())
+        await waiter[0].wait()
+        self._raise_if_closed()
+        return waiter[1]
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    async def _send(self, message) -> None:
+        try:
+            await self.conn.send(encode(message))
+        except ConnectionClosed:
+            self._raise_if_closed()
+            raise OperationError(f"connection to broker {self.broker} closed") from None
+
+    def _raise_if_closed(self) -> None:
+        if self._closed is not None:
+            raise OperationError(f"connection to broker {self.broker} lost: {self._closed}")
+
+    async def _reader(self) -> None:
+        try:
+            async for batch in self.conn.read_messages():
+                now = time.time_ns()
+                for msg in batch:
+                    kind = type(msg)
+                    if kind is m.Deliver:
+                        sub = self._subs.get(msg.sub_id)
+                        if sub is not None:
+                            pubend = msg.pubend
+                            deliveries = [
+                                Delivery(pubend, it.tick, it.hops, it.event, now)
+                                for it in msg.items
+                            ]
+                            with suppress(trio.ClosedResourceError):
+                                await sub._send.send(deliveries)
+                    elif kind is m.PubAck:
+                        waiter = self._acks.pop(msg.seq, None)
+                        if waiter is not None:
+                            waiter[1] = msg
+                            waiter[0].set()
+                            self._window.release()
+                    elif kind is m.SubAck:
+                        done = self._subacks.pop(msg.sub_id, None)
+                        if done is not None:
+                            done.set()
+                    elif kind is m.Stats:
+                        if self._stats:
+                            waiter = self._stats.popleft()
+                            waiter[1] = msg
+                            waiter[0].set()
+                    elif kind is m.Error:
+                        self._errors.append(msg.reason)
+                        self._fail(f"broker error: {msg.reason}")
+                        return
+        except FrameError as exc:
+            self._fail(f"protocol error: {exc}")
+            return
+        self._fail(self.conn.close_reason or "closed by broker")
+
+    def _fail(self, reason: str) -> None:
+        if self._closed is None:
+            self._closed = reason
+        for waiter in self._acks.values():
+            waiter[0].set()
+        for done in self._subacks.values():
+            done.set()
+        for waiter in self._stats:
+            waiter[0].set()
+        for sub in self._subs.values():
+            sub._send.close()
+        self.conn.close(reason)
+
+
+@asynccontextmanager
+async def connect(
+    host: str,
+    port: int,
+    *,
+    topology: str = "",
+    client_id: str | None = None,
+    window: int = DEFAULT_WINDOW,
+    timeout: float = CONNECT_TIMEOUT,
+) -> AsyncIterator[Client]:
+    """Connect to a broker and run the client's reader until the block exits.
+
+    Raises:
+        OperationError: the broker is unreachable, refused the client, or did not answer.
+    """
+    client_id = client_id or f"client-{os.getpid()}-{next(_client_numbers)}"
+    try:
+        with trio.fail_after(timeout):
+            stream = await trio.open_tcp_stream(host, port)
+    except (OSError, trio.TooSlowError) as exc:
+        why = getattr(exc, "strerror", None) or "no answer"
+        raise OperationError(f"cannot reach broker at {host}:{port}: {why}") from None
+    conn = Connection(stream, label=f"broker {host}:{port}")
+    try:
+        await stream.send_all(encode(m.Hello(role="client", id=client_id, topology=topology)))
+        reply = await conn.receive_one(timeout=timeout)
+    except (ConnectionClosed, FrameError, trio.BrokenResourceError, OSError) as exc:
+        await conn.aclose()
+        raise OperationError(
+            f"broker at {host}:{port} did not complete the handshake: {exc}"
+        ) from None
+    if isinstance(reply, m.Refuse):
+        await conn.aclose()
+        raise OperationError(f"broker at {host}:{port} refused the connection: {reply.reason}")
+    if not isinstance(reply, m.Welcome):
+        await conn.aclose()
+        raise OperationError(
+            f"broker at {host}:{port} answered {type(reply).__name__}, not Welcome"
+        )
+    client = Client(conn, broker=reply.broker, window=window)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.writer)
+            nursery.start_soon(client._reader)
+            try:
+                yield client
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        await conn.aclose()
+
+
+_client_numbers = itertools.count(1)

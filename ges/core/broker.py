@@ -1,0 +1,298 @@
+"""The broker state machine: links, clients, publish, flood with duplicate suppression, deliver.
+
+Theory of operation
+-------------------
+``BrokerCore`` is fed inputs by a driver (the trio runtime or the simulator) and returns the
+outputs the driver must perform, as ``(kind, destination, message)`` tuples:
+
+* ``(PEER, broker_id, message)`` — send to a neighbouring broker;
+* ``(CLIENT, conn_id, message)`` — send to a connected client;
+* ``(DROP_PEER, broker_id, reason)`` — close that link (the failure detector suspects it).
+
+It never reads a clock (``now`` comes in), never does I/O, never draws random numbers.
+
+Events are published into the broker's *pubend* (one ordered stream per broker incarnation,
+``"<broker>~<incarnation>"``), which numbers them with consecutive ticks. Until content routing
+lands (seed 004 §3), events are flooded over every up link; each broker keeps a
+:class:`TickWindow` per pubend and forwards and delivers only the first copy of each tick. Every
+forwarded item carries ``prev``, the previous tick sent on that link for that pubend, so the
+reliable-delivery layer (seed 002 §2) can read the ticks in between as silence on that path.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from ges.core.dedup import TickWindow
+from ges.core.failure import FailureDetector
+from ges.matching.filter import Filter
+from ges.topology import Topology, broker_order_key
+from ges.wire import messages as m
+
+PEER = 0
+CLIENT = 1
+DROP_PEER = 2
+
+#: Pubends whose duplicate windows are kept; the least recently seen is forgotten first. A
+#: forgotten pubend's stragglers would be delivered twice, so this is far above the number of
+#: publisher-hosting brokers any topology here has (a 64^3-broker system has 262,144; tune up).
+MAX_PUBENDS = 16_384
+#: Subscriptions one client connection may hold.
+MAX_SUBSCRIPTIONS_PER_CLIENT = 1_024
+#: Events one Publish frame may carry (the client library batches well below this).
+MAX_PUBLISH_BATCH = 65_536
+
+
+class BrokerCore:
+    """One broker's protocol state. See the module docstring for the contract."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        broker_id: str,
+        *,
+        incarnation: int,
+        detector: FailureDetector | None = None,
+    ):
+        if broker_id not in topology.brokers:
+            raise ValueError(f"unknown broker {broker_id!r}")
+        self.topology = topology
+        self.id = broker_id
+        self.incarnation = incarnation
+        self.pubend = f"{broker_id}~{incarnation}"
+        self.neighbours = frozenset(topology.neighbours[broker_id])
+        self.detector = detector or FailureDetector()
+        self.links_up: set[str] = set()
+        self._next_tick = 1
+        self._windows: OrderedDict[str, TickWindow] = OrderedDict()
+        self._path_prev: dict[tuple[str, str], int] = {}
+        # conn_id -> {sub_id: Filter}
+        self._clients: dict[int, dict[int, Filter]] = {}
+        self._client_names: dict[int, str] = {}
+        # flattened (conn, sub_id, filter) for the hot delivery loop
+        self._subs: list[tuple[int, int, Filter]] = []
+        self.counters = dict.fromkeys(
+            (
+                "events_in",
+                "events_out",
+                "published",
+                "delivered",
+                "duplicates",
+                "frames_in",
+                "frames_out",
+            ),
+            0,
+        )
+        #: Set by the driver (the process hosting this broker) for ``Stats``.
+        self.pid = 0
+
+    # -- handshake ------------------------------------------------------------------------------
+
+    def hello(self, hello: m.Hello) -> m.Welcome | m.Refuse:
+        """Decide whether to accept a connection from its first frame."""
+        if hello.proto != m.PROTOCOL_VERSION:
+            return m.Refuse(
+                f"protocol {hello.proto} not supported (this broker speaks {m.PROTOCOL_VERSION})"
+            )
+        if hello.topology != self.topology.name and not (
+            hello.role == "client" and not hello.topology
+        ):
+            return m.Refuse(
+                f"topology {hello.topology!r} does not match this broker's {self.topology.name!r}"
+            )
+        if hello.role == "broker":
+            if hello.id not in self.neighbours:
+                return m.Refuse(f"broker {hello.id!r} is not a neighbour of {self.id}")
+            if broker_order_key(hello.id) > broker_order_key(self.id):
+                return m.Refuse(
+                    f"broker {hello.id} should wait for {self.id} to dial (lower id dials)"
+                )
+        elif hello.role != "client":
+            return m.Refuse(f"unknown role {hello.role!r}")
+        return m.Welcome(broker=self.id, incarnation=str(self.incarnation))
+
+    # -- links ----------------------------------------------------------------------------------
+
+    def link_up(self, peer: str, now: float) -> list:
+        self.links_up.add(peer)
+        self.detector.up(peer, now)
+        return []
+
+    def link_down(self, peer: str, now: float) -> list:
+        self.links_up.discard(peer)
+        self.detector.down(peer)
+        for key in [k for k in self._path_prev if k[0] == peer]:
+            del self._path_prev[key]
+        return []
+
+    def peer_message(self, peer: str, msg, now: float) -> list:
+        self.detector.heard(peer, now)
+        if type(msg) is m.Events:
+            return self._on_events(peer, msg.pubend, msg.items)
+        if type(msg) is m.Heartbeat:
+            return []
+        raise ProtocolError(f"unexpected {type(msg).__name__} from broker {peer}")
+
+    # -- clients --------------------------------------------------------------------------------
+
+    def client_open(self, conn: int, client_id: str) -> None:
+        self._clients[conn] = {}
+        self._client_names[conn] = client_id
+
+    def client_closed(self, conn: int) -> None:
+        self._clients.pop(conn, None)
+        self._client_names.pop(conn, None)
+        self._rebuild_subs()
+
+    def client_message(self, conn: int, msg, now: float) -> list:
+        kind = type(msg)
+        if kind is m.Publish:
+            return self._on_publish(conn, msg)
+        if kind is m.Subscribe:
+            return self._on_subscribe(conn, msg)
+        if kind is m.Unsubscribe:
+            self._clients[conn].pop(msg.sub_id, None)
+            self._rebuild_subs()
+            return [(CLIENT, conn, m.SubAck(msg.sub_id))]
+        if kind is m.StatsRequest:
+            return [(CLIENT, conn, self.stats())]
+        raise ProtocolError(f"unexpected {kind.__name__} from a client")
+
+    def _on_subscribe(self, conn: int, msg: m.Subscribe) -> list:
+        subs = self._clients[conn]
+        if msg.sub_id not in subs and len(subs) >= MAX_SUBSCRIPTIONS_PER_CLIENT:
+            return [(CLIENT, conn, m.Error(f"over {MAX_SUBSCRIPTIONS_PER_CLIENT} subscriptions"))]
+        try:
+            subs[msg.sub_id] = Filter.from_wire(msg.where)
+        except ValueError as exc:
+            return [(CLIENT, conn, m.Error(f"subscription {msg.sub_id}: {exc}"))]
+        self._rebuild_subs()
+        return [(CLIENT, conn, m.SubAck(msg.sub_id))]
+
+    def _rebuild_subs(self) -> None:
+        self._subs = [
+            (conn, sub_id, flt)
+            for conn, subs in self._clients.items()
+            for sub_id, flt in subs.items()
+        ]
+
+    def _on_publish(self, conn: int, msg: m.Publish) -> list:
+        events = msg.events
+        if len(events) > MAX_PUBLISH_BATCH:
+            return [(CLIENT, conn, m.Error(f"publish batch over {MAX_PUBLISH_BATCH} events"))]
+        first = self._next_tick
+        items = [m.EventItem(first + i, first + i - 1, 0, ev) for i, ev in enumerate(events)]
+        self._next_tick = first + len(events)
+        self.counters["published"] += len(events)
+        self.counters["events_in"] += len(events)
+        out = [(CLIENT, conn, m.PubAck(msg.seq, self.pubend, first, self._next_tick - 1))]
+        if items:
+            self._window(self.pubend).floor = self._next_tick - 1
+            out += self._forward(self.pubend, items, exclude=None)
+            out += self._deliver(self.pubend, items)
+        return out
+
+    # -- flooding ---------------------------------------------------------------------------------
+
+    def _window(self, pubend: str) -> TickWindow:
+        window = self._windows.get(pubend)
+        if window is None:
+            window = self._windows[pubend] = TickWindow()
+            if len(self._windows) > MAX_PUBENDS:
+                self._windows.popitem(last=False)
+        else:
+            self._windows.move_to_end(pubend)
+        return window
+
+    def _on_events(self, peer: str, pubend: str, items: list) -> list:
+        window = self._window(pubend)
+        add = window.add
+        fresh = [it for it in items if add(it.tick)]
+        self.counters["events_in"] += len(fresh)
+        self.counters["duplicates"] += len(items) - len(fresh)
+        if not fresh:
+            return []
+        return self._forward(pubend, fresh, exclude=peer) + self._deliver(pubend, fresh)
+
+    def _forward(self, pubend: str, items: list, *, exclude: str | None) -> list:
+        out = []
+        item_type = m.EventItem
+        for peer in self.links_up:
+            if peer == exclude:
+                continue
+            key = (peer, pubend)
+            prev = self._path_prev.get(key, 0)
+            hop = []
+            for it in items:
+                hop.append(item_type(it.tick, prev, it.hops + 1, it.event))
+                prev = it.tick
+            self._path_prev[key] = prev
+            out.append((PEER, peer, m.Events(pubend, hop)))
+            self.counters["events_out"] += len(hop)
+        return out
+
+    def _deliver(self, pubend: str, items: list) -> list:
+        out = []
+        n = len(items)
+        shared: dict[tuple[int, int], m.Deliver] = {}
+        for conn, sub_id, flt in self._subs:
+            if flt.constraints:
+                matched = [it for it in items if flt.matches(it.event.attributes)]
+                if not matched:
+                    continue
+                if len(matched) == n:
+                    matched = items
+            else:
+                matched = items
+            # the same message object for every subscriber with the same result: the driver
+            # encodes it once (issue: "encode once per frame")
+            key = (sub_id, id(matched))
+            msg = shared.get(key)
+            if msg is None:
+                msg = shared[key] = m.Deliver(sub_id, pubend, matched)
+            out.append((CLIENT, conn, msg))
+            self.counters["delivered"] += len(matched)
+            self.counters["events_out"] += len(matched)
+        return out
+
+    # -- time -------------------------------------------------------------------------------------
+
+    def on_timer(self, now: float) -> list:
+        owed, suspected = self.detector.poll(now)
+        out: list = [(PEER, p, m.Heartbeat()) for p in owed if p in self.links_up]
+        for p in suspected:
+            out.append((DROP_PEER, p, f"no frame from {p} for {self.detector.timeout:.1f}s"))
+            out += self.link_down(p, now)
+        return out
+
+    def next_deadline(self) -> float:
+        return self.detector.next_deadline()
+
+    def note_sent(self, peer: str, now: float) -> None:
+        """The driver wrote a frame to ``peer``: no heartbeat is owed for a while."""
+        self.detector.sent(peer, now)
+
+    # -- introspection ----------------------------------------------------------------------------
+
+    def stats(self) -> m.Stats:
+        c = self.counters
+        return m.Stats(
+            broker=self.id,
+            incarnation=str(self.incarnation),
+            clients=len(self._clients),
+            subscriptions=len(self._subs),
+            links_up=sorted(self.links_up),
+            links_expected=len(self.neighbours),
+            events_in=c["events_in"],
+            events_out=c["events_out"],
+            frames_in=c["frames_in"],
+            frames_out=c["frames_out"],
+            published=c["published"],
+            delivered=c["delivered"],
+            duplicates=c["duplicates"],
+            pid=self.pid,
+        )
+
+
+class ProtocolError(Exception):
+    """A peer or client sent a message that is not valid at this point; close its connection."""

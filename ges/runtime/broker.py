@@ -1,0 +1,286 @@
+"""The trio shell around :class:`BrokerCore`: listen, dial, read, write, keep time.
+
+One nursery per broker. Tasks: the TCP listener, one dialler per link this broker dials (the
+lower id dials, seed-free exponential backoff between attempts), one reader and one writer per
+connection, and a timer that feeds the core's failure detector. The core is synchronous, so the
+reader calls it directly and then awaits the sends its outputs ask for; that await is where
+backpressure from a slow link reaches the connection that produced the traffic.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import random
+import time
+
+import trio
+
+from ges.core import CLIENT, DROP_PEER, PEER, BrokerCore, ProtocolError
+from ges.errors import OperationError
+from ges.runtime.connection import Connection, ConnectionClosed
+from ges.topology import Topology, broker_order_key
+from ges.wire import FrameError, encode
+from ges.wire import messages as m
+
+#: Reconnect backoff: first retry after 50 ms, doubling to at most 2 s, with ±25 % jitter so
+#: brokers restarted together do not dial in lockstep.
+BACKOFF_FIRST = 0.05
+BACKOFF_MAX = 2.0
+#: Seconds to wait for a TCP connect to a neighbour before retrying.
+CONNECT_TIMEOUT = 3.0
+#: The timer task wakes at least this often even when the core has no deadline.
+TIMER_MAX_SLEEP = 0.25
+
+
+class BrokerServer:
+    """Runs one broker of a topology on trio. ``await run(task_status=...)`` in a nursery."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        broker_id: str,
+        *,
+        incarnation: int | None = None,
+        listen_host: str | None = None,
+    ):
+        self.topology = topology
+        self.spec = topology.brokers[broker_id]
+        self.id = broker_id
+        self.core = BrokerCore(
+            topology,
+            broker_id,
+            incarnation=incarnation if incarnation is not None else time.time_ns(),
+        )
+        self.core.pid = os.getpid()
+        self.listen_host = listen_host or self.spec.host
+        self.log = logging.getLogger(f"ges.broker.{broker_id}")
+        self._peers: dict[str, Connection] = {}
+        self._clients: dict[int, Connection] = {}
+        self._next_conn = 1
+        self._nursery: trio.Nursery | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Listen, dial the links this broker owns, serve until cancelled."""
+        try:
+            listeners = await trio.open_tcp_listeners(self.spec.port, host=self.listen_host)
+        except OSError as exc:
+            raise OperationError(self._listen_error(exc)) from None
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for listener in listeners:
+                nursery.start_soon(self._serve_listener, listener)
+            nursery.start_soon(self._timer)
+            for peer in self.core.neighbours:
+                if broker_order_key(self.id) < broker_order_key(peer):
+                    nursery.start_soon(self._dial_forever, peer)
+            self.log.info("listening on %s:%d", self.listen_host, self.spec.port)
+            task_status.started(self)
+
+    def _listen_error(self, exc: OSError) -> str:
+        where = f"{self.listen_host}:{self.spec.port}"
+        if exc.errno == errno.EADDRINUSE:
+            why = "address already in use (another broker or program holds this port)"
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            why = "address not available on this host"
+        elif exc.errno == errno.EACCES:
+            why = "permission denied"
+        else:
+            why = exc.strerror or str(exc)
+        return f"broker {self.id}: cannot listen on {where}: {why}"
+
+    async def _serve_listener(self, listener: trio.SocketListener) -> None:
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:  # EMFILE and friends: back off, keep serving
+                    self.log.warning("accept failed: %s", exc)
+                    await trio.sleep(0.1)
+                    continue
+                self._nursery.start_soon(self._handle_incoming, stream)
+
+    # -- time --------------------------------------------------------------------------------
+
+    async def _timer(self) -> None:
+        while True:
+            deadline = self.core.next_deadline()
+            now = trio.current_time()
+            await trio.sleep(max(0.0, min(deadline - now, TIMER_MAX_SLEEP)))
+            outs = self.core.on_timer(trio.current_time())
+            if outs:
+                await self._dispatch(outs)
+
+    # -- outputs -----------------------------------------------------------------------------
+
+    async def _dispatch(self, outs: list) -> None:
+        encoded: dict[int, bytes] = {}
+        now = trio.current_time()
+        for kind, dest, msg in outs:
+            if kind == DROP_PEER:
+                conn = self._peers.get(dest)
+                if conn is not None:
+                    self.log.warning("link %s suspected: %s", dest, msg)
+                    conn.close(msg)
+                continue
+            data = encoded.get(id(msg))
+            if data is None:
+                data = encoded[id(msg)] = encode(msg)
+            if kind == PEER:
+                conn = self._peers.get(dest)
+                if conn is None:
+                    continue
+                try:
+                    await conn.send(data)
+                except ConnectionClosed:
+                    continue
+                self.core.note_sent(dest, now)
+            elif kind == CLIENT:
+                conn = self._clients.get(dest)
+                if conn is None:
+                    continue
+                try:
+                    if not conn.send_nowait(data):
+                        self.log.warning("%s: slow consumer, disconnecting", conn.label)
+                        conn.close("slow consumer: send queue full")
+                except ConnectionClosed:
+                    continue
+
+    # -- links -------------------------------------------------------------------------------
+
+    async def _dial_forever(self, peer: str) -> None:
+        spec = self.topology.brokers[peer]
+        backoff = BACKOFF_FIRST
+        while True:
+            stream = None
+            try:
+                with trio.fail_after(CONNECT_TIMEOUT):
+                    stream = await trio.open_tcp_stream(spec.host, spec.port)
+            except (OSError, trio.TooSlowError):
+                pass
+            if stream is not None:
+                started = trio.current_time()
+                conn = Connection(stream, label=f"link {self.id}->{peer}")
+                try:
+                    hello = m.Hello(role="broker", id=self.id, topology=self.topology.name)
+                    await stream.send_all(encode(hello))  # before the writer task exists
+                    reply = await conn.receive_one()
+                except (ConnectionClosed, FrameError, trio.BrokenResourceError, OSError) as exc:
+                    self.log.debug("handshake with %s failed: %s", peer, exc)
+                    reply = None
+                if isinstance(reply, m.Welcome):
+                    await self._run_link(peer, conn)
+                    if trio.current_time() - started > 5.0:
+                        backoff = BACKOFF_FIRST
+                elif isinstance(reply, m.Refuse):
+                    self.log.warning("broker %s refused the link: %s", peer, reply.reason)
+                await conn.aclose()
+            await trio.sleep(backoff * random.uniform(0.75, 1.25))
+            backoff = min(backoff * 2, BACKOFF_MAX)
+
+    async def _handle_incoming(self, stream: trio.SocketStream) -> None:
+        conn = Connection(stream, label="incoming")
+        try:
+            try:
+                hello = await conn.receive_one()
+            except (ConnectionClosed, FrameError, trio.BrokenResourceError, OSError) as exc:
+                self.log.debug("dropped a connection before its handshake: %s", exc)
+                return
+            if not isinstance(hello, m.Hello):
+                self.log.warning(
+                    "dropped a connection: first frame was %s, not Hello", type(hello).__name__
+                )
+                return
+            reply = self.core.hello(hello)
+            try:
+                await stream.send_all(encode(reply))
+            except (trio.BrokenResourceError, OSError):
+                return
+            if isinstance(reply, m.Refuse):
+                self.log.warning("refused %s %s: %s", hello.role, hello.id, reply.reason)
+                return
+            if hello.role == "broker":
+                conn.label = f"link {self.id}<-{hello.id}"
+                await self._run_link(hello.id, conn)
+            else:
+                await self._run_client(hello.id, conn)
+        finally:
+            await conn.aclose()
+
+    async def _run_link(self, peer: str, conn: Connection) -> None:
+        old = self._peers.get(peer)
+        if old is not None:
+            old.close("replaced by a new connection")
+            await self._dispatch(self.core.link_down(peer, trio.current_time()))
+        self._peers[peer] = conn
+        self.log.info("link %s up", peer)
+        try:
+            with conn.cancel_scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(conn.writer)
+                    await self._dispatch(self.core.link_up(peer, trio.current_time()))
+                    await self._read_peer(peer, conn)
+                    nursery.cancel_scope.cancel()
+        finally:
+            if self._peers.get(peer) is conn:
+                del self._peers[peer]
+                with trio.CancelScope(shield=True):
+                    await self._dispatch(self.core.link_down(peer, trio.current_time()))
+            self.log.info("link %s down: %s", peer, conn.close_reason or "cancelled")
+
+    async def _read_peer(self, peer: str, conn: Connection) -> None:
+        core = self.core
+        counters = core.counters
+        try:
+            async for batch in conn.read_messages():
+                now = trio.current_time()
+                counters["frames_in"] += len(batch)
+                outs = []
+                for msg in batch:
+                    outs += core.peer_message(peer, msg, now)
+                if outs:
+                    counters["frames_out"] += len(outs)
+                    await self._dispatch(outs)
+        except (FrameError, ProtocolError) as exc:
+            self.log.warning("closing link %s: %s", peer, exc)
+            conn.close(str(exc))
+
+    # -- clients -----------------------------------------------------------------------------
+
+    async def _run_client(self, client_id: str, conn: Connection) -> None:
+        conn_id = self._next_conn
+        self._next_conn += 1
+        conn.label = f"client {client_id}#{conn_id}"
+        self._clients[conn_id] = conn
+        self.core.client_open(conn_id, client_id)
+        self.log.debug("%s connected", conn.label)
+        core = self.core
+        counters = core.counters
+        try:
+            with conn.cancel_scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(conn.writer)
+                    try:
+                        async for batch in conn.read_messages():
+                            now = trio.current_time()
+                            counters["frames_in"] += len(batch)
+                            outs = []
+                            for msg in batch:
+                                if type(msg) is m.StatsRequest:
+                                    outs.append((CLIENT, conn_id, core.stats()))
+                                else:
+                                    outs += core.client_message(conn_id, msg, now)
+                            if outs:
+                                counters["frames_out"] += len(outs)
+                                await self._dispatch(outs)
+                    except (FrameError, ProtocolError) as exc:
+                        self.log.warning("closing %s: %s", conn.label, exc)
+                        conn.close(str(exc))
+                    nursery.cancel_scope.cancel()
+        finally:
+            del self._clients[conn_id]
+            self.core.client_closed(conn_id)
+            self.log.debug("%s gone: %s", conn.label, conn.close_reason or "cancelled")

@@ -1,0 +1,289 @@
+"""``ges up``: start every broker of a topology on this host, wait until ready, supervise.
+
+Two modes:
+
+* embedded (default): every broker is a :class:`BrokerServer` task in this one trio process;
+* ``processes``: one ``ges broker`` OS process per broker, supervised — a broker that dies is
+  restarted with backoff, and all of them are stopped (SIGTERM, then SIGKILL after a grace
+  period) when ``ges up`` stops. Children also watch their parent and exit if it disappears,
+  so no broker outlives a killed ``ges up``.
+
+Readiness is the same in both modes: every broker answers a stats request over the client
+protocol and reports all of its links up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+import trio
+
+from ges.client import connect
+from ges.errors import OperationError
+from ges.runtime.broker import BrokerServer
+from ges.topology import Topology, broker_order_key
+
+#: Seconds a topology has to come up (every broker listening, every link up) before ``ges up``
+#: gives up and stops what it started. Generous: 500 Python processes take a while to import.
+READY_TIMEOUT = 120.0
+#: Seconds between readiness polls.
+POLL_INTERVAL = 0.2
+#: Seconds children get to exit after SIGTERM before SIGKILL.
+STOP_GRACE = 5.0
+#: Restart backoff for a crashed broker process.
+RESTART_FIRST = 0.5
+RESTART_MAX = 10.0
+#: Environment variable naming the supervising process; a child exits when it disappears.
+PARENT_ENV = "GES_PARENT_PID"
+
+log = logging.getLogger("ges.up")
+
+
+@attrs.define(eq=False)
+class BrokerProcess:
+    id: str
+    process: trio.Process | None = None
+    restarts: int = 0
+    log_path: Path | None = None
+
+
+@attrs.define(eq=False)
+class Network:
+    """What ``ges up`` started: the topology, the mode, and per broker its pid."""
+
+    topology: Topology
+    processes: bool
+    data_dir: Path
+    pids: dict[str, int] = attrs.Factory(dict)
+
+    def run_json(self) -> dict:
+        return {
+            "topology": self.topology.name,
+            "source": self.topology.source,
+            "mode": "processes" if self.processes else "embedded",
+            "supervisor_pid": os.getpid(),
+            "brokers": [
+                {
+                    "id": b.id,
+                    "host": b.host,
+                    "port": b.port,
+                    "pid": self.pids.get(b.id, os.getpid()),
+                }
+                for b in sorted(
+                    self.topology.brokers.values(), key=lambda b: broker_order_key(b.id)
+                )
+            ],
+        }
+
+    def write_run_json(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        path = self.data_dir / "run.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.run_json(), indent=2) + "\n")
+        tmp.replace(path)
+        return path
+
+
+async def wait_ready(
+    topology: Topology,
+    *,
+    timeout: float = READY_TIMEOUT,
+    check: Callable[[], None] | None = None,
+    progress: Callable[[int, int, int, int], None] | None = None,
+) -> None:
+    """Poll every broker until it answers and all its links are up.
+
+    ``check`` is called between polls and may raise to abort (a child died during start-up).
+    ``progress(listening, brokers, links_up, links)`` reports how far it got.
+    """
+    pending = set(topology.brokers)
+    links_total = 2 * len(topology.links)
+    up_counts: dict[str, int] = {}
+    listening: set[str] = set()
+    deadline = trio.current_time() + timeout
+
+    async def poll(bid: str) -> None:
+        spec = topology.brokers[bid]
+        try:
+            async with connect(spec.host, spec.port, topology=topology.name, timeout=2.0) as c:
+                stats = await c.stats()
+        except OperationError:
+            return
+        listening.add(bid)
+        up_counts[bid] = len(stats.links_up)
+        if len(stats.links_up) >= stats.links_expected:
+            pending.discard(bid)
+
+    while pending:
+        if check is not None:
+            check()
+        async with trio.open_nursery() as nursery:
+            for bid in list(pending):
+                nursery.start_soon(poll, bid)
+        if progress is not None:
+            progress(len(listening), len(topology.brokers), sum(up_counts.values()), links_total)
+        if not pending:
+            break
+        if trio.current_time() > deadline:
+            waiting = sorted(pending, key=broker_order_key)
+            shown = ", ".join(waiting[:6]) + (", …" if len(waiting) > 6 else "")
+            raise OperationError(
+                f"topology {topology.name} not ready after {timeout:.0f}s: "
+                f"brokers {shown} are not listening or miss links"
+            )
+        await trio.sleep(POLL_INTERVAL)
+
+
+async def run_embedded(
+    topology: Topology, nursery: trio.Nursery, network: Network
+) -> dict[str, BrokerServer]:
+    """Start every broker as a task in ``nursery``; raises OperationError if one cannot listen."""
+    servers = {}
+    for bid in sorted(topology.brokers, key=broker_order_key):
+        server = BrokerServer(topology, bid)
+        await nursery.start(server.run)
+        servers[bid] = server
+        network.pids[bid] = os.getpid()
+    return servers
+
+
+class ProcessSupervisor:
+    """Starts and watches one ``ges broker`` process per broker."""
+
+    def __init__(
+        self, topology: Topology, topology_path: Path, network: Network, *, log_level: str
+    ):
+        self.topology = topology
+        self.topology_path = topology_path
+        self.network = network
+        self.log_level = log_level
+        self.children: dict[str, BrokerProcess] = {}
+        self.stopping = False
+        self.startup_failure: str | None = None
+        #: Set once the network is ready: a death before that aborts start-up, after it restarts.
+        self.ready = False
+        self.log_dir = network.data_dir / "logs"
+
+    def command(self, bid: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "broker",
+            str(self.topology_path),
+            "--id",
+            bid,
+            "--data-dir",
+            str(self.network.data_dir),
+            "--log-level",
+            self.log_level,
+        ]
+
+    async def start_all(self, nursery: trio.Nursery) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        for bid in sorted(self.topology.brokers, key=broker_order_key):
+            child = self.children[bid] = BrokerProcess(bid, log_path=self.log_dir / f"{bid}.log")
+            await self._spawn(child)
+            nursery.start_soon(self._watch, child)
+
+    async def _spawn(self, child: BrokerProcess) -> None:
+        env = dict(os.environ)
+        env[PARENT_ENV] = str(os.getpid())
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        with open(child.log_path, "ab") as logfile:
+            child.process = await trio.lowlevel.open_process(
+                self.command(child.id),
+                stdin=subprocess.DEVNULL,
+                stdout=logfile,
+                stderr=logfile,
+                env=env,
+                cwd=os.getcwd(),
+            )
+        self.network.pids[child.id] = child.process.pid
+
+    async def _watch(self, child: BrokerProcess) -> None:
+        backoff = RESTART_FIRST
+        while True:
+            started = trio.current_time()
+            code = await child.process.wait()
+            if self.stopping:
+                return
+            if not self.ready:
+                if self.startup_failure is None:
+                    self.startup_failure = (
+                        _last_line(child.log_path) or f"broker {child.id} exited with code {code}"
+                    )
+                return
+            log.warning(
+                "broker %s exited with code %s; restarting in %.1fs", child.id, code, backoff
+            )
+            await trio.sleep(backoff)
+            if self.stopping:
+                return
+            if trio.current_time() - started > 30:
+                backoff = RESTART_FIRST
+            else:
+                backoff = min(backoff * 2, RESTART_MAX)
+            child.restarts += 1
+            await self._spawn(child)
+            self.network.write_run_json()
+
+    def check(self) -> None:
+        if self.startup_failure is not None:
+            raise OperationError(self.startup_failure)
+
+    async def stop_all(self) -> None:
+        self.stopping = True
+        alive = [
+            c.process for c in self.children.values() if c.process and c.process.returncode is None
+        ]
+        for proc in alive:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        with trio.move_on_after(STOP_GRACE):
+            for proc in alive:
+                await proc.wait()
+        for proc in alive:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+def _last_line(path: Path | None) -> str | None:
+    if path is None or not path.exists():
+        return None
+    lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    if not lines:
+        return None
+    last = lines[-1]
+    return last.removeprefix("error: ")
+
+
+async def watch_parent() -> None:
+    """Exit the process when the supervising parent is gone (no orphaned brokers)."""
+    parent = os.environ.get(PARENT_ENV)
+    if not parent:
+        return
+    parent_pid = int(parent)
+    while True:
+        await trio.sleep(0.5)
+        if os.getppid() != parent_pid:
+            log.warning("supervisor %d is gone; stopping", parent_pid)
+            os._exit(0)
+
+
+async def stop_on_signals(cancel_scope: trio.CancelScope) -> None:
+    """Cancel ``cancel_scope`` on SIGINT or SIGTERM (a clean stop, exit code 0)."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            cancel_scope.cancel()
+            return
