@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from ges.errors import GesError, UserInputError
+from ges.errors import GesError, UserInputError, find_ges_error
 from ges.topology import Topology
 
 #: Results (tables, JSON) go to stdout; progress, logs and errors to stderr.
@@ -35,6 +35,11 @@ def one_line_errors(fn):
             raise fail(str(exc), exc.exit_code) from None
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
+        except BaseExceptionGroup as group:
+            found = find_ges_error(group)
+            if found is None:
+                raise
+            raise fail(str(found), found.exit_code) from None
 
     return wrapper
 

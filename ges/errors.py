@@ -24,3 +24,19 @@ class OperationError(GesError):
     """The operation failed for a reason outside the input (timeout, peer unreachable); exit 1."""
 
     exit_code = 1
+
+
+def find_ges_error(exc: BaseException) -> GesError | None:
+    """The first GesError inside ``exc``, looking through (nested) exception groups.
+
+    trio nurseries wrap a task's exception in an ExceptionGroup; the user should still see the
+    one line it carries.
+    """
+    if isinstance(exc, GesError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = find_ges_error(inner)
+            if found is not None:
+                return found
+    return None

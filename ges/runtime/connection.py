@@ -79,7 +79,7 @@ class Connection:
                 while size < WRITE_BATCH_BYTES:
                     try:
                         data = queue.receive_nowait()
-                    except trio.WouldBlock:
+                    except (trio.WouldBlock, trio.EndOfChannel):
                         break
                     chunks.append(data)
                     size += len(data)

@@ -1,0 +1,213 @@
+"""The trio runtime over real TCP on loopback: links, clients, bad frames, failures."""
+
+from __future__ import annotations
+
+import re
+import struct
+import time
+
+import pytest
+import trio
+
+from ges.client import connect
+from ges.errors import OperationError, find_ges_error
+from ges.runtime import BrokerServer
+from ges.runtime.up import wait_ready
+from ges.wire import encode
+from ges.wire import messages as m
+from tests.conftest import free_ports, topology_on_free_ports
+
+
+async def start_all(nursery, topology, only=None):
+    servers = {}
+    for bid in only or topology.brokers:
+        servers[bid] = await nursery.start(BrokerServer(topology, bid).run)
+    return servers
+
+
+async def stats_of(topology, bid):
+    spec = topology.brokers[bid]
+    async with connect(spec.host, spec.port, topology=topology.name) as c:
+        return await c.stats()
+
+
+async def test_events_cross_a_chain_of_brokers_once(chain3):
+    async with trio.open_nursery() as nursery:
+        await start_all(nursery, chain3)
+        await wait_ready(chain3, timeout=10)
+        s3, s1 = chain3.brokers["b3"], chain3.brokers["b1"]
+        async with (
+            connect(s3.host, s3.port, topology="chain3") as sub_client,
+            connect(s1.host, s1.port, topology="chain3") as pub_client,
+        ):
+            sub = await sub_client.subscribe([m.Constraint("n", ">=", 10)])
+            ack = await pub_client.publish(
+                [m.Event({"n": i}, b"p", time.time_ns()) for i in range(50)]
+            )
+            assert (ack.first_tick, ack.last_tick) == (1, 50)
+            got = []
+            with trio.fail_after(5):
+                async for d in sub:
+                    got.append(d)
+                    if len(got) == 40:
+                        break
+            assert [d.event.attributes["n"] for d in got] == list(range(10, 50))
+            assert {d.hops for d in got} == {2}
+            assert all(d.pubend == ack.pubend for d in got)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(struct.pack(">IB", 1 << 30, 1), id="oversized"),
+        pytest.param(struct.pack(">IB", 4, 99) + b"abc", id="bad-version"),
+        pytest.param(struct.pack(">IB", 4, 1) + b"\xc1\xc1\xc1", id="undecodable"),
+    ],
+)
+async def test_a_bad_frame_closes_only_that_connection(chain3, bad, caplog):
+    async with trio.open_nursery() as nursery:
+        await start_all(nursery, chain3, only=["b1"])
+        spec = chain3.brokers["b1"]
+        async with connect(spec.host, spec.port, topology="chain3") as good:
+            sub = await good.subscribe([])
+            stream = await trio.open_tcp_stream(spec.host, spec.port)
+            await stream.send_all(encode(m.Hello(role="client", id="evil", topology="chain3")))
+            await stream.receive_some(1024)  # Welcome
+            await stream.send_all(bad)
+            with trio.fail_after(5):
+                assert await stream.receive_some(1024) == b""  # closed by the broker
+            # the broker and the other client carry on
+            await good.publish([m.Event({"n": 1})])
+            with trio.fail_after(5):
+                d = await sub.__anext__()
+            assert d.event.attributes == {"n": 1}
+        assert any("closing client evil" in r.getMessage() for r in caplog.records)
+        nursery.cancel_scope.cancel()
+
+
+async def test_link_reconnects_after_the_peer_restarts(chain3):
+    async with trio.open_nursery() as nursery:
+        await start_all(nursery, chain3, only=["b1", "b2"])
+        b3_nursery_scope = trio.CancelScope()
+
+        async def run_b3(task_status=trio.TASK_STATUS_IGNORED):
+            with b3_nursery_scope:
+                await BrokerServer(chain3, "b3").run(task_status=task_status)
+
+        await nursery.start(run_b3)
+        await wait_ready(chain3, timeout=10)
+        b3_nursery_scope.cancel()
+        with trio.fail_after(10):
+            while "b3" in (await stats_of(chain3, "b2")).links_up:
+                await trio.sleep(0.05)
+        await nursery.start(BrokerServer(chain3, "b3").run)
+        await wait_ready(chain3, timeout=10)
+        assert "b3" in (await stats_of(chain3, "b2")).links_up
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_silent_link_is_suspected_and_dropped(chain3):
+    """A peer that completes the handshake and then sends nothing is suspected (no heartbeats)."""
+    async with trio.open_nursery() as nursery:
+        await start_all(nursery, chain3, only=["b2"])
+        spec = chain3.brokers["b2"]
+        stream = await trio.open_tcp_stream(spec.host, spec.port)
+        await stream.send_all(encode(m.Hello(role="broker", id="b1", topology="chain3")))
+        await stream.receive_some(1024)
+        with trio.fail_after(5):
+            while "b1" not in (await stats_of(chain3, "b2")).links_up:
+                await trio.sleep(0.02)
+        started = trio.current_time()
+        with trio.fail_after(10):
+            while "b1" in (await stats_of(chain3, "b2")).links_up:
+                await trio.sleep(0.05)
+        # suspected by the failure detector, not because the socket closed
+        assert trio.current_time() - started >= 1.0
+        assert await stream.receive_some(1024) is not None
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_port_in_use_is_one_clear_error(chain3):
+    spec = chain3.brokers["b1"]
+    listener = trio.socket.socket()
+    await listener.bind((spec.host, spec.port))
+    listener.listen()
+    with pytest.raises(BaseExceptionGroup) as info:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(BrokerServer(chain3, "b1").run)
+    listener.close()
+    error = find_ges_error(info.value)
+    assert isinstance(error, OperationError)
+    assert re.fullmatch(
+        r"broker b1: cannot listen on 127\.0\.0\.1:\d+: address already in use.*", str(error)
+    )
+
+
+async def test_a_wrong_topology_or_non_neighbour_is_refused(chain3):
+    async with trio.open_nursery() as nursery:
+        await start_all(nursery, chain3, only=["b3"])
+        spec = chain3.brokers["b3"]
+        with pytest.raises(OperationError, match="does not match"):
+            async with connect(spec.host, spec.port, topology="other"):
+                pass
+        stream = await trio.open_tcp_stream(spec.host, spec.port)
+        await stream.send_all(encode(m.Hello(role="broker", id="b1", topology="chain3")))
+        from ges.wire import FrameDecoder, decode
+
+        dec = FrameDecoder()
+        with trio.fail_after(5):
+            while not (frames := dec.frames()):
+                dec.feed(await stream.receive_some(1024))
+        reply = decode(frames[0])
+        assert isinstance(reply, m.Refuse) and "not a neighbour" in reply.reason
+        nursery.cancel_scope.cancel()
+
+
+async def test_unreachable_broker_is_one_clear_error():
+    (port,) = free_ports(1)
+    with pytest.raises(OperationError, match=f"cannot reach broker at 127.0.0.1:{port}"):
+        async with connect("127.0.0.1", port):
+            pass
+
+
+async def test_redundant_route_keeps_delivering_when_a_broker_dies():
+    topology = topology_on_free_ports(
+        {
+            "name": "diamond",
+            "brokers": {
+                "a": {"unit": "S/c1", "port": 1},
+                "b": {"unit": "S/c1", "port": 2},
+                "c": {"unit": "S/c2", "port": 3},
+                "d": {"unit": "S/c2", "port": 4},
+            },
+            "links": [["a", "b"], ["a", "c"], ["b", "d"], ["c", "d"]],
+        }
+    )
+    async with trio.open_nursery() as nursery:
+        await start_all(nursery, topology, only=["a", "b", "d"])
+        c_scope = trio.CancelScope()
+
+        async def run_c(task_status=trio.TASK_STATUS_IGNORED):
+            with c_scope:
+                await BrokerServer(topology, "c").run(task_status=task_status)
+
+        await nursery.start(run_c)
+        await wait_ready(topology, timeout=10)
+        sa, sd = topology.brokers["a"], topology.brokers["d"]
+        async with (
+            connect(sd.host, sd.port, topology="diamond") as sub_client,
+            connect(sa.host, sa.port, topology="diamond") as pub_client,
+        ):
+            sub = await sub_client.subscribe([])
+            await pub_client.publish([m.Event({"n": i}) for i in range(10)])
+            c_scope.cancel()
+            await pub_client.publish([m.Event({"n": i}) for i in range(10, 20)])
+            got = []
+            with trio.fail_after(5):
+                async for d in sub:
+                    got.append(d.event.attributes["n"])
+                    if len(got) == 20:
+                        break
+            assert sorted(got) == list(range(20))
+        nursery.cancel_scope.cancel()
