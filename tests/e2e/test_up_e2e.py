@@ -1,0 +1,232 @@
+"""End to end over real processes: ``ges up``, ``ges subscribe``, ``ges publish`` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import on_free_ports
+
+ROOT = Path(__file__).resolve().parents[2]
+GES = [sys.executable, "-m", "cli.main"]
+READY_TIMEOUT = 90
+
+
+def ges(*args, **kwargs) -> subprocess.CompletedProcess:
+    kwargs.setdefault("timeout", 120)
+    return subprocess.run(
+        [*GES, *map(str, args)], capture_output=True, text=True, cwd=ROOT, **kwargs
+    )
+
+
+def demo_on_free_ports(tmp_path: Path) -> Path:
+    data = yaml.safe_load((ROOT / "topologies" / "demo.yaml").read_text())
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(on_free_ports(data)))
+    return path
+
+
+class Up:
+    """A running ``ges up`` subprocess."""
+
+    def __init__(self, topology: Path, data_dir: Path, *extra: str):
+        self.data_dir = data_dir
+        self.proc = subprocess.Popen(
+            [*GES, "up", str(topology), "--no-live", "--data-dir", str(data_dir), *extra],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + READY_TIMEOUT
+        self.ready_line = ""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith("ready:"):
+                self.ready_line = line
+                return
+        self.stop()
+        raise AssertionError(f"ges up never became ready: {self.proc.stderr.read()[-2000:]}")
+
+    def run_json(self) -> dict:
+        return json.loads((self.data_dir / "run.json").read_text())
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+
+
+def start_subscriber(topology: Path, broker: str, *args: str) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [*GES, "subscribe", str(topology), "--broker", broker, "--format", "jsonl", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # wait for the subscription to be in place before anything is published
+    line = proc.stderr.readline()
+    assert line.startswith("subscribed at"), line + proc.stderr.read()
+    return proc
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_gone(pids, timeout=10.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if pid_alive(p)]
+        time.sleep(0.05)
+    return alive
+
+
+def exactly_once(lines: list[str], expected_n: range) -> None:
+    records = [json.loads(line) for line in lines if line.strip()]
+    ns = [r["attributes"]["n"] for r in records]
+    assert sorted(ns) == list(expected_n), f"missing {set(expected_n) - set(ns)}"
+    keys = [(r["pubend"], r["tick"]) for r in records]
+    assert len(set(keys)) == len(keys), "an event was delivered twice"
+    for r in records:
+        assert {"attributes", "payload", "pubend", "published_at", "received_at"} <= set(r)
+        assert r["received_at"] >= r["published_at"] > 0
+
+
+def test_up_embedded_delivers_across_super_clusters_exactly_once(tmp_path):
+    topology = demo_on_free_ports(tmp_path)
+    up = Up(topology, tmp_path / "run")
+    try:
+        assert "20 brokers" in up.ready_line
+        run = up.run_json()
+        assert {b["id"] for b in run["brokers"]} == {f"b{i}" for i in range(1, 21)}
+        assert all(b["pid"] == up.proc.pid for b in run["brokers"])
+        # subscriber in SSC-B/SC-4, publisher in SSC-A/SC-1
+        sub = start_subscriber(topology, "b20", "--count", "1000", "--timeout", "60")
+        pub = ges("publish", topology, "--broker", "b1", "--count", "1000", "--size", "100")
+        assert pub.returncode == 0, pub.stderr
+        stdout, stderr = sub.communicate(timeout=90)
+        assert sub.returncode == 0, stderr
+        exactly_once(stdout.splitlines(), range(1000))
+    finally:
+        code = up.stop()
+    assert code == 0
+
+
+def test_up_processes_survives_a_killed_broker_and_leaves_nothing_behind(tmp_path):
+    topology = demo_on_free_ports(tmp_path)
+    up = Up(topology, tmp_path / "run", "--processes")
+    pids = []
+    try:
+        run = up.run_json()
+        pids = [b["pid"] for b in run["brokers"]]
+        assert len(set(pids)) == 20 and up.proc.pid not in pids
+        sub = start_subscriber(topology, "b16", "--count", "1200", "--timeout", "90")
+        first = ges("publish", topology, "--broker", "b1", "--count", "1000")
+        assert first.returncode == 0, first.stderr
+        # b6 is a level-3 gatekeeper on the shortest b1 -> b16 route; b10-b11 is the detour
+        b6 = next(b["pid"] for b in run["brokers"] if b["id"] == "b6")
+        os.kill(b6, signal.SIGKILL)
+        assert wait_gone([b6]) == []
+        later = ges(
+            "publish", topology, "--broker", "b1", "--count", "200", "--attr", "phase=later"
+        )
+        assert later.returncode == 0, later.stderr
+        stdout, stderr = sub.communicate(timeout=120)
+        assert sub.returncode == 0, stderr
+        records = [json.loads(line) for line in stdout.splitlines()]
+        early = [r for r in records if "phase" not in r["attributes"]]
+        late = [r for r in records if r["attributes"].get("phase") == "later"]
+        exactly_once([json.dumps(r) for r in early], range(1000))
+        exactly_once([json.dumps(r) for r in late], range(200))
+        pids += [b["pid"] for b in up.run_json()["brokers"]]  # b6 was restarted
+    finally:
+        code = up.stop()
+    assert code == 0
+    assert wait_gone(pids) == [], "broker processes outlived ges up"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        # SO_REUSEADDR: connections in TIME_WAIT do not count, a live listener does
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("mode", [[], ["--processes"]], ids=["embedded", "processes"])
+def test_up_with_a_port_in_use_fails_in_one_line_and_starts_nothing(tmp_path, mode):
+    topology = demo_on_free_ports(tmp_path)
+    data = yaml.safe_load(topology.read_text())
+    ports = [spec["port"] for spec in data["brokers"].values()]
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", data["brokers"]["b7"]["port"]))
+    blocker.listen()
+    try:
+        result = ges(
+            "up", topology, "--no-live", "--data-dir", tmp_path / "run", *mode, timeout=120
+        )
+    finally:
+        blocker.close()
+    assert result.returncode == 1
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr
+    assert "broker b7: cannot listen on" in errors[0] and "address already in use" in errors[0]
+    time.sleep(0.5)
+    assert all(_port_free(p) for p in ports), "a broker was left running"
+
+
+def test_bad_inputs_are_one_line_each(tmp_path):
+    topology = demo_on_free_ports(tmp_path)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\nbrokers: {b1: {unit: A/c, port: 1}\n")
+    cases = [
+        (["up", broken, "--no-live"], 2, "broken.yaml:"),
+        (["publish", topology, "--broker", "nope"], 2, "unknown broker 'nope'"),
+        (["subscribe", topology, "--broker", "b99"], 2, "unknown broker 'b99'"),
+        (["publish", topology, "--broker", "b1", "--count", "1"], 1, "cannot reach broker"),
+        (["subscribe", topology, "--broker", "b1", "--where", "price >"], 2, "--where"),
+        (["publish", topology, "--broker", "b1", "--attr", "novalue"], 2, "--attr"),
+        (["up", tmp_path / "missing.yaml"], 2, "no such topology file"),
+    ]
+    for args, code, needle in cases:
+        result = ges(*args)
+        assert result.returncode == code, (args, result.stderr)
+        lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1, (args, result.stderr)
+        assert needle in lines[0] and "Traceback" not in result.stderr
+
+
+def test_subscribe_times_out_with_exit_1(tmp_path):
+    topology = demo_on_free_ports(tmp_path)
+    up = Up(topology, tmp_path / "run")
+    try:
+        result = ges("subscribe", topology, "--broker", "b3", "--count", "5", "--timeout", "1")
+        assert result.returncode == 1
+        assert "timeout after 1s: received 0 of 5 events" in result.stderr
+    finally:
+        assert up.stop() == 0
