@@ -106,6 +106,9 @@ class Client:
     async def _send_publish(self, events: Sequence[m.Event]) -> int:
         self._raise_if_closed()
         await self._window.acquire()
+        if self._closed is not None:
+            self._window.release()
+            self._raise_if_closed()
         seq = next(self._seq)
         self._acks[seq] = [trio.Event(), None]
         await self._send(m.Publish(seq, list(events)))
@@ -207,6 +210,8 @@ class Client:
             self._closed = reason
         for waiter in self._acks.values():
             waiter[0].set()
+            self._window.release()  # never to be acknowledged: free the publisher
+        self._acks.clear()
         for done in self._subacks.values():
             done.set()
         for waiter in self._stats:
@@ -264,6 +269,11 @@ async def connect(
                 yield client
             finally:
                 nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # the caller's own exception, not one wrapped by our internal nursery
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
     finally:
         await conn.aclose()
 

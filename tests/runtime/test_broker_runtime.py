@@ -211,3 +211,24 @@ async def test_redundant_route_keeps_delivering_when_a_broker_dies():
                         break
             assert sorted(got) == list(range(20))
         nursery.cancel_scope.cancel()
+
+
+async def test_a_publisher_fails_cleanly_when_its_broker_goes_away(chain3):
+    async with trio.open_nursery() as nursery:
+        scope = trio.CancelScope()
+
+        async def run_b1(task_status=trio.TASK_STATUS_IGNORED):
+            with scope:
+                await BrokerServer(chain3, "b1").run(task_status=task_status)
+
+        await nursery.start(run_b1)
+        spec = chain3.brokers["b1"]
+        with pytest.raises(OperationError, match="connection to broker b1"):  # noqa: PT012
+            async with connect(spec.host, spec.port, topology="chain3", window=2) as client:
+                await client.publish([m.Event({"n": 0})])
+                scope.cancel()
+                with trio.fail_after(10):
+                    for i in range(10_000):
+                        await client.publish_nowait([m.Event({"n": i})])
+                        await trio.sleep(0.001)
+        nursery.cancel_scope.cancel()
