@@ -187,7 +187,7 @@ class BrokerCore:
         self.counters["events_in"] += len(events)
         out = [(CLIENT, conn, m.PubAck(msg.seq, self.pubend, first, self._next_tick - 1))]
         if items:
-            self._window(self.pubend).floor = self._next_tick - 1
+            self._window(self.pubend).add_range(first, self._next_tick - 1)
             out += self._forward(self.pubend, items, exclude=None)
             out += self._deliver(self.pubend, items)
         return out

@@ -1,54 +1,85 @@
 """Duplicate suppression for flooded events: which ticks of a pubend this broker has seen.
 
-A :class:`TickWindow` keeps a *floor* (every tick at or below it has been seen) and the set of
-seen ticks above it. In-order arrival keeps the set empty; reordering across redundant paths
-fills it briefly. The set is bounded by ``limit``: past it the floor jumps forward and the
-oldest holes are treated as seen, so a straggler more than ``limit`` ticks late is dropped (the
-reliable-delivery layer recovers such ticks by nack; flooding alone cannot).
+A :class:`TickWindow` stores the seen ticks as sorted, disjoint ranges ``[lo, hi]`` — never one
+object per tick (seed 002 §2 keeps knowledge the same way). In-order arrival extends the last
+range in O(1), whether the stream was first heard at tick 1 or mid-stream; reordering across
+redundant paths opens a few short-lived ranges that merge as the holes fill.
+
+The number of ranges is bounded by ``limit``. Past it, the two lowest ranges are merged: the
+hole between them is treated as seen, so a straggler that old is dropped — never delivered twice.
+(The reliable-delivery layer recovers such ticks by nack; flooding alone cannot.)
 """
 
 from __future__ import annotations
 
-#: Ticks held above the floor per pubend. 65,536 ints is ~4 MiB worst case per pubend; in-order
-#: traffic uses none of it.
-DEFAULT_WINDOW = 65_536
+from bisect import bisect_right
+
+#: Ranges held per pubend: 4,096 holes at once is far more reordering than redundant paths
+#: produce, and costs at most ~0.3 MiB per pubend.
+DEFAULT_WINDOW = 4_096
 
 
 class TickWindow:
-    __slots__ = ("floor", "limit", "_above")
+    __slots__ = ("limit", "_los", "_his")
 
-    def __init__(self, floor: int = 0, *, limit: int = DEFAULT_WINDOW):
-        self.floor = floor
+    def __init__(self, *, limit: int = DEFAULT_WINDOW):
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
         self.limit = limit
-        self._above: set[int] = set()
+        self._los: list[int] = []
+        self._his: list[int] = []
 
     def add(self, tick: int) -> bool:
         """Record ``tick``; True if it is new, False if it was seen before (a duplicate)."""
-        if tick <= self.floor:
-            return False
-        if tick == self.floor + 1:
-            self.floor = tick
-            above = self._above
-            if above:
-                nxt = tick + 1
-                while nxt in above:
-                    above.discard(nxt)
-                    nxt += 1
-                self.floor = nxt - 1
+        los, his = self._los, self._his
+        if his and tick == his[-1] + 1:  # the common case: the next tick in order
+            his[-1] = tick
             return True
-        above = self._above
-        if tick in above:
+        i = bisect_right(los, tick)
+        if i and tick <= his[i - 1]:
             return False
-        above.add(tick)
-        if len(above) > self.limit:
-            self._compact()
+        joins_left = i > 0 and his[i - 1] == tick - 1
+        joins_right = i < len(los) and los[i] == tick + 1
+        if joins_left and joins_right:
+            his[i - 1] = his[i]
+            del los[i], his[i]
+        elif joins_left:
+            his[i - 1] = tick
+        elif joins_right:
+            los[i] = tick
+        else:
+            los.insert(i, tick)
+            his.insert(i, tick)
+            if len(los) > self.limit:
+                # forget the oldest hole: everything in it now counts as seen
+                his[0] = his[1]
+                del los[1], his[1]
         return True
 
-    def _compact(self) -> None:
-        ordered = sorted(self._above)
-        cut = ordered[len(ordered) // 2]
-        self.floor = cut
-        self._above = {t for t in ordered if t > cut}
+    def add_range(self, lo: int, hi: int) -> None:
+        """Record every tick in ``lo..hi`` (used for a broker's own publications)."""
+        if lo > hi:
+            return
+        los, his = self._los, self._his
+        if not his or lo > his[-1] + 1:
+            los.append(lo)
+            his.append(hi)
+            if len(los) > self.limit:
+                his[0] = his[1]
+                del los[1], his[1]
+        elif lo >= los[-1]:
+            his[-1] = max(his[-1], hi)
+        else:
+            for t in range(lo, hi + 1):
+                self.add(t)
+
+    def __contains__(self, tick: int) -> bool:
+        i = bisect_right(self._los, tick)
+        return i > 0 and tick <= self._his[i - 1]
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return list(zip(self._los, self._his, strict=True))
 
     def __len__(self) -> int:
-        return len(self._above)
+        """The number of disjoint ranges held (1 for an in-order stream)."""
+        return len(self._los)

@@ -6,7 +6,8 @@ kept as the reference evaluator the faster structures are checked against.
 
 Value typing follows the CLI rule: a value is an int if it parses as one, else a float if it
 parses as one, else a string; ``name:str=value`` (for attributes) or a quoted value (for filters)
-forces a string. Comparisons between a number and a string never match (and never raise).
+forces a string. Values compare only within their kind — numbers (int and float together),
+strings, booleans — so a constraint between kinds never matches (not even ``!=``), never raises.
 """
 
 from __future__ import annotations
@@ -24,23 +25,31 @@ Value = str | int | float | bool
 _NUMERIC = (int, float)
 
 
+def _kind(value) -> type | None:
+    """The comparison class of a value: bool, number or str (bool is not a number here)."""
+    if isinstance(value, bool):
+        return bool
+    if isinstance(value, _NUMERIC):
+        return float
+    if isinstance(value, str):
+        return str
+    return None
+
+
 def _ordered(op: Callable[[object, object], bool]) -> Callable[[object, object], bool]:
     def test(have, want) -> bool:
-        if isinstance(have, str) and isinstance(want, str):
-            return op(have, want)
-        if isinstance(have, _NUMERIC) and isinstance(want, _NUMERIC):
-            return op(have, want)
-        return False
+        kind = _kind(have)
+        return kind in (str, float) and kind is _kind(want) and op(have, want)
 
     return test
 
 
 def _eq(have, want) -> bool:
-    if isinstance(have, bool) or isinstance(want, bool):
-        return type(have) is type(want) and have == want
-    if isinstance(have, str) != isinstance(want, str):
-        return False
-    return have == want
+    return _kind(have) is _kind(want) and have == want
+
+
+def _ne(have, want) -> bool:
+    return _kind(have) is _kind(want) and have != want
 
 
 def _prefix(have, want) -> bool:
@@ -51,7 +60,7 @@ def _prefix(have, want) -> bool:
 OPERATORS: dict[str, Callable[[object, object], bool]] = {
     "=": _eq,
     "==": _eq,
-    "!=": lambda have, want: not _eq(have, want),
+    "!=": _ne,
     "<": _ordered(operator.lt),
     "<=": _ordered(operator.le),
     ">": _ordered(operator.gt),
@@ -131,6 +140,10 @@ def parse_attr(text: str) -> tuple[str, Value]:
         if kind not in ("str", "int", "float"):
             raise UserInputError(f"--attr {text!r}: unknown type {kind!r} (use str, int or float)")
         force_str = kind == "str"
+        if not _NAME.fullmatch(name):
+            raise UserInputError(
+                f"--attr {text!r}: attribute name must be a word ([A-Za-z_][\\w.-]*)"
+            )
         if kind in ("int", "float"):
             try:
                 return name, int(raw) if kind == "int" else float(raw)
@@ -143,8 +156,9 @@ def parse_attr(text: str) -> tuple[str, Value]:
 
 _NAME = re.compile(r"[A-Za-z_][\w.\-]*")
 _WHERE = re.compile(
-    r"\s*(?P<attr>[A-Za-z_][\w.\-]*)\s*"
-    r"(?:(?P<exists>exists)\s*$|(?P<op>==|!=|<=|>=|=|<|>|prefix\b)\s*(?P<value>.*?)\s*$)"
+    r"\s*(?P<attr>[A-Za-z_][\w.\-]*)"
+    r"(?:\s+(?P<exists>exists)\s*$"
+    r"|(?:\s*(?P<op>==|!=|<=|>=|=|<|>)|\s+(?P<word>prefix)\b)\s*(?P<value>.*?)\s*$)"
 )
 
 
@@ -159,11 +173,14 @@ def parse_where(text: str) -> Constraint:
     if m["exists"]:
         return Constraint(m["attr"], "exists")
     raw = m["value"]
+    op = m["op"] or m["word"]
     if not raw:
-        raise UserInputError(f"--where {text!r}: missing value after {m['op']!r}")
+        raise UserInputError(f"--where {text!r}: missing value after {op!r}")
     if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
         value: Value = raw[1:-1]
+    elif op == "prefix":
+        value = raw  # a prefix is always a string: 'code prefix 10' means "10…"
     else:
         value = parse_value(raw)
-    op = CANONICAL.get(m["op"], m["op"])
+    op = CANONICAL.get(op, op)
     return Constraint(m["attr"], op, value)

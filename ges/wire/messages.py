@@ -197,5 +197,5 @@ def decode(body) -> Message:
     """Decode one frame body; an undecodable body raises :class:`FrameError`."""
     try:
         return _decoder.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         raise FrameError(f"undecodable frame: {exc}") from None

@@ -1,0 +1,77 @@
+"""The protocol packages stay sans-I/O: no clock, no randomness, no sockets, no storage, no trio.
+
+Only ``ges/runtime`` (and the CLI) may await, read the clock or touch the network; the cores
+get ``now`` passed in, so the simulator can drive them deterministically (STYLE.md, h11).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import ges
+
+GES = Path(ges.__file__).parent
+PACKAGES = ["core", "connectivity", "matching", "routing", "reliable", "durable", "wire"]
+FORBIDDEN = {"trio", "time", "random", "socket", "sqlite3", "sqlite_utils", "asyncio"}
+
+
+def imported_modules(source: str) -> set[str]:
+    """Top-level names of every module imported anywhere in ``source`` (absolute imports)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and (
+                (isinstance(node.func, ast.Name) and node.func.id == "__import__")
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+            )
+        ):
+            found.add(node.args[0].value.split(".")[0])
+    return found
+
+
+def protocol_modules() -> list[Path]:
+    return sorted(
+        path for name in PACKAGES if (GES / name).is_dir() for path in (GES / name).rglob("*.py")
+    )
+
+
+def test_there_are_modules_to_check():
+    names = {p.relative_to(GES).parts[0] for p in protocol_modules()}
+    assert {"core", "matching", "wire"} <= names
+
+
+@pytest.mark.parametrize("path", protocol_modules(), ids=lambda p: str(p.relative_to(GES)))
+def test_no_io_imports(path):
+    bad = imported_modules(path.read_text(encoding="utf-8")) & FORBIDDEN
+    assert not bad, f"{path.relative_to(GES.parent)} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("import time", {"time"}),
+        ("import os, trio.lowlevel", {"os", "trio"}),
+        ("from random import Random", {"random"}),
+        ("from sqlite_utils.db import Database", {"sqlite_utils"}),
+        ("def f():\n    import socket\n", {"socket"}),
+        ("if TYPE_CHECKING:\n    import asyncio\n", {"asyncio"}),
+        ("import importlib\nimportlib.import_module('sqlite3')", {"importlib", "sqlite3"}),
+        ("__import__('time')", {"time"}),
+        ("from . import time", set()),  # a sibling module that happens to share the name
+        ("from .time import x", set()),
+        ("timeout = 1\nrandomised = True", set()),
+    ],
+)
+def test_the_checker_sees_every_import_form(source, expected):
+    assert imported_modules(source) == expected
