@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.text import Text
+from typer.core import TyperCommand, TyperGroup
 
 from ges.errors import GesError, UserInputError, find_ges_error
 from ges.topology import Topology
+
+try:  # recent typer releases carry their own copy of click; older ones use click itself
+    from typer._click.exceptions import UsageError
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import UsageError
 
 #: Results (tables, JSON) go to stdout; progress, logs and errors to stderr.
 out = Console(highlight=False)
@@ -64,3 +71,48 @@ def resolve_broker(topology: Topology, broker_id: str) -> str:
 
 def is_tty() -> bool:
     return sys.stderr.isatty()
+
+
+def _usage_line(exc: UsageError, info_name: str) -> typer.Exit:
+    where = exc.ctx.command_path if exc.ctx is not None else info_name
+    return fail(f"{where}: {exc.format_message()}", 2)
+
+
+class OneLineUsageCommand(TyperCommand):
+    """Report a bad flag or argument as one ``error:`` line with exit code 2, like bad input."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except UsageError as exc:
+            raise _usage_line(exc, info_name) from None
+
+
+class OneLineUsageGroup(TyperGroup):
+    """The same for a command group: an unknown command or a bad group flag is one line."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except UsageError as exc:
+            raise _usage_line(exc, info_name) from None
+
+    def resolve_command(self, ctx, args):
+        try:
+            return super().resolve_command(ctx, args)
+        except UsageError as exc:
+            raise _usage_line(exc, ctx.command_path) from None
+
+
+def command(app: typer.Typer, name: str | None = None):
+    """Register a command with one-line usage errors and its docstring's paragraphs reflowed.
+
+    Typer keeps a docstring's source line breaks, which read badly once the terminal rewraps them.
+    """
+
+    def register(fn):
+        doc = inspect.cleandoc(fn.__doc__ or "")
+        paragraphs = [" ".join(p.split()) for p in doc.split("\n\n")]
+        return app.command(name, cls=OneLineUsageCommand, help="\n\n".join(paragraphs))(fn)
+
+    return register

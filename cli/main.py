@@ -6,20 +6,22 @@ import typer
 
 from cli import network, pubsub
 from cli import topology as topology_cmd
+from cli._common import OneLineUsageGroup, command
 
 app = typer.Typer(
     name="ges",
     help="GES, the Grid Event Service: content-based publish/subscribe over a hierarchy of brokers.",
     no_args_is_help=True,
     add_completion=False,
+    cls=OneLineUsageGroup,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(topology_cmd.app, name="topology")
-app.command()(network.up)
-app.command()(network.broker)
-app.command()(pubsub.publish)
-app.command()(pubsub.subscribe)
+command(app)(network.up)
+command(app)(network.broker)
+command(app)(pubsub.publish)
+command(app)(pubsub.subscribe)
 
 
 def main() -> None:

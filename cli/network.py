@@ -43,7 +43,7 @@ def default_data_dir(topology_name: str) -> Path:
 def up(
     topology_file: Path = typer.Argument(..., help="Topology YAML file.", metavar="TOPOLOGY"),
     data_dir: Path = typer.Option(
-        None, "--data-dir", help="Where run.json and logs go [default: .ges/NAME]."
+        None, "--data-dir", help="Where run.json and logs go (default: .ges/NAME)."
     ),
     processes: bool = typer.Option(
         False, "--processes", help="One supervised OS process per broker."
@@ -115,7 +115,7 @@ async def _run_up(topology, topology_file, network: Network, no_live, ready_time
 def broker(
     topology_file: Path = typer.Argument(..., help="Topology YAML file.", metavar="TOPOLOGY"),
     broker_id: str = typer.Option(..., "--id", help="Which broker of the topology to run."),
-    data_dir: Path = typer.Option(None, "--data-dir", help="Data directory [default: .ges/NAME]."),
+    data_dir: Path = typer.Option(None, "--data-dir", help="Data directory (default: .ges/NAME)."),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
 ) -> None:
     """Run one broker of a topology (for deployments across hosts)."""

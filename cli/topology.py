@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 from pathlib import Path
 
 import typer
 from rich.text import Text
 from rich.tree import Tree
-from typer.core import TyperCommand
 
-from cli._common import err, fail, load_topology, one_line_errors, out
+from cli._common import OneLineUsageGroup, command, err, load_topology, one_line_errors, out
 from ges.errors import UserInputError
 from ges.topology import Topology, UnitPath, broker_order_key
 from ges.topology.generate import DEFAULT_CHORDS, GeneratorSpec, dump_yaml, summary
-
-try:  # recent typer releases carry their own copy of click; older ones use click itself
-    from typer._click.exceptions import UsageError
-except ImportError:  # pragma: no cover - depends on the installed typer
-    from click.exceptions import UsageError
 
 #: Above this many brokers ``show`` stops at the clusters unless ``--depth`` asks for more: a tree
 #: of a few hundred lines is still read, one of thousands is only scrolled.
@@ -30,28 +23,15 @@ SHOW_LIST_LIMIT = 6
 SHOW_ENDS_LIMIT = 4
 
 
-class _OneLineUsage(TyperCommand):
-    """Report a bad flag or argument as one ``error:`` line with exit code 2, like bad input."""
-
-    def make_context(self, info_name, args, parent=None, **extra):
-        try:
-            return super().make_context(info_name, args, parent=parent, **extra)
-        except UsageError as exc:
-            where = exc.ctx.command_path if exc.ctx is not None else info_name
-            raise fail(f"{where}: {exc.format_message()}", 2) from None
-
-
-app = typer.Typer(help="Validate, draw and generate broker topologies.", no_args_is_help=True)
+app = typer.Typer(
+    help="Validate, draw and generate broker topologies.",
+    no_args_is_help=True,
+    cls=OneLineUsageGroup,
+)
 
 
 def _command(fn):
-    """Register a command whose help is its docstring with each paragraph reflowed to one line.
-
-    Typer keeps a docstring's source line breaks, which read badly once the terminal rewraps them.
-    """
-    doc = inspect.cleandoc(fn.__doc__ or "")
-    paragraphs = [" ".join(p.split()) for p in doc.split("\n\n")]
-    return app.command(cls=_OneLineUsage, help="\n\n".join(paragraphs))(fn)
+    return command(app)(fn)
 
 
 # -- check ----------------------------------------------------------------------------------------
