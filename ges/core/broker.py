@@ -7,9 +7,14 @@ outputs the driver must perform, as ``(kind, destination, message)`` tuples:
 
 * ``(PEER, broker_id, message)`` — send to a neighbouring broker;
 * ``(CLIENT, conn_id, message)`` — send to a connected client;
-* ``(DROP_PEER, broker_id, reason)`` — close that link (the failure detector suspects it).
+* ``(DROP_PEER, broker_id, reason)`` — close that link (the failure detector suspects it);
+* ``(NOTICE, None, text)`` — something an operator should see in the log (a partition).
 
 It never reads a clock (``now`` comes in), never does I/O, never draws random numbers.
+
+Links that come up or go down are observed into the broker's :class:`ConnectivityGraph` and
+the resulting connection information is disseminated to neighbours inside its context only
+(seed 004 §2.2); a neighbour whose link just came up gets every report visible to it.
 
 Events are published into the broker's *pubend* (one ordered stream per broker incarnation,
 ``"<broker>~<incarnation>"``), which numbers them with consecutive ticks. Until content routing
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from ges.connectivity import ConnectivityError, ConnectivityGraph, LinkReport, Update
 from ges.core.dedup import TickWindow
 from ges.core.failure import FailureDetector
 from ges.matching.filter import Filter
@@ -32,6 +38,7 @@ from ges.wire import messages as m
 PEER = 0
 CLIENT = 1
 DROP_PEER = 2
+NOTICE = 3
 
 #: Pubends whose duplicate windows are kept; the least recently seen is forgotten first. A
 #: forgotten pubend's stragglers would be delivered twice, so this is far above the number of
@@ -61,6 +68,10 @@ class BrokerCore:
         self.incarnation = incarnation
         self.pubend = f"{broker_id}~{incarnation}"
         self.neighbours = frozenset(topology.neighbours[broker_id])
+        self.unit = topology.brokers[broker_id].unit
+        self.graph = ConnectivityGraph(
+            broker_id, self.unit, costs=topology.link_costs, incarnation=incarnation
+        )
         self.detector = detector or FailureDetector()
         self.links_up: set[str] = set()
         self._next_tick = 1
@@ -116,22 +127,84 @@ class BrokerCore:
     def link_up(self, peer: str, now: float) -> list:
         self.links_up.add(peer)
         self.detector.up(peer, now)
-        return []
+        report, update = self._observe(peer, up=True)
+        out = self._disseminate([report], exclude=peer)
+        # the new neighbour gets everything we know that it may see (itself included)
+        peer_unit = self.topology.brokers[peer].unit
+        known = self.graph.reports_for(peer_unit)
+        if known:
+            out.append((PEER, peer, m.Connectivity([_to_wire(r) for r in known])))
+        return out + self._notices(update)
 
     def link_down(self, peer: str, now: float) -> list:
+        was_up = peer in self.links_up
         self.links_up.discard(peer)
         self.detector.down(peer)
         for key in [k for k in self._path_prev if k[0] == peer]:
             del self._path_prev[key]
-        return []
+        if not was_up:
+            return []
+        report, update = self._observe(peer, up=False)
+        return self._disseminate([report], exclude=peer) + self._notices(update)
 
     def peer_message(self, peer: str, msg, now: float) -> list:
         self.detector.heard(peer, now)
-        if type(msg) is m.Events:
+        kind = type(msg)
+        if kind is m.Events:
             return self._on_events(peer, msg.pubend, msg.items)
-        if type(msg) is m.Heartbeat:
+        if kind is m.Heartbeat:
             return []
-        raise ProtocolError(f"unexpected {type(msg).__name__} from broker {peer}")
+        if kind is m.Connectivity:
+            return self._on_connectivity(peer, msg.reports)
+        raise ProtocolError(f"unexpected {kind.__name__} from broker {peer}")
+
+    # -- connection information (seed 004 §2.2) ---------------------------------------------------
+
+    def _observe(self, peer: str, *, up: bool) -> tuple[LinkReport, Update]:
+        link = self.topology.link_between(self.id, peer)
+        return self.graph.observe(
+            peer, self.topology.brokers[peer].unit, up=up, cost=link.cost if link else None
+        )
+
+    def _on_connectivity(self, peer: str, states: list) -> list:
+        fresh: list[LinkReport] = []
+        out: list = []
+        for state in states:
+            try:
+                report = _from_wire(state)
+                update = self.graph.receive(report)
+            except (ConnectivityError, ValueError) as exc:
+                raise ProtocolError(f"bad connection information from {peer}: {exc}") from None
+            if update.new:
+                fresh.append(report)
+                out += self._notices(update)
+        return self._disseminate(fresh, exclude=peer) + out
+
+    def _disseminate(self, reports: list[LinkReport], *, exclude: str | None) -> list:
+        """Send each report to the up neighbours inside its context (never beyond it)."""
+        if not reports:
+            return []
+        out = []
+        brokers = self.topology.brokers
+        for peer in sorted(self.links_up):
+            if peer == exclude:
+                continue
+            unit = brokers[peer].unit
+            visible = [_to_wire(r) for r in reports if self.graph.report_visible_to(r, unit)]
+            if visible:
+                out.append((PEER, peer, m.Connectivity(visible)))
+        return out
+
+    def _notices(self, update: Update) -> list:
+        out = []
+        for p in update.partitions:
+            lost = ", ".join(sorted(map(str, p.unreachable))) or "none (a detour exists)"
+            out.append(
+                (NOTICE, None, f"{p.pair[0]}–{p.pair[1]} lost its last link; unreachable: {lost}")
+            )
+        for h in update.healed:
+            out.append((NOTICE, None, f"{h.pair[0]}–{h.pair[1]} has a live link again"))
+        return out
 
     # -- clients --------------------------------------------------------------------------------
 
@@ -296,3 +369,15 @@ class BrokerCore:
 
 class ProtocolError(Exception):
     """A peer or client sent a message that is not valid at this point; close its connection."""
+
+
+def _to_wire(r: LinkReport) -> m.LinkState:
+    return m.LinkState(
+        r.a, r.b, list(r.a_unit), list(r.b_unit), r.cost, r.reporter, r.version, r.up
+    )
+
+
+def _from_wire(s: m.LinkState) -> LinkReport:
+    return LinkReport(
+        s.a, s.b, tuple(s.a_unit), tuple(s.b_unit), s.cost, s.reporter, s.version, s.up
+    )

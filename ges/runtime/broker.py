@@ -17,7 +17,7 @@ import time
 
 import trio
 
-from ges.core import CLIENT, DROP_PEER, PEER, BrokerCore, ProtocolError
+from ges.core import CLIENT, DROP_PEER, NOTICE, PEER, BrokerCore, ProtocolError
 from ges.errors import OperationError
 from ges.runtime.connection import Connection, ConnectionClosed
 from ges.topology import Topology, broker_order_key
@@ -120,6 +120,9 @@ class BrokerServer:
         encoded: dict[int, bytes] = {}
         now = trio.current_time()
         for kind, dest, msg in outs:
+            if kind == NOTICE:
+                self.log.warning("%s", msg)
+                continue
             if kind == DROP_PEER:
                 conn = self._peers.get(dest)
                 if conn is not None:

@@ -75,21 +75,28 @@ class Heartbeat(_Msg):
     pass
 
 
-class LinkState(_Msg):
+class LinkState(msgspec.Struct, array_like=True, frozen=True):
     """Connection information (seed 004 §2.2): one endpoint's view of one link.
 
     Carries both endpoints' full unit addresses; each receiver re-expresses the link for its
-    own connectivity graph. ``version`` orders reports from the same reporter.
+    own connectivity graph. ``version`` = (incarnation, seq) orders one reporter's reports;
+    ``cost`` is the link's cost override (None: the link cost matrix decides).
     """
 
     a: str
     b: str
     a_unit: list[str]
     b_unit: list[str]
-    cost: float
+    cost: float | None
     reporter: str
     version: tuple[int, int]
     up: bool
+
+
+class Connectivity(_Msg):
+    """Link states disseminated within their context, batched per neighbour."""
+
+    reports: list[LinkState]
 
 
 class Events(_Msg):
@@ -171,7 +178,7 @@ Message = (
     | Welcome
     | Refuse
     | Heartbeat
-    | LinkState
+    | Connectivity
     | Events
     | Subscribe
     | SubAck

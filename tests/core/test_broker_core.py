@@ -6,11 +6,13 @@ from __future__ import annotations
 import functools
 import random
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 import ges.core.broker as broker_mod
-from ges.core import CLIENT, DROP_PEER, PEER, BrokerCore, ProtocolError
+from ges.connectivity import LinkReport, express, visible_to
+from ges.core import CLIENT, DROP_PEER, NOTICE, PEER, BrokerCore, ProtocolError
 from ges.core.dedup import TickWindow
 from ges.core.failure import FailureDetector
 from ges.topology import Topology
@@ -22,6 +24,7 @@ from ges.wire.frames import HEADER_SIZE
 # b3 - b4      every broker has two disjoint paths to every other one
 #   \  /
 #    b5
+ROOT = Path(__file__).resolve().parents[2]
 TOPO = Topology.from_dict(
     {
         "name": "t",
@@ -570,7 +573,8 @@ def test_any_frame_from_the_peer_keeps_the_link():
     core.peer_message("b1", m.Events("b2~1", items(1)), 3.5)
     assert [k for k, _, _ in core.on_timer(4.0)] == [PEER]  # a heartbeat, not a drop
     assert core.links_up == {"b1"}
-    assert [k for k, _, _ in core.on_timer(7.5)] == [DROP_PEER]
+    # dropped, and since it was b3's only link the connectivity graph reports a partition
+    assert [k for k, _, _ in core.on_timer(7.5)] == [DROP_PEER, NOTICE]
 
 
 def test_no_links_no_deadline():
@@ -628,19 +632,20 @@ class FakeNet:
         self.delivered: dict[tuple[str, int], list[tuple[str, int]]] = {}
         self.now = 0.0
         self.topology = topology
+        self.notices: list[tuple[str, str]] = []
 
     def connect_all(self) -> None:
         for link in self.topology.links:
             self.link(link.a, link.b, up=True)
 
     def link(self, a: str, b: str, *, up: bool) -> None:
-        for x, y in ((a, b), (b, a)):
-            if up:
-                self.cores[x].link_up(y, self.now)
-            else:
-                self.cores[x].link_down(y, self.now)
         if not up:  # frames in flight on a closed connection are lost
             self.pending = [p for p in self.pending if {p[0], p[1]} != {a, b}]
+        for x, y in ((a, b), (b, a)):
+            if up:
+                self.handle(x, self.cores[x].link_up(y, self.now))
+            else:
+                self.handle(x, self.cores[x].link_down(y, self.now))
 
     def subscribe_everywhere(self, conn: int = 1, where=()) -> None:
         for core in self.cores.values():
@@ -651,6 +656,8 @@ class FakeNet:
             if kind == PEER:
                 assert dest in self.cores[src].links_up
                 self.pending.append((src, dest, m.encode(msg)[HEADER_SIZE:]))
+            elif kind == NOTICE:
+                self.notices.append((src, msg))
             elif kind == CLIENT and type(msg) is m.Deliver:
                 got = self.delivered.setdefault((src, dest), [])
                 got += [(msg.pubend, it.tick) for it in msg.items]
@@ -757,6 +764,7 @@ def test_link_back_up_resumes_flooding_with_a_fresh_path():
     net.run()
     assert net.delivered.get(("b2", 1), []) == []
     net.link("b1", "b3", up=True)
+    net.run()  # connection information settles first
     net.publish("b1", 1)
     first = net.pending[:]
     assert [(s, d) for s, d, _ in first] == [("b1", "b3")]
@@ -771,6 +779,7 @@ def test_no_echo_storm_on_a_triangle():
     # b3, b4, b5 form a triangle: each broker forwards each event at most once per link
     net = FakeNet(TOPO, seed=3)
     net.connect_all()
+    net.run()  # connection information settles first
     net.subscribe_everywhere()
     net.publish("b5", 10)
     steps = net.run()
@@ -778,3 +787,54 @@ def test_no_echo_storm_on_a_triangle():
     assert steps <= 2 * links  # at most one Events frame per direction of each link
     outs = sum(c.stats().events_out - c.stats().delivered for c in net.cores.values())
     assert outs <= 10 * 2 * links
+
+
+# -- connection information through the cores --------------------------------------------------
+
+
+def expected_edges(topology: Topology, vertex: str) -> set[frozenset]:
+    """Seed 004 §2.2 stated directly: every link visible to the vertex, re-expressed for it."""
+    unit = topology.brokers[vertex].unit
+    edges = set()
+    for link in topology.links:
+        a, b = topology.brokers[link.a], topology.brokers[link.b]
+        report = LinkReport(a.id, b.id, a.unit, b.unit, None, a.id, (0, 0), True)
+        if not visible_to(report, unit):
+            continue
+        ends = frozenset({express(unit, a.id, a.unit), express(unit, b.id, b.unit)})
+        if len(ends) == 2:
+            edges.add(ends)
+    return edges
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cores_disseminate_connection_information_within_its_context(seed):
+    topology = Topology.from_yaml(ROOT / "topologies" / "demo.yaml")
+    net = FakeNet(topology, seed)
+    net.connect_all()
+    net.run()
+    for bid, core in net.cores.items():
+        assert {frozenset(pair) for pair in core.graph.edges} == expected_edges(topology, bid), bid
+    # b6's level-3 gateway to b14 is known in all of SSC-A and SSC-B as a unit-unit edge; the
+    # cluster link b1-b2 is known only inside cluster c1
+    assert frozenset({"b1", "b2"}) not in {
+        frozenset(map(str, p)) for p in net.cores["b4"].graph.edges
+    }
+
+
+def test_losing_the_last_link_between_units_is_reported_as_a_partition():
+    topology = Topology.from_yaml(ROOT / "topologies" / "demo.yaml")
+    net = FakeNet(topology, 0)
+    net.connect_all()
+    net.run()
+    net.notices.clear()
+    net.link("b6", "b14", up=False)  # SSC-A and SSC-B still have b10-b11
+    net.run()
+    assert not any("unreachable: SSC" in text for _, text in net.notices)
+    net.link("b10", "b11", up=False)  # the last level-3 gateway
+    net.run()
+    at_b1 = [text for b, text in net.notices if b == "b1"]
+    assert any("lost its last link" in t and "unreachable: SSC-B" in t for t in at_b1), at_b1
+    net.link("b10", "b11", up=True)
+    net.run()
+    assert any(b == "b1" and "live link again" in t for b, t in net.notices)

@@ -23,15 +23,20 @@ EXAMPLES = [
     m.Welcome(broker="b1", incarnation="42"),
     m.Refuse(reason="no"),
     m.Heartbeat(),
-    m.LinkState(
-        a="b1",
-        b="b2",
-        a_unit=["A", "c1"],
-        b_unit=["A", "c2"],
-        cost=2.5,
-        reporter="b1",
-        version=(3, 4),
-        up=False,
+    m.Connectivity(
+        reports=[
+            m.LinkState(
+                a="b1",
+                b="b2",
+                a_unit=["A", "c1"],
+                b_unit=["A", "c2"],
+                cost=2.5,
+                reporter="b1",
+                version=(3, 4),
+                up=False,
+            ),
+            m.LinkState("b1", "b3", ["A", "c1"], ["A", "c1"], None, "b3", (1, 0), True),
+        ]
     ),
     m.Events(pubend="b1~1", items=[ITEM, m.EventItem(8, 7, 2, m.Event({}))]),
     m.Events(pubend="b1~1", items=[]),
@@ -115,7 +120,7 @@ def test_hello_proto_defaults_to_this_version():
 
 
 def test_linkstate_version_is_a_tuple_after_decode():
-    got = m.decode(body(EXAMPLES[5]))
+    (got, _) = m.decode(body(EXAMPLES[5])).reports
     assert got.version == (3, 4)
     assert isinstance(got.version, tuple)
 
@@ -184,7 +189,7 @@ def test_nan_and_infinity_stay_floats():
         msgspec.msgpack.encode(["Publish", 1, [[{"a": None}]]]),  # null attribute value
         msgspec.msgpack.encode(["Publish", 1, [[{"a": 1}, "not bytes"]]]),
         msgspec.msgpack.encode(["Events", "p", [[1, 0, 0]]]),  # item without event
-        msgspec.msgpack.encode(["LinkState", "a", "b", [], [], 1.0, "a", [1], True]),
+        msgspec.msgpack.encode(["Connectivity", [["a", "b", [], [], 1.0, "a", [1], True]]]),
         msgspec.msgpack.encode(["Stats", "b1"]),
         msgspec.msgpack.encode(["Heartbeat"]) + b"trailing",
         b"\xc7\x01\x05a",  # an extension type
