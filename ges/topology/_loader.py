@@ -158,10 +158,14 @@ def build(data, *, source: str, lines: bool | None) -> Topology:
     if data is None:
         w.fail("empty topology file")
     if not isinstance(data, Mapping):
-        w.fail(f"top level must be a mapping with 'name', 'brokers', 'links', got {type(data).__name__}")
+        w.fail(
+            f"top level must be a mapping with 'name', 'brokers', 'links', got {type(data).__name__}"
+        )
     for key in data:
         if key not in _TOP_KEYS:
-            w.fail(f"unknown key {key!r} (expected one of {', '.join(sorted(_TOP_KEYS))})", data, key)
+            w.fail(
+                f"unknown key {key!r} (expected one of {', '.join(sorted(_TOP_KEYS))})", data, key
+            )
 
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
@@ -169,7 +173,9 @@ def build(data, *, source: str, lines: bool | None) -> Topology:
 
     block_limit = data.get("block_limit", DEFAULT_BLOCK_LIMIT)
     if isinstance(block_limit, bool) or not isinstance(block_limit, int) or block_limit < 1:
-        w.fail(f"'block_limit' must be a positive integer, got {block_limit!r}", data, "block_limit")
+        w.fail(
+            f"'block_limit' must be a positive integer, got {block_limit!r}", data, "block_limit"
+        )
 
     brokers = _parse_brokers(data, w)
     links = _parse_links(data, brokers, w)
@@ -192,7 +198,11 @@ def build(data, *, source: str, lines: bool | None) -> Topology:
 def _parse_brokers(data, w: _Where) -> dict[str, BrokerSpec]:
     raw = data.get("brokers")
     if not isinstance(raw, Mapping) or not raw:
-        w.fail("'brokers' must be a non-empty mapping of broker id to {unit, host, port}", data, "brokers")
+        w.fail(
+            "'brokers' must be a non-empty mapping of broker id to {unit, host, port}",
+            data,
+            "brokers",
+        )
     brokers: dict[str, BrokerSpec] = {}
     addresses: dict[tuple[str, int], str] = {}
     depth: tuple[int, str] | None = None
@@ -225,10 +235,18 @@ def _parse_brokers(data, w: _Where) -> dict[str, BrokerSpec]:
             w.fail(f"{what}: host must be a non-empty string, got {host!r}", spec, "host")
         port = spec.get("port")
         if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            w.fail(f"{what}: port must be an integer in 1..65535, got {port!r}", spec, "port" if "port" in spec else None)
+            w.fail(
+                f"{what}: port must be an integer in 1..65535, got {port!r}",
+                spec,
+                "port" if "port" in spec else None,
+            )
         addr = (host.strip(), port)
         if addr in addresses:
-            w.fail(f"{what}: duplicate address {addr[0]}:{addr[1]} (also broker {addresses[addr]})", raw, key)
+            w.fail(
+                f"{what}: duplicate address {addr[0]}:{addr[1]} (also broker {addresses[addr]})",
+                raw,
+                key,
+            )
         addresses[addr] = bid
         brokers[bid] = BrokerSpec(id=bid, unit=unit, host=addr[0], port=port)
     return brokers
@@ -302,7 +320,11 @@ def _parse_link_costs(data, w: _Where) -> LinkCostMatrix:
     if raw is None:
         return LinkCostMatrix()
     if not isinstance(raw, list) or not all(isinstance(r, list) for r in raw):
-        w.fail("'link_costs' must be a list of rows: link_costs[x][l] = cost of a level-l link from a level-x unit", data, "link_costs")
+        w.fail(
+            "'link_costs' must be a list of rows: link_costs[x][l] = cost of a level-l link from a level-x unit",
+            data,
+            "link_costs",
+        )
     rows = []
     for x, row in enumerate(raw):
         for lv, c in enumerate(row):

@@ -244,9 +244,7 @@ class Topology:
     def unit_gatekeepers(self, unit: UnitPath) -> tuple[str, ...]:
         """Brokers in ``unit`` with a link leaving it: the unit's gatekeepers."""
         inside = set(self.units[unit])
-        found = {
-            b for b in inside for n in self.neighbours[b] if n not in inside
-        }
+        found = {b for b in inside for n in self.neighbours[b] if n not in inside}
         return tuple(sorted(found, key=broker_order_key))
 
     def replicators_in(self, unit: UnitPath) -> tuple[ReplicatorSpec, ...]:
