@@ -8,7 +8,8 @@ outputs the driver must perform, as ``(kind, destination, message)`` tuples:
 * ``(PEER, broker_id, message)`` — send to a neighbouring broker;
 * ``(CLIENT, conn_id, message)`` — send to a connected client;
 * ``(DROP_PEER, broker_id, reason)`` — close that link (the failure detector suspects it);
-* ``(NOTICE, None, text)`` — something an operator should see in the log (a partition).
+* ``(NOTICE, level, text)`` — a line for the operator's log, level "info" or "warning" (a
+  partition that leaves units unreachable is a warning; a lost edge with a detour is info).
 
 It never reads a clock (``now`` comes in), never does I/O, never draws random numbers.
 
@@ -199,11 +200,12 @@ class BrokerCore:
         out = []
         for p in update.partitions:
             lost = ", ".join(sorted(map(str, p.unreachable))) or "none (a detour exists)"
-            out.append(
-                (NOTICE, None, f"{p.pair[0]}–{p.pair[1]} lost its last link; unreachable: {lost}")
-            )
+            level = "warning" if p.unreachable else "info"
+            text = f"{p.pair[0]}–{p.pair[1]} lost its last link; unreachable: {lost}"
+            out.append((NOTICE, level, text))
         for h in update.healed:
-            out.append((NOTICE, None, f"{h.pair[0]}–{h.pair[1]} has a live link again"))
+            level = "warning" if h.reachable else "info"
+            out.append((NOTICE, level, f"{h.pair[0]}–{h.pair[1]} has a live link again"))
         return out
 
     # -- clients --------------------------------------------------------------------------------

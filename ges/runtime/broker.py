@@ -121,7 +121,7 @@ class BrokerServer:
         now = trio.current_time()
         for kind, dest, msg in outs:
             if kind == NOTICE:
-                self.log.warning("%s", msg)
+                self.log.log(logging.WARNING if dest == "warning" else logging.INFO, "%s", msg)
                 continue
             if kind == DROP_PEER:
                 conn = self._peers.get(dest)
