@@ -55,6 +55,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ges.client import connect
+from ges.runtime.ports import free_ports, on_free_ports
 from ges.topology import Topology
 from ges.wire import encode
 from ges.wire import messages as m
@@ -231,20 +232,6 @@ class Children:
             self.stop(child)
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports that were free a moment ago on 127.0.0.1."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def wait_listening(child: Child, port: int, timeout: float = STARTUP_TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -373,10 +360,7 @@ def start_ges_broker(kids: Children) -> Server:
 
 
 def paper_on_free_ports(kids: Children) -> tuple[Path, Topology]:
-    data = yaml.safe_load(PAPER_TOPOLOGY.read_text())
-    data["brokers"] = {k: dict(v) for k, v in data["brokers"].items()}
-    for spec, port in zip(data["brokers"].values(), free_ports(len(data["brokers"])), strict=True):
-        spec["host"], spec["port"] = "127.0.0.1", port
+    data = on_free_ports(yaml.safe_load(PAPER_TOPOLOGY.read_text()))
     path = kids.tmp / "ges-paper.yaml"
     path.write_text(yaml.safe_dump(data))
     return path, Topology.from_yaml(path)

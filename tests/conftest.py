@@ -2,34 +2,12 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
+from ges.runtime.ports import free_ports, on_free_ports
 from ges.topology import Topology
 
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports that were free a moment ago on 127.0.0.1."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def on_free_ports(data: dict) -> dict:
-    """A copy of a topology mapping with every broker moved to a free port on 127.0.0.1."""
-    data = {**data, "brokers": {k: dict(v) for k, v in data["brokers"].items()}}
-    for spec, port in zip(data["brokers"].values(), free_ports(len(data["brokers"])), strict=True):
-        spec["port"] = port
-        spec["host"] = "127.0.0.1"
-    return data
+__all__ = ["free_ports", "on_free_ports", "topology_on_free_ports"]
 
 
 def topology_on_free_ports(data: dict) -> Topology:
