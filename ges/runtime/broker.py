@@ -10,6 +10,7 @@ backpressure from a slow link reaches the connection that produced the traffic.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import random
@@ -225,7 +226,7 @@ class BrokerServer:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(conn.writer)
                     await self._dispatch(self.core.link_up(peer, trio.current_time()))
-                    await self._read_peer(peer, conn)
+                    await self._pump(conn, functools.partial(self.core.peer_message, peer))
                     nursery.cancel_scope.cancel()
         finally:
             if self._peers.get(peer) is conn:
@@ -234,21 +235,24 @@ class BrokerServer:
                     await self._dispatch(self.core.link_down(peer, trio.current_time()))
             self.log.info("link %s down: %s", peer, conn.close_reason or "cancelled")
 
-    async def _read_peer(self, peer: str, conn: Connection) -> None:
-        core = self.core
-        counters = core.counters
+    async def _pump(self, conn: Connection, handle) -> None:
+        """Feed every message read from ``conn`` to ``handle(msg, now)`` and perform its outputs.
+
+        A bad frame or a protocol violation closes this one connection with a logged reason.
+        """
+        counters = self.core.counters
         try:
             async for batch in conn.read_messages():
                 now = trio.current_time()
                 counters["frames_in"] += len(batch)
                 outs = []
                 for msg in batch:
-                    outs += core.peer_message(peer, msg, now)
+                    outs += handle(msg, now)
                 if outs:
                     counters["frames_out"] += len(outs)
                     await self._dispatch(outs)
         except (FrameError, ProtocolError) as exc:
-            self.log.warning("closing link %s: %s", peer, exc)
+            self.log.warning("closing %s: %s", conn.label, exc)
             conn.close(str(exc))
 
     # -- clients -----------------------------------------------------------------------------
@@ -260,28 +264,11 @@ class BrokerServer:
         self._clients[conn_id] = conn
         self.core.client_open(conn_id, client_id)
         self.log.debug("%s connected", conn.label)
-        core = self.core
-        counters = core.counters
         try:
             with conn.cancel_scope:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(conn.writer)
-                    try:
-                        async for batch in conn.read_messages():
-                            now = trio.current_time()
-                            counters["frames_in"] += len(batch)
-                            outs = []
-                            for msg in batch:
-                                if type(msg) is m.StatsRequest:
-                                    outs.append((CLIENT, conn_id, core.stats()))
-                                else:
-                                    outs += core.client_message(conn_id, msg, now)
-                            if outs:
-                                counters["frames_out"] += len(outs)
-                                await self._dispatch(outs)
-                    except (FrameError, ProtocolError) as exc:
-                        self.log.warning("closing %s: %s", conn.label, exc)
-                        conn.close(str(exc))
+                    await self._pump(conn, functools.partial(self.core.client_message, conn_id))
                     nursery.cancel_scope.cancel()
         finally:
             del self._clients[conn_id]

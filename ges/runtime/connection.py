@@ -46,8 +46,6 @@ class Connection:
         self._send, self._queue = trio.open_memory_channel[bytes](MAX_QUEUED_FRAMES)
         self.cancel_scope = trio.CancelScope()
         self.close_reason: str | None = None
-        self.frames_in = 0
-        self.frames_out = 0
         # frames read along with the handshake, handed out first by read_messages()
         self._early: list = []
         # the raw descriptor for direct writes; None for streams that are not sockets
@@ -73,7 +71,6 @@ class Connection:
         except OSError as exc:
             self.close(f"write failed: {exc.strerror or exc}")
             raise ConnectionClosed(self.label) from None
-        self.frames_out += 1
         return data[written:]
 
     # -- sending -----------------------------------------------------------------------------
@@ -129,7 +126,6 @@ class Connection:
                         break
                     chunks.append(data)
                     size += len(data)
-                self.frames_out += len(chunks)
                 await stream.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
                 self._unwritten -= len(chunks)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
@@ -159,7 +155,6 @@ class Connection:
             decoder.feed(data)
             bodies = decoder.frames()
             if bodies:
-                self.frames_in += len(bodies)
                 yield [decode(body) for body in bodies]
 
     async def receive_one(self, *, timeout: float = HANDSHAKE_TIMEOUT):
@@ -168,7 +163,6 @@ class Connection:
             while True:
                 self._early += self.decoder.frames()
                 if self._early:
-                    self.frames_in += 1
                     return decode(self._early.pop(0))
                 data = await self.stream.receive_some(READ_SIZE)
                 if not data:
