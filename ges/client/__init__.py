@@ -13,6 +13,6 @@ Publishing is pipelined: :meth:`Client.publish` waits for the broker's acknowled
 unacknowledged batches in flight (:meth:`Client.flush` waits for the rest).
 """
 
-from ges.client._client import Client, Delivery, Subscription, connect
+from ges.client._client import Client, Delivery, Subscription, broker_stats, connect
 
-__all__ = ["Client", "Delivery", "Subscription", "connect"]
+__all__ = ["Client", "Delivery", "Subscription", "broker_stats", "connect"]

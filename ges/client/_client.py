@@ -279,3 +279,23 @@ async def connect(
 
 
 _client_numbers = itertools.count(1)
+
+
+async def broker_stats(
+    host: str, port: int, *, topology: str = "", timeout: float = 2.0, client_id: str = "stats"
+) -> m.Stats:
+    """One broker's counters over a short-lived connection.
+
+    Raises:
+        OperationError: the broker is unreachable, refused, or did not answer within ``timeout``.
+    """
+    try:
+        with trio.fail_after(timeout):
+            async with connect(
+                host, port, topology=topology, client_id=client_id, timeout=timeout
+            ) as client:
+                return await client.stats()
+    except trio.TooSlowError:
+        raise OperationError(
+            f"broker at {host}:{port} did not answer within {timeout:g}s"
+        ) from None

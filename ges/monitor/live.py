@@ -17,7 +17,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ges.client import connect
+from ges.client import broker_stats
 from ges.errors import OperationError
 from ges.topology import Topology, broker_order_key, unit_name
 from ges.wire import messages as m
@@ -61,17 +61,11 @@ class Monitor:
     async def _poll(self, view: BrokerView) -> None:
         spec = self.topology.brokers[view.id]
         try:
-            with trio.fail_after(2.0):
-                async with connect(
-                    spec.host,
-                    spec.port,
-                    topology=self.topology.name,
-                    timeout=1.0,
-                    client_id="monitor",
-                ) as client:
-                    stats = await client.stats()
-        except (OperationError, trio.TooSlowError) as exc:
-            view.error = str(exc) if isinstance(exc, OperationError) else "no answer"
+            stats = await broker_stats(
+                spec.host, spec.port, topology=self.topology.name, client_id="monitor"
+            )
+        except OperationError as exc:
+            view.error = str(exc)
             view.rate_in = view.rate_out = 0.0
             view.stats = None
             return

@@ -27,7 +27,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from ges.client import connect
+from ges.client import broker_stats
 from ges.errors import OperationError
 from ges.runtime.broker import BrokerServer
 from ges.topology import Topology, broker_order_key
@@ -114,8 +114,7 @@ async def wait_ready(
     async def poll(bid: str) -> None:
         spec = topology.brokers[bid]
         try:
-            async with connect(spec.host, spec.port, topology=topology.name, timeout=2.0) as c:
-                stats = await c.stats()
+            stats = await broker_stats(spec.host, spec.port, topology=topology.name)
         except OperationError:
             return
         listening.add(bid)
