@@ -11,6 +11,7 @@ import attrs
 import trio
 
 from ges.errors import OperationError
+from ges.matching.model import Conjunction, Constraint, Profile, conjunction_from_wire
 from ges.runtime.connection import Connection, ConnectionClosed
 from ges.wire import FrameError, encode
 from ges.wire import messages as m
@@ -38,10 +39,10 @@ class Delivery:
 class Subscription:
     """An async iterator over deliveries for one subscription."""
 
-    def __init__(self, client: Client, sub_id: int, where: Sequence[m.Constraint]):
+    def __init__(self, client: Client, sub_id: int, profile: Profile):
         self.client = client
         self.id = sub_id
-        self.where = list(where)
+        self.profile = profile
         self._send, self._receive = trio.open_memory_channel[list](SUBSCRIPTION_BUFFER)
         self._ready: deque[Delivery] = deque()
 
@@ -123,13 +124,17 @@ class Client:
 
     # -- subscribing -------------------------------------------------------------------------
 
-    async def subscribe(self, where: Sequence[m.Constraint] = ()) -> Subscription:
-        """Subscribe with a conjunction of constraints; returns once the broker accepted it."""
+    async def subscribe(
+        self, profile: Profile | Conjunction | Sequence[Constraint | m.Constraint] = ()
+    ) -> Subscription:
+        """Subscribe with a profile (or one conjunction, or a list of constraints that must all
+        hold; empty: every event); returns once the broker accepted it."""
         self._raise_if_closed()
-        sub = Subscription(self, next(self._sub_ids), where)
+        profile = as_profile(profile)
+        sub = Subscription(self, next(self._sub_ids), profile)
         self._subs[sub.id] = sub
         done = self._subacks[sub.id] = trio.Event()
-        await self._send(m.Subscribe(sub.id, sub.where))
+        await self._send(m.Subscribe(sub.id, profile_to_wire(profile), profile.id))
         await done.wait()
         self._raise_if_closed()
         return sub
@@ -299,3 +304,25 @@ async def broker_stats(
         raise OperationError(
             f"broker at {host}:{port} did not answer within {timeout:g}s"
         ) from None
+
+
+def as_profile(profile: Profile | Conjunction | Sequence[Constraint | m.Constraint]) -> Profile:
+    """A ``Profile`` from any of the forms ``subscribe`` accepts (ValueError if invalid)."""
+    if isinstance(profile, Profile):
+        return profile
+    if isinstance(profile, Conjunction):
+        return Profile("", (profile,))
+    items = list(profile)
+    if all(isinstance(c, Constraint) for c in items):
+        return Profile("", (Conjunction(items),))
+    return Profile("", (conjunction_from_wire(items),))
+
+
+def profile_to_wire(profile: Profile) -> list[list[m.Constraint]]:
+    return [
+        [
+            m.Constraint(c.attr, c.op, list(c.value) if c.op == "in" else c.value)
+            for c in conj.constraints
+        ]
+        for conj in profile.effective
+    ]

@@ -32,7 +32,8 @@ from collections import OrderedDict
 from ges.connectivity import ConnectivityError, ConnectivityGraph, LinkReport, Update
 from ges.core.dedup import TickWindow
 from ges.core.failure import FailureDetector
-from ges.matching.filter import Filter
+from ges.matching.graph import ProfileGraph
+from ges.matching.model import Profile, profile_from_wire
 from ges.topology import Topology, broker_order_key
 from ges.wire import messages as m
 
@@ -78,11 +79,12 @@ class BrokerCore:
         self._next_tick = 1
         self._windows: OrderedDict[str, TickWindow] = OrderedDict()
         self._path_prev: dict[tuple[str, str], int] = {}
-        # conn_id -> {sub_id: Filter}
-        self._clients: dict[int, dict[int, Filter]] = {}
+        # conn_id -> {sub_id: Profile}
+        self._clients: dict[int, dict[int, Profile]] = {}
         self._client_names: dict[int, str] = {}
-        # flattened (conn, sub_id, filter) for the hot delivery loop
-        self._subs: list[tuple[int, int, Filter]] = []
+        #: every local subscription's profile, destination (conn, sub_id) (seed 004 §3.1)
+        self.profiles = ProfileGraph()
+        self._n_subs = 0
         self.counters = dict.fromkeys(
             (
                 "events_in",
@@ -215,9 +217,10 @@ class BrokerCore:
         self._client_names[conn] = client_id
 
     def client_closed(self, conn: int) -> None:
-        self._clients.pop(conn, None)
+        for sub_id, profile in self._clients.pop(conn, {}).items():
+            self.profiles.remove(profile, (conn, sub_id))
+            self._n_subs -= 1
         self._client_names.pop(conn, None)
-        self._rebuild_subs()
 
     def client_message(self, conn: int, msg, now: float) -> list:
         kind = type(msg)
@@ -226,8 +229,10 @@ class BrokerCore:
         if kind is m.Subscribe:
             return self._on_subscribe(conn, msg)
         if kind is m.Unsubscribe:
-            self._clients[conn].pop(msg.sub_id, None)
-            self._rebuild_subs()
+            profile = self._clients[conn].pop(msg.sub_id, None)
+            if profile is not None:
+                self.profiles.remove(profile, (conn, msg.sub_id))
+                self._n_subs -= 1
             return [(CLIENT, conn, m.SubAck(msg.sub_id))]
         if kind is m.StatsRequest:
             return [(CLIENT, conn, self.stats())]
@@ -238,18 +243,18 @@ class BrokerCore:
         if msg.sub_id not in subs and len(subs) >= MAX_SUBSCRIPTIONS_PER_CLIENT:
             return [(CLIENT, conn, m.Error(f"over {MAX_SUBSCRIPTIONS_PER_CLIENT} subscriptions"))]
         try:
-            subs[msg.sub_id] = Filter.from_wire(msg.where)
+            profile = profile_from_wire(msg.profile_id, msg.conjunctions)
         except ValueError as exc:
             return [(CLIENT, conn, m.Error(f"subscription {msg.sub_id}: {exc}"))]
-        self._rebuild_subs()
+        dest = (conn, msg.sub_id)
+        old = subs.get(msg.sub_id)
+        if old is not None:  # a changed profile replaces the old one
+            self.profiles.remove(old, dest)
+            self._n_subs -= 1
+        subs[msg.sub_id] = profile
+        self.profiles.add(profile, dest)
+        self._n_subs += 1
         return [(CLIENT, conn, m.SubAck(msg.sub_id))]
-
-    def _rebuild_subs(self) -> None:
-        self._subs = [
-            (conn, sub_id, flt)
-            for conn, subs in self._clients.items()
-            for sub_id, flt in subs.items()
-        ]
 
     def _on_publish(self, conn: int, msg: m.Publish) -> list:
         events = msg.events
@@ -307,27 +312,38 @@ class BrokerCore:
         return out
 
     def _deliver(self, pubend: str, items: list) -> list:
+        """Match each event against the local profiles (one profile-graph walk per event) and
+        send each subscription its matching events, in order, as one ``Deliver``."""
+        if not self.profiles:
+            return []
+        match = self.profiles.match
+        results = [match(it.event.attributes) for it in items]
+        first = results[0]
+        if all(r == first for r in results):
+            # the common case (same interests for the whole batch): one shared message per
+            # subscription id, which the driver encodes once
+            per = dict.fromkeys(first, items)
+        else:
+            per = {}
+            for it, dests in zip(items, results, strict=True):
+                for dest in dests:
+                    got = per.get(dest)
+                    if got is None:
+                        per[dest] = [it]
+                    else:
+                        got.append(it)
         out = []
-        n = len(items)
         shared: dict[tuple[int, int], m.Deliver] = {}
-        for conn, sub_id, flt in self._subs:
-            if flt.constraints:
-                matched = [it for it in items if flt.matches(it.event.attributes)]
-                if not matched:
-                    continue
-                if len(matched) == n:
-                    matched = items
-            else:
-                matched = items
-            # the same message object for every subscriber with the same result: the driver
-            # encodes it once (issue: "encode once per frame")
+        delivered = 0
+        for (conn, sub_id), matched in per.items():
             key = (sub_id, id(matched))
             msg = shared.get(key)
             if msg is None:
                 msg = shared[key] = m.Deliver(sub_id, pubend, matched)
             out.append((CLIENT, conn, msg))
-            self.counters["delivered"] += len(matched)
-            self.counters["events_out"] += len(matched)
+            delivered += len(matched)
+        self.counters["delivered"] += delivered
+        self.counters["events_out"] += delivered
         return out
 
     # -- time -------------------------------------------------------------------------------------
@@ -355,7 +371,7 @@ class BrokerCore:
             broker=self.id,
             incarnation=str(self.incarnation),
             clients=len(self._clients),
-            subscriptions=len(self._subs),
+            subscriptions=self._n_subs,
             links_up=sorted(self.links_up),
             links_expected=len(self.neighbours),
             events_in=c["events_in"],

@@ -1,5 +1,15 @@
-"""Profiles and events: attribute filters today; XML profiles and the profile graph next."""
+"""Profiles and events: the value model, XML in and out, the profile graph, covering."""
 
-from ges.matching.filter import Filter, parse_attr, parse_value, parse_where
+from ges.matching.graph import ProfileGraph
+from ges.matching.model import Conjunction, Constraint, Profile
+from ges.matching.syntax import parse_attr, parse_value, parse_where
 
-__all__ = ["Filter", "parse_attr", "parse_value", "parse_where"]
+__all__ = [
+    "Conjunction",
+    "Constraint",
+    "Profile",
+    "ProfileGraph",
+    "parse_attr",
+    "parse_value",
+    "parse_where",
+]

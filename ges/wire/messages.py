@@ -38,9 +38,11 @@ class EventItem(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
 
 class Constraint(msgspec.Struct, array_like=True, frozen=True):
+    """``attr op value`` (ops: eq ne lt le gt ge prefix exists in; ``in`` takes a list)."""
+
     attr: str
     op: str
-    value: Value | None = None
+    value: Value | list[Value] | None = None
 
 
 class _Msg(msgspec.Struct, tag=True, array_like=True):
@@ -110,8 +112,12 @@ class Events(_Msg):
 
 
 class Subscribe(_Msg):
+    """Subscribe (or replace subscription ``sub_id``) with a profile: a disjunction of
+    conjunctions; an event type travels as an ``@type`` equality inside each conjunction."""
+
     sub_id: int
-    where: list[Constraint]
+    conjunctions: list[list[Constraint]]
+    profile_id: str = ""
 
 
 class SubAck(_Msg):

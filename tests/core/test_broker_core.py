@@ -93,7 +93,7 @@ def ticks_of(msgs) -> list[int]:
 def with_client(core: BrokerCore, conn: int = 1, *subs: tuple[int, list[m.Constraint]]) -> None:
     core.client_open(conn, f"client-{conn}")
     for sub_id, where in subs:
-        out = core.client_message(conn, m.Subscribe(sub_id, where), 0.0)
+        out = core.client_message(conn, m.Subscribe(sub_id, [where]), 0.0)
         assert out == [(CLIENT, conn, m.SubAck(sub_id))]
 
 
@@ -305,7 +305,7 @@ def test_client_closed_removes_its_subscriptions():
 def test_subscribe_with_unknown_operator_is_an_error_not_a_subscription():
     core = make("b1")
     core.client_open(1, "c")
-    out = core.client_message(1, m.Subscribe(5, [m.Constraint("a", "like", "x")]), 0.0)
+    out = core.client_message(1, m.Subscribe(5, [[m.Constraint("a", "like", "x")]]), 0.0)
     assert len(out) == 1
     kind, conn, msg = out[0]
     assert (kind, conn, type(msg)) == (CLIENT, 1, m.Error)

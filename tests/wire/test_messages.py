@@ -42,13 +42,18 @@ EXAMPLES = [
     m.Events(pubend="b1~1", items=[]),
     m.Subscribe(
         sub_id=3,
-        where=[
-            m.Constraint("price", ">", 10),
-            m.Constraint("sym", "=", "IBM"),
-            m.Constraint("ratio", "<=", 0.25),
-            m.Constraint("live", "=", False),
-            m.Constraint("sym", "exists"),
+        conjunctions=[
+            [
+                m.Constraint("price", "gt", 10),
+                m.Constraint("sym", "eq", "IBM"),
+                m.Constraint("ratio", "le", 0.25),
+                m.Constraint("live", "eq", False),
+                m.Constraint("sym", "exists"),
+            ],
+            [m.Constraint("sym", "in", ["IBM", "HPQ"]), m.Constraint("@type", "eq", "quote")],
+            [],
         ],
+        profile_id="cheap-ibm",
     ),
     m.SubAck(sub_id=3),
     m.Unsubscribe(sub_id=3),

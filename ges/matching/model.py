@@ -1,0 +1,260 @@
+"""Profiles and their constraints: the value model and the naive reference evaluator.
+
+A *profile* (DESIGN "Words") is a disjunction of *conjunctions*; a conjunction is a list of
+*constraints*, each ``attribute OP value``. An event matches a conjunction when it satisfies every
+constraint, and a profile when it matches any conjunction. The empty conjunction matches every
+event.
+
+Values have one of three kinds — strings, numbers (int and float together) and booleans — and
+compare only within their kind: a constraint whose value is of another kind than the event's
+attribute never matches, not even ``ne``, and never raises. ``NaN`` is allowed in events (it
+satisfies only ``ne`` and ``exists``, like the IEEE comparisons) but never as a constraint value.
+
+Operators: ``eq ne lt le gt ge`` (ordered ones on strings and numbers), ``prefix`` (strings),
+``exists`` (no value) and ``in`` (a non-empty set of values of one kind). An event's type travels
+as the reserved attribute ``@type`` (attribute names can never start with ``@``), so a profile's
+``event_type`` is one more equality constraint and the matchers need no special case.
+
+``Conjunction.matches`` / ``Profile.matches`` evaluate every constraint: this is the naive
+evaluator the profile graph (``ges.matching.graph``) is checked against and benchmarked beside.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+Value = str | int | float | bool
+
+#: The reserved attribute carrying an event's type.
+TYPE_ATTR = "@type"
+
+OPS = ("eq", "ne", "lt", "le", "gt", "ge", "prefix", "exists", "in")
+ORDERED = frozenset(("lt", "le", "gt", "ge"))
+#: How each operator is written in ``--where`` text and in ``str()``.
+SYMBOLS = {"eq": "=", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+#: Symbol (and alias) spellings accepted on the wire and in ``--where``.
+ALIASES = {"=": "eq", "==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+
+STRING, NUMBER, BOOLEAN = "string", "number", "bool"
+
+#: Bounds on one profile (a broker admits nothing larger).
+MAX_CONJUNCTIONS = 1024
+MAX_CONSTRAINTS = 256
+MAX_IN_VALUES = 4096
+MAX_NAME = 256
+MAX_STRING = 65536
+
+NAME = re.compile(r"[A-Za-z_][\w.\-]*")
+
+
+def kind(value) -> str | None:
+    """The comparison kind of a value (bool is not a number here), or None for anything else."""
+    t = type(value)
+    if t is str:
+        return STRING
+    if t is bool:
+        return BOOLEAN
+    if t is int or t is float:
+        return NUMBER
+    return None
+
+
+def _check_value(value, op: str) -> str:
+    k = kind(value)
+    if k is None:
+        raise ValueError(f"{op}: value {value!r} is not a string, number or boolean")
+    if k is NUMBER and value != value:
+        raise ValueError(f"{op}: NaN is not a constraint value")
+    if k is STRING and len(value) > MAX_STRING:
+        raise ValueError(f"{op}: string value over {MAX_STRING} characters")
+    return k
+
+
+def _canonical_op(op) -> str:
+    op = ALIASES.get(op, op)
+    if op not in OPS:
+        raise ValueError(f"unknown operator {op!r} (use one of {', '.join(OPS)})")
+    return op
+
+
+def _in_values(value) -> tuple:
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ValueError("in: needs a list of values")
+    seen: dict = {}
+    for v in value:
+        k = kind(v)
+        if k is None:
+            raise ValueError(f"in: value {v!r} is not a string, number or boolean")
+        # dedupe by (kind, value) so 1 and True never collapse; keep the first spelling
+        seen.setdefault((k, v), v)
+    return tuple(seen.values())
+
+
+def _value_key(value):
+    """Equality of constraint values by kind too: ``1`` and ``True`` are different values."""
+    if type(value) is tuple:
+        return tuple((kind(v), v) for v in value)
+    return (kind(value), value)
+
+
+@attrs.frozen
+class Constraint:
+    """``attr op value``; ``in`` takes a tuple of values, ``exists`` none. Validated on creation."""
+
+    attr: str
+    op: str = attrs.field(converter=_canonical_op)
+    value: Value | tuple[Value, ...] | None = attrs.field(default=None, eq=_value_key)
+
+    def __attrs_post_init__(self) -> None:
+        if self.attr != TYPE_ATTR and (len(self.attr) > MAX_NAME or not NAME.fullmatch(self.attr)):
+            raise ValueError(f"attribute name {self.attr!r} must match [A-Za-z_][\\w.-]*")
+        op, value = self.op, self.value
+        if op == "exists":
+            if value is not None:
+                raise ValueError("exists: takes no value")
+            return
+        if op == "in":
+            values = _in_values(value)
+            if not values:
+                raise ValueError("in: needs at least one value")
+            if len(values) > MAX_IN_VALUES:
+                raise ValueError(f"in: over {MAX_IN_VALUES} values")
+            kinds = {_check_value(v, op) for v in values}
+            if len(kinds) > 1:
+                raise ValueError("in: values must all be of one type")
+            object.__setattr__(self, "value", values)
+            return
+        k = _check_value(value, op)
+        if op in ORDERED and k is BOOLEAN:
+            raise ValueError(f"{op}: booleans are not ordered")
+        if op == "prefix" and k is not STRING:
+            raise ValueError("prefix: needs a string value")
+
+    @property
+    def kind(self) -> str | None:
+        """The kind of value this constraint accepts (None: any, for ``exists``)."""
+        if self.op == "exists":
+            return None
+        return kind(self.value[0] if self.op == "in" else self.value)
+
+    def matches(self, attributes: Mapping[str, Value]) -> bool:
+        have = attributes.get(self.attr)
+        if have is None:
+            return False
+        return test(self.op, self.value, have)
+
+    def __str__(self) -> str:
+        if self.op == "exists":
+            return f"{self.attr} exists"
+        if self.op == "in":
+            return f"{self.attr} in ({', '.join(map(repr, self.value))})"
+        return f"{self.attr} {SYMBOLS.get(self.op, self.op)} {self.value!r}"
+
+
+def test(op: str, want, have) -> bool:
+    """Does an attribute value ``have`` satisfy ``op want``? (The reference semantics.)"""
+    if op == "exists":
+        return True
+    hk = kind(have)
+    if op == "in":
+        return any(kind(w) is hk and have == w for w in want)
+    if kind(want) is not hk:
+        return False
+    if op == "eq":
+        return have == want
+    if op == "ne":
+        return have != want
+    if op == "prefix":
+        return have.startswith(want)
+    if hk is BOOLEAN:
+        return False
+    if op == "lt":
+        return have < want
+    if op == "le":
+        return have <= want
+    if op == "gt":
+        return have > want
+    if op == "ge":
+        return have >= want
+    raise AssertionError(op)
+
+
+@attrs.frozen
+class Conjunction:
+    """Constraints that must all hold; the empty conjunction matches every event."""
+
+    constraints: tuple[Constraint, ...] = attrs.field(default=(), converter=tuple)
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.constraints) > MAX_CONSTRAINTS:
+            raise ValueError(f"conjunction of over {MAX_CONSTRAINTS} constraints")
+
+    def matches(self, attributes: Mapping[str, Value]) -> bool:
+        get = attributes.get
+        for c in self.constraints:
+            have = get(c.attr)
+            if have is None or not test(c.op, c.value, have):
+                return False
+        return True
+
+    def __str__(self) -> str:
+        return " and ".join(map(str, self.constraints)) or "everything"
+
+
+@attrs.frozen
+class Profile:
+    """A client's interest: a disjunction of conjunctions, optionally for one event type."""
+
+    id: str
+    conjunctions: tuple[Conjunction, ...] = attrs.field(default=(Conjunction(),), converter=tuple)
+    event_type: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not self.conjunctions:
+            raise ValueError(f"profile {self.id!r}: needs at least one conjunction")
+        if self.event_type is not None and not self.event_type:
+            raise ValueError(f"profile {self.id!r}: an event type must not be empty")
+        if len(self.conjunctions) > MAX_CONJUNCTIONS:
+            raise ValueError(f"profile {self.id!r}: over {MAX_CONJUNCTIONS} conjunctions")
+
+    @property
+    def effective(self) -> tuple[Conjunction, ...]:
+        """The conjunctions with the event-type test folded in: what matchers store."""
+        if self.event_type is None:
+            return self.conjunctions
+        t = Constraint(TYPE_ATTR, "eq", self.event_type)
+        return tuple(Conjunction((t, *c.constraints)) for c in self.conjunctions)
+
+    def matches(self, attributes: Mapping[str, Value]) -> bool:
+        return any(c.matches(attributes) for c in self.effective)
+
+    def __str__(self) -> str:
+        body = " or ".join(
+            f"({c})" if len(self.conjunctions) > 1 else str(c) for c in self.conjunctions
+        )
+        return f"{self.event_type} where {body}" if self.event_type else body
+
+
+def conjunction_from_wire(items) -> Conjunction:
+    """From wire ``Constraint`` structs (attr, op, value); anything invalid raises ValueError."""
+    out = []
+    for item in items:
+        value = item.value
+        if isinstance(value, list):
+            value = tuple(value)
+        out.append(Constraint(item.attr, item.op, value))
+    return Conjunction(out)
+
+
+def profile_from_wire(profile_id: str, conjunctions, event_type: str | None = None) -> Profile:
+    """From a wire ``Subscribe``'s conjunction lists; anything invalid raises ValueError."""
+    if len(conjunctions) > MAX_CONJUNCTIONS:
+        raise ValueError(f"over {MAX_CONJUNCTIONS} conjunctions")
+    return Profile(
+        profile_id,
+        tuple(conjunction_from_wire(c) for c in conjunctions) or (Conjunction(),),
+        event_type,
+    )

@@ -1,0 +1,118 @@
+"""The one-line syntax of the CLI: ``--where 'price > 10'`` constraints and ``--attr name=value``.
+
+Value typing: a value is an int if it parses as one, else a float if it parses as one, else a
+string; ``name:str=value`` (for attributes) or a quoted value (for constraints) forces a string.
+Constraints come out as ``ges.matching.model.Constraint`` with canonical operator names.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ges.errors import UserInputError
+from ges.matching.model import ALIASES, Constraint, Value
+
+
+def parse_value(text: str) -> Value:
+    """int if it parses as one, else float if it parses as one, else the string itself."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if value == value else text  # keep "nan" a string: it never compares equal
+
+
+def parse_attr(text: str) -> tuple[str, Value]:
+    """``name=value`` or ``name:str=value`` → (name, typed value); raises UserInputError."""
+    name, sep, raw = text.partition("=")
+    if not sep or not name.strip():
+        raise UserInputError(f"--attr {text!r}: expected name=value (or name:str=value)")
+    name = name.strip()
+    force_str = False
+    if ":" in name:
+        name, _, kind = name.partition(":")
+        if kind not in ("str", "int", "float"):
+            raise UserInputError(f"--attr {text!r}: unknown type {kind!r} (use str, int or float)")
+        force_str = kind == "str"
+        if not _NAME.fullmatch(name):
+            raise UserInputError(
+                f"--attr {text!r}: attribute name must be a word ([A-Za-z_][\\w.-]*)"
+            )
+        if kind in ("int", "float"):
+            try:
+                return name, int(raw) if kind == "int" else float(raw)
+            except ValueError:
+                article = "an" if kind == "int" else "a"
+                raise UserInputError(f"--attr {text!r}: {raw!r} is not {article} {kind}") from None
+    if not _NAME.fullmatch(name):
+        raise UserInputError(f"--attr {text!r}: attribute name must be a word ([A-Za-z_][\\w.-]*)")
+    return name, raw if force_str else parse_value(raw)
+
+
+_NAME = re.compile(r"[A-Za-z_][\w.\-]*")
+_WHERE = re.compile(
+    r"\s*(?P<attr>[A-Za-z_][\w.\-]*)"
+    r"(?:\s+(?P<exists>exists)\s*$"
+    r"|(?:\s*(?P<op>==|!=|<=|>=|=|<|>)|\s+(?P<word>prefix|in)\b)\s*(?P<value>.*?)\s*$)"
+)
+
+
+def _typed(raw: str) -> Value:
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
+        return raw[1:-1]
+    return parse_value(raw)
+
+
+def _split_list(raw: str) -> list[str]:
+    """``a, 'b,c', "d"`` → ``["a", "'b,c'", '"d"']``: commas inside quotes do not split."""
+    parts, current, quote = [], [], None
+    for ch in raw:
+        if quote:
+            current.append(ch)
+            if ch == quote:
+                quote = None
+        elif ch == ",":
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            if ch in "'\"" and not "".join(current).strip():
+                quote = ch
+            current.append(ch)
+    parts.append("".join(current).strip())
+    return parts
+
+
+def parse_where(text: str) -> Constraint:
+    """``'price > 10'``, ``'sym = IBM'``, ``"sym = '42'"`` (quoted: string), ``'sym exists'``,
+    ``'sym in IBM,HPQ'`` (comma-separated values, each typed on its own)."""
+    m = _WHERE.fullmatch(text)
+    if not m:
+        raise UserInputError(
+            f"--where {text!r}: expected 'name OP value' with OP one of "
+            "= != < <= > >= prefix in, or 'name exists'"
+        )
+    if m["exists"]:
+        return Constraint(m["attr"], "exists")
+    raw = m["value"]
+    op = m["op"] or m["word"]
+    if not raw:
+        raise UserInputError(f"--where {text!r}: missing value after {op!r}")
+    if raw[0] in "=<>!" and op != "prefix":
+        raise UserInputError(f"--where {text!r}: value {raw!r} starts with an operator; quote it")
+    if op == "in":
+        parts = _split_list(raw)
+        if any(not p for p in parts):
+            raise UserInputError(f"--where {text!r}: empty value in the list (quote '' for one)")
+        value = tuple(_typed(p) for p in parts)
+    elif op == "prefix" and raw[0] not in "'\"":
+        value = raw  # a prefix is always a string: 'code prefix 10' means "10…"
+    else:
+        value = _typed(raw)
+    try:
+        return Constraint(m["attr"], ALIASES.get(op, op), value)
+    except ValueError as exc:
+        raise UserInputError(f"--where {text!r}: {exc}") from None
