@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import network, pubsub
+from cli import network, profile, pubsub
 from cli import topology as topology_cmd
 from cli._common import OneLineUsageGroup, command
 
@@ -18,6 +18,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(topology_cmd.app, name="topology")
+app.add_typer(profile.app, name="profile")
 command(app)(network.up)
 command(app)(network.broker)
 command(app)(pubsub.publish)

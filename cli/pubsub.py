@@ -15,7 +15,9 @@ from cli._common import err, load_topology, one_line_errors, out, resolve_broker
 from ges.client import connect
 from ges.client.records import RecordWriter
 from ges.errors import OperationError, UserInputError
-from ges.matching.filter import parse_attr, parse_where
+from ges.matching.model import TYPE_ATTR, Conjunction, Profile
+from ges.matching.syntax import parse_attr, parse_where
+from ges.matching.xml import load_event, load_profile
 from ges.wire import messages as m
 
 #: Events per Publish frame when publishing as fast as possible.
@@ -40,13 +42,24 @@ def publish(
     ),
     size: int = typer.Option(0, "--size", help="Payload bytes per event."),
     payload: str = typer.Option(None, "--payload", help="Payload text (instead of --size filler)."),
+    event_type: str = typer.Option(None, "--type", help="Event type (profiles may require one)."),
+    event_file: Path = typer.Option(
+        None,
+        "--event",
+        "-e",
+        help="An XML event (schemas/event.xsd): its type, attributes and payload; --attr adds to it.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
     """Publish events at a broker; returns once the broker acknowledged every one."""
-    one_line_errors(_publish)(topology_file, broker, attr, count, rate, size, payload, as_json)
+    one_line_errors(_publish)(
+        topology_file, broker, attr, count, rate, size, payload, event_type, event_file, as_json
+    )
 
 
-def _publish(topology_file, broker, attrs_, count, rate, size, payload, as_json) -> None:
+def _publish(
+    topology_file, broker, attrs_, count, rate, size, payload, event_type, event_file, as_json
+) -> None:
     topology = load_topology(topology_file)
     resolve_broker(topology, broker)
     if count < 1:
@@ -55,8 +68,20 @@ def _publish(topology_file, broker, attrs_, count, rate, size, payload, as_json)
         raise UserInputError(f"--rate {rate}: must be ≥ 0")
     if size < 0:
         raise UserInputError(f"--size {size}: must be ≥ 0")
-    attributes = dict(parse_attr(a) for a in attrs_)
-    body = payload.encode() if payload is not None else b"x" * size
+    attributes: dict = {}
+    body = b"x" * size
+    if event_file is not None:
+        doc = load_event(event_file)
+        attributes = doc.wire_attributes()
+        if payload is None and not size:
+            body = doc.payload
+    attributes.update(parse_attr(a) for a in attrs_)
+    if event_type is not None:
+        if not event_type:
+            raise UserInputError("--type: must not be empty")
+        attributes[TYPE_ATTR] = event_type
+    if payload is not None:
+        body = payload.encode()
     spec = topology.brokers[broker]
 
     async def main():
@@ -115,16 +140,24 @@ def subscribe(
     timeout: float = typer.Option(
         0.0, "--timeout", "-t", help="Seconds to wait; with --count, exit 1 if fewer arrived."
     ),
+    profile_file: Path = typer.Option(
+        None,
+        "--profile",
+        "-p",
+        help="An XML profile (schemas/profile.xsd); --where constraints are added to each of its conjunctions.",
+    ),
     fmt: str = typer.Option("text", "--format", "-f", help="text or jsonl."),
     record: Path = typer.Option(
         None, "--record", help="Append delivery records (JSON lines) to FILE."
     ),
 ) -> None:
     """Subscribe at a broker and print every matching event as it arrives."""
-    one_line_errors(_subscribe)(topology_file, broker, where, count, timeout, fmt, record)
+    one_line_errors(_subscribe)(
+        topology_file, broker, where, profile_file, count, timeout, fmt, record
+    )
 
 
-def _subscribe(topology_file, broker, where, count, timeout, fmt, record) -> None:
+def _subscribe(topology_file, broker, where, profile_file, count, timeout, fmt, record) -> None:
     topology = load_topology(topology_file)
     resolve_broker(topology, broker)
     if fmt not in FORMATS:
@@ -134,7 +167,15 @@ def _subscribe(topology_file, broker, where, count, timeout, fmt, record) -> Non
     if timeout < 0:
         raise UserInputError(f"--timeout {timeout}: must be ≥ 0")
     constraints = [parse_where(w) for w in where]
-    wire = [m.Constraint(c.attr, c.op, c.value) for c in constraints]
+    profile = load_profile(profile_file) if profile_file is not None else Profile("cli")
+    try:
+        profile = Profile(
+            profile.id,
+            tuple(Conjunction((*c.constraints, *constraints)) for c in profile.conjunctions),
+            profile.event_type,
+        )
+    except ValueError as exc:
+        raise UserInputError(f"--where: {exc}") from None
     spec = topology.brokers[broker]
     record_file = None
     if record is not None:
@@ -156,8 +197,8 @@ def _subscribe(topology_file, broker, where, count, timeout, fmt, record) -> Non
         async with connect(
             spec.host, spec.port, topology=topology.name, client_id=client_name
         ) as client:
-            sub = await client.subscribe(wire)
-            shown = " and ".join(where) or "everything"
+            sub = await client.subscribe(profile)
+            shown = str(profile)
             err.print(f"subscribed at {broker} to {shown}", highlight=False)
             async for batch in sub.batches():
                 if count:
