@@ -15,11 +15,20 @@ constrain the attributes in between passes them on a *don't-care* edge; a run of
 is not materialised — the edge from a node goes straight to the next constrained attribute — which
 is Aguilera's tree with its chains of ``*`` edges collapsed.
 
+Two refinements keep the walk short. A conjunction's lower and upper bound on one attribute
+(``price >= 10 and price < 20``) form one *range* node, so an event inside the range is one hit
+instead of a hop per bound. An ``in`` test with few values is stored as one equality path per
+value (a conjunction containing a disjunction is a disjunction of conjunctions), so its remaining
+constraints share the subtrees of the equality profiles on those values instead of growing a
+subtree that every event with one of the values must walk too; long lists stay one hashed node.
+
 Matching walks the graph from the root. At a node, each tested attribute the event carries is
 looked up by operator: equality and ``in`` tests in hash tables (keyed by kind, so ``1`` never
 meets ``True``), ordered tests in sorted threshold lists searched by bisection (every threshold
-returned is satisfied), prefixes by probing the event's value at each stored prefix length, ``ne``
-by scanning its (all but one satisfied) tests, ``exists`` directly. So the work of a match grows
+returned is satisfied), ranges in lists sorted by lower bound (a bisection yields those whose
+lower bound holds, each then checked against its upper bound), prefixes by probing the event's
+value at each stored prefix length, ``ne`` by scanning its (all but one satisfied) tests,
+``exists`` directly. So the work of a match grows
 with the constraints the event satisfies, not with the number of stored profiles. Along the way a
 node whose destinations are all already matched is not entered: its edges can add nothing.
 
@@ -43,7 +52,8 @@ _FALSE = ("bool", False)
 
 #: The order of operators inside one attribute: the most selective first.
 _OP_ORDER = {
-    op: i for i, op in enumerate(("eq", "in", "prefix", "lt", "le", "gt", "ge", "ne", "exists"))
+    op: i
+    for i, op in enumerate(("eq", "in", "prefix", "range", "lt", "le", "gt", "ge", "ne", "exists"))
 }
 
 
@@ -69,8 +79,57 @@ def _kind_of(value) -> str | None:
     return None
 
 
+class _Range:
+    """``lo <(=) attr <(=) hi``: a conjunction's lower and upper bound on one attribute, kept
+    as one node so that an event inside the range is one hit instead of a hop per bound."""
+
+    __slots__ = ("attr", "value")
+    op = "range"
+
+    def __init__(self, attr: str, lower: Constraint, upper: Constraint):
+        self.attr = attr
+        # (lo, lo_open, hi, hi_closed)
+        self.value = (lower.value, lower.op == "gt", upper.value, upper.op == "le")
+
+
+class _Eq:
+    """One value of an expanded ``in`` test."""
+
+    __slots__ = ("attr", "value")
+    op = "eq"
+
+    def __init__(self, attr: str, value):
+        self.attr = attr
+        self.value = value
+
+
+def _merge_ranges(constraints: list) -> list:
+    """Replace each attribute's single lower and single upper bound of one kind by a _Range."""
+    bounds: dict[str, list] = {}
+    for c in constraints:
+        if c.op in ("gt", "ge", "lt", "le"):
+            bounds.setdefault(c.attr, []).append(c)
+    merged = {}
+    for attr, cs in bounds.items():
+        lower = [c for c in cs if c.op in ("gt", "ge")]
+        upper = [c for c in cs if c.op in ("lt", "le")]
+        if (
+            len(lower) == 1
+            and len(upper) == 1
+            and _kind_of(lower[0].value) is _kind_of(upper[0].value)
+        ):
+            merged[attr] = (lower[0], upper[0])
+    if not merged:
+        return constraints
+    out = [c for c in constraints if not (c.attr in merged and c in merged[c.attr])]
+    out += [_Range(attr, lo, hi) for attr, (lo, hi) in merged.items()]
+    return out
+
+
 def _ckey(c: Constraint):
     """A constraint's identity among a node's edges (equal keys ⇒ equal semantics)."""
+    if c.op == "range":
+        return ("range", _kind_of(c.value[0]), *c.value)
     if c.op == "in":
         return ("in", frozenset(_key(v) for v in c.value))
     if c.op == "exists":
@@ -122,10 +181,48 @@ class _Sorted:
         del self.nodes[i]
 
 
+class _Intervals:
+    """Ranges of one kind sorted by lower bound: an event value's candidates are the ranges
+    whose lower bound it passes (a bisection); each is then checked against its upper bound."""
+
+    __slots__ = ("items", "los")
+
+    def __init__(self) -> None:
+        self.los: list = []
+        self.items: list[tuple] = []  # (lo, lo_open, hi, hi_closed, node), parallel to los
+
+    def insert(self, value: tuple, node: _Node) -> None:
+        lo = value[0]
+        i = bisect_right(self.los, lo)
+        self.los.insert(i, lo)
+        self.items.insert(i, (*value, node))
+
+    def delete(self, node: _Node) -> None:
+        for i, item in enumerate(self.items):
+            if item[4] is node:
+                del self.los[i]
+                del self.items[i]
+                return
+        raise KeyError(node)
+
+
 class _Tests:
     """The edges from one node that test one attribute, indexed by operator."""
 
-    __slots__ = ("by_key", "eq", "exists", "inn", "lt", "le", "gt", "ge", "ne", "plens", "prefix")
+    __slots__ = (
+        "by_key",
+        "eq",
+        "exists",
+        "inn",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "ne",
+        "plens",
+        "prefix",
+        "rng",
+    )
 
     # Tables are created on first use: most nodes test one attribute with one operator, and the
     # graph holds a node per distinct constraint prefix.
@@ -141,41 +238,57 @@ class _Tests:
         self.gt: dict[str, _Sorted] | None = None
         self.ge: dict[str, _Sorted] | None = None
         self.exists: _Node | None = None
+        self.rng: dict[str, _Intervals] | None = None  # kind -> ranges by lower bound
 
-    def add(self, ckey, c: Constraint) -> _Node:
+    def add(self, ckey, c: Constraint) -> tuple[_Node, bool]:
+        """A node for a new constraint; True if that needed a new table (a new probe)."""
         node = self.by_key[ckey] = _Node()
         op = c.op
         if op == "eq":
-            if self.eq is None:
+            new = self.eq is None
+            if new:
                 self.eq = {}
             self.eq[_key(c.value)] = node
         elif op == "in":
-            if self.inn is None:
+            new = self.inn is None
+            if new:
                 self.inn = {}
             for k in ckey[1]:
                 self.inn.setdefault(k, []).append(node)
         elif op == "ne":
             if self.ne is None:
                 self.ne = {}
+            new = ckey[1] not in self.ne
             self.ne.setdefault(ckey[1], {})[ckey[2]] = node
         elif op == "prefix":
-            if self.prefix is None:
+            new = self.prefix is None
+            if new:
                 self.prefix, self.plens = {}, {}
             self.prefix[c.value] = node
             n = len(c.value)
             self.plens[n] = self.plens.get(n, 0) + 1
         elif op == "exists":
+            new = True
             self.exists = node
+        elif op == "range":
+            if self.rng is None:
+                self.rng = {}
+            s = self.rng.get(ckey[1])
+            new = s is None
+            if new:
+                s = self.rng[ckey[1]] = _Intervals()
+            s.insert(c.value, node)
         else:
             table = getattr(self, op)
             if table is None:
                 table = {}
                 setattr(self, op, table)
             s = table.get(ckey[1])
-            if s is None:
+            new = s is None
+            if new:
                 s = table[ckey[1]] = _Sorted()
             s.insert(c.value, node)
-        return node
+        return node, new
 
     def drop(self, ckey, c: Constraint) -> None:
         node = self.by_key.pop(ckey)
@@ -200,6 +313,11 @@ class _Tests:
                 del self.plens[n]
             else:
                 self.plens[n] -= 1
+        elif op == "range":
+            s = self.rng[ckey[1]]
+            s.delete(node)
+            if not s.los:
+                del self.rng[ckey[1]]
         elif op == "exists":
             self.exists = None
         else:
@@ -221,6 +339,9 @@ class _Tests:
             if table:
                 for kind, s in table.items():
                     out.append((attr, code + (kind is STRING), s))
+        if self.rng:
+            for kind, s in self.rng.items():
+                out.append((attr, _RANGE + (kind is STRING), s))
         if self.prefix:
             out.append((attr, _PREFIX, (self.prefix, self.plens)))
         if self.ne:
@@ -232,7 +353,7 @@ class _Tests:
 
 
 # Probe codes; an ordered code + 1 is the same test on strings.
-_EQ, _IN, _GT, _GE, _LT, _LE, _PREFIX, _NE, _EXISTS = 0, 1, 2, 4, 6, 8, 10, 11, 12
+_EQ, _IN, _GT, _GE, _LT, _LE, _PREFIX, _NE, _EXISTS, _RANGE = 0, 1, 2, 4, 6, 8, 10, 11, 12, 13
 
 
 # -- the graph ---------------------------------------------------------------------------------
@@ -314,8 +435,8 @@ class ProfileGraph:
     def clear(self) -> None:
         self.__init__()
 
-    def _orderings(self, conj: Conjunction, *, create: bool) -> list[list[Constraint]] | None:
-        """The conjunction as constraint sequences in the global attribute order.
+    def _orderings(self, conj: Conjunction, *, create: bool) -> list[list[tuple]] | None:
+        """The conjunction as [(constraint key, constraint)] sequences in the global order.
 
         An ``in`` test whose alternatives are few is written as one equality path per value
         (the conjunction with a disjunction inside is the disjunction of conjunctions), so its
@@ -329,20 +450,20 @@ class ProfileGraph:
                     return None
                 rank[c.attr] = self._next_rank
                 self._next_rank += 1
-        alternatives: list[list[Constraint]] = [[]]
+        alternatives: list[list] = [[]]
         for c in conj.constraints:
             if c.op == "in" and len(alternatives) * len(c.value) <= IN_EXPANSION:
-                alternatives = [
-                    [*alt, Constraint(c.attr, "eq", v)] for alt in alternatives for v in c.value
-                ]
+                alternatives = [[*alt, _Eq(c.attr, v)] for alt in alternatives for v in c.value]
             else:
                 for alt in alternatives:
                     alt.append(c)
         out = {}
         for alt in alternatives:
-            unique = {_ckey(c) + (c.attr,): c for c in alt}
-            ordered = sorted(unique.values(), key=lambda c: _sort_key(c, rank[c.attr]))
-            out.setdefault(tuple(_ckey(c) + (c.attr,) for c in ordered), ordered)
+            unique = {(c.attr, _ckey(c)): c for c in alt}
+            if len(unique) > 1:
+                unique = {(c.attr, _ckey(c)): c for c in _merge_ranges(list(unique.values()))}
+            ordered = sorted(unique.items(), key=lambda kc: _sort_key(kc[1], rank[kc[0][0]]))
+            out.setdefault(tuple(k for k, _ in ordered), [(k[1], c) for k, c in ordered])
         return list(out.values())
 
     def _paths(self, conj: Conjunction, *, create: bool):
@@ -354,9 +475,8 @@ class ProfileGraph:
         for ordered in orderings:
             node = self._root
             path = []
-            for c in ordered:
+            for ckey, c in ordered:
                 tests = node.tests.get(c.attr) if node.tests is not None else None
-                ckey = _ckey(c)
                 child = tests.by_key.get(ckey) if tests is not None else None
                 if child is None:
                     if not create:
@@ -365,8 +485,9 @@ class ProfileGraph:
                         if node.tests is None:
                             node.tests = {}
                         tests = node.tests[c.attr] = _Tests()
-                    child = tests.add(ckey, c)
-                    node.probes = _probes(node)
+                    child, new_table = tests.add(ckey, c)
+                    if new_table:
+                        node.probes = _probes(node)
                     self._nodes += 1
                 path.append((tests, ckey, child, c))
                 node = child
@@ -441,6 +562,15 @@ class ProfileGraph:
                     node = table.get((_TRUE if v else _FALSE) if t is bool else v)
                     if node is not None:
                         found.append(node)
+                elif code >= _RANGE:
+                    if (code == _RANGE and (t is int or t is float) and v == v) or (
+                        code > _RANGE and t is str
+                    ):
+                        for lo, lo_open, hi, hi_closed, node in table.items[
+                            : bisect_right(table.los, v)
+                        ]:
+                            if (v < hi or (hi_closed and v == hi)) and not (lo_open and v == lo):
+                                found.append(node)
                 elif code < _PREFIX:
                     if code == _IN:
                         nodes = table.get((_TRUE if v else _FALSE) if t is bool else v)
@@ -481,8 +611,12 @@ class ProfileGraph:
                 for child in found:
                     if child.ends:
                         result.update(child.ends)
-                    if child.probes and not child.dests.keys() <= result:
-                        stack.append(child)
+                    if child.probes:
+                        # enter only if something below is not matched yet (seed 004: the
+                        # destinations along an edge); the length test keeps that cheap
+                        dests = child.dests
+                        if len(dests) > len(result) or not dests.keys() <= result:
+                            stack.append(child)
                 found.clear()
         return result
 
@@ -519,5 +653,7 @@ def _describe(ckey) -> tuple:
         return (op, None)
     if op == "in":
         return (op, frozenset(k[1] if isinstance(k, tuple) else k for k in ckey[1]))
+    if op == "range":
+        return (op, ckey[2:])
     value = ckey[2]
     return (op, value[1] if isinstance(value, tuple) else value)

@@ -299,3 +299,49 @@ AddRemove.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestAddRemove = AddRemove.TestCase
+
+
+def test_a_lower_and_upper_bound_on_one_attribute_is_one_range_node():
+    g = ProfileGraph()
+    g.add(P([C("p", "ge", 10), C("p", "lt", 20)]), "half-open")
+    g.add(P([C("p", "gt", 10), C("p", "le", 20)]), "open-closed")
+    g.add(P([C("p", "ge", 10), C("p", "le", 10)]), "point")
+    g.add(P([C("s", "ge", "b"), C("s", "lt", "c")]), "b-words")
+    assert g.node_count == 1 + 4  # one node per range, no chain of bounds
+    assert g.match({"p": 10}) == {"half-open", "point"}
+    assert g.match({"p": 10.5}) == {"half-open", "open-closed"}
+    assert g.match({"p": 20}) == {"open-closed"}
+    assert g.match({"p": 20.0001}) == set()
+    assert g.match({"p": math.nan}) == set()
+    assert g.match({"p": "15"}) == set()  # kinds never meet
+    assert g.match({"s": "bz"}) == {"b-words"}
+    assert g.match({"s": "c"}) == set()
+    g.remove(P([C("p", "ge", 10), C("p", "lt", 20)]), "half-open")
+    assert g.match({"p": 10}) == {"point"}
+    g.remove(P([C("p", "le", 20), C("p", "gt", 10)]), "open-closed")  # any writing order
+    assert g.match({"p": 15}) == set()
+
+
+def test_a_range_of_mixed_kinds_stays_two_bounds_and_never_matches():
+    g = ProfileGraph()
+    g.add(P([C("p", "ge", 1), C("p", "lt", "z")]), "never")
+    assert g.match({"p": 5}) == set() and g.match({"p": "a"}) == set()
+    assert g.node_count == 3
+
+
+def test_a_short_in_list_shares_the_equality_subtrees():
+    g = ProfileGraph()
+    g.add(P([C("sym", "eq", "IBM"), C("ex", "eq", "NYSE")]), "ibm")
+    nodes = g.node_count
+    g.add(P([C("sym", "in", ("IBM", "HPQ")), C("ex", "eq", "NYSE")]), "tech")
+    assert g.node_count == nodes + 2  # only sym=HPQ → ex=NYSE is new
+    assert g.match({"sym": "IBM", "ex": "NYSE"}) == {"ibm", "tech"}
+    assert g.match({"sym": "HPQ", "ex": "NYSE"}) == {"tech"}
+    # a long list stays one hashed `in` node
+    many = tuple(f"S{i}" for i in range(100))
+    g.add(P([C("sym", "in", many)]), "many")
+    assert g.match({"sym": "S42"}) == {"many"}
+    g.remove(P([C("sym", "in", many)]), "many")
+    g.remove(P([C("sym", "in", ("IBM", "HPQ")), C("ex", "eq", "NYSE")]), "tech")
+    assert g.node_count == nodes
+    assert g.match({"sym": "HPQ", "ex": "NYSE"}) == set()
