@@ -291,21 +291,30 @@ class _Tests:
         return node, new
 
     def drop(self, ckey, c: Constraint) -> None:
+        """Remove a constraint's node; a table left empty goes back to None, so that the next
+        ``add`` reports it as new and the owner rebuilds its probes (the caller always does
+        after a drop)."""
         node = self.by_key.pop(ckey)
         op = c.op
         if op == "eq":
             del self.eq[_key(c.value)]
+            if not self.eq:
+                self.eq = None
         elif op == "in":
             for k in ckey[1]:
                 nodes = self.inn[k]
                 nodes.remove(node)
                 if not nodes:
                     del self.inn[k]
+            if not self.inn:
+                self.inn = None
         elif op == "ne":
             table = self.ne[ckey[1]]
             del table[ckey[2]]
             if not table:
                 del self.ne[ckey[1]]
+            if not self.ne:
+                self.ne = None
         elif op == "prefix":
             del self.prefix[c.value]
             n = len(c.value)
@@ -313,11 +322,15 @@ class _Tests:
                 del self.plens[n]
             else:
                 self.plens[n] -= 1
+            if not self.prefix:
+                self.prefix = self.plens = None
         elif op == "range":
             s = self.rng[ckey[1]]
             s.delete(node)
             if not s.los:
                 del self.rng[ckey[1]]
+            if not self.rng:
+                self.rng = None
         elif op == "exists":
             self.exists = None
         else:
@@ -326,6 +339,8 @@ class _Tests:
             s.delete(c.value)
             if not s.keys:
                 del table[ckey[1]]
+            if not table:
+                setattr(self, op, None)
 
     def probes(self, attr: str) -> list[tuple]:
         """This attribute's non-empty tables as ``(attr, code, table)`` for the match loop."""
@@ -375,6 +390,8 @@ class ProfileGraph:
         self._nodes = 1
         #: destination -> stored conjunctions (all paths of all its profiles)
         self._dests: dict[Hashable, int] = {}
+        #: destination -> {conjunction (as its set of paths) -> times stored}: what remove checks
+        self._stored: dict[Hashable, dict[frozenset, int]] = {}
 
     # -- inspection -------------------------------------------------------------------------------
 
@@ -416,27 +433,22 @@ class ProfileGraph:
         conjs = _conjunctions(profile)
         # verify first, so a bad remove leaves the graph untouched: every path of every
         # conjunction must be stored for this destination as often as the profile needs it
-        need: dict[int, int] = {}
-        ends: dict[int, dict] = {}
+        stored = self._stored.get(destination, {})
+        need: dict[frozenset, int] = {}
         for conj in conjs:
-            paths = self._paths(conj, create=False)
-            if paths is None:
+            orderings = self._orderings(conj, create=False)
+            key = frozenset(orderings) if orderings is not None else None
+            need[key] = need.get(key, 0) + 1
+            if stored.get(key, 0) < need[key]:
                 raise KeyError(f"{destination!r} has no stored {conj}")
-            for path in paths:
-                last = path[-1][2] if path else self._root
-                need[id(last)] = need.get(id(last), 0) + 1
-                ends[id(last)] = last.ends or {}
-        for key, n in need.items():
-            if ends[key].get(destination, 0) < n:
-                raise KeyError(f"{destination!r} has no stored {profile}")
         for conj in conjs:
             self._remove(conj, destination)
 
     def clear(self) -> None:
         self.__init__()
 
-    def _orderings(self, conj: Conjunction, *, create: bool) -> list[list[tuple]] | None:
-        """The conjunction as [(constraint key, constraint)] sequences in the global order.
+    def _orderings(self, conj: Conjunction, *, create: bool) -> dict[tuple, list] | None:
+        """The conjunction's paths: {path key: [(constraint key, constraint)]} in global order.
 
         An ``in`` test whose alternatives are few is written as one equality path per value
         (the conjunction with a disjunction inside is the disjunction of conjunctions), so its
@@ -464,15 +476,12 @@ class ProfileGraph:
                 unique = {(c.attr, _ckey(c)): c for c in _merge_ranges(list(unique.values()))}
             ordered = sorted(unique.items(), key=lambda kc: _sort_key(kc[1], rank[kc[0][0]]))
             out.setdefault(tuple(k for k, _ in ordered), [(k[1], c) for k, c in ordered])
-        return list(out.values())
+        return out
 
-    def _paths(self, conj: Conjunction, *, create: bool):
+    def _paths(self, orderings: dict, *, create: bool):
         """Per ordering, [(tests, ckey, node, constraint)] along its path (None if absent)."""
-        orderings = self._orderings(conj, create=create)
-        if orderings is None:
-            return None
         paths = []
-        for ordered in orderings:
+        for ordered in orderings.values():
             node = self._root
             path = []
             for ckey, c in ordered:
@@ -495,7 +504,11 @@ class ProfileGraph:
         return paths
 
     def _add(self, conj: Conjunction, dest: Hashable) -> None:
-        for path in self._paths(conj, create=True):
+        orderings = self._orderings(conj, create=True)
+        stored = self._stored.setdefault(dest, {})
+        key = frozenset(orderings)
+        stored[key] = stored.get(key, 0) + 1
+        for path in self._paths(orderings, create=True):
             for _, _, node, _ in path:
                 node.dests[dest] = node.dests.get(dest, 0) + 1
             last = path[-1][2] if path else self._root
@@ -508,7 +521,12 @@ class ProfileGraph:
             self._uses[attr] = self._uses.get(attr, 0) + 1
 
     def _remove(self, conj: Conjunction, dest: Hashable) -> None:
-        for path in self._paths(conj, create=False):
+        orderings = self._orderings(conj, create=False)
+        stored = self._stored[dest]
+        _decrement(stored, frozenset(orderings))
+        if not stored:
+            del self._stored[dest]
+        for path in self._paths(orderings, create=False):
             last = path[-1][2] if path else self._root
             _decrement(last.ends, dest)
             if not last.ends:
