@@ -32,7 +32,7 @@ def publish(
         [],
         "--attr",
         "-a",
-        help="name=value (int, else float, else string); name:str=value forces a string.",
+        help="name=value (true/false, else int, else float, else string); name:str=value forces a string (also :int :float :bool).",
     ),
     count: int = typer.Option(
         1, "--count", "-n", help="Events to publish; each gets int attribute n=0..N-1."
@@ -47,7 +47,7 @@ def publish(
         None,
         "--event",
         "-e",
-        help="An XML event (schemas/event.xsd): its type, attributes and payload; --attr adds to it.",
+        help="An XML event (schemas/event.xsd): its type, attributes and payload; --attr, --type, --payload and --size override them.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
@@ -132,7 +132,7 @@ def subscribe(
         [],
         "--where",
         "-w",
-        help="'name OP value' (OP: = != < <= > >= prefix) or 'name exists'; repeat to AND.",
+        help="'name OP value' (OP: = != < <= > >= prefix in) or 'name exists'; repeat to AND.",
     ),
     count: int = typer.Option(
         0, "--count", "-n", help="Exit 0 after this many events (0: run until timeout or Ctrl-C)."

@@ -46,6 +46,8 @@ MAX_CONSTRAINTS = 256
 MAX_IN_VALUES = 4096
 MAX_NAME = 256
 MAX_STRING = 65536
+#: Integers are signed 64-bit, as on the wire.
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 
 NAME = re.compile(r"[A-Za-z_][\w.\-]*")
 
@@ -70,6 +72,8 @@ def _check_value(value, op: str) -> str:
         raise ValueError(f"{op}: NaN is not a constraint value")
     if k is STRING and len(value) > MAX_STRING:
         raise ValueError(f"{op}: string value over {MAX_STRING} characters")
+    if type(value) is int and not INT_MIN <= value <= INT_MAX:
+        raise ValueError(f"{op}: integer {value} is outside the signed 64-bit range")
     return k
 
 

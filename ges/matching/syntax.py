@@ -10,11 +10,14 @@ from __future__ import annotations
 import re
 
 from ges.errors import UserInputError
-from ges.matching.model import ALIASES, Constraint, Value
+from ges.matching.model import ALIASES, INT_MAX, INT_MIN, Constraint, Value
 
 
 def parse_value(text: str) -> Value:
-    """int if it parses as one, else float if it parses as one, else the string itself."""
+    """``true``/``false`` are booleans; else an int if it parses as one, else a float if it
+    parses as one, else the string itself."""
+    if text in _BOOLS:
+        return _BOOLS[text]
     try:
         return int(text)
     except ValueError:
@@ -35,22 +38,38 @@ def parse_attr(text: str) -> tuple[str, Value]:
     force_str = False
     if ":" in name:
         name, _, kind = name.partition(":")
-        if kind not in ("str", "int", "float"):
-            raise UserInputError(f"--attr {text!r}: unknown type {kind!r} (use str, int or float)")
+        if kind not in ("str", "int", "float", "bool"):
+            raise UserInputError(
+                f"--attr {text!r}: unknown type {kind!r} (use str, int, float or bool)"
+            )
         force_str = kind == "str"
         if not _NAME.fullmatch(name):
             raise UserInputError(
                 f"--attr {text!r}: attribute name must be a word ([A-Za-z_][\\w.-]*)"
             )
+        if kind == "bool":
+            if raw not in _BOOLS:
+                raise UserInputError(f"--attr {text!r}: {raw!r} is not true or false")
+            return name, _BOOLS[raw]
         if kind in ("int", "float"):
             try:
-                return name, int(raw) if kind == "int" else float(raw)
+                value = int(raw) if kind == "int" else float(raw)
             except ValueError:
                 article = "an" if kind == "int" else "a"
                 raise UserInputError(f"--attr {text!r}: {raw!r} is not {article} {kind}") from None
+            return name, _in_range(value, text)
     if not _NAME.fullmatch(name):
         raise UserInputError(f"--attr {text!r}: attribute name must be a word ([A-Za-z_][\\w.-]*)")
-    return name, raw if force_str else parse_value(raw)
+    return name, raw if force_str else _in_range(parse_value(raw), text)
+
+
+def _in_range(value: Value, text: str) -> Value:
+    if type(value) is int and not INT_MIN <= value <= INT_MAX:
+        raise UserInputError(f"--attr {text!r}: integer outside the signed 64-bit range")
+    return value
+
+
+_BOOLS = {"true": True, "false": False}
 
 
 _NAME = re.compile(r"[A-Za-z_][\w.\-]*")
@@ -104,6 +123,8 @@ def parse_where(text: str) -> Constraint:
     if raw[0] in "=<>!" and op != "prefix":
         raise UserInputError(f"--where {text!r}: value {raw!r} starts with an operator; quote it")
     if op == "in":
+        if raw.startswith("(") and raw.endswith(")"):  # as str() writes it: in (a, b)
+            raw = raw[1:-1]
         parts = _split_list(raw)
         if any(not p for p in parts):
             raise UserInputError(f"--where {text!r}: empty value in the list (quote '' for one)")

@@ -199,8 +199,8 @@ def _parse_xml(data: bytes, source: str) -> etree._Element:
     except etree.XMLSyntaxError as exc:
         message = _LIBXML_WHERE.sub("", exc.msg or "not well-formed")
         if message.startswith("Excessive depth"):
-            message = f"elements nested deeper than {MAX_DEPTH}"
-        elif message.startswith("Maximum entity amplification"):  # a DTD the scan missed
+            _fail(source, exc.lineno or 1, f"elements nested deeper than {MAX_DEPTH}")
+        if message.startswith("Maximum entity amplification"):  # a DTD the scan missed
             _fail(source, exc.lineno, f"{_NO_DTD} (entity expansion too large)")
         _fail(source, exc.lineno or 1, f"malformed XML: {message}")
     info = root.getroottree().docinfo

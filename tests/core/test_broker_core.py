@@ -842,3 +842,21 @@ def test_losing_the_last_link_between_units_is_reported_as_a_partition():
     net.link("b10", "b11", up=True)
     net.run()
     assert any(b == "b1" and "live link again" in t for b, t in net.notices)
+
+
+def test_an_invalid_profile_replacing_a_subscription_keeps_the_old_one():
+    core = make("b1")
+    with_client(core, 1, (1, [m.Constraint("a", "eq", 1)]))
+    bad = m.Subscribe(1, [[m.Constraint("a", "lt", True)]])  # booleans are not ordered
+    out = core.client_message(1, bad, 0.0)
+    assert [type(msg) for _, _, msg in out] == [m.Error]
+    assert core.stats().subscriptions == 1
+    core.client_open(2, "pub")
+    out = core.client_message(2, m.Publish(1, [ev(a=1), ev(a=2)]), 0.0)
+    assert ticks_of(to(out, CLIENT, 1)) == [1]
+    # a valid replacement takes over, and unsubscribing leaves no routing state behind
+    core.client_message(1, m.Subscribe(1, [[m.Constraint("a", "eq", 2)]]), 0.0)
+    out = core.client_message(2, m.Publish(2, [ev(a=1), ev(a=2)]), 0.0)
+    assert ticks_of(to(out, CLIENT, 1)) == [4]
+    core.client_message(1, m.Unsubscribe(1), 0.0)
+    assert not core.profiles and core.profiles.node_count == 1

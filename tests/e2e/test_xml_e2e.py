@@ -58,7 +58,10 @@ def _hostile(tmp_path: Path) -> dict[str, tuple[Path, str]]:
             + "</profile>",
             "deeper",
         ),
-        "malformed": ('<profile xmlns="urn:ges:profile:1" id="x">\n<eq attr="a">\n', "x"),
+        "malformed": (
+            '<profile xmlns="urn:ges:profile:1" id="x">\n<eq attr="a">\n',
+            "malformed XML",
+        ),
         "invalid": (
             '<profile xmlns="urn:ges:profile:1" id="x">\n<like attr="a" type="string">b</like>'
             "\n</profile>",

@@ -74,7 +74,10 @@ def one_line_error(parse, text, flag):
         ("code prefix 10", C("code", "prefix", "10")),  # a prefix is always a string
         ("code prefix 1.5", C("code", "prefix", "1.5")),
         ("x = nan", C("x", "eq", "nan")),
-        ("x = true", C("x", "eq", "true")),  # no boolean syntax
+        ("x = true", C("x", "eq", True)),
+        ("x = false", C("x", "eq", False)),
+        ("x = 'true'", C("x", "eq", "true")),  # quoted: the string
+        ("x = True", C("x", "eq", "True")),  # only lowercase true/false are booleans
         ("exists exists", C("exists", "exists")),
         ("prefix prefix p", C("prefix", "prefix", "p")),
         ("x = exists", C("x", "eq", "exists")),
@@ -196,7 +199,8 @@ def test_str_of_a_parsed_symbol_constraint_parses_back(text):
         ("sym in IBM,HPQ", {"sym": "HPQ"}, True),
         ("sym in IBM,HPQ", {"sym": "SUN"}, False),
         ("x exists", {"x": False}, True),
-        ("x = true", {"x": True}, False),
+        ("x = true", {"x": True}, True),
+        ("x = true", {"x": "true"}, False),
     ],
 )
 def test_parsed_constraints_match(text, attributes, expected):
@@ -221,7 +225,8 @@ def test_parsed_constraints_match(text, attributes, expected):
         ("nan", "nan"),  # NaN never compares equal: it stays a string
         ("-nan", "-nan"),
         ("NaN", "NaN"),
-        ("true", "true"),
+        ("true", True),
+        ("false", False),
         ("False", "False"),
         ("10x", "10x"),
         ("0x10", "0x10"),
@@ -248,7 +253,9 @@ def test_parse_value(text, expected):
         ("s=a=b", ("s", "a=b")),
         (" s =IBM", ("s", "IBM")),
         ("s=nan", ("s", "nan")),
-        ("s=true", ("s", "true")),
+        ("s=true", ("s", True)),
+        ("s:bool=false", ("s", False)),
+        ("s:str=true", ("s", "true")),
         ("s='42'", ("s", "'42'")),  # quotes are kept: use name:str=value
         ("s:str=10", ("s", "10")),
         ("s:str=", ("s", "")),
@@ -301,7 +308,7 @@ def test_parse_attr_rejects_bad_input_with_one_line(text):
     ("text", "fragment"),
     [
         ("n", "expected name=value"),
-        ("n:bool=1", "unknown type 'bool'"),
+        ("n:bool=1", "is not true or false"),
         ("n:int=abc", "'abc' is not an int"),
         ("x:float=abc", "'abc' is not a"),
         ("1n=10", "attribute name must be a word"),
