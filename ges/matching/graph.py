@@ -390,8 +390,9 @@ class ProfileGraph:
         self._nodes = 1
         #: destination -> stored conjunctions (all paths of all its profiles)
         self._dests: dict[Hashable, int] = {}
-        #: destination -> {conjunction (as its set of paths) -> times stored}: what remove checks
-        self._stored: dict[Hashable, dict[frozenset, int]] = {}
+        #: (destination, conjunction as its path or set of paths) -> times stored: what remove
+        #: checks, so that only what was added can be removed
+        self._stored: dict[tuple, int] = {}
 
     # -- inspection -------------------------------------------------------------------------------
 
@@ -433,11 +434,11 @@ class ProfileGraph:
         conjs = _conjunctions(profile)
         # verify first, so a bad remove leaves the graph untouched: every path of every
         # conjunction must be stored for this destination as often as the profile needs it
-        stored = self._stored.get(destination, {})
-        need: dict[frozenset, int] = {}
+        stored = self._stored
+        need: dict = {}
         for conj in conjs:
             orderings = self._orderings(conj, create=False)
-            key = frozenset(orderings) if orderings is not None else None
+            key = (destination, _conj_key(orderings) if orderings is not None else None)
             need[key] = need.get(key, 0) + 1
             if stored.get(key, 0) < need[key]:
                 raise KeyError(f"{destination!r} has no stored {conj}")
@@ -505,9 +506,8 @@ class ProfileGraph:
 
     def _add(self, conj: Conjunction, dest: Hashable) -> None:
         orderings = self._orderings(conj, create=True)
-        stored = self._stored.setdefault(dest, {})
-        key = frozenset(orderings)
-        stored[key] = stored.get(key, 0) + 1
+        key = (dest, _conj_key(orderings))
+        self._stored[key] = self._stored.get(key, 0) + 1
         for path in self._paths(orderings, create=True):
             for _, _, node, _ in path:
                 node.dests[dest] = node.dests.get(dest, 0) + 1
@@ -522,10 +522,7 @@ class ProfileGraph:
 
     def _remove(self, conj: Conjunction, dest: Hashable) -> None:
         orderings = self._orderings(conj, create=False)
-        stored = self._stored[dest]
-        _decrement(stored, frozenset(orderings))
-        if not stored:
-            del self._stored[dest]
+        _decrement(self._stored, (dest, _conj_key(orderings)))
         for path in self._paths(orderings, create=False):
             last = path[-1][2] if path else self._root
             _decrement(last.ends, dest)
@@ -646,6 +643,13 @@ def _probes(node: _Node) -> tuple:
     if not node.tests:
         return ()
     return tuple(p for attr, tests in node.tests.items() for p in tests.probes(attr))
+
+
+def _conj_key(orderings: dict):
+    """A stored conjunction's identity: its path, or the set of its paths (an expanded ``in``)."""
+    if len(orderings) == 1:
+        return next(iter(orderings))
+    return frozenset(orderings)
 
 
 def _decrement(counts: dict, key) -> None:
