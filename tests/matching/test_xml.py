@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import resource
 import socket
-import time
 import tomllib
 from pathlib import Path
 
@@ -359,15 +358,13 @@ def test_external_dtd_is_not_fetched():
             listener.accept()  # nobody connected
 
 
-def test_billion_laughs_is_refused_quickly():
+def test_billion_laughs_is_refused_without_expanding():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    started = time.perf_counter()
     assert rejected(LAUGHS.encode()) == "in.xml:2: DTDs and entities are not allowed"
     assert rejected(in_utf16(LAUGHS)) == "in.xml:2: DTDs and entities are not allowed"
     assert rejected(in_utf7(LAUGHS)).endswith(
         ": DTDs and entities are not allowed (entity expansion too large)"
     )
-    assert time.perf_counter() - started < 1
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert grown_kib < 50 * 1024
 
