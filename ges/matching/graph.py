@@ -39,9 +39,16 @@ The graph is sans-I/O and knows nothing of XML.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 
-from ges.matching.model import BOOLEAN, NUMBER, STRING, TYPE_ATTR, Conjunction, Constraint, Profile
+from ges.matching.model import (
+    STRING,
+    TYPE_ATTR,
+    Conjunction,
+    Constraint,
+    Profile,
+    kind,
+)
 
 # -- keys --------------------------------------------------------------------------------------
 
@@ -68,17 +75,6 @@ def _key(value):
     return value
 
 
-def _kind_of(value) -> str | None:
-    t = type(value)
-    if t is str:
-        return STRING
-    if t is int or t is float:
-        return NUMBER
-    if t is bool:
-        return BOOLEAN
-    return None
-
-
 class _Range:
     """``lo <(=) attr <(=) hi``: a conjunction's lower and upper bound on one attribute, kept
     as one node so that an event inside the range is one hit instead of a hop per bound."""
@@ -103,38 +99,41 @@ class _Eq:
         self.value = value
 
 
-def _merge_ranges(constraints: list) -> list:
-    """Replace each attribute's single lower and single upper bound of one kind by a _Range."""
+def _merge_ranges(keyed: dict) -> dict:
+    """Replace each attribute's single lower and single upper bound of one kind by a _Range
+    (``keyed``: {(attr, constraint key): constraint}; returned as is when nothing merges)."""
     bounds: dict[str, list] = {}
-    for c in constraints:
+    for c in keyed.values():
         if c.op in ("gt", "ge", "lt", "le"):
             bounds.setdefault(c.attr, []).append(c)
     merged = {}
     for attr, cs in bounds.items():
         lower = [c for c in cs if c.op in ("gt", "ge")]
         upper = [c for c in cs if c.op in ("lt", "le")]
-        if (
-            len(lower) == 1
-            and len(upper) == 1
-            and _kind_of(lower[0].value) is _kind_of(upper[0].value)
-        ):
+        if len(lower) == 1 and len(upper) == 1 and kind(lower[0].value) is kind(upper[0].value):
             merged[attr] = (lower[0], upper[0])
     if not merged:
-        return constraints
-    out = [c for c in constraints if not (c.attr in merged and c in merged[c.attr])]
-    out += [_Range(attr, lo, hi) for attr, (lo, hi) in merged.items()]
+        return keyed
+    out = {
+        k: c
+        for k, c in keyed.items()
+        if not (c.attr in merged and (c is merged[c.attr][0] or c is merged[c.attr][1]))
+    }
+    for attr, (lo, hi) in merged.items():
+        r = _Range(attr, lo, hi)
+        out[(attr, _ckey(r))] = r
     return out
 
 
 def _ckey(c: Constraint):
     """A constraint's identity among a node's edges (equal keys ⇒ equal semantics)."""
     if c.op == "range":
-        return ("range", _kind_of(c.value[0]), *c.value)
+        return ("range", kind(c.value[0]), *c.value)
     if c.op == "in":
         return ("in", frozenset(_key(v) for v in c.value))
     if c.op == "exists":
         return ("exists", None)
-    return (c.op, _kind_of(c.value), _key(c.value))
+    return (c.op, kind(c.value), _key(c.value))
 
 
 def _sort_key(c: Constraint, rank: int):
@@ -352,16 +351,16 @@ class _Tests:
         for code, op in ((_GT, "gt"), (_GE, "ge"), (_LT, "lt"), (_LE, "le")):
             table = getattr(self, op)
             if table:
-                for kind, s in table.items():
-                    out.append((attr, code + (kind is STRING), s))
+                for k, s in table.items():
+                    out.append((attr, code + (k is STRING), s))
         if self.rng:
-            for kind, s in self.rng.items():
-                out.append((attr, _RANGE + (kind is STRING), s))
+            for k, s in self.rng.items():
+                out.append((attr, _RANGE + (k is STRING), s))
         if self.prefix:
             out.append((attr, _PREFIX, (self.prefix, self.plens)))
         if self.ne:
-            for kind, table in self.ne.items():
-                out.append((attr, _NE, (kind, table)))
+            for k, table in self.ne.items():
+                out.append((attr, _NE, (k, table)))
         if self.exists is not None:
             out.append((attr, _EXISTS, self.exists))
         return out
@@ -474,7 +473,7 @@ class ProfileGraph:
         for alt in alternatives:
             unique = {(c.attr, _ckey(c)): c for c in alt}
             if len(unique) > 1:
-                unique = {(c.attr, _ckey(c)): c for c in _merge_ranges(list(unique.values()))}
+                unique = _merge_ranges(unique)
             ordered = sorted(unique.items(), key=lambda kc: _sort_key(kc[1], rank[kc[0][0]]))
             out.setdefault(tuple(k for k, _ in ordered), [(k[1], c) for k, c in ordered])
         return out
@@ -614,8 +613,8 @@ class ProfileGraph:
                                 if node is not None:
                                     found.append(node)
                 elif code == _NE:
-                    kind, nodes = table
-                    if kind is _kind_of(v):
+                    ne_kind, nodes = table
+                    if ne_kind is kind(v):
                         key = (_TRUE if v else _FALSE) if t is bool else v
                         for k, node in nodes.items():
                             if k != key:
@@ -634,9 +633,6 @@ class ProfileGraph:
                             stack.append(child)
                 found.clear()
         return result
-
-    def match_many(self, events: Iterable[Mapping]) -> list[set]:
-        return [self.match(e) for e in events]
 
 
 def _probes(node: _Node) -> tuple:

@@ -33,6 +33,8 @@ from lxml import etree
 
 from ges.errors import UserInputError
 from ges.matching.model import (
+    INT_MAX,
+    INT_MIN,
     MAX_NAME,
     NAME,
     TYPE_ATTR,
@@ -126,7 +128,6 @@ _SPECIAL_FLOATS = {
     "nan": math.nan,
 }
 _BOOLS = {"true": True, "1": True, "false": False, "0": False}
-_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _LIBXML_WHERE = re.compile(r",? line \d+, column \d+$")
 
 
@@ -250,7 +251,7 @@ def _convert(text: str, type_name: str, what: str) -> Value:
         if not _INT.fullmatch(text):
             raise ValueError(f"{what}: {text!r} is not an int")
         # (the length test first: int() of a few thousand digits is refused, or slow)
-        if len(text.lstrip("+-").lstrip("0")) > 19 or not _INT_MIN <= int(text) <= _INT_MAX:
+        if len(text.lstrip("+-").lstrip("0")) > 19 or not INT_MIN <= int(text) <= INT_MAX:
             raise ValueError(f"{what}: {text} is outside the signed 64-bit range")
         return int(text)
     if type_name == "float":
