@@ -11,6 +11,8 @@ import typer
 from rich.logging import RichHandler
 
 from cli._common import err, load_topology, one_line_errors, out, resolve_broker
+from ges.core.broker import ROUTINGS
+from ges.errors import UserInputError
 from ges.monitor import Monitor
 from ges.runtime import BrokerServer
 from ges.runtime.up import (
@@ -55,42 +57,60 @@ def up(
         120.0, "--ready-timeout", help="Seconds to wait for every link."
     ),
     log_level: str = typer.Option("warning", "--log-level", help="debug, info, warning or error."),
+    routing: str = typer.Option(
+        "content",
+        "--routing",
+        help="content: events go only where a profile matches (seed 004); flood: everywhere.",
+    ),
 ) -> None:
     """Start every broker of a topology on this host and show them live.
 
     Prints a readiness line once every broker listens and all its links are up, writes
     DIR/run.json (id, host, port, pid per broker), and stops cleanly on Ctrl-C or SIGTERM.
     """
-    one_line_errors(_up)(topology_file, data_dir, processes, no_live, ready_timeout, log_level)
+    one_line_errors(_up)(
+        topology_file, data_dir, processes, no_live, ready_timeout, log_level, routing
+    )
 
 
-def _up(topology_file, data_dir, processes, no_live, ready_timeout, log_level) -> None:
+def _check_routing(routing: str) -> str:
+    if routing not in ROUTINGS:
+        raise UserInputError(f"--routing: {routing!r} is not one of {', '.join(ROUTINGS)}")
+    return routing
+
+
+def _up(topology_file, data_dir, processes, no_live, ready_timeout, log_level, routing) -> None:
+    _check_routing(routing)
     topology = load_topology(topology_file)
     data_dir = data_dir or default_data_dir(topology.name)
     # with the live view on, logs print above it through the same console
     _setup_logging(log_level, console=err if no_live else out)
     network = Network(topology=topology, processes=processes, data_dir=data_dir)
-    trio.run(_run_up, topology, topology_file, network, no_live, ready_timeout, log_level)
+    trio.run(_run_up, topology, topology_file, network, no_live, ready_timeout, log_level, routing)
 
 
-async def _run_up(topology, topology_file, network: Network, no_live, ready_timeout, log_level):
+async def _run_up(
+    topology, topology_file, network: Network, no_live, ready_timeout, log_level, routing
+):
     supervisor = None
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stop_on_signals, nursery.cancel_scope)
             mode = "processes" if network.processes else "embedded"
+            if routing != "content":
+                mode += f", {routing} routing"
             err.print(
                 f"starting {len(topology.brokers)} brokers of {topology.name} ({mode}) …",
                 highlight=False,
             )
             if network.processes:
                 supervisor = ProcessSupervisor(
-                    topology, Path(topology_file), network, log_level=log_level
+                    topology, Path(topology_file), network, log_level=log_level, routing=routing
                 )
                 await supervisor.start_all(nursery)
                 check = supervisor.check
             else:
-                await run_embedded(topology, nursery, network)
+                await run_embedded(topology, nursery, network, routing=routing)
                 check = None
             await wait_ready(topology, timeout=ready_timeout, check=check)
             if supervisor is not None:
@@ -117,12 +137,16 @@ def broker(
     broker_id: str = typer.Option(..., "--id", help="Which broker of the topology to run."),
     data_dir: Path = typer.Option(None, "--data-dir", help="Data directory (default: .ges/NAME)."),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
+    routing: str = typer.Option(
+        "content", "--routing", help="content (default) or flood; the same on every broker."
+    ),
 ) -> None:
     """Run one broker of a topology (for deployments across hosts)."""
-    one_line_errors(_broker)(topology_file, broker_id, data_dir, log_level)
+    one_line_errors(_broker)(topology_file, broker_id, data_dir, log_level, routing)
 
 
-def _broker(topology_file, broker_id, data_dir, log_level) -> None:
+def _broker(topology_file, broker_id, data_dir, log_level, routing) -> None:
+    _check_routing(routing)
     topology = load_topology(topology_file)
     resolve_broker(topology, broker_id)
     _setup_logging(log_level)
@@ -132,7 +156,7 @@ def _broker(topology_file, broker_id, data_dir, log_level) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stop_on_signals, nursery.cancel_scope)
             nursery.start_soon(watch_parent)
-            await nursery.start(BrokerServer(topology, broker_id).run)
+            await nursery.start(BrokerServer(topology, broker_id, routing=routing).run)
             spec = topology.brokers[broker_id]
             err.print(
                 f"broker {broker_id} listening on {spec.host}:{spec.port} (pid {os.getpid()})",

@@ -18,11 +18,16 @@ the resulting connection information is disseminated to neighbours inside its co
 (seed 004 §2.2); a neighbour whose link just came up gets every report visible to it.
 
 Events are published into the broker's *pubend* (one ordered stream per broker incarnation,
-``"<broker>~<incarnation>"``), which numbers them with consecutive ticks. Until content routing
-lands (seed 004 §3), events are flooded over every up link; each broker keeps a
-:class:`TickWindow` per pubend and forwards and delivers only the first copy of each tick. Every
-forwarded item carries ``prev``, the previous tick sent on that link for that pubend, so the
-reliable-delivery layer (seed 002 §2) can read the ticks in between as silence on that path.
+``"<broker>~<incarnation>"``), which numbers them with consecutive ticks. With content routing
+(the default; seed 004 §3) a :class:`ContentRouter` propagates the local profiles to the keepers
+of each enclosing unit and says, for every event, whether to deliver it here and which routes to
+pass to which neighbour; a subscription's ``SubAck`` waits until every reachable keeper has the
+profile (at most :data:`SUBACK_WAIT` seconds). With ``routing="flood"`` (the baseline the
+benchmarks compare against) events go over every up link and each broker forwards and delivers
+only the first copy of each tick. Either way a :class:`TickWindow` per pubend makes sure no tick
+is delivered twice, and every forwarded item carries ``prev``, the previous tick sent on that
+link for that pubend, so the reliable-delivery layer (seed 002 §2) can read the ticks in between
+as silence on that path.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from ges.core.dedup import TickWindow
 from ges.core.failure import FailureDetector
 from ges.matching.graph import ProfileGraph
 from ges.matching.model import Profile, profile_from_wire
+from ges.routing import ContentRouter, Hierarchy
 from ges.topology import Topology, broker_order_key
 from ges.wire import messages as m
 
@@ -50,6 +56,12 @@ MAX_PUBENDS = 16_384
 MAX_SUBSCRIPTIONS_PER_CLIENT = 1_024
 #: Events one Publish frame may carry (the client library batches well below this).
 MAX_PUBLISH_BATCH = 65_536
+#: Seconds a SubAck waits for the keepers' acknowledgements before it is sent anyway.
+SUBACK_WAIT = 5.0
+#: Broker-to-broker hops after which a routed event is dropped (only views that disagree for a
+#: moment can make a route go round; the diameter of any topology here is far below this).
+MAX_HOPS = 64
+ROUTINGS = ("content", "flood")
 
 
 class BrokerCore:
@@ -62,9 +74,13 @@ class BrokerCore:
         *,
         incarnation: int,
         detector: FailureDetector | None = None,
+        routing: str = "content",
+        hierarchy: Hierarchy | None = None,
     ):
         if broker_id not in topology.brokers:
             raise ValueError(f"unknown broker {broker_id!r}")
+        if routing not in ROUTINGS:
+            raise ValueError(f"unknown routing {routing!r} (use one of {', '.join(ROUTINGS)})")
         self.topology = topology
         self.id = broker_id
         self.incarnation = incarnation
@@ -75,6 +91,15 @@ class BrokerCore:
             broker_id, self.unit, costs=topology.link_costs, incarnation=incarnation
         )
         self.detector = detector or FailureDetector()
+        self.routing = routing
+        #: content routing (None when flooding)
+        self.router = (
+            ContentRouter(hierarchy or Hierarchy(topology), broker_id, incarnation, self.graph)
+            if routing == "content"
+            else None
+        )
+        #: SubAcks waiting for keepers: [conn, sub_id, seqs, deadline]
+        self._waits: list[list] = []
         self.links_up: set[str] = set()
         self._next_tick = 1
         self._windows: OrderedDict[str, TickWindow] = OrderedDict()
@@ -94,6 +119,8 @@ class BrokerCore:
                 "duplicates",
                 "frames_in",
                 "frames_out",
+                "event_frames",
+                "hop_limit",
             ),
             0,
         )
@@ -137,7 +164,7 @@ class BrokerCore:
         known = self.graph.reports_for(peer_unit)
         if known:
             out.append((PEER, peer, m.Connectivity([_to_wire(r) for r in known])))
-        return out + self._notices(update)
+        return out + self._notices(update) + self._routes_changed((self.id, peer))
 
     def link_down(self, peer: str, now: float) -> list:
         was_up = peer in self.links_up
@@ -148,7 +175,11 @@ class BrokerCore:
         if not was_up:
             return []
         report, update = self._observe(peer, up=False)
-        return self._disseminate([report], exclude=peer) + self._notices(update)
+        return (
+            self._disseminate([report], exclude=peer)
+            + self._notices(update)
+            + self._routes_changed(())
+        )
 
     def peer_message(self, peer: str, msg, now: float) -> list:
         self.detector.heard(peer, now)
@@ -159,6 +190,17 @@ class BrokerCore:
             return []
         if kind is m.Connectivity:
             return self._on_connectivity(peer, msg.reports)
+        if kind is m.Profiles or kind is m.ProfileAck:
+            if self.router is None:
+                raise ProtocolError(f"profile message from {peer}, but this broker floods")
+            try:
+                if kind is m.Profiles:
+                    sends = self.router.on_profiles(msg)
+                else:
+                    sends = self.router.on_ack(msg)
+            except ValueError as exc:
+                raise ProtocolError(f"bad profile message from {peer}: {exc}") from None
+            return self._to_peers(sends) + self._release_waits(now)
         raise ProtocolError(f"unexpected {kind.__name__} from broker {peer}")
 
     # -- connection information (seed 004 §2.2) ---------------------------------------------------
@@ -172,6 +214,7 @@ class BrokerCore:
     def _on_connectivity(self, peer: str, states: list) -> list:
         fresh: list[LinkReport] = []
         out: list = []
+        up_ends: set[str] = set()
         for state in states:
             try:
                 report = _from_wire(state)
@@ -181,7 +224,22 @@ class BrokerCore:
             if update.new:
                 fresh.append(report)
                 out += self._notices(update)
+                if report.up:
+                    up_ends.update((report.a, report.b))
+        if fresh:
+            out += self._routes_changed(up_ends)
         return self._disseminate(fresh, exclude=peer) + out
+
+    def _routes_changed(self, up_ends) -> list:
+        """Connectivity changed: the router re-syncs keepers whose route changed."""
+        if self.router is None:
+            return []
+        out = self._to_peers(self.router.connectivity_changed(up_ends))
+        return out + self._release_waits(float("-inf"))
+
+    def _to_peers(self, sends: list) -> list:
+        up = self.links_up
+        return [(PEER, peer, msg) for peer, msg in sends if peer in up]
 
     def _disseminate(self, reports: list[LinkReport], *, exclude: str | None) -> list:
         """Send each report to the up neighbours inside its context (never beyond it)."""
@@ -216,29 +274,42 @@ class BrokerCore:
         self._clients[conn] = {}
         self._client_names[conn] = client_id
 
-    def client_closed(self, conn: int) -> None:
+    def client_closed(self, conn: int) -> list:
+        """A client connection ended: its subscriptions go; returns the profile changes to send."""
+        gone = []
         for sub_id, profile in self._clients.pop(conn, {}).items():
             self.profiles.remove(profile, (conn, sub_id))
             self._n_subs -= 1
+            gone += profile.effective
         self._client_names.pop(conn, None)
+        self._waits = [w for w in self._waits if w[0] != conn]
+        return self._local_change((), gone)[0]
+
+    def _local_change(self, add, remove) -> tuple[list, frozenset[int]]:
+        if self.router is None:
+            return [], frozenset()
+        sends, waits = self.router.local_change(add, remove)
+        return self._to_peers(sends), waits
 
     def client_message(self, conn: int, msg, now: float) -> list:
         kind = type(msg)
         if kind is m.Publish:
             return self._on_publish(conn, msg)
         if kind is m.Subscribe:
-            return self._on_subscribe(conn, msg)
+            return self._on_subscribe(conn, msg, now)
         if kind is m.Unsubscribe:
             profile = self._clients[conn].pop(msg.sub_id, None)
+            out = []
             if profile is not None:
                 self.profiles.remove(profile, (conn, msg.sub_id))
                 self._n_subs -= 1
-            return [(CLIENT, conn, m.SubAck(msg.sub_id))]
+                out = self._local_change((), profile.effective)[0]
+            return [(CLIENT, conn, m.SubAck(msg.sub_id)), *out]
         if kind is m.StatsRequest:
             return [(CLIENT, conn, self.stats())]
         raise ProtocolError(f"unexpected {kind.__name__} from a client")
 
-    def _on_subscribe(self, conn: int, msg: m.Subscribe) -> list:
+    def _on_subscribe(self, conn: int, msg: m.Subscribe, now: float) -> list:
         subs = self._clients[conn]
         if msg.sub_id not in subs and len(subs) >= MAX_SUBSCRIPTIONS_PER_CLIENT:
             return [(CLIENT, conn, m.Error(f"over {MAX_SUBSCRIPTIONS_PER_CLIENT} subscriptions"))]
@@ -254,7 +325,26 @@ class BrokerCore:
         subs[msg.sub_id] = profile
         self.profiles.add(profile, dest)
         self._n_subs += 1
-        return [(CLIENT, conn, m.SubAck(msg.sub_id))]
+        sends, waits = self._local_change(profile.effective, old.effective if old else ())
+        if waits:
+            self._waits.append([conn, msg.sub_id, waits, now + SUBACK_WAIT])
+            return sends
+        return [(CLIENT, conn, m.SubAck(msg.sub_id)), *sends]
+
+    def _release_waits(self, now: float) -> list:
+        """SubAcks whose profile every reachable keeper has acknowledged (or that waited long
+        enough)."""
+        if not self._waits:
+            return []
+        out, keep = [], []
+        acked = self.router.acked
+        for w in self._waits:
+            if acked(w[2]) or now >= w[3]:
+                out.append((CLIENT, w[0], m.SubAck(w[1])))
+            else:
+                keep.append(w)
+        self._waits = keep
+        return out
 
     def _on_publish(self, conn: int, msg: m.Publish) -> list:
         events = msg.events
@@ -268,8 +358,70 @@ class BrokerCore:
         out = [(CLIENT, conn, m.PubAck(msg.seq, self.pubend, first, self._next_tick - 1))]
         if items:
             self._window(self.pubend).add_range(first, self._next_tick - 1)
-            out += self._forward(self.pubend, items, exclude=None)
+            if self.router is None:
+                out += self._forward(self.pubend, items, exclude=None)
+            else:
+                initial = self.router.initial_routes
+                out += self._route(self.pubend, [(it, initial) for it in items])[0]
             out += self._deliver(self.pubend, items)
+        return out
+
+    # -- content routing (seed 004 §3.3) ----------------------------------------------------------
+
+    def _route(self, pubend: str, todo: list) -> tuple[list, list]:
+        """Route ``(item, routes)`` pairs: the Events to send, and the items to deliver here."""
+        route = self.router.route_event
+        per_hop: dict[str, list] = {}
+        local = []
+        last_attrs = last_routes = None
+        here, hops = False, {}
+        for it, routes in todo:
+            attrs = it.event.attributes
+            # a batch of events with the same attributes and routes is routed once
+            if routes is not last_routes or attrs != last_attrs:
+                here, hops = route(attrs, routes)
+                last_attrs, last_routes = attrs, routes
+            if here:
+                local.append(it)
+            for hop, rs in hops.items():
+                per_hop.setdefault(hop, []).append((it, tuple(rs)))
+        out = []
+        item_type = m.EventItem
+        for peer, pairs in per_hop.items():
+            if peer not in self.links_up:
+                continue
+            key = (peer, pubend)
+            prev = self._path_prev.get(key, 0)
+            hop = []
+            for it, rs in pairs:
+                hop.append(item_type(it.tick, prev, it.hops + 1, it.event, rs))
+                prev = it.tick
+            self._path_prev[key] = prev
+            out.append((PEER, peer, m.Events(pubend, hop)))
+            self.counters["events_out"] += len(hop)
+        self.counters["event_frames"] += len(out)
+        return out, local
+
+    def _on_routed(self, peer: str, pubend: str, items: list) -> list:
+        check = self.router.check_routes
+        todo = []
+        for it in items:
+            if it.hops >= MAX_HOPS:
+                self.counters["hop_limit"] += 1
+                continue
+            try:
+                check(it.to)
+            except ValueError as exc:
+                raise ProtocolError(f"bad event route from {peer}: {exc}") from None
+            todo.append((it, it.to))
+        self.counters["events_in"] += len(items)
+        out, local = self._route(pubend, todo)
+        if local:
+            add = self._window(pubend).add
+            fresh = [it for it in local if add(it.tick)]
+            self.counters["duplicates"] += len(local) - len(fresh)
+            if fresh:
+                out += self._deliver(pubend, fresh)
         return out
 
     # -- flooding ---------------------------------------------------------------------------------
@@ -285,6 +437,8 @@ class BrokerCore:
         return window
 
     def _on_events(self, peer: str, pubend: str, items: list) -> list:
+        if self.router is not None:
+            return self._on_routed(peer, pubend, items)
         window = self._window(pubend)
         add = window.add
         fresh = [it for it in items if add(it.tick)]
@@ -309,6 +463,7 @@ class BrokerCore:
             self._path_prev[key] = prev
             out.append((PEER, peer, m.Events(pubend, hop)))
             self.counters["events_out"] += len(hop)
+        self.counters["event_frames"] += len(out)
         return out
 
     def _deliver(self, pubend: str, items: list) -> list:
@@ -354,10 +509,13 @@ class BrokerCore:
         for p in suspected:
             out.append((DROP_PEER, p, f"no frame from {p} for {self.detector.timeout:.1f}s"))
             out += self.link_down(p, now)
-        return out
+        return out + self._release_waits(now)
 
     def next_deadline(self) -> float:
-        return self.detector.next_deadline()
+        deadline = self.detector.next_deadline()
+        if self._waits:
+            deadline = min(deadline, min(w[3] for w in self._waits))
+        return deadline
 
     def note_sent(self, peer: str, now: float) -> None:
         """The driver wrote a frame to ``peer``: no heartbeat is owed for a while."""
@@ -382,6 +540,8 @@ class BrokerCore:
             delivered=c["delivered"],
             duplicates=c["duplicates"],
             pid=self.pid,
+            profile_entries=0 if self.router is None else self.router.entries,
+            event_frames=c["event_frames"],
         )
 
 

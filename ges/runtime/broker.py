@@ -45,6 +45,8 @@ class BrokerServer:
         *,
         incarnation: int | None = None,
         listen_host: str | None = None,
+        routing: str = "content",
+        hierarchy=None,
     ):
         self.topology = topology
         self.spec = topology.brokers[broker_id]
@@ -53,6 +55,8 @@ class BrokerServer:
             topology,
             broker_id,
             incarnation=incarnation if incarnation is not None else time.time_ns(),
+            routing=routing,
+            hierarchy=hierarchy,
         )
         self.core.pid = os.getpid()
         self.listen_host = listen_host or self.spec.host
@@ -272,5 +276,6 @@ class BrokerServer:
                     nursery.cancel_scope.cancel()
         finally:
             del self._clients[conn_id]
-            self.core.client_closed(conn_id)
+            with trio.CancelScope(shield=True):
+                await self._dispatch(self.core.client_closed(conn_id))
             self.log.debug("%s gone: %s", conn.label, conn.close_reason or "cancelled")

@@ -29,6 +29,7 @@ import trio
 
 from ges.client import broker_stats
 from ges.errors import OperationError
+from ges.routing import Hierarchy
 from ges.runtime.broker import BrokerServer
 from ges.topology import Topology, broker_order_key
 
@@ -143,12 +144,13 @@ async def wait_ready(
 
 
 async def run_embedded(
-    topology: Topology, nursery: trio.Nursery, network: Network
+    topology: Topology, nursery: trio.Nursery, network: Network, *, routing: str = "content"
 ) -> dict[str, BrokerServer]:
     """Start every broker as a task in ``nursery``; raises OperationError if one cannot listen."""
     servers = {}
+    hierarchy = Hierarchy(topology)  # the same static facts for every broker of the process
     for bid in sorted(topology.brokers, key=broker_order_key):
-        server = BrokerServer(topology, bid)
+        server = BrokerServer(topology, bid, routing=routing, hierarchy=hierarchy)
         await nursery.start(server.run)
         servers[bid] = server
         network.pids[bid] = os.getpid()
@@ -159,8 +161,15 @@ class ProcessSupervisor:
     """Starts and watches one ``ges broker`` process per broker."""
 
     def __init__(
-        self, topology: Topology, topology_path: Path, network: Network, *, log_level: str
+        self,
+        topology: Topology,
+        topology_path: Path,
+        network: Network,
+        *,
+        log_level: str,
+        routing: str = "content",
     ):
+        self.routing = routing
         self.topology = topology
         self.topology_path = topology_path
         self.network = network
@@ -185,6 +194,8 @@ class ProcessSupervisor:
             str(self.network.data_dir),
             "--log-level",
             self.log_level,
+            "--routing",
+            self.routing,
         ]
 
     async def start_all(self, nursery: trio.Nursery) -> None:

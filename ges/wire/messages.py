@@ -24,17 +24,34 @@ class Event(msgspec.Struct, array_like=True, frozen=True, gc=False):
     published_at: int = 0
 
 
+class Route(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """Where a forwarded event still has to go (seed 004 §3.3, event routing).
+
+    ``unit`` is a unit path (``()`` is the whole system), or a cluster path plus a broker id for
+    one broker. The receiver delivers (a broker: itself), passes the route on towards the unit
+    (outside it), or — inside it — has the unit's destinations computed by a keeper of the unit:
+    the children whose profiles match, except ``skip`` (the child the event came from, which
+    another route covers). ``via`` names the keeper a route inside the unit is travelling to.
+    """
+
+    unit: tuple[str, ...]
+    skip: str = ""
+    via: str = ""
+
+
 class EventItem(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """An event at a position of its pubend's stream, as forwarded between brokers.
 
     ``prev`` is the previous tick sent on the path this item travels (seed 002 §2: the ticks in
-    between are silence for this path); ``hops`` counts broker-to-broker links crossed.
+    between are silence for this path); ``hops`` counts broker-to-broker links crossed; ``to``
+    says where the event still has to go (empty when flooding and in ``Deliver``).
     """
 
     tick: int
     prev: int
     hops: int
     event: Event
+    to: tuple[Route, ...] = ()
 
 
 class Constraint(msgspec.Struct, array_like=True, frozen=True):
@@ -99,6 +116,39 @@ class Connectivity(_Msg):
     """Link states disseminated within their context, batched per neighbour."""
 
     reports: list[LinkState]
+
+
+class ProfileChange(msgspec.Struct, array_like=True, frozen=True):
+    """One change to a broker's aggregated profile (seed 004 §3.2).
+
+    ``(origin, inc, seq)`` is the change's unique id. ``op``: 1 adds ``conjunction``, 2 removes
+    the one added as ``seq``; 0 is a *sync*: the origin's complete set of live ``seqs`` as of
+    ``seq`` for incarnation ``inc`` (anything else of the origin's up to ``seq``, and everything
+    of an older incarnation, is gone).
+    """
+
+    origin: str
+    inc: int
+    seq: int
+    op: int
+    conjunction: list[Constraint] = []
+    seqs: list[int] = []
+
+
+class Profiles(_Msg):
+    """Profile changes on their way to the keepers named in ``to`` (relayed hop by hop)."""
+
+    to: list[str]
+    changes: list[ProfileChange]
+
+
+class ProfileAck(_Msg):
+    """A keeper has applied changes ``seqs`` of ``origin``'s incarnation ``inc``."""
+
+    origin: str
+    keeper: str
+    inc: int
+    seqs: list[int]
 
 
 class Events(_Msg):
@@ -171,6 +221,10 @@ class Stats(_Msg):
     delivered: int
     duplicates: int
     pid: int = 0
+    #: profile entries held for the units this broker keeps (content routing), and the
+    #: broker-to-broker Events frames this broker has sent
+    profile_entries: int = 0
+    event_frames: int = 0
 
 
 class Error(_Msg):
@@ -186,6 +240,8 @@ Message = (
     | Heartbeat
     | Connectivity
     | Events
+    | Profiles
+    | ProfileAck
     | Subscribe
     | SubAck
     | Unsubscribe

@@ -1,5 +1,5 @@
 """BrokerCore driven directly: handshake, publish, flood with duplicate suppression, deliver,
-timers; then several cores over a fake network."""
+timers; then several flooding cores over a fake network."""
 
 from __future__ import annotations
 
@@ -49,12 +49,21 @@ TOPO = Topology.from_dict(
 INTERVAL, TIMEOUT = 1.0, 4.0
 
 
-def make(broker_id: str = "b3", *, topology: Topology = TOPO, incarnation: int = 1) -> BrokerCore:
+def make(
+    broker_id: str = "b3",
+    *,
+    topology: Topology = TOPO,
+    incarnation: int = 1,
+    routing: str = "flood",
+) -> BrokerCore:
+    """A core that floods (this file tests flooding, the handshake, links and clients; content
+    routing has its own tests in tests/routing)."""
     return BrokerCore(
         topology,
         broker_id,
         incarnation=incarnation,
         detector=FailureDetector(interval=INTERVAL, timeout=TIMEOUT),
+        routing=routing,
     )
 
 

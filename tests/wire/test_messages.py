@@ -40,6 +40,27 @@ EXAMPLES = [
     ),
     m.Events(pubend="b1~1", items=[ITEM, m.EventItem(8, 7, 2, m.Event({}))]),
     m.Events(pubend="b1~1", items=[]),
+    m.Events(
+        pubend="b1~1",
+        items=[
+            m.EventItem(
+                9,
+                8,
+                1,
+                m.Event({"x": 1}),
+                (m.Route(("A", "c1", "b2")), m.Route(("A",), "c1", "b4")),
+            )
+        ],
+    ),
+    m.Profiles(
+        to=["b2", "b4"],
+        changes=[
+            m.ProfileChange("b1", 7, 3, 1, [m.Constraint("x", "gt", 1)]),
+            m.ProfileChange("b1", 7, 2, 2),
+            m.ProfileChange("b1", 7, 3, 0, seqs=[1, 3]),
+        ],
+    ),
+    m.ProfileAck(origin="b1", keeper="b4", inc=7, seqs=[1, 3]),
     m.Subscribe(
         sub_id=3,
         conjunctions=[
