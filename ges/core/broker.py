@@ -362,31 +362,29 @@ class BrokerCore:
                 out += self._forward(self.pubend, items, exclude=None)
             else:
                 initial = self.router.initial_routes
-                out += self._route(self.pubend, [(it, initial) for it in items])[0]
+                out += self._route(self.pubend, [(it, initial) for it in items])
             out += self._deliver(self.pubend, items)
         return out
 
     # -- content routing (seed 004 §3.3) ----------------------------------------------------------
 
-    def _route(self, pubend: str, todo: list) -> tuple[list, list]:
-        """Route ``(item, routes)`` pairs: the Events to send, and the items to deliver here."""
+    def _route(self, pubend: str, todo: list) -> list:
+        """Route ``(item, routes)`` pairs: the Events to send on."""
         route = self.router.route_event
         per_hop: dict[str, list] = {}
-        local = []
         last_attrs = last_routes = None
-        here, hops = False, {}
+        hops: dict = {}
         for it, routes in todo:
             attrs = it.event.attributes
             # a batch of events with the same attributes and routes is routed once
             if routes is not last_routes or attrs != last_attrs:
-                here, hops = route(attrs, routes)
+                hops = route(attrs, routes, it.path)
                 last_attrs, last_routes = attrs, routes
-            if here:
-                local.append(it)
             for hop, rs in hops.items():
                 per_hop.setdefault(hop, []).append((it, tuple(rs)))
         out = []
         item_type = m.EventItem
+        me = self.id
         for peer, pairs in per_hop.items():
             if peer not in self.links_up:
                 continue
@@ -394,13 +392,13 @@ class BrokerCore:
             prev = self._path_prev.get(key, 0)
             hop = []
             for it, rs in pairs:
-                hop.append(item_type(it.tick, prev, it.hops + 1, it.event, rs))
+                hop.append(item_type(it.tick, prev, it.hops + 1, it.event, rs, (*it.path, me)))
                 prev = it.tick
             self._path_prev[key] = prev
             out.append((PEER, peer, m.Events(pubend, hop)))
             self.counters["events_out"] += len(hop)
         self.counters["event_frames"] += len(out)
-        return out, local
+        return out
 
     def _on_routed(self, peer: str, pubend: str, items: list) -> list:
         check = self.router.check_routes
@@ -415,11 +413,12 @@ class BrokerCore:
                 raise ProtocolError(f"bad event route from {peer}: {exc}") from None
             todo.append((it, it.to))
         self.counters["events_in"] += len(items)
-        out, local = self._route(pubend, todo)
-        if local:
+        out = self._route(pubend, todo)
+        # every copy passing through is offered to the local subscriptions, once per tick
+        if todo and self.profiles:
             add = self._window(pubend).add
-            fresh = [it for it in local if add(it.tick)]
-            self.counters["duplicates"] += len(local) - len(fresh)
+            fresh = [it for it, _ in todo if add(it.tick)]
+            self.counters["duplicates"] += len(todo) - len(fresh)
             if fresh:
                 out += self._deliver(pubend, fresh)
         return out

@@ -383,26 +383,28 @@ class ContentRouter:
     # -- events (seed 004 §3.3) -----------------------------------------------------------------------
 
     def route_event(
-        self, attributes: Mapping, routes: Iterable[m.Route]
-    ) -> tuple[bool, dict[str, list[m.Route]]]:
-        """Where an event goes next: (deliver here?, {next hop: routes to pass on}).
+        self, attributes: Mapping, routes: Iterable[m.Route], been: tuple[str, ...] = ()
+    ) -> dict[str, list[m.Route]]:
+        """Where an event goes next: {next hop: routes to pass on}.
 
+        Every broker that an event passes through delivers it to its own matching subscribers
+        (the core does that), so a keeper never sends it back to a broker it has ``been`` to.
         Routes with no reachable next hop are counted in ``routes_dropped`` and forgotten.
         """
-        local = False
         out: dict[str, list[m.Route]] = {}
         stack = list(routes)
         depth = self.depth
         my_unit = self.unit
         kept = self.kept
         children = self.h.children
+        keepers = self.h.keepers
+        chosen: list[str] = []  # keepers asked in this call: one keeper serves several units
         while stack:
             r = stack.pop()
             path = r.unit
             n = len(path)
             if n > depth:  # one broker
-                if path[-1] == self.id:
-                    local = True
+                if path[-1] == self.id or path[-1] in been:
                     continue
                 hop = self._hop(path[-1])
             elif my_unit[:n] != path:  # a unit elsewhere
@@ -425,7 +427,15 @@ class ContentRouter:
                 via = r.via
                 hop = self._hop(via) if via and via != self.id else None
                 if hop is None:  # no keeper chosen yet, or it became unreachable
-                    via = self._nearest_keeper(path)
+                    # the routes of the publisher's units come highest first; a keeper of a
+                    # higher unit inside this one keeps this one too, so one keeper answers for
+                    # all of them and the event takes one branch to them, not one per unit
+                    unit_keepers = keepers[path]
+                    via = next((k for k in chosen if k in unit_keepers), None)
+                    if via is None:
+                        via = self._nearest_keeper(path)
+                        if via is not None:
+                            chosen.append(via)
                     hop = None if via is None else self._hop(via)
                     r = m.Route(path, r.skip, via or "")
             if hop is None:
@@ -436,7 +446,7 @@ class ContentRouter:
                     out[hop] = [r]
                 else:
                     got.append(r)
-        return local, out
+        return out
 
     def _is_complete(self, unit: UnitPath) -> bool:
         synced = self._synced

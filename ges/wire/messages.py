@@ -44,7 +44,8 @@ class EventItem(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
     ``prev`` is the previous tick sent on the path this item travels (seed 002 §2: the ticks in
     between are silence for this path); ``hops`` counts broker-to-broker links crossed; ``to``
-    says where the event still has to go (empty when flooding and in ``Deliver``).
+    says where the event still has to go and ``path`` where it has been (both empty when
+    flooding and in ``Deliver``).
     """
 
     tick: int
@@ -52,6 +53,9 @@ class EventItem(msgspec.Struct, array_like=True, frozen=True, gc=False):
     hops: int
     event: Event
     to: tuple[Route, ...] = ()
+    #: the brokers this copy has passed through (content routing); each delivered it to its own
+    #: matching subscribers on the way, so no keeper sends it back to them
+    path: tuple[str, ...] = ()
 
 
 class Constraint(msgspec.Struct, array_like=True, frozen=True):
