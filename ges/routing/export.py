@@ -61,9 +61,11 @@ class Exporter:
         out = [self._retract(conj)]
         if len(self._local) > MAX_COVERING_SCAN:
             return out
-        # re-export what the removed conjunction alone was covering
-        for c in [c for c in self._local if not any(covers(e, c) for e in self.exported)]:
-            out += self._cover(c)
+        # re-export the widest of what the removed conjunction alone was covering
+        loose = [c for c in self._local if not any(covers(e, c) for e in self.exported)]
+        for c in loose:
+            if not any(o is not c and covers(o, c) and not covers(c, o) for o in loose):
+                out += self._cover(c)
         return out
 
     def _cover(self, conj: Conjunction) -> list[tuple[int, int, Conjunction]]:
