@@ -59,7 +59,10 @@ class Exporter:
         if conj not in self.exported:
             return []
         out = [self._retract(conj)]
-        if len(self._local) > MAX_COVERING_SCAN:
+        if len(self._local) > MAX_COVERING_SCAN:  # no covering: what it covered goes up as is
+            for c in self._local:
+                if c not in self.exported and covers(conj, c):
+                    out.append(self._export(c))
             return out
         # re-export the widest of what the removed conjunction alone was covering
         loose = [c for c in self._local if not any(covers(e, c) for e in self.exported)]

@@ -68,6 +68,8 @@ MAX_TOMBSTONES = 65_536
 #: Changes one ``Profiles`` message may carry (a sync of a broker with many subscriptions is
 #: split into several messages).
 MAX_CHANGES_PER_MESSAGE = 4_096
+#: Relays after which a profile message is dropped (the origin's next sync repairs it).
+MAX_RELAY_HOPS = 64
 
 EntryId = tuple[str, int, int]
 
@@ -170,16 +172,26 @@ class ContentRouter:
 
     def on_profiles(self, msg: m.Profiles) -> list:
         """Relay a ``Profiles`` message towards its other targets and apply it if it is for us."""
+        brokers = self.h.topology.brokers
+        for t in msg.to:
+            if t not in brokers:
+                raise ValueError(f"profile changes for unknown broker {t!r}")
         others = [t for t in msg.to if t != self.id]
-        out = self._send(others, msg.changes) if others else []
+        out = []
+        if others and msg.hops < MAX_RELAY_HOPS:  # views that disagree can loop for a while
+            out = self._send(others, msg.changes, msg.hops + 1)
         if len(others) < len(msg.to):
             out += self._apply(msg.changes)
         return out
 
     def on_ack(self, msg: m.ProfileAck) -> list:
+        if msg.origin not in self.h.topology.brokers:
+            raise ValueError(f"profile ack for unknown broker {msg.origin!r}")
         if msg.origin != self.id:
             hop = self._hop(msg.origin)
-            return [] if hop is None else [(hop, msg)]
+            if hop is None or msg.hops >= MAX_RELAY_HOPS:
+                return []
+            return [(hop, m.ProfileAck(msg.origin, msg.keeper, msg.inc, msg.seqs, msg.hops + 1))]
         if msg.inc == self.inc:
             for seq in msg.seqs:
                 waiting = self.pending.get(seq)
@@ -292,6 +304,10 @@ class ContentRouter:
         self._unit_hops.clear()
         self._nearest.clear()
         self._complete.clear()
+        # a broker this one cannot reach must sync again before its units count as complete
+        # (when a partition heals, events flood its units until its sync arrives)
+        for b in [b for b in self._synced if b != self.id and self._hop(b) is None]:
+            self._synced.discard(b)
         up = set(up_ends)
         targets = []
         for k in sorted(self._keepers, key=broker_order_key):
@@ -324,7 +340,7 @@ class ContentRouter:
 
     # -- sending -------------------------------------------------------------------------------------
 
-    def _send(self, targets: Iterable[str], changes: list[m.ProfileChange]) -> list:
+    def _send(self, targets: Iterable[str], changes: list[m.ProfileChange], hops: int = 0) -> list:
         """``Profiles`` messages towards ``targets``, one per next hop; unreachable ones are
         skipped (the origin syncs them when a route appears)."""
         by_hop: dict[str, list[str]] = {}
@@ -335,7 +351,8 @@ class ContentRouter:
         out = []
         for hop, tos in by_hop.items():
             for i in range(0, len(changes), MAX_CHANGES_PER_MESSAGE):
-                out.append((hop, m.Profiles(tos, changes[i : i + MAX_CHANGES_PER_MESSAGE])))
+                chunk = changes[i : i + MAX_CHANGES_PER_MESSAGE]
+                out.append((hop, m.Profiles(tos, chunk, hops)))
         return out
 
     def _hop(self, broker_id: str) -> str | None:
@@ -436,8 +453,12 @@ class ContentRouter:
                         via = self._nearest_keeper(path)
                         if via is not None:
                             chosen.append(via)
-                    hop = None if via is None else self._hop(via)
-                    r = m.Route(path, r.skip, via or "")
+                    if via is None:  # no keeper reachable: every child, the safe fallback
+                        skip = r.skip
+                        stack.extend(m.Route((*path, kid)) for kid in kids if kid != skip)
+                        continue
+                    hop = self._hop(via)
+                    r = m.Route(path, r.skip, via)
             if hop is None:
                 self.counters["routes_dropped"] += 1
             else:

@@ -144,6 +144,7 @@ class Profiles(_Msg):
 
     to: list[str]
     changes: list[ProfileChange]
+    hops: int = 0
 
 
 class ProfileAck(_Msg):
@@ -153,6 +154,7 @@ class ProfileAck(_Msg):
     keeper: str
     inc: int
     seqs: list[int]
+    hops: int = 0
 
 
 class Events(_Msg):
