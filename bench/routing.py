@@ -40,7 +40,6 @@ import random
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,7 +56,6 @@ from throughput import (
     STARTUP_TIMEOUT,
     UP_READY_TIMEOUT,
     BenchError,
-    Child,
     Children,
     CpuWindow,
     _width,
@@ -133,33 +131,10 @@ def bucket(n: int) -> int:
 # -- processes -----------------------------------------------------------------------------------
 
 
-class Kids(Children):
-    """``Children`` whose spawn can also give the child a stdin pipe (the crowd's commands)."""
-
-    def spawn_with_stdin(self, name: str, cmd: list[str]) -> Child:
-        self._count += 1
-        log_path = self.tmp / f"{self._count:02d}-{name.replace(' ', '-')}.log"
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        with open(log_path, "ab") as logfile:
-            proc = subprocess.Popen(
-                [str(c) for c in cmd],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=logfile,
-                cwd=BENCH.parent,
-                env=env,
-                text=True,
-                start_new_session=True,
-            )
-        child = Child(name, proc, log_path)
-        self.children.append(child)
-        return child
-
-
 class Network:
     """``ges up ges-paper.yaml --processes --routing R`` on free ports."""
 
-    def __init__(self, kids: Kids, routing: str) -> None:
+    def __init__(self, kids: Children, routing: str) -> None:
         self.routing = routing
         self.path, self.topology = paper_on_free_ports(kids)
         data = kids.tmp / f"data-{routing}"
@@ -179,11 +154,11 @@ class Network:
 class Crowd:
     """The 100 subscribing clients of ``_routing_crowd.py``, driven over its stdin/stdout."""
 
-    def __init__(self, kids: Kids, net: Network) -> None:
+    def __init__(self, kids: Children, net: Network) -> None:
         cmd = [sys.executable, BENCH / "_routing_crowd.py", "--topology", net.path]
         cmd += ["--per-broker", CROWD_PER_BROKER]
         cmd += ["--exclude", f"{PAPER_PUBLISHER},{PAPER_SUBSCRIBER}"]
-        self.child = kids.spawn_with_stdin("crowd", cmd)
+        self.child = kids.spawn("crowd", cmd, stdin_pipe=True)
         line = self.child.wait_line(lambda s: s.startswith("ready"), STARTUP_TIMEOUT, "ready")
         self.clients = int(line.split()[1])
 
@@ -534,7 +509,9 @@ def latency_figures(latencies_ns: list[int]) -> dict:
 # -- running -------------------------------------------------------------------------------------
 
 
-def run_routing(kids: Kids, routing: str, plan: dict, writer: RecordWriter | None) -> list[dict]:
+def run_routing(
+    kids: Children, routing: str, plan: dict, writer: RecordWriter | None
+) -> list[dict]:
     log(f"{routing}: starting ges up --processes --routing {routing} on ges-paper.yaml …")
     net = Network(kids, routing)
     crowd = None
@@ -832,7 +809,7 @@ def main() -> int:
         parser.error(f"--records {records}: cannot open: {exc.strerror}")
     started = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="ges-bench-routing-"))
-    kids = Kids(tmp)
+    kids = Children(tmp)
     # SIGTERM becomes a SIGINT: trio (or Python, outside trio.run) turns it into a clean
     # KeyboardInterrupt, so every child is stopped the same way as on Ctrl-C
     terminated = []

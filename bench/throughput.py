@@ -193,14 +193,16 @@ class Children:
         self.children: list[Child] = []
         self._count = 0
 
-    def spawn(self, name: str, cmd: list[str], *, stdout_pipe: bool = True) -> Child:
+    def spawn(
+        self, name: str, cmd: list[str], *, stdout_pipe: bool = True, stdin_pipe: bool = False
+    ) -> Child:
         self._count += 1
         log_path = self.tmp / f"{self._count:02d}-{name.replace(' ', '-')}.log"
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(log_path, "ab") as logfile:
             proc = subprocess.Popen(
                 [str(c) for c in cmd],
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
                 stdout=subprocess.PIPE if stdout_pipe else logfile,
                 stderr=logfile,
                 cwd=ROOT,

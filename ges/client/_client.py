@@ -11,7 +11,13 @@ import attrs
 import trio
 
 from ges.errors import OperationError
-from ges.matching.model import Conjunction, Constraint, Profile, conjunction_from_wire
+from ges.matching.model import (
+    Conjunction,
+    Constraint,
+    Profile,
+    conjunction_from_wire,
+    conjunction_to_wire,
+)
 from ges.runtime.connection import Connection, ConnectionClosed
 from ges.wire import FrameError, encode
 from ges.wire import messages as m
@@ -319,10 +325,4 @@ def as_profile(profile: Profile | Conjunction | Sequence[Constraint | m.Constrai
 
 
 def profile_to_wire(profile: Profile) -> list[list[m.Constraint]]:
-    return [
-        [
-            m.Constraint(c.attr, c.op, list(c.value) if c.op == "in" else c.value)
-            for c in conj.constraints
-        ]
-        for conj in profile.effective
-    ]
+    return [conjunction_to_wire(conj) for conj in profile.effective]

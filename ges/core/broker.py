@@ -378,10 +378,10 @@ class BrokerCore:
             attrs = it.event.attributes
             # a batch of events with the same attributes and routes is routed once
             if routes is not last_routes or attrs != last_attrs:
-                hops = route(attrs, routes, it.path)
+                hops = {hop: tuple(rs) for hop, rs in route(attrs, routes, it.path).items()}
                 last_attrs, last_routes = attrs, routes
             for hop, rs in hops.items():
-                per_hop.setdefault(hop, []).append((it, tuple(rs)))
+                per_hop.setdefault(hop, []).append((it, rs))
         out = []
         item_type = m.EventItem
         me = self.id

@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from ges.wire import messages as wire
+
 Value = str | int | float | bool
 
 #: The reserved attribute carrying an event's type.
@@ -251,6 +253,14 @@ def conjunction_from_wire(items) -> Conjunction:
             value = tuple(value)
         out.append(Constraint(item.attr, item.op, value))
     return Conjunction(out)
+
+
+def conjunction_to_wire(conj: Conjunction) -> list[wire.Constraint]:
+    """To wire ``Constraint`` structs (an ``in`` tuple travels as a list)."""
+    return [
+        wire.Constraint(c.attr, c.op, list(c.value) if c.op == "in" else c.value)
+        for c in conj.constraints
+    ]
 
 
 def profile_from_wire(profile_id: str, conjunctions, event_type: str | None = None) -> Profile:

@@ -87,15 +87,8 @@ class Hierarchy:
             return broker_id
         return self.topology.brokers[broker_id].unit[len(unit)]
 
-    def child_path(self, unit: UnitPath, child: str) -> UnitPath:
-        """A child's path; a broker's path is its cluster's path plus its id."""
-        return (*unit, child)
-
     def contains(self, unit: UnitPath, broker_id: str) -> bool:
         return broker_id in self._inside[unit]
-
-    def is_broker_path(self, path: UnitPath) -> bool:
-        return len(path) == self.depth + 1
 
     @cached_property
     def valid_paths(self) -> frozenset[UnitPath]:

@@ -54,7 +54,7 @@ from collections.abc import Iterable, Mapping
 
 from ges.connectivity import ConnectivityGraph
 from ges.matching.graph import ProfileGraph
-from ges.matching.model import Conjunction, conjunction_from_wire
+from ges.matching.model import Conjunction, conjunction_from_wire, conjunction_to_wire
 from ges.routing.export import ADD, REMOVE, Exporter
 from ges.routing.hierarchy import Hierarchy
 from ges.topology import broker_order_key
@@ -145,7 +145,7 @@ class ContentRouter:
         if not ops:
             return [], frozenset()
         changes = [
-            m.ProfileChange(self.id, self.inc, seq, op, _conj_to_wire(conj))
+            m.ProfileChange(self.id, self.inc, seq, op, conjunction_to_wire(conj))
             for op, seq, conj in ops
         ]
         if self._placements(self.id):  # this broker keeps a unit around itself
@@ -333,7 +333,7 @@ class ContentRouter:
             )
         ]
         out += [
-            m.ProfileChange(self.id, self.inc, seq, ADD, _conj_to_wire(conj))
+            m.ProfileChange(self.id, self.inc, seq, ADD, conjunction_to_wire(conj))
             for conj, seq in live.items()
         ]
         return out
@@ -484,10 +484,3 @@ class ContentRouter:
                 raise ValueError(f"route to unknown unit {'/'.join(r.unit) or '/'}")
             if r.via and r.via not in brokers:
                 raise ValueError(f"route via unknown broker {r.via!r}")
-
-
-def _conj_to_wire(conj: Conjunction) -> list[m.Constraint]:
-    return [
-        m.Constraint(c.attr, c.op, list(c.value) if c.op == "in" else c.value)
-        for c in conj.constraints
-    ]

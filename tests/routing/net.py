@@ -10,6 +10,7 @@ import itertools
 import random
 from collections import deque
 
+from ges.client._client import profile_to_wire
 from ges.core import CLIENT, NOTICE, PEER, BrokerCore
 from ges.core.failure import FailureDetector
 from ges.matching.model import Profile
@@ -17,16 +18,6 @@ from ges.routing import Hierarchy
 from ges.topology import Topology
 from ges.wire import messages as m
 from ges.wire.frames import HEADER_SIZE
-
-
-def wire_profile(profile: Profile) -> list[list[m.Constraint]]:
-    return [
-        [
-            m.Constraint(c.attr, c.op, list(c.value) if c.op == "in" else c.value)
-            for c in conj.constraints
-        ]
-        for conj in profile.effective
-    ]
 
 
 class Net:
@@ -106,7 +97,7 @@ class Net:
         if conn not in core._clients:
             core.client_open(conn, f"client-{conn}")
         self.profiles[(broker, conn, sub_id)] = profile
-        msg = m.Subscribe(sub_id, wire_profile(profile), profile.id)
+        msg = m.Subscribe(sub_id, profile_to_wire(profile), profile.id)
         self.handle(broker, core.client_message(conn, msg, self.now))
 
     def unsubscribe(self, broker: str, conn: int, sub_id: int) -> None:
