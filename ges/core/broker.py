@@ -362,7 +362,8 @@ class BrokerCore:
                 out += self._forward(self.pubend, items, exclude=None)
             else:
                 initial = self.router.initial_routes
-                out += self._route(self.pubend, [(it, initial) for it in items])
+                if initial:  # a one-broker system has nowhere else to send
+                    out += self._route(self.pubend, [(it, initial) for it in items])
             out += self._deliver(self.pubend, items)
         return out
 
