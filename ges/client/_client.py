@@ -145,6 +145,24 @@ class Client:
         self._raise_if_closed()
         return sub
 
+    async def change(
+        self,
+        sub: Subscription,
+        profile: Profile | Conjunction | Sequence[Constraint | m.Constraint],
+    ) -> None:
+        """Replace a subscription's profile; returns once the broker has the new one (events
+        matching either profile keep arriving in between: the broker adds the new profile
+        before it removes the old)."""
+        self._raise_if_closed()
+        if self._subs.get(sub.id) is not sub:
+            raise ValueError(f"subscription {sub.id} is not open on this client")
+        profile = as_profile(profile)
+        done = self._subacks[sub.id] = trio.Event()
+        await self._send(m.Subscribe(sub.id, profile_to_wire(profile), profile.id))
+        await done.wait()
+        self._raise_if_closed()
+        sub.profile = profile
+
     async def unsubscribe(self, sub: Subscription) -> None:
         done = self._subacks[sub.id] = trio.Event()
         await self._send(m.Unsubscribe(sub.id))

@@ -164,7 +164,7 @@ class BrokerCore:
         known = self.graph.reports_for(peer_unit)
         if known:
             out.append((PEER, peer, m.Connectivity([_to_wire(r) for r in known])))
-        return out + self._notices(update) + self._routes_changed((self.id, peer))
+        return out + self._notices(update) + self._routes_changed((self.id, peer), now)
 
     def link_down(self, peer: str, now: float) -> list:
         was_up = peer in self.links_up
@@ -178,7 +178,7 @@ class BrokerCore:
         return (
             self._disseminate([report], exclude=peer)
             + self._notices(update)
-            + self._routes_changed(())
+            + self._routes_changed((), now)
         )
 
     def peer_message(self, peer: str, msg, now: float) -> list:
@@ -189,7 +189,7 @@ class BrokerCore:
         if kind is m.Heartbeat:
             return []
         if kind is m.Connectivity:
-            return self._on_connectivity(peer, msg.reports)
+            return self._on_connectivity(peer, msg.reports, now)
         if kind is m.Profiles or kind is m.ProfileAck:
             if self.router is None:
                 raise ProtocolError(f"profile message from {peer}, but this broker floods")
@@ -211,7 +211,7 @@ class BrokerCore:
             peer, self.topology.brokers[peer].unit, up=up, cost=link.cost if link else None
         )
 
-    def _on_connectivity(self, peer: str, states: list) -> list:
+    def _on_connectivity(self, peer: str, states: list, now: float) -> list:
         fresh: list[LinkReport] = []
         out: list = []
         up_ends: set[str] = set()
@@ -227,14 +227,14 @@ class BrokerCore:
                 if report.up:
                     up_ends.update((report.a, report.b))
         if fresh:
-            out += self._routes_changed(up_ends)
+            out += self._routes_changed(up_ends, now)
         return self._disseminate(fresh, exclude=peer) + out
 
-    def _routes_changed(self, up_ends) -> list:
+    def _routes_changed(self, up_ends, now: float) -> list:
         """Connectivity changed: the router re-syncs keepers whose route changed."""
         if self.router is None:
             return []
-        out = self._to_peers(self.router.connectivity_changed(up_ends))
+        out = self._to_peers(self.router.connectivity_changed(up_ends, now))
         return out + self._release_waits(float("-inf"))
 
     def _to_peers(self, sends: list) -> list:
@@ -274,7 +274,7 @@ class BrokerCore:
         self._clients[conn] = {}
         self._client_names[conn] = client_id
 
-    def client_closed(self, conn: int) -> list:
+    def client_closed(self, conn: int, now: float) -> list:
         """A client connection ended: its subscriptions go; returns the profile changes to send."""
         gone = []
         for sub_id, profile in self._clients.pop(conn, {}).items():
@@ -283,12 +283,12 @@ class BrokerCore:
             gone += profile.effective
         self._client_names.pop(conn, None)
         self._waits = [w for w in self._waits if w[0] != conn]
-        return self._local_change((), gone)[0]
+        return self._local_change((), gone, now)[0]
 
-    def _local_change(self, add, remove) -> tuple[list, frozenset[int]]:
+    def _local_change(self, add, remove, now: float) -> tuple[list, frozenset[int]]:
         if self.router is None:
             return [], frozenset()
-        sends, waits = self.router.local_change(add, remove)
+        sends, waits = self.router.local_change(add, remove, now)
         return self._to_peers(sends), waits
 
     def client_message(self, conn: int, msg, now: float) -> list:
@@ -303,7 +303,7 @@ class BrokerCore:
             if profile is not None:
                 self.profiles.remove(profile, (conn, msg.sub_id))
                 self._n_subs -= 1
-                out = self._local_change((), profile.effective)[0]
+                out = self._local_change((), profile.effective, now)[0]
             return [(CLIENT, conn, m.SubAck(msg.sub_id)), *out]
         if kind is m.StatsRequest:
             return [(CLIENT, conn, self.stats())]
@@ -325,7 +325,7 @@ class BrokerCore:
         subs[msg.sub_id] = profile
         self.profiles.add(profile, dest)
         self._n_subs += 1
-        sends, waits = self._local_change(profile.effective, old.effective if old else ())
+        sends, waits = self._local_change(profile.effective, old.effective if old else (), now)
         if waits:
             self._waits.append([conn, msg.sub_id, waits, now + SUBACK_WAIT])
             return sends
@@ -509,12 +509,16 @@ class BrokerCore:
         for p in suspected:
             out.append((DROP_PEER, p, f"no frame from {p} for {self.detector.timeout:.1f}s"))
             out += self.link_down(p, now)
+        if self.router is not None:
+            out += self._to_peers(self.router.on_timer(now))
         return out + self._release_waits(now)
 
     def next_deadline(self) -> float:
         deadline = self.detector.next_deadline()
         if self._waits:
             deadline = min(deadline, min(w[3] for w in self._waits))
+        if self.router is not None:
+            deadline = min(deadline, self.router.next_deadline())
         return deadline
 
     def note_sent(self, peer: str, now: float) -> None:

@@ -23,7 +23,11 @@ Messages carrying changes travel hop by hop along the connectivity graph and are
 drops or a keeper restarts. So the origin is the authority for its own profile: whenever the
 route to one of its keepers changes, or a link of that keeper comes up (it restarted, or its
 unit came back), the origin sends that keeper a *sync* — its complete live set — plus its live
-adds. A sync also retires every entry of an older incarnation of the origin.
+adds. A sync also retires every entry of an older incarnation of the origin. Keepers acknowledge
+removals too, and an origin that has waited :data:`RESEND_AFTER` seconds for a keeper's acks
+(a change or an ack was lost on the way) sends that keeper a sync again, waiting twice as long
+each time up to :data:`RESEND_MAX`. A keeper acknowledges every change a sync carries, so a lost
+ack is repaired the same way.
 
 **Events** (seed 004 §3.3). An event carries :class:`~ges.wire.messages.Route` values. At the
 publisher they are one per enclosing unit with more than one child: "this cluster except me",
@@ -40,7 +44,11 @@ handling a route:
 * for a unit it is inside but does not keep: forwards the route to the nearest reachable keeper.
 
 Every hop is the connectivity graph's hierarchical next hop, which avoids suspected nodes and
-links. Routes are grouped by next hop, so an event crosses each link at most once per branch,
+links. When a unit is split inside, the hierarchical route to its far side does not exist, and
+brokers that see the unit as one node would send a message for the far side back to this side;
+so a message (event route, profile change or ack) that must go round the split carries a
+*detour*, the brokers where the whole view's shortest path crosses between nodes
+(:meth:`ContentRouter._detour`). Routes are grouped by next hop, so an event crosses each link at most once per branch,
 and the routes of one event name disjoint sets of brokers, so each destination broker gets the
 event once even over redundant gateways — properties (a)–(c) of the issue: every matching
 subscriber's broker is reached; a unit is entered only when some profile inside it matches (or
@@ -52,7 +60,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 
-from ges.connectivity import ConnectivityGraph
+from ges.connectivity import ConnectivityGraph, GraphNode
+from ges.matching.covering import covers
 from ges.matching.graph import ProfileGraph
 from ges.matching.model import Conjunction, conjunction_from_wire, conjunction_to_wire
 from ges.routing.export import ADD, REMOVE, Exporter
@@ -70,6 +79,17 @@ MAX_TOMBSTONES = 65_536
 MAX_CHANGES_PER_MESSAGE = 4_096
 #: Relays after which a profile message is dropped (the origin's next sync repairs it).
 MAX_RELAY_HOPS = 64
+#: Seconds an origin waits for a keeper's acks before sending it a sync again; the wait doubles
+#: with every resend up to RESEND_MAX.
+RESEND_AFTER = 1.0
+RESEND_MAX = 30.0
+#: Unanswered resends after which an origin stops waiting for a keeper (it may be dead behind a
+#: unit this broker sees as one node); the keeper gets a sync again when a route to it changes.
+MAX_RESENDS = 8
+#: Brokers a detour round a split unit may name.
+MAX_DETOUR = 32
+#: The detour of a route whose detour could not be followed: it takes no other.
+GAVE_UP = ("",)
 
 EntryId = tuple[str, int, int]
 
@@ -98,6 +118,13 @@ class ContentRouter:
         self._tombs: OrderedDict[EntryId, None] = OrderedDict()
         #: adds of this broker not yet acknowledged: seq -> keepers still to ack
         self.pending: dict[int, set[str]] = {}
+        #: removals of this broker not yet acknowledged: seq -> keepers still to ack
+        self._removing: dict[int, set[str]] = {}
+        #: when each seq in pending or _removing was first sent
+        self._sent_at: dict[int, float] = {}
+        #: keeper -> [when to look again, current wait, resends so far] while it owes acks
+        self._retry: dict[str, list] = {}
+        self._detours: dict[GraphNode, tuple[str, tuple[str, ...]] | None] = {}
         self._keepers = hierarchy.all_keepers(broker_id)
         self._hops: dict[str, str | None] = {}
         self._unit_hops: dict[UnitPath, str | None] = {}
@@ -112,7 +139,7 @@ class ContentRouter:
             for u in hierarchy.chain(broker_id)
             if len(hierarchy.children[u]) > 1
         )
-        self.counters = {"routes_dropped": 0}
+        self.counters = {"routes_dropped": 0, "resyncs": 0, "keepers_given_up": 0}
 
     # -- introspection -----------------------------------------------------------------------------
 
@@ -133,17 +160,21 @@ class ContentRouter:
     # -- local subscriptions -------------------------------------------------------------------------
 
     def local_change(
-        self, add: Iterable[Conjunction] = (), remove: Iterable[Conjunction] = ()
+        self, add: Iterable[Conjunction], remove: Iterable[Conjunction], now: float
     ) -> tuple[list, frozenset[int]]:
-        """Local conjunctions added and removed (adds first, so a replaced profile never leaves a
-        gap upstream). Returns the sends and the seqs of adds to wait for acks on."""
+        """Local conjunctions added and removed at time ``now`` (adds first, so a replaced
+        profile never leaves a gap upstream). Returns the sends and the seqs of adds to wait for
+        acks on."""
         ops: list[tuple[int, int, Conjunction]] = []
+        add = list(add)
         for conj in add:
             ops += self.exporter.add(conj)
         for conj in remove:
             ops += self.exporter.remove(conj)
+        # an add that an exported conjunction covers waits for that one's acks, if still owed
+        waits = set() if not self.pending else self._covering_pending(add)
         if not ops:
-            return [], frozenset()
+            return [], frozenset(waits)
         changes = [
             m.ProfileChange(self.id, self.inc, seq, op, conjunction_to_wire(conj))
             for op, seq, conj in ops
@@ -154,16 +185,32 @@ class ContentRouter:
                     self._apply_add(self.id, self.inc, seq, conj)
                 else:
                     self._apply_remove(self.id, self.inc, seq)
-        waits = set()
-        expect = {k for k in self._keepers if self._hop(k) is not None}
+        expect = {k for k in self._keepers if self._path_to(k) is not None}
         for op, seq, _ in ops:
-            if op == ADD and expect:
-                self.pending[seq] = set(expect)
-                waits.add(seq)
-            elif op == REMOVE:
+            if op == ADD:
+                if expect:
+                    self.pending[seq] = set(expect)
+                    waits.add(seq)
+            else:
                 self.pending.pop(seq, None)
+                if expect:
+                    self._removing[seq] = set(expect)
+            if expect:
+                self._sent_at[seq] = now
+            else:
+                self._sent_at.pop(seq, None)
+        for k in expect:
+            self._retry.setdefault(k, [now + RESEND_AFTER, RESEND_AFTER, 0])
         targets = self.h.next_targets(self.id, self.id)
         return self._send(targets, changes), frozenset(waits)
+
+    def _covering_pending(self, conjs: list[Conjunction]) -> set[int]:
+        pending = self.pending
+        return {
+            seq
+            for e, seq in self.exporter.exported.items()
+            if seq in pending and any(covers(e, c) for c in conjs)
+        }
 
     def acked(self, seqs: Iterable[int]) -> bool:
         return not any(s in self.pending for s in seqs)
@@ -176,36 +223,83 @@ class ContentRouter:
         for t in msg.to:
             if t not in brokers:
                 raise ValueError(f"profile changes for unknown broker {t!r}")
+        if msg.detour:
+            self._check_detour(msg.detour)
         others = [t for t in msg.to if t != self.id]
         out = []
         if others and msg.hops < MAX_RELAY_HOPS:  # views that disagree can loop for a while
-            out = self._send(others, msg.changes, msg.hops + 1)
+            step, gave_up = self._follow(msg.detour)
+            if step is None:
+                out = self._send(
+                    others, msg.changes, msg.hops + 1, resend=msg.resend, gave_up=gave_up
+                )
+            else:
+                hop, detour = step
+                out = [
+                    (hop, m.Profiles(others, msg.changes, msg.hops + 1, list(detour), msg.resend))
+                ]
         if len(others) < len(msg.to):
-            out += self._apply(msg.changes)
+            out += self._apply(msg.changes, msg.resend)
         return out
+
+    def _follow(self, detour) -> tuple[tuple[str, tuple[str, ...]] | None, bool]:
+        """A message's next step along its detour, if any, and whether it has given up on one
+        (a message takes no second detour after one failed: views that disagree about a split
+        could send it round forever)."""
+        if not detour:
+            return None, False
+        if tuple(detour) == GAVE_UP:
+            return None, True
+        step = self._transit(detour)
+        return step, step is None and any(b != self.id for b in detour)
 
     def on_ack(self, msg: m.ProfileAck) -> list:
         if msg.origin not in self.h.topology.brokers:
             raise ValueError(f"profile ack for unknown broker {msg.origin!r}")
+        if msg.detour:
+            self._check_detour(msg.detour)
         if msg.origin != self.id:
-            hop = self._hop(msg.origin)
-            if hop is None or msg.hops >= MAX_RELAY_HOPS:
+            step, gave_up = self._follow(msg.detour)
+            if step is None:
+                step = self._path_to(msg.origin, gave_up=gave_up)
+            if step is None or msg.hops >= MAX_RELAY_HOPS:
                 return []
-            return [(hop, m.ProfileAck(msg.origin, msg.keeper, msg.inc, msg.seqs, msg.hops + 1))]
+            hop, detour = step
+            ack = m.ProfileAck(
+                msg.origin, msg.keeper, msg.inc, msg.seqs, msg.hops + 1, msg.removed, list(detour)
+            )
+            return [(hop, ack)]
         if msg.inc == self.inc:
-            for seq in msg.seqs:
-                waiting = self.pending.get(seq)
-                if waiting is not None:
-                    waiting.discard(msg.keeper)
-                    if not waiting:
-                        del self.pending[seq]
+            keeper = msg.keeper
+            for table, seqs in ((self.pending, msg.seqs), (self._removing, msg.removed)):
+                for seq in seqs:
+                    waiting = table.get(seq)
+                    if waiting is not None:
+                        waiting.discard(keeper)
+                        if not waiting:
+                            del table[seq]
+                            self._done(seq)
+            if keeper in self._retry and not self._owes(keeper):
+                del self._retry[keeper]
         return []
 
-    def _apply(self, changes: list[m.ProfileChange]) -> list:
+    def _done(self, seq: int) -> None:
+        if seq not in self.pending and seq not in self._removing:
+            self._sent_at.pop(seq, None)
+
+    def _owes(self, keeper: str) -> bool:
+        """Whether ``keeper`` has changes of this broker still to acknowledge."""
+        return any(keeper in w for w in self.pending.values()) or any(
+            keeper in w for w in self._removing.values()
+        )
+
+    def _apply(self, changes: list[m.ProfileChange], resend: bool = False) -> list:
         brokers = self.h.topology.brokers
         synced = {c.origin for c in changes if c.op == SYNC}
         fresh: dict[str, list[m.ProfileChange]] = {}
-        acks: dict[tuple[str, int], list[int]] = {}
+        # (origin, inc) -> (adds held, removals applied) to acknowledge; a change the origin sent
+        # again is acknowledged even when known (it resends when an ack is lost)
+        acks: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
         for c in changes:
             if c.origin not in brokers:
                 raise ValueError(f"profile change from unknown broker {c.origin!r}")
@@ -224,10 +318,14 @@ class ContentRouter:
             if c.op == ADD:
                 conj = conjunction_from_wire(c.conjunction)
                 new = self._apply_add(c.origin, c.inc, c.seq, conj)
-                if new and c.origin != self.id:
-                    acks.setdefault((c.origin, c.inc), []).append(c.seq)
+                if c.origin != self.id and (
+                    new or (resend and (c.origin, c.inc, c.seq) in self._entries)
+                ):
+                    acks.setdefault((c.origin, c.inc), ([], []))[0].append(c.seq)
             elif c.op == REMOVE:
                 new = self._apply_remove(c.origin, c.inc, c.seq)
+                if c.origin != self.id and (new or resend) and self._placements(c.origin):
+                    acks.setdefault((c.origin, c.inc), ([], []))[1].append(c.seq)
             else:
                 raise ValueError(f"profile change with unknown op {c.op}")
             if new and c.origin not in synced:
@@ -235,10 +333,13 @@ class ContentRouter:
         out = []
         for origin, cs in fresh.items():
             out += self._send(self.h.next_targets(self.id, origin), cs)
-        for (origin, inc), seqs in acks.items():
-            hop = self._hop(origin)
-            if hop is not None:
-                out.append((hop, m.ProfileAck(origin, self.id, inc, seqs)))
+        for (origin, inc), (seqs, removed) in acks.items():
+            step = self._path_to(origin)
+            if step is not None:
+                hop, detour = step
+                out.append(
+                    (hop, m.ProfileAck(origin, self.id, inc, seqs, 0, removed, list(detour)))
+                )
         return out
 
     def _placements(self, origin: str) -> tuple[tuple[UnitPath, str], ...]:
@@ -289,6 +390,9 @@ class ContentRouter:
         self._floor.pop(origin, None)
 
     def _apply_sync(self, c: m.ProfileChange) -> None:
+        floor = self._floor.get(c.origin)
+        if floor is not None and floor[0] == c.inc and floor[1] > c.seq:
+            return  # an older sync overtaken by a newer one (they can take different paths)
         live = frozenset(c.seqs)
         for seq in list(self._by_origin.get(c.origin, ())):
             if seq <= c.seq and seq not in live and (c.origin, c.inc, seq) in self._entries:
@@ -297,32 +401,81 @@ class ContentRouter:
 
     # -- resync on connectivity changes --------------------------------------------------------------
 
-    def connectivity_changed(self, up_ends: Iterable[str] = ()) -> list:
+    def connectivity_changed(self, up_ends: Iterable[str], now: float) -> list:
         """The connectivity graph changed: forget cached hops and send a sync to every keeper of
         this broker's profile whose route changed or that has a link just up."""
         self._hops.clear()
         self._unit_hops.clear()
         self._nearest.clear()
         self._complete.clear()
+        self._detours.clear()
         # a broker this one cannot reach must sync again before its units count as complete
         # (when a partition heals, events flood its units until its sync arrives)
-        for b in [b for b in self._synced if b != self.id and self._hop(b) is None]:
+        for b in [b for b in self._synced if b != self.id and self._path_to(b) is None]:
             self._synced.discard(b)
         up = set(up_ends)
         targets = []
         for k in sorted(self._keepers, key=broker_order_key):
-            hop = self._hop(k)
+            hop = self._path_to(k)
             if hop is None:
-                for waiting in self.pending.values():  # unreachable: do not wait for it
-                    waiting.discard(k)
+                self._forget_keeper(k)  # unreachable: do not wait for it
             elif hop != self._sync_hops.get(k) or k in up:
                 targets.append(k)
             self._sync_hops[k] = hop
-        for seq in [s for s, w in self.pending.items() if not w]:
-            del self.pending[seq]
-        if not targets:
+        return self._resync(targets, now)
+
+    def _resync(self, keepers: list[str], now: float) -> list:
+        """Send ``keepers`` a sync and expect their acks for every live add."""
+        if not keepers:
             return []
-        return self._send(targets, self.sync_changes())
+        live = self.exporter.exported.values()
+        for seq in live:
+            self.pending.setdefault(seq, set()).update(keepers)
+            self._sent_at.setdefault(seq, now)
+        for k in keepers:
+            self._retry.setdefault(k, [now + RESEND_AFTER, RESEND_AFTER, 0])
+        return self._send(keepers, self._resync_changes(), resend=True)
+
+    def _forget_keeper(self, keeper: str) -> None:
+        for table in (self.pending, self._removing):
+            for seq in [s for s, w in table.items() if keeper in w]:
+                table[seq].discard(keeper)
+                if not table[seq]:
+                    del table[seq]
+                    self._done(seq)
+        self._retry.pop(keeper, None)
+
+    def on_timer(self, now: float) -> list:
+        """Send a sync to every keeper that owes an ack for a change sent ``wait`` ago."""
+        targets = []
+        for k, (due, wait, tries) in list(self._retry.items()):
+            if due > now:
+                continue
+            owed = [s for t in (self.pending, self._removing) for s, w in t.items() if k in w]
+            if not owed:
+                del self._retry[k]
+            elif self._path_to(k) is None or tries >= MAX_RESENDS:
+                self.counters["keepers_given_up"] += tries >= MAX_RESENDS
+                self._forget_keeper(k)
+            else:
+                oldest = min(self._sent_at.get(s, now) for s in owed)
+                if oldest + wait > now:  # acks are coming in; only recent changes are owed
+                    self._retry[k] = [oldest + wait, wait, tries]
+                    continue
+                wait = min(2 * wait, RESEND_MAX)
+                self._retry[k] = [now + wait, wait, tries + 1]
+                targets.append(k)
+        self.counters["resyncs"] += len(targets)
+        return self._resync(sorted(targets, key=broker_order_key), now)
+
+    def next_deadline(self) -> float:
+        return min((r[0] for r in self._retry.values()), default=float("inf"))
+
+    def _resync_changes(self) -> list[m.ProfileChange]:
+        """A sync with every live add and every removal still to be acknowledged."""
+        out = self.sync_changes()
+        out[1:1] = [m.ProfileChange(self.id, self.inc, seq, REMOVE) for seq in self._removing]
+        return out
 
     def sync_changes(self) -> list[m.ProfileChange]:
         """This broker's complete profile: a sync followed by every live add."""
@@ -340,22 +493,63 @@ class ContentRouter:
 
     # -- sending -------------------------------------------------------------------------------------
 
-    def _send(self, targets: Iterable[str], changes: list[m.ProfileChange], hops: int = 0) -> list:
+    def _send(
+        self,
+        targets: Iterable[str],
+        changes: list[m.ProfileChange],
+        hops: int = 0,
+        *,
+        resend: bool = False,
+        gave_up: bool = False,
+    ) -> list:
         """``Profiles`` messages towards ``targets``, one per next hop; unreachable ones are
         skipped (the origin syncs them when a route appears)."""
-        by_hop: dict[str, list[str]] = {}
+        by_hop: dict[tuple[str, tuple[str, ...]], list[str]] = {}
         for t in targets:
-            hop = self._hop(t)
-            if hop is not None:
-                by_hop.setdefault(hop, []).append(t)
+            step = self._path_to(t, gave_up=gave_up)
+            if step is not None:
+                by_hop.setdefault(step, []).append(t)
         out = []
-        for hop, tos in by_hop.items():
+        for (hop, detour), tos in by_hop.items():
             for i in range(0, len(changes), MAX_CHANGES_PER_MESSAGE):
                 chunk = changes[i : i + MAX_CHANGES_PER_MESSAGE]
-                out.append((hop, m.Profiles(tos, chunk, hops)))
+                out.append((hop, m.Profiles(tos, chunk, hops, list(detour), resend)))
         return out
 
+    def _path_to(
+        self, broker_id: str, *, gave_up: bool = False
+    ) -> tuple[str, tuple[str, ...]] | None:
+        """``(next hop, detour)`` towards a broker: the hierarchical route's hop, or a detour
+        round a split unit (:meth:`_detour`) unless the message has ``gave_up`` on one; None if
+        unreachable."""
+        hop = self._hop(broker_id)
+        if hop is not None:
+            return (hop, GAVE_UP if gave_up else ())
+        spec = self.h.topology.brokers.get(broker_id)
+        if spec is None or broker_id == self.id or gave_up:
+            return None
+        return self._detour(self.graph.node_for(broker_id, spec.unit))
+
+    def _transit(self, detour) -> tuple[str, tuple[str, ...]] | None:
+        """The next step of a message on a detour: ``(next hop, brokers still to pass)``; None
+        once it has passed them all, or if the next one is not on a hierarchical route from here
+        (the message then finds its own way)."""
+        i = 0
+        while i < len(detour) and detour[i] == self.id:
+            i += 1
+        rest = tuple(detour[i:])
+        if not rest:
+            return None
+        head = rest[0]
+        if self.graph.link_up(self.id, head):
+            return (head, rest)
+        hop = self._hop(head)
+        # None: this broker's view differs from the one that planned the detour
+        return None if hop is None else (hop, rest)
+
     def _hop(self, broker_id: str) -> str | None:
+        """The next hop towards a broker on the hierarchical route; None for this broker, an
+        unreachable one, or one reachable only around a split unit (:meth:`_detour`)."""
         try:
             return self._hops[broker_id]
         except KeyError:
@@ -363,7 +557,7 @@ class ContentRouter:
         spec = self.h.topology.brokers.get(broker_id)
         hop = None
         if spec is not None and broker_id != self.id:
-            hop = self.graph.next_hop(broker_id, spec.unit, fallback=True)
+            hop = self.graph.next_hop(broker_id, spec.unit)
         self._hops[broker_id] = hop
         return hop
 
@@ -373,7 +567,7 @@ class ContentRouter:
         except KeyError:
             pass
         node = self.graph.node_for_unit(unit)
-        hop = None if node is None else self.graph.next_hop_to(node, fallback=True)
+        hop = None if node is None else self.graph.next_hop_to(node)
         self._unit_hops[unit] = hop
         return hop
 
@@ -391,7 +585,9 @@ class ContentRouter:
             dist = self.graph.distance(node)
             if dist is None:
                 continue
-            rank = (dist, broker_order_key(k))
+            # a keeper the hierarchical route reaches first: one reached only round a split may
+            # be dead behind it (a view outside a unit cannot tell)
+            rank = (self._hop(k) is None, dist, broker_order_key(k))
             if best is None or rank < best[0]:
                 best = (rank, k)
         self._nearest[unit] = found = None if best is None else best[1]
@@ -420,12 +616,29 @@ class ContentRouter:
             r = stack.pop()
             path = r.unit
             n = len(path)
-            if n > depth:  # one broker
-                if path[-1] == self.id or path[-1] in been:
+            if r.detour and r.detour != GAVE_UP:  # going round a split unit (see _detour)
+                step = self._transit(r.detour)
+                if step is not None:
+                    hop, detour = step
+                    out.setdefault(hop, []).append(m.Route(path, r.skip, r.via, detour))
                     continue
-                hop = self._hop(path[-1])
+                # passed them all, or this view cannot follow it: no other detour after that
+                # one failed (views that disagree about a split could send it round forever)
+                gave_up = any(b != self.id for b in r.detour)
+                r = m.Route(path, r.skip, r.via, GAVE_UP if gave_up else ())
+            if n > depth:  # one broker
+                target = path[-1]
+                if target == self.id or target in been:
+                    continue
+                hop = self._hop(target)
+                if hop is None:
+                    hop, r = self._around(self._node(target), r)
             elif my_unit[:n] != path:  # a unit elsewhere
-                hop = self._hop(r.via) if r.via else self._unit_hop(path)
+                hop = self._hop(r.via) if r.via else None
+                if hop is None:  # no keeper chosen, or it became unreachable: towards the unit
+                    hop = self._unit_hop(path)
+                if hop is None:
+                    hop, r = self._around(self.graph.node_for_unit(path), r)
             else:  # a unit around this broker
                 kids = children[path]
                 if len(kids) == 1:
@@ -443,7 +656,7 @@ class ContentRouter:
                     continue
                 via = r.via
                 hop = self._hop(via) if via and via != self.id else None
-                if hop is None:  # no keeper chosen yet, or it became unreachable
+                if hop is None:  # no keeper chosen yet, or the route to it is gone
                     # the routes of the publisher's units come highest first; a keeper of a
                     # higher unit inside this one keeps this one too, so one keeper answers for
                     # all of them and the event takes one branch to them, not one per unit
@@ -457,8 +670,10 @@ class ContentRouter:
                         skip = r.skip
                         stack.extend(m.Route((*path, kid)) for kid in kids if kid != skip)
                         continue
+                    r = m.Route(path, r.skip, via, r.detour)  # () or GAVE_UP
                     hop = self._hop(via)
-                    r = m.Route(path, r.skip, via)
+                    if hop is None:
+                        hop, r = self._around(self._node(via), r)
             if hop is None:
                 self.counters["routes_dropped"] += 1
             else:
@@ -471,9 +686,62 @@ class ContentRouter:
 
     def _is_complete(self, unit: UnitPath) -> bool:
         synced = self._synced
-        done = all(b in synced or self._hop(b) is None for b in self.h.topology.units[unit])
+        done = all(b in synced or self._path_to(b) is None for b in self.h.topology.units[unit])
         self._complete[unit] = done
         return done
+
+    def _node(self, broker_id: str) -> GraphNode | None:
+        return self.graph.node_for(broker_id, self.h.topology.brokers[broker_id].unit)
+
+    def _around(self, node: GraphNode | None, r: m.Route) -> tuple[str | None, m.Route]:
+        """The hop and route for ``r`` towards ``node`` when the hierarchical route has none."""
+        step = None if node is None or r.detour == GAVE_UP else self._detour(node)
+        if step is None:
+            return None, r
+        hop, detour = step
+        return hop, (m.Route(r.unit, r.skip, r.via, detour) if detour else r)
+
+    def _detour(self, node: GraphNode) -> tuple[str, tuple[str, ...]] | None:
+        """How to reach a graph node that the whole view reaches but the hierarchical route does
+        not, because some unit is split inside: ``(first hop, brokers to pass)``.
+
+        Brokers see other units as single nodes (seed 004 §2), so one that does not see the
+        split routes a message for the far side back to the cheapest link into the unit, maybe
+        on this side. So the message carries the whole view's shortest path as the two ends
+        of every link where it crosses from one node of this broker's view to another; between
+        them it stays inside one node, where the brokers that see inside it route it (and go
+        round a split in there the same way). None if unreachable.
+        """
+        try:
+            return self._detours[node]
+        except KeyError:
+            pass
+        graph = self.graph
+        found = None
+        path = graph.shortest_path(node) if graph.route(node) is None else None
+        hop = None if path is None else graph.next_hop_to(node, fallback=True)
+        if hop is not None:
+            brokers = self.h.topology.brokers
+            suspected = graph.suspected_links
+            passes: list[str] = []
+            for u, w in zip(path, path[1:], strict=False):
+                if not u.level and not w.level:
+                    continue  # a link inside this broker's cluster: the hierarchical route's
+                edge = graph.edge(u, w)
+                links = sorted(
+                    (k for k in (edge.links if edge else ()) if k not in suspected),
+                    key=lambda k: (broker_order_key(k[0]), broker_order_key(k[1])),
+                )
+                if not links:
+                    break
+                a, b = links[0]
+                inner = w.path
+                if (*brokers[b].unit, b)[: len(inner)] != inner:
+                    a, b = b, a
+                passes += [x for x in (a, b) if x != self.id and (not passes or passes[-1] != x)]
+            found = (hop, tuple(passes[:MAX_DETOUR]))
+        self._detours[node] = found
+        return found
 
     def check_routes(self, routes: Iterable[m.Route]) -> None:
         """Raise ValueError for a route naming a unit or broker this topology does not have."""
@@ -484,3 +752,14 @@ class ContentRouter:
                 raise ValueError(f"route to unknown unit {'/'.join(r.unit) or '/'}")
             if r.via and r.via not in brokers:
                 raise ValueError(f"route via unknown broker {r.via!r}")
+            if r.detour:
+                self._check_detour(r.detour)
+
+    def _check_detour(self, detour) -> None:
+        if len(detour) > MAX_DETOUR:
+            raise ValueError(f"detour through {len(detour)} brokers, over {MAX_DETOUR}")
+        if tuple(detour) != GAVE_UP:
+            brokers = self.h.topology.brokers
+            for b in detour:
+                if b not in brokers:
+                    raise ValueError(f"detour through unknown broker {b!r}")

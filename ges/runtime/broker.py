@@ -33,6 +33,8 @@ BACKOFF_MAX = 2.0
 CONNECT_TIMEOUT = 3.0
 #: The timer task wakes at least this often even when the core has no deadline.
 TIMER_MAX_SLEEP = 0.25
+#: Seconds a closed client's profile retraction may wait for room on peer links.
+CLOSE_SEND_WAIT = 1.0
 
 
 class BrokerServer:
@@ -276,6 +278,8 @@ class BrokerServer:
                     nursery.cancel_scope.cancel()
         finally:
             del self._clients[conn_id]
-            with trio.CancelScope(shield=True):
-                await self._dispatch(self.core.client_closed(conn_id))
+            # the client's profile leaves with it; a slow peer cannot hold up shutdown for
+            # longer than this (a retraction that does not go now is resent by the router)
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_SEND_WAIT):
+                await self._dispatch(self.core.client_closed(conn_id, trio.current_time()))
             self.log.debug("%s gone: %s", conn.label, conn.close_reason or "cancelled")

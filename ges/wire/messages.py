@@ -32,11 +32,15 @@ class Route(msgspec.Struct, array_like=True, frozen=True, gc=False):
     (outside it), or — inside it — has the unit's destinations computed by a keeper of the unit:
     the children whose profiles match, except ``skip`` (the child the event came from, which
     another route covers). ``via`` names the keeper a route inside the unit is travelling to.
+
+    ``detour`` is a list of brokers to pass through first, for a route that goes round a unit
+    split inside (see ``ContentRouter._detour``); empty otherwise.
     """
 
     unit: tuple[str, ...]
     skip: str = ""
     via: str = ""
+    detour: tuple[str, ...] = ()
 
 
 class EventItem(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -145,16 +149,24 @@ class Profiles(_Msg):
     to: list[str]
     changes: list[ProfileChange]
     hops: int = 0
+    #: brokers to pass through first, as in :class:`Route`
+    detour: list[str] = []
+    #: sent again by the origin (a sync): keepers acknowledge every change, known or not
+    resend: bool = False
 
 
 class ProfileAck(_Msg):
-    """A keeper has applied changes ``seqs`` of ``origin``'s incarnation ``inc``."""
+    """A keeper holds the adds ``seqs`` of ``origin``'s incarnation ``inc`` and has applied the
+    removals ``removed``."""
 
     origin: str
     keeper: str
     inc: int
     seqs: list[int]
     hops: int = 0
+    removed: list[int] = []
+    #: brokers to pass through first, as in :class:`Route`
+    detour: list[str] = []
 
 
 class Events(_Msg):

@@ -301,14 +301,14 @@ def test_client_closed_removes_its_subscriptions():
     with_client(core, 2, (1, []))
     core.client_open(3, "pub")
     assert core.stats().subscriptions == 2
-    core.client_closed(1)
+    core.client_closed(1, 0.0)
     assert core.stats().subscriptions == 1
     assert core.stats().clients == 2
     out = core.client_message(3, m.Publish(1, [ev()]), 0.0)
     assert to(out, CLIENT, 1) == []
     assert ticks_of(to(out, CLIENT, 2)) == [1]
-    core.client_closed(1)  # twice is fine
-    core.client_closed(42)
+    core.client_closed(1, 0.0)  # twice is fine
+    core.client_closed(42, 0.0)
 
 
 def test_subscribe_with_unknown_operator_is_an_error_not_a_subscription():

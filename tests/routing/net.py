@@ -109,7 +109,7 @@ class Net:
     def close_client(self, broker: str, conn: int) -> None:
         for key in [k for k in self.profiles if k[:2] == (broker, conn)]:
             del self.profiles[key]
-        self.handle(broker, self.cores[broker].client_closed(conn))
+        self.handle(broker, self.cores[broker].client_closed(conn, self.now))
 
     def publish(self, broker: str, events: list[dict], conn: int = 999) -> m.PubAck:
         core = self.cores[broker]
@@ -163,6 +163,33 @@ class Net:
             steps += 1
             assert steps < max_steps, "the network did not quiesce"
         return steps
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass: every core's timers fire, then the network quiesces."""
+        self.now += seconds
+        for broker, core in list(self.cores.items()):
+            self.handle(broker, core.on_timer(self.now))
+        self.run()
+
+    def drop_frames(self, kind: type) -> int:
+        """Lose every queued frame carrying a message of ``kind``; returns how many."""
+        lost = 0
+        for key, q in self.queues.items():
+            keep = deque(f for f in q if type(m.decode(f)) is not kind)
+            lost += len(q) - len(keep)
+            self.queues[key] = keep
+        return lost
+
+    def live_reach(self, broker: str) -> set[str]:
+        """Brokers ``broker`` can reach over live links."""
+        seen, todo = {broker}, [broker]
+        while todo:
+            a = todo.pop()
+            for b in self.topology.neighbours[a]:
+                if (a, b) in self.up and b not in seen:
+                    seen.add(b)
+                    todo.append(b)
+        return seen
 
     def run_some(self, n: int) -> None:
         for _ in range(n):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import struct
 import time
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -31,7 +32,9 @@ async def stats_of(topology, bid):
         return await c.stats()
 
 
-async def test_events_cross_a_chain_of_brokers_once(chain3):
+@asynccontextmanager
+async def chain3_running(chain3):
+    """chain3 up, with a client at b3 (to subscribe) and one at b1 (to publish)."""
     async with trio.open_nursery() as nursery:
         await start_all(nursery, chain3)
         await wait_ready(chain3, timeout=10)
@@ -40,21 +43,43 @@ async def test_events_cross_a_chain_of_brokers_once(chain3):
             connect(s3.host, s3.port, topology="chain3") as sub_client,
             connect(s1.host, s1.port, topology="chain3") as pub_client,
         ):
-            sub = await sub_client.subscribe([m.Constraint("n", ">=", 10)])
-            ack = await pub_client.publish(
-                [m.Event({"n": i}, b"p", time.time_ns()) for i in range(50)]
-            )
-            assert (ack.first_tick, ack.last_tick) == (1, 50)
-            got = []
-            with trio.fail_after(5):
-                async for d in sub:
-                    got.append(d)
-                    if len(got) == 40:
-                        break
-            assert [d.event.attributes["n"] for d in got] == list(range(10, 50))
-            assert {d.hops for d in got} == {2}
-            assert all(d.pubend == ack.pubend for d in got)
+            yield sub_client, pub_client
         nursery.cancel_scope.cancel()
+
+
+async def test_events_cross_a_chain_of_brokers_once(chain3):
+    async with chain3_running(chain3) as (sub_client, pub_client):
+        sub = await sub_client.subscribe([m.Constraint("n", ">=", 10)])
+        ack = await pub_client.publish([m.Event({"n": i}, b"p", time.time_ns()) for i in range(50)])
+        assert (ack.first_tick, ack.last_tick) == (1, 50)
+        got = []
+        with trio.fail_after(5):
+            async for d in sub:
+                got.append(d)
+                if len(got) == 40:
+                    break
+        assert [d.event.attributes["n"] for d in got] == list(range(10, 50))
+        assert {d.hops for d in got} == {2}
+        assert all(d.pubend == ack.pubend for d in got)
+
+
+async def test_a_changed_profile_takes_over_once_change_returns(chain3):
+    async with chain3_running(chain3) as (sub_client, pub_client):
+        sub = await sub_client.subscribe([m.Constraint("n", ">=", 10)])
+        await sub_client.change(sub, [m.Constraint("n", "<", 5)])
+        assert sub.profile.conjunctions[0].constraints[0].op == "lt"
+        ns = [*range(10, 20), *range(5)]  # matching only the old profile, then the new
+        await pub_client.publish([m.Event({"n": i}, b"", time.time_ns()) for i in ns])
+        got = []
+        with trio.fail_after(5):
+            async for d in sub:
+                got.append(d.event.attributes["n"])
+                if len(got) == 5:
+                    break
+        assert got == [0, 1, 2, 3, 4]
+        with pytest.raises(ValueError, match="not open"):
+            other = await pub_client.subscribe([])
+            await sub_client.change(other, [])
 
 
 @pytest.mark.parametrize(
