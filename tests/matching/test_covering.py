@@ -438,7 +438,8 @@ def test_sound():
     run()
     # not vacuous: covering is common, and covering pairs meet events matching c2
     assert stats["covering"] >= stats["pairs"] // 4, stats
-    assert stats["checked"] >= stats["covering"] // 2, stats
+    # (about half the covering pairs meet one in a typical run; a third leaves room for chance)
+    assert stats["checked"] >= stats["covering"] // 3, stats
 
 
 @pytest.mark.parametrize("numbers", [NICE, WILD], ids=["nice", "wild"])
