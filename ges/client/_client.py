@@ -139,10 +139,7 @@ class Client:
         profile = as_profile(profile)
         sub = Subscription(self, next(self._sub_ids), profile)
         self._subs[sub.id] = sub
-        done = self._subacks[sub.id] = trio.Event()
-        await self._send(m.Subscribe(sub.id, profile_to_wire(profile), profile.id))
-        await done.wait()
-        self._raise_if_closed()
+        await self._subscribe(sub.id, profile)
         return sub
 
     async def change(
@@ -157,11 +154,15 @@ class Client:
         if self._subs.get(sub.id) is not sub:
             raise ValueError(f"subscription {sub.id} is not open on this client")
         profile = as_profile(profile)
-        done = self._subacks[sub.id] = trio.Event()
-        await self._send(m.Subscribe(sub.id, profile_to_wire(profile), profile.id))
+        await self._subscribe(sub.id, profile)
+        sub.profile = profile
+
+    async def _subscribe(self, sub_id: int, profile: Profile) -> None:
+        """Send a Subscribe (new, or replacing ``sub_id``'s profile) and wait for its SubAck."""
+        done = self._subacks[sub_id] = trio.Event()
+        await self._send(m.Subscribe(sub_id, profile_to_wire(profile), profile.id))
         await done.wait()
         self._raise_if_closed()
-        sub.profile = profile
 
     async def unsubscribe(self, sub: Subscription) -> None:
         done = self._subacks[sub.id] = trio.Event()

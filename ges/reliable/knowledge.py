@@ -68,10 +68,6 @@ class KnowledgeStream:
             return F
         return D if tick in self._data else Q
 
-    def data(self, tick: int) -> Any:
-        """The payload of a ``D`` tick (KeyError otherwise)."""
-        return self._data[tick]
-
     @property
     def horizon(self) -> int:
         """The doubt horizon: the lowest tick that is still ``Q``."""
@@ -119,10 +115,6 @@ class KnowledgeStream:
             nxt = min(los[ri] if ri < len(los) else top + 1, d[di] if di < len(d) else top + 1)
             yield (t, nxt - 1)
             t = nxt
-
-    def pending_data(self) -> list[int]:
-        """The ``D`` ticks held, in order."""
-        return list(self._data_ticks)
 
     def __len__(self) -> int:
         """Objects held: final ranges plus data ticks (bounded; 1 for a quiet in-order stream)."""

@@ -48,8 +48,8 @@ links. When a unit is split inside, the hierarchical route to its far side does 
 brokers that see the unit as one node would send a message for the far side back to this side;
 so a message (event route, profile change or ack) that must go round the split carries a
 *detour*, the brokers where the whole view's shortest path crosses between nodes
-(:meth:`ContentRouter._detour`). Routes are grouped by next hop, so an event crosses each link at most once per branch,
-and the routes of one event name disjoint sets of brokers, so each destination broker gets the
+(:meth:`ContentRouter._detour`). Routes are grouped by next hop, so an event crosses each link
+at most once per branch, and the routes of one event name disjoint sets of brokers, so each destination broker gets the
 event once even over redundant gateways — properties (a)–(c) of the issue: every matching
 subscriber's broker is reached; a unit is entered only when some profile inside it matches (or
 to cross it on the way to one); and no broker gets an event twice.
@@ -273,25 +273,25 @@ class ContentRouter:
             keeper = msg.keeper
             for table, seqs in ((self.pending, msg.seqs), (self._removing, msg.removed)):
                 for seq in seqs:
-                    waiting = table.get(seq)
-                    if waiting is not None:
-                        waiting.discard(keeper)
-                        if not waiting:
-                            del table[seq]
-                            self._done(seq)
-            if keeper in self._retry and not self._owes(keeper):
+                    self._settle(table, seq, keeper)
+            if keeper in self._retry and not self._owed(keeper):
                 del self._retry[keeper]
         return []
 
-    def _done(self, seq: int) -> None:
-        if seq not in self.pending and seq not in self._removing:
-            self._sent_at.pop(seq, None)
+    def _settle(self, table: dict[int, set[str]], seq: int, keeper: str) -> None:
+        """``keeper`` owes nothing more for ``seq`` in ``table`` (pending or _removing)."""
+        waiting = table.get(seq)
+        if waiting is None:
+            return
+        waiting.discard(keeper)
+        if not waiting:
+            del table[seq]
+            if seq not in self.pending and seq not in self._removing:
+                self._sent_at.pop(seq, None)
 
-    def _owes(self, keeper: str) -> bool:
-        """Whether ``keeper`` has changes of this broker still to acknowledge."""
-        return any(keeper in w for w in self.pending.values()) or any(
-            keeper in w for w in self._removing.values()
-        )
+    def _owed(self, keeper: str) -> list[int]:
+        """The seqs of this broker's changes ``keeper`` has still to acknowledge."""
+        return [s for t in (self.pending, self._removing) for s, w in t.items() if keeper in w]
 
     def _apply(self, changes: list[m.ProfileChange], resend: bool = False) -> list:
         brokers = self.h.topology.brokers
@@ -439,10 +439,7 @@ class ContentRouter:
     def _forget_keeper(self, keeper: str) -> None:
         for table in (self.pending, self._removing):
             for seq in [s for s, w in table.items() if keeper in w]:
-                table[seq].discard(keeper)
-                if not table[seq]:
-                    del table[seq]
-                    self._done(seq)
+                self._settle(table, seq, keeper)
         self._retry.pop(keeper, None)
 
     def on_timer(self, now: float) -> list:
@@ -451,7 +448,7 @@ class ContentRouter:
         for k, (due, wait, tries) in list(self._retry.items()):
             if due > now:
                 continue
-            owed = [s for t in (self.pending, self._removing) for s, w in t.items() if k in w]
+            owed = self._owed(k)
             if not owed:
                 del self._retry[k]
             elif self._path_to(k) is None or tries >= MAX_RESENDS:
@@ -525,10 +522,9 @@ class ContentRouter:
         hop = self._hop(broker_id)
         if hop is not None:
             return (hop, GAVE_UP if gave_up else ())
-        spec = self.h.topology.brokers.get(broker_id)
-        if spec is None or broker_id == self.id or gave_up:
+        if gave_up or broker_id == self.id or broker_id not in self.h.topology.brokers:
             return None
-        return self._detour(self.graph.node_for(broker_id, spec.unit))
+        return self._detour(self._node(broker_id))
 
     def _transit(self, detour) -> tuple[str, tuple[str, ...]] | None:
         """The next step of a message on a detour: ``(next hop, brokers still to pass)``; None
@@ -616,15 +612,12 @@ class ContentRouter:
             r = stack.pop()
             path = r.unit
             n = len(path)
-            if r.detour and r.detour != GAVE_UP:  # going round a split unit (see _detour)
-                step = self._transit(r.detour)
+            if r.detour:  # going round a split unit (see _detour)
+                step, gave_up = self._follow(r.detour)
                 if step is not None:
                     hop, detour = step
                     out.setdefault(hop, []).append(m.Route(path, r.skip, r.via, detour))
                     continue
-                # passed them all, or this view cannot follow it: no other detour after that
-                # one failed (views that disagree about a split could send it round forever)
-                gave_up = any(b != self.id for b in r.detour)
                 r = m.Route(path, r.skip, r.via, GAVE_UP if gave_up else ())
             if n > depth:  # one broker
                 target = path[-1]
