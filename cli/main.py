@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import network, profile, pubsub
+from cli import network, profile, pubsub, simulate
 from cli import topology as topology_cmd
 from cli._common import OneLineUsageGroup, command
 
@@ -23,6 +23,7 @@ command(app)(network.up)
 command(app)(network.broker)
 command(app)(pubsub.publish)
 command(app)(pubsub.subscribe)
+command(app)(simulate.simulate)
 
 
 def main() -> None:

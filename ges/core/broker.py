@@ -39,6 +39,9 @@ from ges.core.dedup import TickWindow
 from ges.core.failure import FailureDetector
 from ges.matching.graph import ProfileGraph
 from ges.matching.model import Profile, profile_from_wire
+from ges.reliable.claims import Claims
+from ges.reliable.log import MemoryLog, PubendLog
+from ges.reliable.subend import Subend
 from ges.routing import ContentRouter, Hierarchy
 from ges.topology import Topology, broker_order_key
 from ges.wire import messages as m
@@ -62,6 +65,14 @@ SUBACK_WAIT = 5.0
 #: moment can make a route go round; the diameter of any topology here is far below this).
 MAX_HOPS = 64
 ROUTINGS = ("content", "flood")
+#: Reliable delivery: seconds a pubend stays quiet before it sends silence on its routes, and
+#: the silence rounds it sends after its last event (one per SILENCE_EVERY seconds), so a lost
+#: last event is found out and asked for.
+SILENCE_AFTER = 0.05
+SILENCE_EVERY = 1.0
+SILENCE_ROUNDS = 10
+#: Subends (pubends whose streams a subscriber-hosting broker follows); least recently used go.
+MAX_SUBENDS = 16_384
 
 
 class BrokerCore:
@@ -76,6 +87,8 @@ class BrokerCore:
         detector: FailureDetector | None = None,
         routing: str = "content",
         hierarchy: Hierarchy | None = None,
+        reliable: bool = False,
+        log: PubendLog | None = None,
     ):
         if broker_id not in topology.brokers:
             raise ValueError(f"unknown broker {broker_id!r}")
@@ -84,7 +97,14 @@ class BrokerCore:
         self.topology = topology
         self.id = broker_id
         self.incarnation = incarnation
-        self.pubend = f"{broker_id}~{incarnation}"
+        if reliable and routing != "content":
+            raise ValueError("reliable delivery needs content routing")
+        self.reliable = reliable
+        #: the pubend's log (reliable delivery): only logged events are published
+        if reliable and log is None:
+            log = MemoryLog(incarnation)
+        self.log = log if reliable else None
+        self.pubend = f"{broker_id}~{incarnation if self.log is None else self.log.epoch}"
         self.neighbours = frozenset(topology.neighbours[broker_id])
         self.unit = topology.brokers[broker_id].unit
         self.graph = ConnectivityGraph(
@@ -101,7 +121,22 @@ class BrokerCore:
         #: SubAcks waiting for keepers: [conn, sub_id, seqs, deadline]
         self._waits: list[list] = []
         self.links_up: set[str] = set()
-        self._next_tick = 1
+        self._next_tick = 1 if self.log is None else self.log.last + 1
+        #: reliable delivery: claim chains, subends, publishes waiting for their log commit
+        self.claims = Claims()
+        if self.router is not None and reliable:
+            self.router.claims = self.claims
+        self._subends: OrderedDict[str, Subend] = OrderedDict()
+        self._held: list[tuple[int, int, int, int, list]] = []
+        #: subscriptions not delivering from the start of every stream: (conn, sub_id) -> None
+        #: until the starting point is known, then {pubend: last tick not for it}
+        self._gate: dict[tuple[int, int], dict[str, int] | None] = {}
+        self._last_publish = float("-inf")
+        # a pubend restarting with a log announces its last tick: events logged (and
+        # acknowledged) just before a crash may never have left this broker
+        restarted = self.log is not None and self.log.last > 0
+        self._silence_due = 0.0 if restarted else float("inf")
+        self._silence_rounds = SILENCE_ROUNDS if restarted else 0
         self._windows: OrderedDict[str, TickWindow] = OrderedDict()
         self._path_prev: dict[tuple[str, str], int] = {}
         # conn_id -> {sub_id: Profile}
@@ -121,6 +156,10 @@ class BrokerCore:
                 "frames_out",
                 "event_frames",
                 "hop_limit",
+                "nacks_sent",
+                "nacks_answered",
+                "recovered",
+                "silences",
             ),
             0,
         )
@@ -185,9 +224,19 @@ class BrokerCore:
         self.detector.heard(peer, now)
         kind = type(msg)
         if kind is m.Events:
+            if self.reliable:
+                return self._on_reliable_events(peer, msg.pubend, msg.items, now)
             return self._on_events(peer, msg.pubend, msg.items)
         if kind is m.Heartbeat:
             return []
+        if kind is m.Silence or kind is m.Nack or kind is m.Recovered:
+            if not self.reliable:
+                raise ProtocolError(f"{kind.__name__} from {peer}, but delivery is best effort")
+            if kind is m.Silence:
+                return self._on_silence(peer, msg, now)
+            if kind is m.Nack:
+                return self._on_nack(msg)
+            return self._on_recovered(msg, now)
         if kind is m.Connectivity:
             return self._on_connectivity(peer, msg.reports, now)
         if kind is m.Profiles or kind is m.ProfileAck:
@@ -283,6 +332,8 @@ class BrokerCore:
             gone += profile.effective
         self._client_names.pop(conn, None)
         self._waits = [w for w in self._waits if w[0] != conn]
+        for dest in [d for d in self._gate if d[0] == conn]:
+            del self._gate[dest]
         return self._local_change((), gone, now)[0]
 
     def _local_change(self, add, remove, now: float) -> tuple[list, frozenset[int]]:
@@ -294,13 +345,14 @@ class BrokerCore:
     def client_message(self, conn: int, msg, now: float) -> list:
         kind = type(msg)
         if kind is m.Publish:
-            return self._on_publish(conn, msg)
+            return self._on_publish(conn, msg, now)
         if kind is m.Subscribe:
             return self._on_subscribe(conn, msg, now)
         if kind is m.Unsubscribe:
             profile = self._clients[conn].pop(msg.sub_id, None)
             out = []
             if profile is not None:
+                self._gate.pop((conn, msg.sub_id), None)
                 self.profiles.remove(profile, (conn, msg.sub_id))
                 self._n_subs -= 1
                 out = self._local_change((), profile.effective, now)[0]
@@ -326,10 +378,37 @@ class BrokerCore:
         self.profiles.add(profile, dest)
         self._n_subs += 1
         sends, waits = self._local_change(profile.effective, old.effective if old else (), now)
+        if self.reliable:
+            self._gate[dest] = None  # nothing delivered until its starting point is known
         if waits:
             self._waits.append([conn, msg.sub_id, waits, now + SUBACK_WAIT])
             return sends
+        self._start(dest, ())
         return [(CLIENT, conn, m.SubAck(msg.sub_id)), *sends]
+
+    def _start(self, dest: tuple[int, int], seqs) -> None:
+        """A subscription's starting point on every pubend (reliable delivery): after the last
+        tick any of its keepers had routed before applying it (their acks say), after anything
+        this broker routed as a keeper, and after what its subend already knows — every later
+        tick is routed with the subscription in place. Until now it got nothing."""
+        if not self.reliable or dest not in self._gate:
+            return
+        start: dict[str, int] = {}
+        for seq in seqs:
+            for pubend, tick in self.router.starts.get(seq, {}).items():
+                if start.get(pubend, 0) < tick:
+                    start[pubend] = tick
+        for pubend, tick in self.claims.latest():
+            if start.get(pubend, 0) < tick:
+                start[pubend] = tick
+        for pubend, sub in self._subends.items():
+            known = sub.stream.known_to
+            if start.get(pubend, 0) < known:
+                start[pubend] = known
+        if start:
+            self._gate[dest] = start
+        else:
+            del self._gate[dest]
 
     def _release_waits(self, now: float) -> list:
         """SubAcks whose profile every reachable keeper has acknowledged (or that waited long
@@ -340,16 +419,19 @@ class BrokerCore:
         acked = self.router.acked
         for w in self._waits:
             if acked(w[2]) or now >= w[3]:
+                self._start((w[0], w[1]), w[2])
                 out.append((CLIENT, w[0], m.SubAck(w[1])))
             else:
                 keep.append(w)
         self._waits = keep
         return out
 
-    def _on_publish(self, conn: int, msg: m.Publish) -> list:
+    def _on_publish(self, conn: int, msg: m.Publish, now: float) -> list:
         events = msg.events
         if len(events) > MAX_PUBLISH_BATCH:
             return [(CLIENT, conn, m.Error(f"publish batch over {MAX_PUBLISH_BATCH} events"))]
+        if self.reliable:
+            return self._publish_logged(conn, msg, now)
         first = self._next_tick
         items = [m.EventItem(first + i, first + i - 1, 0, ev) for i, ev in enumerate(events)]
         self._next_tick = first + len(events)
@@ -366,6 +448,282 @@ class BrokerCore:
                     out += self._route(self.pubend, [(it, initial) for it in items])
             out += self._deliver(self.pubend, items)
         return out
+
+    # -- reliable delivery (seed 002 §2, seed 001 §2) ---------------------------------------------
+
+    def _publish_logged(self, conn: int, msg: m.Publish, now: float) -> list:
+        """Give the events the next ticks and append them to the pubend's log; they are
+        acknowledged and sent on once the log has committed them (:meth:`on_logged`)."""
+        events = msg.events
+        first = self._next_tick
+        self._next_tick = first + len(events)
+        if events:
+            self.log.append(first, events)
+        self._held.append((conn, msg.seq, first, self._next_tick - 1, events))
+        self._last_publish = now
+        return self.on_logged(now)
+
+    def on_logged(self, now: float) -> list:
+        """The log committed more: acknowledge and send on the publishes it now holds."""
+        out: list = []
+        committed = self.log.committed
+        held = self._held
+        n = 0
+        while n < len(held) and held[n][3] <= committed:
+            conn, seq, first, last, events = held[n]
+            n += 1
+            if conn in self._clients:
+                out.append((CLIENT, conn, m.PubAck(seq, self.pubend, first, last)))
+            if not events:
+                continue
+            items = [m.EventItem(first + i, 0, 0, ev) for i, ev in enumerate(events)]
+            self.counters["published"] += len(items)
+            self.counters["events_in"] += len(items)
+            out += self._route_claimed(self.pubend, [(it, None) for it in items], now)
+            out += self._deliver(self.pubend, items)
+            self._silence_due = now + SILENCE_AFTER
+            self._silence_rounds = SILENCE_ROUNDS
+        if n:
+            del held[:n]
+        return out
+
+    def _root_routes(self, tick: int) -> list[m.Route]:
+        root = self.claims.root
+        pubend = self.pubend
+        return [
+            m.Route(r.unit, r.skip, prev=root(pubend, r.unit, tick))
+            for r in self.router.initial_routes
+        ]
+
+    def _route_claimed(self, pubend: str, todo: list, now: float) -> list:
+        """Route ``(item, routes)`` pairs one tick at a time, each route the claims make carrying
+        its own (routes None: the publisher's own); routes to this broker feed its subend."""
+        route = self.router.route_event
+        claims = self.claims
+        per_hop: dict[str, list] = {}
+        item_type = m.EventItem
+        me = self.id
+        mine: list = []
+        local = []
+        for it, routes in todo:
+            tick = it.tick
+            if routes is None:
+                routes = self._root_routes(tick)
+            hops = route(
+                it.event.attributes, routes, claims=claims, pubend=pubend, tick=tick, mine=mine
+            )
+            if mine:
+                local.append((it, mine))
+                mine = []
+            for hop, rs in hops.items():
+                fwd = item_type(tick, 0, it.hops + 1, it.event, tuple(rs), (*it.path, me))
+                got = per_hop.get(hop)
+                if got is None:
+                    per_hop[hop] = [fwd]
+                else:
+                    got.append(fwd)
+        out = []
+        up = self.links_up
+        for peer, items in per_hop.items():
+            if peer in up:
+                out.append((PEER, peer, m.Events(pubend, items)))
+                self.counters["events_out"] += len(items)
+        self.counters["event_frames"] += len(out)
+        if local and pubend != self.pubend:
+            sub = self._subend(pubend, min(r.prev for _, rs in local for r in rs))
+            if sub is not None:
+                match = self.profiles.match
+                for it, rs in local:
+                    prev = min(r.prev for r in rs)
+                    sub.data(prev, it.tick, it, bool(match(it.event.attributes)))
+                out += self._deliver(pubend, [it for _, it in sub.deliverable(now)])
+        return out
+
+    def _subend(self, pubend: str, floor: int) -> Subend | None:
+        """The subend of ``pubend`` here (made, starting above ``floor``, if a local
+        subscription exists)."""
+        sub = self._subends.get(pubend)
+        if sub is None:
+            if not self.profiles:
+                return None
+            # from the earliest starting point of a started subscription: 0 for one that
+            # started before this pubend was routed anywhere (it wants the whole stream)
+            started = [
+                0 if start is None else start.get(pubend, 0)
+                for start in (self._gate.get(d) for d in self._started_dests())
+            ]
+            if started:
+                floor = min(floor, min(started))
+            sub = self._subends[pubend] = Subend(floor)
+            if len(self._subends) > MAX_SUBENDS:
+                self._subends.popitem(last=False)
+        else:
+            self._subends.move_to_end(pubend)
+        return sub
+
+    def _started_dests(self):
+        gate = self._gate
+        for conn, subs in self._clients.items():
+            for sub_id in subs:
+                dest = (conn, sub_id)
+                if dest not in gate or gate[dest] is not None:
+                    yield dest
+
+    def _on_reliable_events(self, peer: str, pubend: str, items: list, now: float) -> list:
+        check = self.router.check_routes
+        todo = []
+        for it in items:
+            if it.hops >= MAX_HOPS:
+                self.counters["hop_limit"] += 1
+                continue
+            try:
+                check(it.to)
+            except ValueError as exc:
+                raise ProtocolError(f"bad event route from {peer}: {exc}") from None
+            todo.append((it, it.to))
+        self.counters["events_in"] += len(items)
+        return self._route_claimed(pubend, todo, now)
+
+    def _on_silence(self, peer: str, msg: m.Silence, now: float) -> list:
+        if msg.hops >= MAX_HOPS:
+            return []
+        try:
+            self.router.check_routes(msg.to)
+        except ValueError as exc:
+            raise ProtocolError(f"bad silence route from {peer}: {exc}") from None
+        return self._silence(msg.pubend, msg.tick, msg.to, msg.hops, now)
+
+    def _silence(self, pubend: str, tick: int, routes, hops: int, now: float) -> list:
+        mine: list = []
+        per_hop = self.router.route_event(
+            None, routes, claims=self.claims, pubend=pubend, tick=tick, mine=mine
+        )
+        out = [
+            (PEER, peer, m.Silence(pubend, tick, rs, hops + 1))
+            for peer, rs in per_hop.items()
+            if peer in self.links_up
+        ]
+        self.counters["silences"] += len(out)
+        if mine and pubend != self.pubend:
+            prev = min(r.prev for r in mine)
+            sub = self._subend(pubend, min(prev, tick))
+            if sub is not None:
+                sub.silence(prev, tick)
+                out += self._deliver(pubend, [it for _, it in sub.deliverable(now)])
+        return out
+
+    def _on_nack(self, msg: m.Nack) -> list:
+        """Curiosity for ``msg.pubend``: answer from the log if it is this broker's, else relay
+        it towards the pubend's broker."""
+        broker = msg.pubend.partition("~")[0]
+        self._check_unicast(msg.origin, msg.detour)
+        if broker != self.id:
+            return self._relay(
+                broker,
+                msg.detour,
+                msg.hops,
+                lambda h, d: m.Nack(msg.pubend, msg.origin, msg.ranges, h, d),
+            )
+        if msg.pubend != self.pubend or len(msg.ranges) > 64:
+            return []  # an older epoch's stream, whose log is not here
+        out = []
+        last = self.log.committed
+        for lo, hi in msg.ranges:
+            lo, hi = max(lo, 1), min(hi, last)
+            while lo <= hi:
+                got = self.log.read(lo, hi)
+                top = got[-1][0] if got and len(got) >= 512 else hi
+                items = [m.EventItem(t, 0, 0, ev) for t, ev in got]
+                answer = m.Recovered(self.pubend, msg.origin, lo, top, items)
+                if msg.origin == self.id:
+                    break
+                out += self._relay(
+                    msg.origin,
+                    [],
+                    0,
+                    lambda h, d, a=answer: m.Recovered(a.pubend, a.to, a.lo, a.hi, a.items, h, d),
+                )
+                lo = top + 1
+        self.counters["nacks_answered"] += 1
+        return out
+
+    def _on_recovered(self, msg: m.Recovered, now: float) -> list:
+        self._check_unicast(msg.to, msg.detour)
+        if msg.to != self.id:
+            return self._relay(
+                msg.to,
+                msg.detour,
+                msg.hops,
+                lambda h, d: m.Recovered(msg.pubend, msg.to, msg.lo, msg.hi, msg.items, h, d),
+            )
+        sub = self._subends.get(msg.pubend)
+        if sub is None or msg.lo > msg.hi:
+            return []
+        match = self.profiles.match
+        wanted = [
+            (it.tick, it)
+            for it in msg.items
+            if msg.lo <= it.tick <= msg.hi and match(it.event.attributes)
+        ]
+        sub.recovered(msg.lo, msg.hi, wanted, now)
+        self.counters["recovered"] += len(wanted)
+        return self._deliver(msg.pubend, [it for _, it in sub.deliverable(now)])
+
+    def _check_unicast(self, broker: str, detour) -> None:
+        if broker not in self.topology.brokers:
+            raise ProtocolError(f"unknown broker {broker!r}")
+        if detour:
+            try:
+                self.router._check_detour(detour)
+            except ValueError as exc:
+                raise ProtocolError(str(exc)) from None
+
+    def _relay(self, to: str, detour, hops: int, make) -> list:
+        step = self.router.relay_step(to, detour, hops)
+        if step is None or step[0] not in self.links_up:
+            return []
+        hop, detour = step
+        return [(PEER, hop, make(hops + 1, list(detour)))]
+
+    def _reliable_timer(self, now: float) -> list:
+        out: list = []
+        if now >= self._silence_due:
+            if self._silence_rounds > 0:
+                self._silence_rounds -= 1
+                tick = self._next_tick - 1 - sum(len(h[4]) for h in self._held)
+                out += self._silence(self.pubend, tick, self._root_silence(tick), 0, now)
+                self._silence_due = now + SILENCE_EVERY
+            else:
+                self._silence_due = float("inf")
+        for pubend, sub in self._subends.items():
+            if now >= sub.next_nack:
+                ranges = sub.nack(now)
+                if ranges:
+                    self.counters["nacks_sent"] += 1
+                    broker = pubend.partition("~")[0]
+                    out += self._relay(
+                        broker, [], 0, lambda h, d, p=pubend, r=ranges: m.Nack(p, self.id, r, h, d)
+                    )
+        return out
+
+    def _root_silence(self, tick: int) -> list[m.Route]:
+        """The publisher's routes for silence up to ``tick``: each claims back to the last tick
+        it made that route for."""
+        out = []
+        last = self.claims._root
+        for r in self.router.initial_routes:
+            key = (self.pubend, r.unit)
+            prev = min(last.get(key, tick), tick)
+            last[key] = tick
+            out.append(m.Route(r.unit, r.skip, prev=prev))
+        return out
+
+    def _reliable_deadline(self) -> float:
+        deadline = self._silence_due
+        for sub in self._subends.values():
+            if sub.next_nack < deadline:
+                deadline = sub.next_nack
+        return deadline
 
     # -- content routing (seed 004 §3.3) ----------------------------------------------------------
 
@@ -469,7 +827,7 @@ class BrokerCore:
     def _deliver(self, pubend: str, items: list) -> list:
         """Match each event against the local profiles (one profile-graph walk per event) and
         send each subscription its matching events, in order, as one ``Deliver``."""
-        if not self.profiles:
+        if not self.profiles or not items:
             return []
         match = self.profiles.match
         results = [match(it.event.attributes) for it in items]
@@ -487,6 +845,8 @@ class BrokerCore:
                         per[dest] = [it]
                     else:
                         got.append(it)
+        if self._gate:
+            self._filter_gated(pubend, per)
         out = []
         shared: dict[tuple[int, int], m.Deliver] = {}
         delivered = 0
@@ -501,6 +861,27 @@ class BrokerCore:
         self.counters["events_out"] += delivered
         return out
 
+    def _filter_gated(self, pubend: str, per: dict) -> None:
+        """Drop what gated subscriptions must not get: everything before their starting point
+        is known, and the ticks of ``pubend`` up to it after."""
+        gate = self._gate
+        for dest in [d for d in per if d in gate]:
+            start = gate[dest]
+            if start is None:
+                del per[dest]
+                continue
+            first = start.get(pubend)
+            if first is None:
+                continue
+            items = [it for it in per[dest] if it.tick > first]
+            if items:
+                per[dest] = items
+                del start[pubend]  # the stream is past it
+                if not start:
+                    del gate[dest]
+            else:
+                del per[dest]
+
     # -- time -------------------------------------------------------------------------------------
 
     def on_timer(self, now: float) -> list:
@@ -511,6 +892,8 @@ class BrokerCore:
             out += self.link_down(p, now)
         if self.router is not None:
             out += self._to_peers(self.router.on_timer(now))
+        if self.reliable:
+            out += self._reliable_timer(now)
         return out + self._release_waits(now)
 
     def next_deadline(self) -> float:
@@ -519,6 +902,8 @@ class BrokerCore:
             deadline = min(deadline, min(w[3] for w in self._waits))
         if self.router is not None:
             deadline = min(deadline, self.router.next_deadline())
+        if self.reliable:
+            deadline = min(deadline, self._reliable_deadline())
         return deadline
 
     def note_sent(self, peer: str, now: float) -> None:

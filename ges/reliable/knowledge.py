@@ -93,10 +93,10 @@ class KnowledgeStream:
             top = max(top, self._data_ticks[-1])
         return top
 
-    def gaps(self) -> Iterator[tuple[int, int]]:
-        """The ``Q`` ranges below :attr:`known_to`, lowest first."""
+    def gaps(self, upto: int = 0) -> Iterator[tuple[int, int]]:
+        """The ``Q`` ranges up to :attr:`known_to` (or ``upto``, if higher), lowest first."""
         t = self.floor + 1
-        top = self.known_to
+        top = max(self.known_to, upto)
         d = self._data_ticks
         di = 0
         ri = 0
@@ -183,3 +183,13 @@ class KnowledgeStream:
         # everything below the horizon is now final
         self.add_final(self.floor + 1, h - 1)
         return out
+
+    def add_silence(self, lo: int, hi: int) -> None:
+        """Accumulate silence over the ``Q`` ticks of ``lo..hi``: a claim that nothing there was
+        for this node leaves the data it did receive in place."""
+        d = self._data_ticks
+        a, b = bisect_left(d, lo), bisect_right(d, hi)
+        for t in d[a:b]:
+            self.add_final(lo, t - 1)
+            lo = t + 1
+        self.add_final(lo, hi)

@@ -64,6 +64,7 @@ from ges.connectivity import ConnectivityGraph, GraphNode
 from ges.matching.covering import covers
 from ges.matching.graph import ProfileGraph
 from ges.matching.model import Conjunction, conjunction_from_wire, conjunction_to_wire
+from ges.reliable.claims import Claims
 from ges.routing.export import ADD, REMOVE, Exporter
 from ges.routing.hierarchy import Hierarchy
 from ges.topology import broker_order_key
@@ -86,6 +87,8 @@ RESEND_MAX = 30.0
 #: Unanswered resends after which an origin stops waiting for a keeper (it may be dead behind a
 #: unit this broker sees as one node); the keeper gets a sync again when a route to it changes.
 MAX_RESENDS = 8
+#: Pubends read from one acknowledgement's ``ticks``.
+MAX_TICKS_PER_ACK = 1_024
 #: Brokers a detour round a split unit may name.
 MAX_DETOUR = 32
 #: The detour of a route whose detour could not be followed: it takes no other.
@@ -118,6 +121,13 @@ class ContentRouter:
         self._tombs: OrderedDict[EntryId, None] = OrderedDict()
         #: adds of this broker not yet acknowledged: seq -> keepers still to ack
         self.pending: dict[int, set[str]] = {}
+        #: reliable delivery: the keepers' claim chains (set by the core), and per live add the
+        #: last tick of each pubend routed before its keepers applied it (from their acks)
+        self.claims: Claims | None = None
+        #: reliable delivery's sufficiency rule (seed 000 §3.5): a child with a broker whose
+        #: profile this keeper lacks gets every event. Off only to show what it prevents.
+        self.sufficiency = True
+        self.starts: dict[int, dict[str, int]] = {}
         #: removals of this broker not yet acknowledged: seq -> keepers still to ack
         self._removing: dict[int, set[str]] = {}
         #: when each seq in pending or _removing was first sent
@@ -134,6 +144,8 @@ class ContentRouter:
         #: reachable broker in it has synced
         self._synced: set[str] = {broker_id}
         self._complete: dict[UnitPath, bool] = {}
+        #: per kept unit, the children with a broker that has not synced (reliable delivery)
+        self._unsynced: dict[UnitPath, tuple[str, ...]] = {}
         self.initial_routes: tuple[m.Route, ...] = tuple(
             m.Route(u, hierarchy.child_of(u, broker_id))
             for u in hierarchy.chain(broker_id)
@@ -193,6 +205,7 @@ class ContentRouter:
                     waits.add(seq)
             else:
                 self.pending.pop(seq, None)
+                self.starts.pop(seq, None)
                 if expect:
                     self._removing[seq] = set(expect)
             if expect:
@@ -259,24 +272,46 @@ class ContentRouter:
         if msg.detour:
             self._check_detour(msg.detour)
         if msg.origin != self.id:
-            step, gave_up = self._follow(msg.detour)
+            step = self.relay_step(msg.origin, msg.detour, msg.hops)
             if step is None:
-                step = self._path_to(msg.origin, gave_up=gave_up)
-            if step is None or msg.hops >= MAX_RELAY_HOPS:
                 return []
             hop, detour = step
             ack = m.ProfileAck(
-                msg.origin, msg.keeper, msg.inc, msg.seqs, msg.hops + 1, msg.removed, list(detour)
+                msg.origin,
+                msg.keeper,
+                msg.inc,
+                msg.seqs,
+                msg.hops + 1,
+                msg.removed,
+                list(detour),
+                msg.ticks,
             )
             return [(hop, ack)]
         if msg.inc == self.inc:
             keeper = msg.keeper
+            if msg.ticks:
+                for seq in msg.seqs:
+                    if seq in self.pending or seq in self.starts:
+                        got = self.starts.setdefault(seq, {})
+                        for pubend, tick in msg.ticks[:MAX_TICKS_PER_ACK]:
+                            if got.get(pubend, 0) < tick:
+                                got[pubend] = tick
             for table, seqs in ((self.pending, msg.seqs), (self._removing, msg.removed)):
                 for seq in seqs:
                     self._settle(table, seq, keeper)
             if keeper in self._retry and not self._owed(keeper):
                 del self._retry[keeper]
         return []
+
+    def relay_step(self, to: str, detour, hops: int) -> tuple[str, tuple[str, ...]] | None:
+        """``(next hop, detour)`` for a message relayed to broker ``to`` (it follows its
+        detour first); None if there is none or the message has gone too far."""
+        if hops >= MAX_RELAY_HOPS:
+            return None
+        step, gave_up = self._follow(detour)
+        if step is None:
+            step = self._path_to(to, gave_up=gave_up)
+        return step
 
     def _settle(self, table: dict[int, set[str]], seq: int, keeper: str) -> None:
         """``keeper`` owes nothing more for ``seq`` in ``table`` (pending or _removing)."""
@@ -314,6 +349,7 @@ class ContentRouter:
                 if c.origin not in self._synced:
                     self._synced.add(c.origin)
                     self._complete.clear()
+                    self._unsynced.clear()
                 continue
             if c.op == ADD:
                 conj = conjunction_from_wire(c.conjunction)
@@ -337,9 +373,9 @@ class ContentRouter:
             step = self._path_to(origin)
             if step is not None:
                 hop, detour = step
-                out.append(
-                    (hop, m.ProfileAck(origin, self.id, inc, seqs, 0, removed, list(detour)))
-                )
+                ticks = self.claims.latest() if self.claims is not None and seqs else []
+                ack = m.ProfileAck(origin, self.id, inc, seqs, 0, removed, list(detour), ticks)
+                out.append((hop, ack))
         return out
 
     def _placements(self, origin: str) -> tuple[tuple[UnitPath, str], ...]:
@@ -408,6 +444,7 @@ class ContentRouter:
         self._unit_hops.clear()
         self._nearest.clear()
         self._complete.clear()
+        self._unsynced.clear()
         self._detours.clear()
         # a broker this one cannot reach must sync again before its units count as complete
         # (when a partition heals, events flood its units until its sync arrives)
@@ -592,12 +629,26 @@ class ContentRouter:
     # -- events (seed 004 §3.3) -----------------------------------------------------------------------
 
     def route_event(
-        self, attributes: Mapping, routes: Iterable[m.Route], been: tuple[str, ...] = ()
+        self,
+        attributes: Mapping | None,
+        routes: Iterable[m.Route],
+        been: tuple[str, ...] = (),
+        *,
+        claims: Claims | None = None,
+        pubend: str = "",
+        tick: int = 0,
+        mine: list | None = None,
     ) -> dict[str, list[m.Route]]:
         """Where an event goes next: {next hop: routes to pass on}.
 
-        Every broker that an event passes through delivers it to its own matching subscribers
-        (the core does that), so a keeper never sends it back to a broker it has ``been`` to.
+        Best effort (``claims`` None): every broker that an event passes through delivers it to
+        its own matching subscribers (the core does that), so a keeper never sends it back to a
+        broker it has ``been`` to. Reliable (``claims`` given, :mod:`ges.reliable.claims`): only
+        a route to a broker delivers there, routes to this broker are appended to ``mine``, and
+        every route a keeper makes carries its claim for ``tick`` of ``pubend``. With
+        ``attributes`` None the routes are silence up to ``tick``: a keeper passes them on to
+        every child (see :meth:`_resolve`).
+
         Routes with no reachable next hop are counted in ``routes_dropped`` and forgotten.
         """
         out: dict[str, list[m.Route]] = {}
@@ -616,12 +667,16 @@ class ContentRouter:
                 step, gave_up = self._follow(r.detour)
                 if step is not None:
                     hop, detour = step
-                    out.setdefault(hop, []).append(m.Route(path, r.skip, r.via, detour))
+                    out.setdefault(hop, []).append(m.Route(path, r.skip, r.via, detour, r.prev))
                     continue
-                r = m.Route(path, r.skip, r.via, GAVE_UP if gave_up else ())
+                r = m.Route(path, r.skip, r.via, GAVE_UP if gave_up else (), r.prev)
             if n > depth:  # one broker
                 target = path[-1]
-                if target == self.id or target in been:
+                if target == self.id:
+                    if mine is not None:
+                        mine.append(r)
+                    continue
+                if target in been:
                     continue
                 hop = self._hop(target)
                 if hop is None:
@@ -634,12 +689,15 @@ class ContentRouter:
                     hop, r = self._around(self.graph.node_for_unit(path), r)
             else:  # a unit around this broker
                 kids = children[path]
-                if len(kids) == 1:
-                    stack.append(m.Route((*path, kids[0])))
+                if len(kids) == 1:  # nothing to choose: the claim holds for the child too
+                    stack.append(m.Route((*path, kids[0]), prev=r.prev))
                     continue
                 snapshot = kept.get(path)
                 if snapshot is not None:
                     skip = r.skip
+                    if claims is not None:
+                        stack += self._resolve(snapshot, attributes, r, claims, pubend, tick)
+                        continue
                     complete = self._complete.get(path)
                     if complete is None:
                         complete = self._is_complete(path)
@@ -660,10 +718,12 @@ class ContentRouter:
                         if via is not None:
                             chosen.append(via)
                     if via is None:  # no keeper reachable: every child, the safe fallback
-                        skip = r.skip
-                        stack.extend(m.Route((*path, kid)) for kid in kids if kid != skip)
+                        skip, prev = r.skip, r.prev
+                        stack.extend(
+                            m.Route((*path, kid), prev=prev) for kid in kids if kid != skip
+                        )
                         continue
-                    r = m.Route(path, r.skip, via, r.detour)  # () or GAVE_UP
+                    r = m.Route(path, r.skip, via, r.detour, r.prev)  # detour () or GAVE_UP
                     hop = self._hop(via)
                     if hop is None:
                         hop, r = self._around(self._node(via), r)
@@ -676,6 +736,51 @@ class ContentRouter:
                 else:
                     got.append(r)
         return out
+
+    def _resolve(
+        self,
+        snapshot: ProfileGraph,
+        attributes: Mapping | None,
+        r: m.Route,
+        claims: Claims,
+        pubend: str,
+        tick: int,
+    ) -> list[m.Route]:
+        """A kept unit's routes for one tick, each with its claim (:mod:`ges.reliable.claims`):
+        the matching children for data (and every child with a broker whose profile this
+        keeper lacks), every child for silence."""
+        path = r.unit
+        kids = self.h.children[path]
+        st = claims.learn(pubend, path, r.prev, tick)
+        skip = r.skip
+        claim = claims.claim
+        if attributes is None:
+            # silence goes to every child: one whose last data or silence was lost with a
+            # failed link learns from the next round that it is missing something, even where
+            # the claim says nothing; which children those are is unknown until subends
+            # acknowledge (not yet), so silence rounds cover the pubend's whole routing tree
+            return [m.Route((*path, k), prev=claim(st, k, tick)) for k in kids if k != skip]
+        # a child with a broker whose profile this keeper does not have (it has not synced
+        # since this keeper started; it may be unreachable now) gets the event whatever it
+        # wants: no claim may say a tick was not for a subscriber the keeper does not know
+        wanted = set(snapshot.match(attributes))
+        if self.sufficiency:
+            wanted.update(self._unsynced_kids(path))
+        return [
+            m.Route((*path, k), prev=claim(st, k, tick)) for k in kids if k in wanted and k != skip
+        ]
+
+    def _unsynced_kids(self, unit: UnitPath) -> tuple[str, ...]:
+        got = self._unsynced.get(unit)
+        if got is None:
+            synced = self._synced
+            units = self.h.topology.units
+            got = self._unsynced[unit] = tuple(
+                kid
+                for kid in self.h.children[unit]
+                if any(b not in synced for b in units.get((*unit, kid), (kid,)))
+            )
+        return got
 
     def _is_complete(self, unit: UnitPath) -> bool:
         synced = self._synced
@@ -692,7 +797,7 @@ class ContentRouter:
         if step is None:
             return None, r
         hop, detour = step
-        return hop, (m.Route(r.unit, r.skip, r.via, detour) if detour else r)
+        return hop, (m.Route(r.unit, r.skip, r.via, detour, r.prev) if detour else r)
 
     def _detour(self, node: GraphNode) -> tuple[str, tuple[str, ...]] | None:
         """How to reach a graph node that the whole view reaches but the hierarchical route does

@@ -49,16 +49,20 @@ class BrokerServer:
         listen_host: str | None = None,
         routing: str = "content",
         hierarchy=None,
+        reliable: bool | None = None,
     ):
         self.topology = topology
         self.spec = topology.brokers[broker_id]
         self.id = broker_id
+        # reliable delivery comes with content routing unless asked otherwise; the pubend log
+        # is in memory for now (a restarted broker starts a new pubend)
         self.core = BrokerCore(
             topology,
             broker_id,
             incarnation=incarnation if incarnation is not None else time.time_ns(),
             routing=routing,
             hierarchy=hierarchy,
+            reliable=(routing == "content") if reliable is None else reliable,
         )
         self.core.pid = os.getpid()
         self.listen_host = listen_host or self.spec.host

@@ -35,12 +35,18 @@ class Route(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
     ``detour`` is a list of brokers to pass through first, for a route that goes round a unit
     split inside (see ``ContentRouter._detour``); empty otherwise.
+
+    ``prev`` is the route's *knowledge claim* (reliable delivery, seed 002 §2.2): the broker that
+    made this route (the publisher, or the keeper that matched the unit above) knows that no tick
+    of the pubend strictly between ``prev`` and this item's tick had anything for ``unit``. Relays
+    pass it on unchanged; see :mod:`ges.reliable.claims`.
     """
 
     unit: tuple[str, ...]
     skip: str = ""
     via: str = ""
     detour: tuple[str, ...] = ()
+    prev: int = 0
 
 
 class EventItem(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -167,6 +173,9 @@ class ProfileAck(_Msg):
     removed: list[int] = []
     #: brokers to pass through first, as in :class:`Route`
     detour: list[str] = []
+    #: reliable delivery: the last tick of each pubend this keeper had routed when it applied
+    #: the adds; later ticks are routed with them (the subscription's starting point)
+    ticks: list[tuple[str, int]] = []
 
 
 class Events(_Msg):
@@ -174,6 +183,41 @@ class Events(_Msg):
 
     pubend: str
     items: list[EventItem]
+
+
+class Silence(_Msg):
+    """No data of ``pubend`` for the routes' units up to and including ``tick`` (seed 002 §2.2:
+    silence on an idle path). Routed like an event whose routes claim ``(prev, tick]``."""
+
+    pubend: str
+    tick: int
+    to: list[Route]
+    hops: int = 0
+
+
+class Nack(_Msg):
+    """Curiosity (seed 002 §2.3): ``origin`` does not know the ticks ``ranges`` (inclusive
+    ``[lo, hi]`` pairs) of ``pubend``; relayed to the pubend's broker, which answers from its
+    log."""
+
+    pubend: str
+    origin: str
+    ranges: list[tuple[int, int]]
+    hops: int = 0
+    detour: list[str] = []
+
+
+class Recovered(_Msg):
+    """The pubend's log for ticks ``lo..hi`` (every event in it; a tick it lacks had none),
+    relayed to ``to``, which filters them itself."""
+
+    pubend: str
+    to: str
+    lo: int
+    hi: int
+    items: list[EventItem]
+    hops: int = 0
+    detour: list[str] = []
 
 
 # -- client ↔ broker ---------------------------------------------------------------------------
@@ -258,6 +302,9 @@ Message = (
     | Heartbeat
     | Connectivity
     | Events
+    | Silence
+    | Nack
+    | Recovered
     | Profiles
     | ProfileAck
     | Subscribe

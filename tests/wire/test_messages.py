@@ -61,6 +61,10 @@ EXAMPLES = [
         ],
     ),
     m.ProfileAck(origin="b1", keeper="b4", inc=7, seqs=[1, 3]),
+    m.ProfileAck(origin="b1", keeper="b4", inc=7, seqs=[1], ticks=[("b2~1", 40)]),
+    m.Silence(pubend="b1~1", tick=9, to=[m.Route(("c1",), prev=4)], hops=2),
+    m.Nack(pubend="b1~1", origin="b7", ranges=[(3, 5), (8, 8)]),
+    m.Recovered(pubend="b1~1", to="b7", lo=3, hi=5, items=[ITEM], hops=1, detour=["b3"]),
     m.Subscribe(
         sub_id=3,
         conjunctions=[

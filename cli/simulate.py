@@ -1,0 +1,166 @@
+"""``ges simulate``: the deterministic fault simulator and its checker, from the command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from cli._common import err, is_tty, load_topology, one_line_errors, out
+from ges.errors import UserInputError
+from ges.sim import FAULT_KINDS, Faults, run_seed
+
+
+def simulate(
+    topology_file: Path = typer.Argument(..., help="Topology YAML file.", metavar="TOPOLOGY"),
+    seed: int = typer.Option(0, "--seed", help="The first seed."),
+    seeds: int = typer.Option(1, "--seeds", help="How many seeds to run: SEED, SEED+1, …"),
+    faults: str = typer.Option(
+        "all", "--faults", help=f"all, none, or a comma list of: {', '.join(FAULT_KINDS)}."
+    ),
+    events: int = typer.Option(200, "--events", help="Events published per run."),
+    subscribers: int = typer.Option(12, "--subscribers", help="Subscriptions per run."),
+    publishers: int = typer.Option(4, "--publishers", help="Publishing clients per run."),
+    no_sufficiency: bool = typer.Option(
+        False,
+        "--no-sufficiency",
+        help="Switch off the rule that a keeper sends every event to a child whose profile it "
+        "lacks (seed 000's sufficiency test), to see what it prevents.",
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON object: ok, seeds, violations, published, …"
+    ),
+) -> None:
+    """Run broker cores over a simulated network with seeded faults and check every delivery.
+
+    Each seed subscribes, publishes and injects faults (dropped, duplicated, delayed and
+    reordered frames; failed links; crashed brokers; partitions), heals, waits, and checks that
+    every subscription got exactly the matching events after its starting point, in order, once
+    each. Exits 1 if any seed has a violation, printing the command that replays it.
+    """
+    one_line_errors(_simulate)(
+        topology_file,
+        seed,
+        seeds,
+        faults,
+        events,
+        subscribers,
+        publishers,
+        no_sufficiency,
+        as_json,
+    )
+
+
+def _simulate(
+    topology_file,
+    seed,
+    seeds,
+    faults_spec,
+    events,
+    subscribers,
+    publishers,
+    no_sufficiency,
+    as_json,
+) -> None:
+    for name, value, low in (
+        ("--seeds", seeds, 1),
+        ("--events", events, 0),
+        ("--subscribers", subscribers, 0),
+        ("--publishers", publishers, 1),
+    ):
+        if value < low:
+            raise UserInputError(f"{name}: must be at least {low}, not {value}")
+    if seed < 0:
+        raise UserInputError(f"--seed: must not be negative, not {seed}")
+    try:
+        faults = Faults.parse(faults_spec)
+    except ValueError as exc:
+        raise UserInputError(f"--faults: {exc}") from None
+    topology = load_topology(topology_file, show_warnings=not as_json)
+    outcomes = []
+    progress = Progress(
+        TextColumn("simulating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("seeds · {task.fields[bad]} failed"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not is_tty(),
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task("seeds", total=seeds, bad=0)
+        bad = 0
+        for s in range(seed, seed + seeds):
+            o = run_seed(
+                topology,
+                s,
+                faults=faults,
+                events=events,
+                subscribers=subscribers,
+                publishers=publishers,
+                sufficiency=not no_sufficiency,
+            )
+            outcomes.append(o)
+            bad += not o.ok
+            progress.update(task, advance=1, bad=bad)
+    failed = [o for o in outcomes if not o.ok]
+    extra = " --no-sufficiency" if no_sufficiency else ""
+    replay = {o.seed: o.replay(str(topology_file), faults_spec, events) + extra for o in failed}
+    summary = {
+        "ok": not failed,
+        "seeds": seeds,
+        "first_seed": seed,
+        "failed_seeds": [o.seed for o in failed],
+        "violations": sum(len(o.violations) for o in outcomes),
+        "published": sum(o.published for o in outcomes),
+        "delivered": sum(o.delivered for o in outcomes),
+        "frames": sum(o.frames for o in outcomes),
+        "faults": {k: sum(o.faults[k] for o in outcomes) for k in outcomes[0].faults},
+        "sufficiency": not no_sufficiency,
+        "wall_seconds": round(sum(o.wall_seconds for o in outcomes), 3),
+        "examples": [
+            {"seed": o.seed, "replay": replay[o.seed], "violations": list(o.violations[:5])}
+            for o in failed[:10]
+        ],
+    }
+    if as_json:
+        sys.stdout.write(json.dumps(summary) + "\n")
+    else:
+        _render(summary, topology, faults_spec)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _render(summary: dict, topology, faults_spec: str) -> None:
+    table = Table(
+        title=f"ges simulate {topology.name} · faults {faults_spec}", title_justify="left"
+    )
+    for col in ("seeds", "failed", "published", "delivered", "frames", "wall"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        str(summary["seeds"]),
+        str(len(summary["failed_seeds"])),
+        f"{summary['published']:,}",
+        f"{summary['delivered']:,}",
+        f"{summary['frames']:,}",
+        f"{summary['wall_seconds']:.1f} s",
+    )
+    out.print(table)
+    f = summary["faults"]
+    out.print("faults injected: " + ", ".join(f"{n:,} {k.replace('_', ' ')}" for k, n in f.items()))
+    for ex in summary["examples"]:
+        out.print(f"[red]seed {ex['seed']} failed[/red]:")
+        for v in ex["violations"]:
+            out.print(f"  {v}", markup=False, soft_wrap=True)
+        out.print(f"  replay: {ex['replay']}", markup=False, soft_wrap=True)
+    if summary["ok"]:
+        out.print(f"ok: {summary['seeds']} seeds, no violations")
+    else:
+        out.print(
+            f"FAILED: {len(summary['failed_seeds'])} of {summary['seeds']} seeds had violations"
+        )

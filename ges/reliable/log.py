@@ -1,0 +1,74 @@
+"""The pubend log interface, and the in-memory log the simulator and tests use (seed 001 §2).
+
+Only the publishing broker stores events (seed 002 §1: "the pubend logs once"). A log holds one
+pubend's events by tick; ``append`` takes a batch with consecutive ticks and ``committed`` says
+how far they are durable, so a driver with an asynchronous writer (group commit in a thread)
+lets the core hold a publisher's acknowledgement, and the forwarding of the events, until their
+batch is committed. ``epoch`` names the stream: it is the same across restarts for a log that
+survives them, so the pubend's ticks go on where they stopped.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Protocol
+
+#: Events a Recovered answer carries at most (the nacker asks again for the rest).
+MAX_READ = 512
+#: Events an in-memory log holds; the oldest are dropped beyond it (a nack for them is
+#: answered as silence). Releasing entries once every downstream has acknowledged them
+#: replaces this bound when acknowledgements land.
+MAX_MEMORY_EVENTS = 1_000_000
+
+
+class PubendLog(Protocol):
+    epoch: int
+
+    @property
+    def last(self) -> int:
+        """The highest tick appended (0 for none)."""
+
+    @property
+    def committed(self) -> int:
+        """The highest tick that is durable."""
+
+    def append(self, first: int, events: list) -> None: ...
+
+    def read(self, lo: int, hi: int, limit: int = MAX_READ) -> list[tuple[int, object]]:
+        """``(tick, event)`` for the ticks of ``lo..hi`` held, at most ``limit``, in order."""
+
+
+class MemoryLog:
+    """A log in memory. It survives a simulated broker crash when the simulator keeps the object
+    (its stable storage) and hands it to the restarted core."""
+
+    def __init__(self, epoch: int = 1, *, max_events: int = MAX_MEMORY_EVENTS):
+        self.epoch = epoch
+        self.max_events = max_events
+        self._ticks: list[int] = []
+        self._events: list = []
+
+    @property
+    def last(self) -> int:
+        return self._ticks[-1] if self._ticks else 0
+
+    @property
+    def committed(self) -> int:
+        return self.last
+
+    def append(self, first: int, events: list) -> None:
+        if events and first <= self.last:
+            raise ValueError(f"tick {first} appended after {self.last}")
+        self._ticks.extend(range(first, first + len(events)))
+        self._events.extend(events)
+        over = len(self._ticks) - self.max_events
+        if over > 0:  # until acknowledgements release entries, the oldest go first
+            del self._ticks[:over], self._events[:over]
+
+    def read(self, lo: int, hi: int, limit: int = MAX_READ) -> list[tuple[int, object]]:
+        i = bisect_left(self._ticks, lo)
+        j = min(bisect_left(self._ticks, hi + 1), i + limit)
+        return list(zip(self._ticks[i:j], self._events[i:j], strict=True))
+
+    def __len__(self) -> int:
+        return len(self._ticks)

@@ -1,0 +1,119 @@
+"""A subend: one pubend's stream at a broker hosting subscribers (seed 002 §2.3).
+
+The subend accumulates knowledge from the claims and data of the routes that reach its broker
+(:mod:`ges.reliable.claims`), from silence, and from the pubend's answers to its nacks. Its
+local subscriptions get the ``D`` ticks below the doubt horizon in tick order, each exactly once.
+
+A ``Q`` range below the highest known tick that persists is *curiosity*: after ``wait`` seconds
+the subend nacks the pubend's broker for it, and again after twice as long (up to
+:data:`NACK_MAX`) while it persists. ``wait`` adapts to the answers: twice the smoothed time
+from a nack to the answer that fills it (as TCP estimates its retransmission timeout), between
+:data:`NACK_MIN` and :data:`NACK_MAX`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from ges.reliable.knowledge import KnowledgeStream, StreamFull
+
+#: Seconds a gap waits before the first nack, until answers give a better estimate.
+NACK_AFTER = 0.1
+NACK_MIN = 0.02
+NACK_MAX = 5.0
+#: Ranges one nack may name.
+MAX_NACK_RANGES = 64
+
+
+class Subend:
+    """One pubend's knowledge stream at one subscriber-hosting broker."""
+
+    __slots__ = ("stream", "top", "doubt_since", "next_nack", "backoff", "srtt", "_asked_at")
+
+    def __init__(self, floor: int = 0):
+        self.stream = KnowledgeStream(floor=floor)
+        #: the highest tick heard of (silence may name ticks it claims nothing about)
+        self.top = floor
+        #: when the doubt horizon last got stuck below known data (None: no gap)
+        self.doubt_since: float | None = None
+        self.next_nack = float("inf")
+        self.backoff = 1
+        self.srtt: float | None = None
+        self._asked_at: float | None = None
+
+    # -- knowledge in --------------------------------------------------------------------------
+
+    def data(self, prev: int, tick: int, item: Any, wanted: bool) -> None:
+        """A route to this broker: no data for it in ``(prev, tick)``, and ``item`` at ``tick``
+        (``wanted``: some local subscription matches it; if not, the tick is silence here)."""
+        s = self.stream
+        if tick > self.top:
+            self.top = tick
+        # at a bound the knowledge is left Q (asked for again later), never raised
+        with contextlib.suppress(StreamFull):
+            if prev + 1 < tick:
+                s.add_silence(prev + 1, tick - 1)
+            if wanted:
+                s.add_data(tick, item)
+            else:
+                s.add_final(tick, tick)
+
+    def silence(self, prev: int, tick: int) -> None:
+        """No data for this broker in ``(prev, tick]``, and the stream has reached ``tick``."""
+        if tick > self.top:
+            self.top = tick
+        with contextlib.suppress(StreamFull):
+            self.stream.add_silence(prev + 1, tick)
+
+    def recovered(self, lo: int, hi: int, wanted: list[tuple[int, Any]], now: float) -> None:
+        """The pubend's log for ``lo..hi``: ``wanted`` are its events local subscriptions match;
+        every other tick there is silence here."""
+        s = self.stream
+        with contextlib.suppress(StreamFull):
+            for tick, item in wanted:
+                s.add_data(tick, item)
+            s.add_silence(lo, hi)
+        if self._asked_at is not None:
+            sample = now - self._asked_at
+            self.srtt = sample if self.srtt is None else 0.875 * self.srtt + 0.125 * sample
+            self._asked_at = None
+
+    # -- out -------------------------------------------------------------------------------------
+
+    def deliverable(self, now: float) -> list[tuple[int, Any]]:
+        """The data ticks below the doubt horizon, in order (each once); updates the gap clock."""
+        out = self.stream.take_deliverable()
+        s = self.stream
+        if s.horizon <= max(s.known_to, self.top):
+            if out or self.doubt_since is None:
+                self.doubt_since = now
+                self.backoff = 1
+                self.next_nack = now + self.wait
+        else:
+            self.doubt_since = None
+            self.next_nack = float("inf")
+        return out
+
+    @property
+    def wait(self) -> float:
+        if self.srtt is None:
+            return NACK_AFTER
+        return min(NACK_MAX, max(NACK_MIN, 2 * self.srtt))
+
+    def nack(self, now: float) -> list[tuple[int, int]]:
+        """The gaps to ask for now (empty if none is due); schedules the next ask."""
+        if now < self.next_nack:
+            return []
+        ranges = []
+        for gap in self.stream.gaps(self.top):
+            ranges.append(gap)
+            if len(ranges) >= MAX_NACK_RANGES:
+                break
+        if not ranges:
+            self.next_nack = float("inf")
+            return []
+        self._asked_at = now
+        self.next_nack = now + min(NACK_MAX, self.wait * self.backoff)
+        self.backoff = min(self.backoff * 2, 64)
+        return ranges

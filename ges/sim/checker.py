@@ -1,0 +1,147 @@
+"""The checker: what every subscriber received, against what was published.
+
+A subscription's *starting point* on a pubend is the first tick delivered to it from that
+pubend. From there on its deliveries must be exactly the published events of that pubend that
+its profile matches — in tick order, none twice, none missing, none altered. The checker looks
+at every delivery as it happens (an out-of-order, repeated, unmatched, unpublished or altered
+event, or a matching one skipped, is a violation at once) and, at the end of a run, checks that
+every live subscription has every matching event after its starting point, and that one
+subscribed before the publishing began started no later than the first matching event
+published once its subscription was acknowledged and the network had settled.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ges.matching.model import Profile
+
+
+@attrs.frozen
+class Violation:
+    time: float
+    sub: str
+    pubend: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"t={self.time:.3f}s {self.sub} {self.pubend}: {self.what}"
+
+
+@attrs.define
+class _Sub:
+    name: str
+    profile: Profile
+    acked_at: float | None = None
+    alive: bool = True
+    #: pubend -> ticks delivered, in order
+    got: dict[str, list[int]] = attrs.Factory(dict)
+
+
+class Checker:
+    #: violations kept (a broken run can produce one per delivery)
+    MAX_VIOLATIONS = 100
+
+    def __init__(self):
+        #: pubend -> tick -> attributes, as acknowledged to the publisher
+        self.published: dict[str, dict[int, dict]] = {}
+        self.published_at: dict[str, dict[int, float]] = {}
+        self.subs: dict[tuple, _Sub] = {}
+        self.violations: list[Violation] = []
+        self.n_violations = 0
+        self.delivered = 0
+
+    # -- inputs ------------------------------------------------------------------------------------
+
+    def publish(self, pubend: str, first: int, events: list[dict], now: float) -> None:
+        ticks = self.published.setdefault(pubend, {})
+        at = self.published_at.setdefault(pubend, {})
+        for i, attributes in enumerate(events):
+            ticks[first + i] = attributes
+            at[first + i] = now
+
+    def subscribe(self, key: tuple, profile: Profile) -> None:
+        self.subs[key] = _Sub(f"{key[0]}/{key[1]}/{key[2]}", profile)
+
+    def subscribed(self, key: tuple, now: float) -> None:
+        sub = self.subs.get(key)
+        if sub is not None and sub.acked_at is None:
+            sub.acked_at = now
+
+    def gone(self, key: tuple) -> None:
+        """The subscription ended (its broker crashed, or it unsubscribed)."""
+        sub = self.subs.get(key)
+        if sub is not None:
+            sub.alive = False
+
+    def deliver(self, key: tuple, pubend: str, ticks: list[tuple[int, dict]], now: float) -> None:
+        sub = self.subs.get(key)
+        if sub is None or not sub.alive:
+            return
+        published = self.published.get(pubend, {})
+        got = sub.got.setdefault(pubend, [])
+        for tick, attributes in ticks:
+            self.delivered += 1
+            if got and tick <= got[-1]:
+                what = "again" if tick in got else f"after {got[-1]} (out of order)"
+                self._violate(now, sub, pubend, f"tick {tick} delivered {what}")
+                continue
+            if tick not in published:
+                self._violate(now, sub, pubend, f"tick {tick} delivered but never published")
+            elif published[tick] != attributes:
+                self._violate(now, sub, pubend, f"tick {tick} delivered altered")
+            elif not sub.profile.matches(attributes):
+                self._violate(now, sub, pubend, f"tick {tick} delivered but does not match")
+            if got:
+                missed = self._matching(sub, pubend, got[-1] + 1, tick - 1)
+                if missed:
+                    self._violate(now, sub, pubend, f"gap: {_ticks(missed)} skipped before {tick}")
+            got.append(tick)
+
+    # -- the end -------------------------------------------------------------------------------------
+
+    def finish(self, now: float, *, start_by: float) -> None:
+        """End-of-run checks; ``start_by``: subscriptions acknowledged by then must have started
+        by the first matching event published after it."""
+        for sub in self.subs.values():
+            if not sub.alive:
+                continue
+            for pubend, ticks in self.published.items():
+                got = sub.got.get(pubend, [])
+                top = max(ticks)
+                if got:
+                    missed = self._matching(sub, pubend, got[-1] + 1, top)
+                    if missed:
+                        self._violate(now, sub, pubend, f"never delivered: {_ticks(missed)}")
+                if sub.acked_at is None or sub.acked_at > start_by:
+                    continue
+                at = self.published_at[pubend]
+                due = [
+                    t for t in sorted(ticks) if at[t] > start_by and sub.profile.matches(ticks[t])
+                ]
+                if due and (not got or got[0] > due[0]):
+                    first = got[0] if got else "nothing"
+                    self._violate(
+                        now, sub, pubend, f"started late: first delivered {first}, due {due[0]}"
+                    )
+
+    @property
+    def ok(self) -> bool:
+        return not self.n_violations
+
+    # -- helpers -------------------------------------------------------------------------------------
+
+    def _matching(self, sub: _Sub, pubend: str, lo: int, hi: int) -> list[int]:
+        ticks = self.published.get(pubend, {})
+        matches = sub.profile.matches
+        return [t for t in range(lo, hi + 1) if t in ticks and matches(ticks[t])]
+
+    def _violate(self, now: float, sub: _Sub, pubend: str, what: str) -> None:
+        self.n_violations += 1
+        if len(self.violations) < self.MAX_VIOLATIONS:
+            self.violations.append(Violation(now, sub.name, pubend, what))
+
+
+def _ticks(ticks: list[int]) -> str:
+    shown = ", ".join(map(str, ticks[:8]))
+    return shown + (f" … ({len(ticks)} ticks)" if len(ticks) > 8 else "")

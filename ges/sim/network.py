@@ -1,0 +1,354 @@
+"""Broker cores over a simulated network with seeded faults.
+
+:class:`Sim` runs the same :class:`~ges.core.BrokerCore` the trio runtime drives, on simulated
+time: a heap of timed happenings (a frame arriving, a core's timer, a fault), taken in time
+order, ties broken by insertion order, every random choice drawn from one ``random.Random(seed)``
+— so a seed replays identically. Frames go through the real codec.
+
+Faults (:class:`Faults`, each on or off and with its rate):
+
+* ``drop`` — a frame is lost; ``dup`` — it arrives twice; ``delay`` — it takes up to
+  ``max_delay`` longer; ``reorder`` — frames on one link may overtake each other (without it each
+  direction of a link is FIFO, as TCP is);
+* ``link`` — a link goes down for a while (both ends see it go, frames on it are lost) and comes
+  back;
+* ``crash`` — a broker crashes, losing its soft state and its clients, and restarts after a
+  while with the same stable storage (its pubend log);
+* ``partition`` — every link between two halves of a unit goes down at once, and heals.
+
+Data-plane frames (events, silence, nacks, answers) suffer drops, duplicates, delays and
+reordering; control frames (connectivity, profiles and their acks) suffer delays and
+duplicates but are not dropped or reordered while their link stays up, as over TCP — the
+routing layer repairs what a *failed* link loses, not silent loss on a live one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Callable
+
+import attrs
+
+from ges.core import CLIENT, NOTICE, PEER, BrokerCore
+from ges.core.failure import FailureDetector
+from ges.reliable.log import MemoryLog
+from ges.routing import Hierarchy
+from ges.topology import Topology
+from ges.wire import messages as m
+from ges.wire.frames import HEADER_SIZE
+
+FAULT_KINDS = ("drop", "dup", "delay", "reorder", "link", "crash", "partition")
+_DATA = (m.Events, m.Silence, m.Nack, m.Recovered)
+
+
+@attrs.frozen
+class Faults:
+    """Which faults a run injects, and how often."""
+
+    kinds: frozenset[str] = frozenset(FAULT_KINDS)
+    drop: float = 0.02
+    dup: float = 0.02
+    max_delay: float = 0.02
+    #: link failures, crashes and partitions per simulated second, over the whole network
+    link_rate: float = 2.0
+    crash_rate: float = 0.5
+    partition_rate: float = 0.3
+    #: how long a failed link, crashed broker or partition stays down (seconds, uniform)
+    down_for: tuple[float, float] = (0.1, 1.0)
+
+    @classmethod
+    def parse(cls, spec: str) -> Faults:
+        """``all``, ``none``, or a comma list of :data:`FAULT_KINDS`."""
+        spec = spec.strip()
+        if spec == "all":
+            return cls()
+        if spec in ("", "none"):
+            return cls(kinds=frozenset())
+        kinds = {k.strip() for k in spec.split(",") if k.strip()}
+        unknown = kinds - set(FAULT_KINDS)
+        if unknown:
+            raise ValueError(
+                f"unknown fault {sorted(unknown)[0]!r} (use all, none or any of "
+                f"{', '.join(FAULT_KINDS)})"
+            )
+        return cls(kinds=frozenset(kinds))
+
+    def on(self, kind: str) -> bool:
+        return kind in self.kinds
+
+
+LATENCY = 0.001  # one link, one way
+
+
+class Sim:
+    """N broker cores, their links and their clients, on simulated time."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        seed: int,
+        faults: Faults | None = None,
+        reliable: bool = True,
+        sufficiency: bool = True,
+        on_deliver: Callable | None = None,
+        on_puback: Callable | None = None,
+        on_suback: Callable | None = None,
+        on_crash: Callable | None = None,
+    ):
+        self.topology = topology
+        self.hierarchy = Hierarchy(topology)
+        self.rng = random.Random(seed)
+        self.faults = faults or Faults(kinds=frozenset())
+        self.reliable = reliable
+        self.sufficiency = sufficiency
+        self.on_deliver = on_deliver
+        self.on_puback = on_puback
+        self.on_suback = on_suback
+        self.on_crash = on_crash
+        self.now = 0.0
+        self._heap: list = []
+        self._seq = itertools.count()
+        self._inc = itertools.count(1)
+        self.cores: dict[str, BrokerCore] = {}
+        #: each broker's stable storage: its pubend log survives crashes
+        self.logs: dict[str, MemoryLog] = {b: MemoryLog(epoch=1) for b in topology.brokers}
+        #: live links: (a, b) with a < b by name -> generation (frames of older ones are lost)
+        self._gen: dict[tuple[str, str], int] = {}
+        self._down_links: set[tuple[str, str]] = set()
+        self._last_arrival: dict[tuple[str, str], float] = {}
+        self._timer_at: dict[str, float] = {}
+        self.frames = 0
+        self.data_frames = 0
+        self.stats = dict.fromkeys(
+            ("dropped", "duplicated", "link_failures", "crashes", "partitions"), 0
+        )
+        for b in topology.brokers:
+            self._start(b)
+        for link in topology.links:
+            self._link_up(link.a, link.b)
+
+    # -- brokers ---------------------------------------------------------------------------------
+
+    def _start(self, broker: str) -> None:
+        core = BrokerCore(
+            self.topology,
+            broker,
+            incarnation=next(self._inc),
+            detector=FailureDetector(interval=1e9, timeout=1e18),
+            hierarchy=self.hierarchy,
+            reliable=self.reliable,
+            log=self.logs[broker] if self.reliable else None,
+        )
+        if core.router is not None:
+            core.router.sufficiency = self.sufficiency
+        self.cores[broker] = core
+        self._timer_at.pop(broker, None)
+
+    def crash(self, broker: str, down_for: float) -> None:
+        if broker not in self.cores:
+            return
+        self.stats["crashes"] += 1
+        for n in self.topology.neighbours[broker]:
+            self._link_down(broker, n)
+        del self.cores[broker]
+        if self.on_crash:
+            self.on_crash(broker)
+        self.at(self.now + down_for, self._restart, broker)
+
+    def _restart(self, broker: str) -> None:
+        self._start(broker)
+        for n in self.topology.neighbours[broker]:
+            if n in self.cores and _key(broker, n) not in self._down_links:
+                self._link_up(broker, n)
+
+    # -- links -----------------------------------------------------------------------------------
+
+    def _link_up(self, a: str, b: str) -> None:
+        key = _key(a, b)
+        if key in self._gen or a not in self.cores or b not in self.cores:
+            return
+        self._gen[key] = next(self._seq)
+        for x, y in ((a, b), (b, a)):
+            self._feed(x, lambda core, y=y: core.link_up(y, self.now))
+
+    def _link_down(self, a: str, b: str) -> None:
+        if self._gen.pop(_key(a, b), None) is None:
+            return
+        for x, y in ((a, b), (b, a)):
+            if x in self.cores:
+                self._feed(x, lambda core, y=y: core.link_down(y, self.now))
+
+    def fail_link(self, a: str, b: str, down_for: float) -> None:
+        key = _key(a, b)
+        if key in self._down_links:
+            return
+        self.stats["link_failures"] += 1
+        self._down_links.add(key)
+        self._link_down(a, b)
+        self.at(self.now + down_for, self._heal_link, a, b)
+
+    def _heal_link(self, a: str, b: str) -> None:
+        self._down_links.discard(_key(a, b))
+        self._link_up(a, b)
+
+    def partition(self, unit: tuple, down_for: float) -> None:
+        """Cut every link between two halves of ``unit``'s members."""
+        members = sorted(self.topology.units[unit])
+        if len(members) < 2:
+            return
+        self.rng.shuffle(members)
+        half = set(members[: len(members) // 2])
+        cut = [
+            (link.a, link.b)
+            for link in self.topology.links
+            if (link.a in half) != (link.b in half)
+            and (link.a in members or link.b in members)
+            and _key(link.a, link.b) not in self._down_links
+        ]
+        if not cut:
+            return
+        self.stats["partitions"] += 1
+        for a, b in cut:
+            self._down_links.add(_key(a, b))
+            self._link_down(a, b)
+        self.at(self.now + down_for, self._heal_partition, cut)
+
+    def _heal_partition(self, cut: list) -> None:
+        for a, b in cut:
+            self._heal_link(a, b)
+
+    # -- clients -----------------------------------------------------------------------------------
+
+    def client(self, broker: str, conn: int, msg) -> bool:
+        """A client message to ``broker`` (False if it is down)."""
+        core = self.cores.get(broker)
+        if core is None:
+            return False
+        if conn not in core._clients:
+            core.client_open(conn, f"client-{conn}")
+        self._feed(broker, lambda c: c.client_message(conn, msg, self.now))
+        return True
+
+    # -- the clock ---------------------------------------------------------------------------------
+
+    def at(self, when: float, fn: Callable, *args) -> None:
+        heapq.heappush(self._heap, (when, next(self._seq), fn, args))
+
+    def run_until(self, until: float) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= until:
+            when, _, fn, args = heapq.heappop(heap)
+            self.now = max(self.now, when)
+            fn(*args)
+        self.now = max(self.now, until)
+
+    def _timer(self, broker: str, when: float) -> None:
+        if self._timer_at.get(broker) != when or broker not in self.cores:
+            return  # superseded, or the broker crashed
+        del self._timer_at[broker]
+        self._feed(broker, lambda core: core.on_timer(self.now))
+
+    def _feed(self, broker: str, fn: Callable) -> None:
+        core = self.cores[broker]
+        self._handle(broker, fn(core))
+        deadline = core.next_deadline()
+        if deadline < float("inf"):
+            deadline = max(deadline, self.now)
+            if self._timer_at.get(broker, float("inf")) > deadline:
+                self._timer_at[broker] = deadline
+                self.at(deadline, self._timer, broker, deadline)
+
+    # -- frames ------------------------------------------------------------------------------------
+
+    def _handle(self, src: str, outputs: list) -> None:
+        # the cores iterate sets of broker names in places, whose order depends on the string
+        # hash seed; a stable sort by destination keeps each destination's order and makes a
+        # run the same in every process
+        outputs = sorted(outputs, key=_order)
+        for kind, dest, msg in outputs:
+            if kind == PEER:
+                self._send(src, dest, msg)
+            elif kind == CLIENT:
+                t = type(msg)
+                if t is m.Deliver and self.on_deliver:
+                    self.on_deliver(src, dest, msg, self.now)
+                elif t is m.PubAck and self.on_puback:
+                    self.on_puback(src, dest, msg, self.now)
+                elif t is m.SubAck and self.on_suback:
+                    self.on_suback(src, dest, msg.sub_id, self.now)
+            else:
+                assert kind == NOTICE, (kind, dest, msg)
+
+    def _send(self, src: str, dst: str, msg) -> None:
+        key = _key(src, dst)
+        gen = self._gen.get(key)
+        if gen is None:
+            return
+        body = m.encode(msg)[HEADER_SIZE:]
+        f, rng = self.faults, self.rng
+        data = isinstance(msg, _DATA)
+        if data and f.on("drop") and rng.random() < f.drop:
+            self.stats["dropped"] += 1
+            return
+        copies = 2 if f.on("dup") and rng.random() < f.dup else 1
+        if copies == 2:
+            self.stats["duplicated"] += 1
+        for _ in range(copies):
+            delay = LATENCY
+            if f.on("delay"):
+                delay += rng.random() * f.max_delay
+            when = self.now + delay
+            if not (data and f.on("reorder")):  # FIFO per direction
+                when = max(when, self._last_arrival.get((src, dst), 0.0))
+                self._last_arrival[(src, dst)] = when
+            self.at(when, self._arrive, src, dst, gen, body)
+
+    def _arrive(self, src: str, dst: str, gen: int, body: bytes) -> None:
+        if self._gen.get(_key(src, dst)) != gen or dst not in self.cores:
+            return  # the link went down meanwhile: lost
+        msg = m.decode(body)
+        self.frames += 1
+        if isinstance(msg, _DATA):
+            self.data_frames += 1
+        self._feed(dst, lambda core: core.peer_message(src, msg, self.now))
+
+    # -- faults ------------------------------------------------------------------------------------
+
+    def schedule_faults(self, start: float, end: float) -> None:
+        """Draw the run's link failures, crashes and partitions between ``start`` and ``end``."""
+        f, rng = self.faults, self.rng
+        links = [(link.a, link.b) for link in self.topology.links]
+        brokers = sorted(self.topology.brokers)
+        units = [u for u, members in self.topology.units.items() if len(members) > 1 and u]
+        for kind, rate in (
+            ("link", f.link_rate),
+            ("crash", f.crash_rate),
+            ("partition", f.partition_rate),
+        ):
+            if not f.on(kind) or rate <= 0:
+                continue
+            t = start
+            while True:
+                t += rng.expovariate(rate)
+                if t >= end:
+                    break
+                down = rng.uniform(*f.down_for)
+                if kind == "link":
+                    self.at(t, self.fail_link, *rng.choice(links), down)
+                elif kind == "crash":
+                    self.at(t, self.crash, rng.choice(brokers), down)
+                elif units:
+                    self.at(t, self.partition, rng.choice(units), down)
+
+
+def _order(output) -> tuple:
+    # a publisher's acknowledgement first: the checker learns what was published before any
+    # delivery of it that the same step produced
+    return (type(output[2]) is not m.PubAck, output[0], str(output[1]))
+
+
+def _key(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a < b else (b, a)

@@ -1,0 +1,158 @@
+"""One seeded simulator run: subscribers, publishers and faults on a topology, then the verdict.
+
+The run (all times simulated):
+
+1. every subscription is made at time 0 (profiles over ``bucket`` 0–99, a symbol ``sym`` and
+   ``n``, drawn per seed) at random brokers, and the network settles for :data:`SETTLE` s;
+2. publishers at random brokers publish ``events`` events in small batches spread over
+   :data:`PUBLISH_FOR` s while the faults are injected;
+3. every fault heals and the network is left quiet for :data:`QUIET` s, so nacks and silence can
+   repair what was lost; then the checker's end-of-run checks run.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import attrs
+
+from ges.client._client import profile_to_wire
+from ges.matching.model import Conjunction, Profile
+from ges.matching.syntax import parse_where
+from ges.sim.checker import Checker
+from ges.sim.network import Faults, Sim
+from ges.topology import Topology
+from ges.wire import messages as m
+
+SETTLE = 0.5
+PUBLISH_FOR = 2.0
+QUIET = 15.0
+SYMBOLS = ("IBM", "HPQ", "MSFT", "T", "ORCL")
+
+
+@attrs.frozen
+class Outcome:
+    seed: int
+    ok: bool
+    violations: tuple[str, ...]
+    published: int
+    delivered: int
+    frames: int
+    sim_seconds: float
+    wall_seconds: float
+    faults: dict
+
+    def replay(self, topology_path: str, faults: str, events: int) -> str:
+        return (
+            f"ges simulate {topology_path} --seed {self.seed} --faults {faults} --events {events}"
+        )
+
+
+def _profile(rng: random.Random, i: int) -> Profile:
+    kind = rng.randrange(4)
+    if kind == 0:
+        where = [f"bucket < {rng.randrange(5, 100)}"]
+    elif kind == 1:
+        where = [f"sym = {rng.choice(SYMBOLS)}"]
+    elif kind == 2:
+        lo = rng.randrange(0, 80)
+        where = [f"bucket >= {lo}", f"bucket < {lo + rng.randrange(5, 20)}"]
+    else:
+        where = [f"sym = {rng.choice(SYMBOLS)}", f"bucket < {rng.randrange(20, 100)}"]
+    return Profile(f"p{i}", (Conjunction(tuple(parse_where(w) for w in where)),))
+
+
+def run_seed(
+    topology: Topology,
+    seed: int,
+    *,
+    faults: Faults,
+    events: int = 200,
+    subscribers: int = 12,
+    publishers: int = 4,
+    reliable: bool = True,
+    sufficiency: bool = True,
+) -> Outcome:
+    started = time.perf_counter()
+    rng = random.Random(seed)
+    checker = Checker()
+    pending: dict[tuple, list[dict]] = {}
+    subs: dict[tuple, Profile] = {}
+
+    def on_deliver(broker, conn, msg: m.Deliver, now):
+        key = (broker, conn, msg.sub_id)
+        checker.deliver(
+            key, msg.pubend, [(it.tick, dict(it.event.attributes)) for it in msg.items], now
+        )
+
+    def on_puback(broker, conn, msg: m.PubAck, now):
+        batch = pending.pop((broker, conn, msg.seq), None)
+        if batch is not None:
+            checker.publish(msg.pubend, msg.first_tick, batch, now)
+
+    def on_suback(broker, conn, sub_id, now):
+        checker.subscribed((broker, conn, sub_id), now)
+
+    def on_crash(broker):
+        for key in subs:
+            if key[0] == broker:
+                checker.gone(key)
+        for key in [k for k in pending if k[0] == broker]:
+            del pending[key]
+
+    sim = Sim(
+        topology,
+        seed=rng.randrange(2**32),
+        faults=faults,
+        reliable=reliable,
+        sufficiency=sufficiency,
+        on_deliver=on_deliver,
+        on_puback=on_puback,
+        on_suback=on_suback,
+        on_crash=on_crash,
+    )
+    brokers = sorted(topology.brokers)
+    for i in range(subscribers):
+        broker = rng.choice(brokers)
+        key = (broker, 1000 + i, 1)
+        profile = _profile(rng, i)
+        subs[key] = profile
+        checker.subscribe(key, profile)
+        sim.client(broker, key[1], m.Subscribe(1, profile_to_wire(profile), profile.id))
+    sim.run_until(SETTLE)
+
+    pubs = [rng.choice(brokers) for _ in range(publishers)]
+    seqs = dict.fromkeys(range(publishers), 0)
+    n = 0
+    while n < events:
+        k = min(events - n, rng.randrange(1, 6))
+        who = rng.randrange(publishers)
+        when = SETTLE + rng.random() * PUBLISH_FOR
+        batch = [
+            {"sym": rng.choice(SYMBOLS), "bucket": rng.randrange(100), "n": n + j} for j in range(k)
+        ]
+        seqs[who] += 1
+        sim.at(when, _publish, sim, pending, pubs[who], 2000 + who, seqs[who], batch)
+        n += k
+    sim.schedule_faults(SETTLE, SETTLE + PUBLISH_FOR)
+    end = SETTLE + PUBLISH_FOR + faults.down_for[1] + QUIET
+    sim.run_until(end)
+    checker.finish(sim.now, start_by=SETTLE)
+    return Outcome(
+        seed=seed,
+        ok=checker.ok,
+        violations=tuple(map(str, checker.violations)),
+        published=sum(len(t) for t in checker.published.values()),
+        delivered=checker.delivered,
+        frames=sim.frames,
+        sim_seconds=sim.now,
+        wall_seconds=time.perf_counter() - started,
+        faults=dict(sim.stats),
+    )
+
+
+def _publish(sim: Sim, pending: dict, broker: str, conn: int, seq: int, batch: list) -> None:
+    pending[(broker, conn, seq)] = batch
+    if not sim.client(broker, conn, m.Publish(seq, [m.Event(a) for a in batch])):
+        pending.pop((broker, conn, seq), None)
