@@ -341,7 +341,7 @@ class Server:
         return roles
 
 
-def start_ges_broker(kids: Children) -> Server:
+def start_ges_broker(kids: Children, delivery: str | None = None) -> Server:
     port = free_ports(1)[0]
     name = "bench-one-broker"
     data = {
@@ -354,7 +354,8 @@ def start_ges_broker(kids: Children) -> Server:
     child = kids.spawn(
         "ges broker",
         [*GES, "broker", path, "--id", "b1", "--data-dir", kids.tmp / "data-one"]
-        + ["--log-level", "warning"],
+        + ["--log-level", "warning"]
+        + (["--delivery", delivery] if delivery else []),
         stdout_pipe=False,
     )
     wait_listening(child, port)
@@ -544,10 +545,20 @@ def throughput_figures(result: dict, expect_per_client: int) -> dict:
     return out
 
 
-def run_throughput(kids: Children, proto: str, clients: int, n: int, args, size: int) -> dict:
+def run_throughput(
+    kids: Children,
+    proto: str,
+    clients: int,
+    n: int,
+    args,
+    size: int,
+    delivery: str | None = None,
+) -> dict:
     label = f"{'GES' if proto == 'ges' else 'baseline'} 1→{clients}"
+    if delivery:
+        label += f" ({delivery})"
     log(f"{label}: {n:,} events of {PAYLOAD_BYTES} B to {clients} subscriber(s) …")
-    server = start_ges_broker(kids) if proto == "ges" else start_relays(kids, 0)
+    server = start_ges_broker(kids, delivery) if proto == "ges" else start_relays(kids, 0)
     subs = None
     try:
         subs = Subscribers(kids, proto, server, clients=clients, expect=n, latency=False)

@@ -62,6 +62,12 @@ def up(
         "--routing",
         help="content: events go only where a profile matches (seed 004); flood: everywhere.",
     ),
+    delivery: str = typer.Option(
+        None,
+        "--delivery",
+        help="reliable (the default with content routing: exactly once, in order, recovered "
+        "from the pubend's log) or best-effort (the default with --routing flood).",
+    ),
 ) -> None:
     """Start every broker of a topology on this host and show them live.
 
@@ -69,7 +75,7 @@ def up(
     DIR/run.json (id, host, port, pid per broker), and stops cleanly on Ctrl-C or SIGTERM.
     """
     one_line_errors(_up)(
-        topology_file, data_dir, processes, no_live, ready_timeout, log_level, routing
+        topology_file, data_dir, processes, no_live, ready_timeout, log_level, routing, delivery
     )
 
 
@@ -79,18 +85,42 @@ def _check_routing(routing: str) -> str:
     return routing
 
 
-def _up(topology_file, data_dir, processes, no_live, ready_timeout, log_level, routing) -> None:
+def _check_delivery(delivery: str | None, routing: str) -> bool | None:
+    """--delivery as the runtime's ``reliable`` (None: the routing's default)."""
+    if delivery is None:
+        return None
+    if delivery not in ("reliable", "best-effort"):
+        raise UserInputError(f"--delivery: {delivery!r} is not one of reliable, best-effort")
+    if delivery == "reliable" and routing != "content":
+        raise UserInputError("--delivery reliable needs --routing content")
+    return delivery == "reliable"
+
+
+def _up(
+    topology_file, data_dir, processes, no_live, ready_timeout, log_level, routing, delivery
+) -> None:
     _check_routing(routing)
+    reliable = _check_delivery(delivery, routing)
     topology = load_topology(topology_file)
     data_dir = data_dir or default_data_dir(topology.name)
     # with the live view on, logs print above it through the same console
     _setup_logging(log_level, console=err if no_live else out)
     network = Network(topology=topology, processes=processes, data_dir=data_dir)
-    trio.run(_run_up, topology, topology_file, network, no_live, ready_timeout, log_level, routing)
+    trio.run(
+        _run_up,
+        topology,
+        topology_file,
+        network,
+        no_live,
+        ready_timeout,
+        log_level,
+        routing,
+        reliable,
+    )
 
 
 async def _run_up(
-    topology, topology_file, network: Network, no_live, ready_timeout, log_level, routing
+    topology, topology_file, network: Network, no_live, ready_timeout, log_level, routing, reliable
 ):
     supervisor = None
     try:
@@ -99,18 +129,25 @@ async def _run_up(
             mode = "processes" if network.processes else "embedded"
             if routing != "content":
                 mode += f", {routing} routing"
+            if reliable is False:
+                mode += ", best-effort delivery"
             err.print(
                 f"starting {len(topology.brokers)} brokers of {topology.name} ({mode}) …",
                 highlight=False,
             )
             if network.processes:
                 supervisor = ProcessSupervisor(
-                    topology, Path(topology_file), network, log_level=log_level, routing=routing
+                    topology,
+                    Path(topology_file),
+                    network,
+                    log_level=log_level,
+                    routing=routing,
+                    reliable=reliable,
                 )
                 await supervisor.start_all(nursery)
                 check = supervisor.check
             else:
-                await run_embedded(topology, nursery, network, routing=routing)
+                await run_embedded(topology, nursery, network, routing=routing, reliable=reliable)
                 check = None
             await wait_ready(topology, timeout=ready_timeout, check=check)
             if supervisor is not None:
@@ -140,13 +177,20 @@ def broker(
     routing: str = typer.Option(
         "content", "--routing", help="content (default) or flood; the same on every broker."
     ),
+    delivery: str = typer.Option(
+        None,
+        "--delivery",
+        help="reliable (the default with content routing: exactly once, in order, recovered "
+        "from the pubend's log) or best-effort (the default with --routing flood).",
+    ),
 ) -> None:
     """Run one broker of a topology (for deployments across hosts)."""
-    one_line_errors(_broker)(topology_file, broker_id, data_dir, log_level, routing)
+    one_line_errors(_broker)(topology_file, broker_id, data_dir, log_level, routing, delivery)
 
 
-def _broker(topology_file, broker_id, data_dir, log_level, routing) -> None:
+def _broker(topology_file, broker_id, data_dir, log_level, routing, delivery) -> None:
     _check_routing(routing)
+    reliable = _check_delivery(delivery, routing)
     topology = load_topology(topology_file)
     resolve_broker(topology, broker_id)
     _setup_logging(log_level)
@@ -156,7 +200,8 @@ def _broker(topology_file, broker_id, data_dir, log_level, routing) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stop_on_signals, nursery.cancel_scope)
             nursery.start_soon(watch_parent)
-            await nursery.start(BrokerServer(topology, broker_id, routing=routing).run)
+            server = BrokerServer(topology, broker_id, routing=routing, reliable=reliable)
+            await nursery.start(server.run)
             spec = topology.brokers[broker_id]
             err.print(
                 f"broker {broker_id} listening on {spec.host}:{spec.port} (pid {os.getpid()})",

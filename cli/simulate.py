@@ -110,7 +110,10 @@ def _simulate(
             progress.update(task, advance=1, bad=bad)
     failed = [o for o in outcomes if not o.ok]
     extra = " --no-sufficiency" if no_sufficiency else ""
-    replay = {o.seed: o.replay(str(topology_file), faults_spec, events) + extra for o in failed}
+    replay = {
+        o.seed: o.replay(str(topology_file), faults_spec, events, subscribers, publishers) + extra
+        for o in failed
+    }
     summary = {
         "ok": not failed,
         "seeds": seeds,

@@ -40,8 +40,8 @@ from ges.core.failure import FailureDetector
 from ges.matching.graph import ProfileGraph
 from ges.matching.model import Profile, profile_from_wire
 from ges.reliable.claims import Claims
-from ges.reliable.log import MemoryLog, PubendLog
-from ges.reliable.subend import Subend
+from ges.reliable.log import MAX_READ, MemoryLog, PubendLog
+from ges.reliable.subend import MAX_NACK_RANGES, Subend
 from ges.routing import ContentRouter, Hierarchy
 from ges.topology import Topology, broker_order_key
 from ges.wire import messages as m
@@ -159,6 +159,7 @@ class BrokerCore:
                 "nacks_sent",
                 "nacks_answered",
                 "recovered",
+                "lost",
                 "silences",
             ),
             0,
@@ -203,7 +204,7 @@ class BrokerCore:
         known = self.graph.reports_for(peer_unit)
         if known:
             out.append((PEER, peer, m.Connectivity([_to_wire(r) for r in known])))
-        return out + self._notices(update) + self._routes_changed((self.id, peer), now)
+        return out + self._notices(update) + self._routes_changed((self.id, peer), now, downs=False)
 
     def link_down(self, peer: str, now: float) -> list:
         was_up = peer in self.links_up
@@ -276,14 +277,14 @@ class BrokerCore:
                 if report.up:
                     up_ends.update((report.a, report.b))
         if fresh:
-            out += self._routes_changed(up_ends, now)
+            out += self._routes_changed(up_ends, now, downs=not all(r.up for r in fresh))
         return self._disseminate(fresh, exclude=peer) + out
 
-    def _routes_changed(self, up_ends, now: float) -> list:
+    def _routes_changed(self, up_ends, now: float, *, downs: bool = True) -> list:
         """Connectivity changed: the router re-syncs keepers whose route changed."""
         if self.router is None:
             return []
-        out = self._to_peers(self.router.connectivity_changed(up_ends, now))
+        out = self._to_peers(self.router.connectivity_changed(up_ends, now, downs=downs))
         return out + self._release_waits(float("-inf"))
 
     def _to_peers(self, sends: list) -> list:
@@ -405,6 +406,10 @@ class BrokerCore:
             known = sub.stream.known_to
             if start.get(pubend, 0) < known:
                 start[pubend] = known
+        # this broker's own pubend: from its next event (local delivery needs no keeper)
+        own = self._next_tick - 1 - sum(len(h[4]) for h in self._held)
+        if own > 0:
+            start[self.pubend] = max(start.get(self.pubend, 0), own)
         if start:
             self._gate[dest] = start
         else:
@@ -418,10 +423,19 @@ class BrokerCore:
         out, keep = [], []
         acked = self.router.acked
         for w in self._waits:
-            if acked(w[2]) or now >= w[3]:
+            if acked(w[2]):
                 self._start((w[0], w[1]), w[2])
-                out.append((CLIENT, w[0], m.SubAck(w[1])))
+                if w[3] is not None:
+                    out.append((CLIENT, w[0], m.SubAck(w[1])))
             else:
+                if w[3] is not None and now >= w[3]:
+                    # the client is told; reliable delivery still starts only once every
+                    # keeper has the profile (resends go on until then)
+                    out.append((CLIENT, w[0], m.SubAck(w[1])))
+                    if self.reliable:
+                        w[3] = None
+                    else:
+                        continue
                 keep.append(w)
         self._waits = keep
         return out
@@ -479,9 +493,11 @@ class BrokerCore:
             items = [m.EventItem(first + i, 0, 0, ev) for i, ev in enumerate(events)]
             self.counters["published"] += len(items)
             self.counters["events_in"] += len(items)
-            out += self._route_claimed(self.pubend, [(it, None) for it in items], now)
+            if self.router.initial_routes:  # a one-broker system has nowhere else to send
+                out += self._route_claimed(self.pubend, [(it, None) for it in items], now)
             out += self._deliver(self.pubend, items)
-            self._silence_due = now + SILENCE_AFTER
+            if self._silence_due == float("inf"):
+                self._silence_due = now + SILENCE_AFTER
             self._silence_rounds = SILENCE_ROUNDS
         if n:
             del held[:n]
@@ -618,32 +634,47 @@ class BrokerCore:
         broker = msg.pubend.partition("~")[0]
         self._check_unicast(msg.origin, msg.detour)
         if broker != self.id:
+            if len(msg.ranges) > MAX_NACK_RANGES:
+                raise ProtocolError(f"nack with over {MAX_NACK_RANGES} ranges from {msg.origin}")
             return self._relay(
                 broker,
                 msg.detour,
                 msg.hops,
                 lambda h, d: m.Nack(msg.pubend, msg.origin, msg.ranges, h, d),
             )
-        if msg.pubend != self.pubend or len(msg.ranges) > 64:
-            return []  # an older epoch's stream, whose log is not here
-        out = []
-        last = self.log.committed
-        for lo, hi in msg.ranges:
-            lo, hi = max(lo, 1), min(hi, last)
-            while lo <= hi:
-                got = self.log.read(lo, hi)
-                top = got[-1][0] if got and len(got) >= 512 else hi
+        if len(msg.ranges) > MAX_NACK_RANGES:
+            raise ProtocolError(f"nack with over {MAX_NACK_RANGES} ranges from {msg.origin}")
+        if msg.origin == self.id:
+            return []
+        if msg.pubend != self.pubend:
+            # an older epoch of this broker's pubend, whose log did not survive the restart:
+            # its ticks are lost, and saying so lets the subend go on
+            answers = [
+                m.Recovered(msg.pubend, msg.origin, lo, hi, [], lost=True)
+                for lo, hi in msg.ranges
+                if lo <= hi
+            ]
+        else:
+            # one bounded answer per range (the subend asks again for the rest)
+            answers = []
+            last = self.log.committed
+            for lo, hi in msg.ranges:
+                lo, hi = max(lo, 1), min(hi, last)
+                if lo > hi:
+                    continue
+                got = self.log.read(lo, hi, MAX_READ)
+                if len(got) >= MAX_READ:
+                    hi = got[-1][0]
                 items = [m.EventItem(t, 0, 0, ev) for t, ev in got]
-                answer = m.Recovered(self.pubend, msg.origin, lo, top, items)
-                if msg.origin == self.id:
-                    break
-                out += self._relay(
-                    msg.origin,
-                    [],
-                    0,
-                    lambda h, d, a=answer: m.Recovered(a.pubend, a.to, a.lo, a.hi, a.items, h, d),
-                )
-                lo = top + 1
+                answers.append(m.Recovered(self.pubend, msg.origin, lo, hi, items))
+        out = []
+        for a in answers:
+            out += self._relay(
+                msg.origin,
+                [],
+                0,
+                lambda h, d, a=a: m.Recovered(a.pubend, a.to, a.lo, a.hi, a.items, h, d, a.lost),
+            )
         self.counters["nacks_answered"] += 1
         return out
 
@@ -657,8 +688,8 @@ class BrokerCore:
                 lambda h, d: m.Recovered(msg.pubend, msg.to, msg.lo, msg.hi, msg.items, h, d),
             )
         sub = self._subends.get(msg.pubend)
-        if sub is None or msg.lo > msg.hi:
-            return []
+        if sub is None or msg.lo > msg.hi or msg.hi > sub.top:
+            return []  # nothing asked for here, or an answer past anything heard of
         match = self.profiles.match
         wanted = [
             (it.tick, it)
@@ -667,6 +698,16 @@ class BrokerCore:
         ]
         sub.recovered(msg.lo, msg.hi, wanted, now)
         self.counters["recovered"] += len(wanted)
+        if msg.lost:
+            self.counters["lost"] += msg.hi - msg.lo + 1
+            text = (
+                f"{msg.pubend} ticks {msg.lo}..{msg.hi} are lost: that pubend's broker "
+                "restarted without them (its log is in memory)"
+            )
+            return [
+                (NOTICE, "warning", text),
+                *self._deliver(msg.pubend, [it for _, it in sub.deliverable(now)]),
+            ]
         return self._deliver(msg.pubend, [it for _, it in sub.deliverable(now)])
 
     def _check_unicast(self, broker: str, detour) -> None:
@@ -898,8 +939,9 @@ class BrokerCore:
 
     def next_deadline(self) -> float:
         deadline = self.detector.next_deadline()
-        if self._waits:
-            deadline = min(deadline, min(w[3] for w in self._waits))
+        deadlines = [w[3] for w in self._waits if w[3] is not None]
+        if deadlines:
+            deadline = min(deadline, min(deadlines))
         if self.router is not None:
             deadline = min(deadline, self.router.next_deadline())
         if self.reliable:

@@ -193,3 +193,12 @@ class KnowledgeStream:
             self.add_final(lo, t - 1)
             lo = t + 1
         self.add_final(lo, hi)
+
+    def drop_highest_data(self) -> int | None:
+        """Forget the highest data tick (it becomes ``Q`` again, to be asked for later): room
+        for a lower one at the bound. Returns the tick, or None if none is held."""
+        if not self._data_ticks:
+            return None
+        t = self._data_ticks.pop()
+        del self._data[t]
+        return t

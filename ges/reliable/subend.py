@@ -21,7 +21,7 @@ from ges.reliable.knowledge import KnowledgeStream, StreamFull
 #: Seconds a gap waits before the first nack, until answers give a better estimate.
 NACK_AFTER = 0.1
 NACK_MIN = 0.02
-NACK_MAX = 5.0
+NACK_MAX = 2.0
 #: Ranges one nack may name.
 MAX_NACK_RANGES = 64
 
@@ -51,12 +51,12 @@ class Subend:
         if tick > self.top:
             self.top = tick
         # at a bound the knowledge is left Q (asked for again later), never raised
+        if wanted:
+            self._hold(tick, item)
         with contextlib.suppress(StreamFull):
             if prev + 1 < tick:
                 s.add_silence(prev + 1, tick - 1)
-            if wanted:
-                s.add_data(tick, item)
-            else:
+            if not wanted:
                 s.add_final(tick, tick)
 
     def silence(self, prev: int, tick: int) -> None:
@@ -70,14 +70,31 @@ class Subend:
         """The pubend's log for ``lo..hi``: ``wanted`` are its events local subscriptions match;
         every other tick there is silence here."""
         s = self.stream
+        missing = [t for t, item in wanted if not self._hold(t, item)]
         with contextlib.suppress(StreamFull):
-            for tick, item in wanted:
-                s.add_data(tick, item)
+            for t in missing:  # silence round a wanted tick that could not be held
+                s.add_silence(lo, t - 1)
+                lo = t + 1
             s.add_silence(lo, hi)
         if self._asked_at is not None:
             sample = now - self._asked_at
             self.srtt = sample if self.srtt is None else 0.875 * self.srtt + 0.125 * sample
             self._asked_at = None
+
+    def _hold(self, tick: int, item: Any) -> bool:
+        """Hold data at ``tick``; at the bound, a lower tick displaces the highest held one
+        (which becomes Q again, to be asked for once the consumer catches up), so the ticks
+        next to the horizon always fit. False if it could not be held."""
+        s = self.stream
+        while True:
+            try:
+                s.add_data(tick, item)
+                return True
+            except StreamFull:
+                ticks = s._data_ticks
+                if not ticks or ticks[-1] <= tick:
+                    return False
+                s.drop_highest_data()
 
     # -- out -------------------------------------------------------------------------------------
 

@@ -437,9 +437,12 @@ class ContentRouter:
 
     # -- resync on connectivity changes --------------------------------------------------------------
 
-    def connectivity_changed(self, up_ends: Iterable[str], now: float) -> list:
+    def connectivity_changed(
+        self, up_ends: Iterable[str], now: float, *, downs: bool = True
+    ) -> list:
         """The connectivity graph changed: forget cached hops and send a sync to every keeper of
-        this broker's profile whose route changed or that has a link just up."""
+        this broker's profile whose route changed or that has a link just up. ``downs``: some
+        link or node went down (only then can a broker have become unreachable)."""
         self._hops.clear()
         self._unit_hops.clear()
         self._nearest.clear()
@@ -448,8 +451,9 @@ class ContentRouter:
         self._detours.clear()
         # a broker this one cannot reach must sync again before its units count as complete
         # (when a partition heals, events flood its units until its sync arrives)
-        for b in [b for b in self._synced if b != self.id and self._path_to(b) is None]:
-            self._synced.discard(b)
+        if downs:
+            for b in [b for b in self._synced if b != self.id and self._path_to(b) is None]:
+                self._synced.discard(b)
         up = set(up_ends)
         targets = []
         for k in sorted(self._keepers, key=broker_order_key):

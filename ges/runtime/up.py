@@ -143,14 +143,25 @@ async def wait_ready(
         await trio.sleep(POLL_INTERVAL)
 
 
+def delivery_name(reliable: bool) -> str:
+    return "reliable" if reliable else "best-effort"
+
+
 async def run_embedded(
-    topology: Topology, nursery: trio.Nursery, network: Network, *, routing: str = "content"
+    topology: Topology,
+    nursery: trio.Nursery,
+    network: Network,
+    *,
+    routing: str = "content",
+    reliable: bool | None = None,
 ) -> dict[str, BrokerServer]:
     """Start every broker as a task in ``nursery``; raises OperationError if one cannot listen."""
     servers = {}
     hierarchy = Hierarchy(topology)  # the same static facts for every broker of the process
     for bid in sorted(topology.brokers, key=broker_order_key):
-        server = BrokerServer(topology, bid, routing=routing, hierarchy=hierarchy)
+        server = BrokerServer(
+            topology, bid, routing=routing, hierarchy=hierarchy, reliable=reliable
+        )
         await nursery.start(server.run)
         servers[bid] = server
         network.pids[bid] = os.getpid()
@@ -168,8 +179,10 @@ class ProcessSupervisor:
         *,
         log_level: str,
         routing: str = "content",
+        reliable: bool | None = None,
     ):
         self.routing = routing
+        self.reliable = reliable
         self.topology = topology
         self.topology_path = topology_path
         self.network = network
@@ -196,6 +209,7 @@ class ProcessSupervisor:
             self.log_level,
             "--routing",
             self.routing,
+            *(() if self.reliable is None else ("--delivery", delivery_name(self.reliable))),
         ]
 
     async def start_all(self, nursery: trio.Nursery) -> None:

@@ -195,7 +195,8 @@ class Sim:
         self._link_up(a, b)
 
     def partition(self, unit: tuple, down_for: float) -> None:
-        """Cut every link between two halves of ``unit``'s members."""
+        """Cut every link between two halves of ``unit``'s members (each half keeps its links
+        to the rest of the network, so messages may go round the split)."""
         members = sorted(self.topology.units[unit])
         if len(members) < 2:
             return
@@ -204,8 +205,9 @@ class Sim:
         cut = [
             (link.a, link.b)
             for link in self.topology.links
-            if (link.a in half) != (link.b in half)
-            and (link.a in members or link.b in members)
+            if link.a in members
+            and link.b in members
+            and (link.a in half) != (link.b in half)
             and _key(link.a, link.b) not in self._down_links
         ]
         if not cut:

@@ -43,9 +43,12 @@ class Outcome:
     wall_seconds: float
     faults: dict
 
-    def replay(self, topology_path: str, faults: str, events: int) -> str:
+    def replay(
+        self, topology_path: str, faults: str, events: int, subscribers: int, publishers: int
+    ) -> str:
         return (
-            f"ges simulate {topology_path} --seed {self.seed} --faults {faults} --events {events}"
+            f"ges simulate {topology_path} --seed {self.seed} --faults {faults} "
+            f"--events {events} --subscribers {subscribers} --publishers {publishers}"
         )
 
 

@@ -218,6 +218,8 @@ class Recovered(_Msg):
     items: list[EventItem]
     hops: int = 0
     detour: list[str] = []
+    #: the ticks are gone (an older epoch of the pubend, whose log did not survive)
+    lost: bool = False
 
 
 # -- client ↔ broker ---------------------------------------------------------------------------

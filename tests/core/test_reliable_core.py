@@ -1,0 +1,167 @@
+"""Reliable delivery in the broker core, on the simulator: starting points, nacks, bounds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ges.client._client import profile_to_wire
+from ges.core import NOTICE, PEER
+from ges.matching.model import Profile
+from ges.reliable.log import MAX_READ
+from ges.sim import Checker, Faults, Sim
+from ges.topology import Topology
+from ges.wire import messages as m
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def demo() -> Topology:
+    return Topology.from_yaml(ROOT / "topologies/demo.yaml")
+
+
+class World:
+    """A Sim with a checker wired to it and helpers to subscribe and publish."""
+
+    def __init__(self, faults: str = "none", seed: int = 1):
+        self.checker = Checker()
+        self.pending: dict = {}
+        self.subacks: dict = {}
+        self.sim = Sim(
+            demo(),
+            seed=seed,
+            faults=Faults.parse(faults),
+            on_deliver=self._deliver,
+            on_puback=self._puback,
+            on_suback=self._suback,
+        )
+        self.seq = 0
+
+    def _deliver(self, b, conn, msg, now):
+        key = (b, conn, msg.sub_id)
+        ticks = [(it.tick, dict(it.event.attributes)) for it in msg.items]
+        self.checker.deliver(key, msg.pubend, ticks, now)
+
+    def _puback(self, b, conn, msg, now):
+        batch = self.pending.pop((b, conn, msg.seq), None)
+        if batch:
+            self.checker.publish(msg.pubend, msg.first_tick, batch, now)
+
+    def _suback(self, b, conn, sub_id, now):
+        self.subacks[(b, conn, sub_id)] = now
+        self.checker.subscribed((b, conn, sub_id), now)
+
+    def subscribe(self, broker: str, conn: int, profile: Profile | None = None) -> tuple:
+        profile = profile or Profile("all")
+        key = (broker, conn, 1)
+        self.checker.subscribe(key, profile)
+        self.sim.client(broker, conn, m.Subscribe(1, profile_to_wire(profile), profile.id))
+        return key
+
+    def publish_at(self, when: float, broker: str, n: int) -> None:
+        def go(n=n):
+            self.seq += 1
+            batch = [{"n": n}]
+            self.pending[(broker, 900, self.seq)] = batch
+            self.sim.client(broker, 900, m.Publish(self.seq, [m.Event(a) for a in batch]))
+
+        self.sim.at(when, go)
+
+
+def test_a_subscription_at_the_publishers_broker_gets_its_own_events_from_its_start():
+    """Its start on its own pubend is the broker's next tick, not what lagging keeper acks say:
+    events published while the keepers acknowledge are delivered."""
+    w = World()
+    w.sim.run_until(0.5)
+    for i in range(200):
+        w.publish_at(0.5 + i * 0.005, "b1", i)
+    w.sim.run_until(0.7)
+    key = w.subscribe("b1", 1)
+    w.sim.run_until(5.0)
+    got = w.checker.subs[key].got
+    assert key in w.subacks
+    ticks = got[next(iter(got))]
+    # from its first delivery on, every one of the broker's own later events, in order
+    assert ticks == list(range(ticks[0], 201))
+    assert ticks[0] <= 45  # it started while the publisher was still going
+    assert w.checker.ok
+
+
+def test_a_subscription_starts_only_after_every_keeper_acknowledged_it():
+    """The SubAck may go after SUBACK_WAIT, but delivery starts only once every keeper has the
+    profile: nothing before that moment, everything matching after."""
+    w = World()
+    w.sim.run_until(0.5)
+    key = w.subscribe("b20", 1)
+    core = w.sim.cores["b20"]
+    assert core._gate[(1, 1)] is None  # gated until the acks are in
+    for i in range(100):
+        w.publish_at(1.0 + i * 0.01, "b1", i)
+    w.sim.run_until(5.0)
+    w.checker.finish(w.sim.now, start_by=0.5)
+    assert w.checker.ok, w.checker.violations
+    # no keeper had routed any of b1's ticks before applying it: it gets the whole stream
+    assert sum(len(t) for t in w.checker.subs[key].got.values()) == 100
+    assert (1, 1) not in core._gate
+
+
+def _nack_at(core, msg):
+    return core.peer_message(next(iter(core.links_up)), msg, 10.0)
+
+
+def test_a_nack_gets_one_bounded_answer_per_range():
+    w = World()
+    w.sim.run_until(0.5)
+    for i in range(MAX_READ + 100):
+        w.publish_at(0.5 + i * 0.0001, "b1", i)
+    w.sim.run_until(2.0)
+    core = w.sim.cores["b1"]
+    out = _nack_at(core, m.Nack(core.pubend, "b20", [(1, 10**15), (5, 7)]))
+    answers = [msg for kind, _, msg in out if kind == PEER and type(msg) is m.Recovered]
+    assert [(a.lo, a.hi, len(a.items)) for a in answers] == [
+        (1, MAX_READ, MAX_READ),
+        (5, 7, 3),
+    ]
+
+
+def test_a_nack_for_an_older_epoch_is_answered_as_lost():
+    w = World()
+    w.sim.run_until(0.5)
+    core = w.sim.cores["b1"]
+    out = _nack_at(core, m.Nack("b1~0", "b20", [(3, 9)]))
+    (answer,) = [msg for kind, _, msg in out if kind == PEER]
+    assert type(answer) is m.Recovered and answer.lost and (answer.lo, answer.hi) == (3, 9)
+    assert answer.items == []
+
+
+def test_a_lost_answer_lets_the_subend_go_on_and_says_so():
+    w = World()
+    w.sim.run_until(0.5)
+    w.subscribe("b20", 1)
+    for i in range(10):
+        w.publish_at(0.6 + i * 0.01, "b1", i)
+    w.sim.run_until(2.0)
+    core = w.sim.cores["b20"]
+    pubend = w.sim.cores["b1"].pubend
+    sub = core._subends[pubend]
+    top = sub.top
+    sub.silence(top + 5, top + 5)  # five more ticks heard of, none known
+    assert list(sub.stream.gaps(sub.top)) == [(top + 1, top + 5)]
+    answer = m.Recovered(pubend, "b20", top + 1, top + 5, [], lost=True)
+    out = core.peer_message(next(iter(core.links_up)), answer, 3.0)
+    assert core.counters["lost"] == 5
+    assert any(kind == NOTICE and "lost" in msg for kind, _, msg in out)
+    assert list(sub.stream.gaps(sub.top)) == []
+
+
+def test_an_answer_past_anything_heard_of_is_ignored():
+    w = World()
+    w.sim.run_until(0.5)
+    w.subscribe("b20", 1)
+    w.publish_at(0.6, "b1", 0)
+    w.sim.run_until(2.0)
+    core = w.sim.cores["b20"]
+    pubend = w.sim.cores["b1"].pubend
+    top = core._subends[pubend].top
+    bogus = m.Recovered(pubend, "b20", top + 1, top + 10**9, [])
+    out = core.peer_message(next(iter(core.links_up)), bogus, 3.0)
+    assert out == [] and core._subends[pubend].stream.known_to == top
