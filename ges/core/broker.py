@@ -586,19 +586,7 @@ class BrokerCore:
                     yield dest
 
     def _on_reliable_events(self, peer: str, pubend: str, items: list, now: float) -> list:
-        check = self.router.check_routes
-        todo = []
-        for it in items:
-            if it.hops >= MAX_HOPS:
-                self.counters["hop_limit"] += 1
-                continue
-            try:
-                check(it.to)
-            except ValueError as exc:
-                raise ProtocolError(f"bad event route from {peer}: {exc}") from None
-            todo.append((it, it.to))
-        self.counters["events_in"] += len(items)
-        return self._route_claimed(pubend, todo, now)
+        return self._route_claimed(pubend, self._checked(peer, items), now)
 
     def _on_silence(self, peer: str, msg: m.Silence, now: float) -> list:
         if msg.hops >= MAX_HOPS:
@@ -800,7 +788,9 @@ class BrokerCore:
         self.counters["event_frames"] += len(out)
         return out
 
-    def _on_routed(self, peer: str, pubend: str, items: list) -> list:
+    def _checked(self, peer: str, items: list) -> list:
+        """``(item, routes)`` for the received items within the hop limit; a bad route is a
+        protocol error."""
         check = self.router.check_routes
         todo = []
         for it in items:
@@ -813,6 +803,10 @@ class BrokerCore:
                 raise ProtocolError(f"bad event route from {peer}: {exc}") from None
             todo.append((it, it.to))
         self.counters["events_in"] += len(items)
+        return todo
+
+    def _on_routed(self, peer: str, pubend: str, items: list) -> list:
+        todo = self._checked(peer, items)
         out = self._route(pubend, todo)
         # every copy passing through is offered to the local subscriptions, once per tick
         if todo and self.profiles:
