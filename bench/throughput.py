@@ -341,7 +341,7 @@ class Server:
         return roles
 
 
-def start_ges_broker(kids: Children, delivery: str | None = None) -> Server:
+def start_ges_broker(kids: Children, flags: tuple[str, ...] = ()) -> Server:
     port = free_ports(1)[0]
     name = "bench-one-broker"
     data = {
@@ -354,8 +354,7 @@ def start_ges_broker(kids: Children, delivery: str | None = None) -> Server:
     child = kids.spawn(
         "ges broker",
         [*GES, "broker", path, "--id", "b1", "--data-dir", kids.tmp / "data-one"]
-        + ["--log-level", "warning"]
-        + (["--delivery", delivery] if delivery else []),
+        + ["--log-level", "warning", *flags],
         stdout_pipe=False,
     )
     wait_listening(child, port)
@@ -552,13 +551,13 @@ def run_throughput(
     n: int,
     args,
     size: int,
-    delivery: str | None = None,
+    flags: tuple[str, ...] = (),
 ) -> dict:
     label = f"{'GES' if proto == 'ges' else 'baseline'} 1→{clients}"
-    if delivery:
-        label += f" ({delivery})"
+    if flags:
+        label += f" ({' '.join(flags)})"
     log(f"{label}: {n:,} events of {PAYLOAD_BYTES} B to {clients} subscriber(s) …")
-    server = start_ges_broker(kids, delivery) if proto == "ges" else start_relays(kids, 0)
+    server = start_ges_broker(kids, flags) if proto == "ges" else start_relays(kids, 0)
     subs = None
     try:
         subs = Subscribers(kids, proto, server, clients=clients, expect=n, latency=False)

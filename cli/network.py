@@ -68,6 +68,12 @@ def up(
         help="reliable (the default with content routing: exactly once, in order, recovered "
         "from the pubend's log) or best-effort (the default with --routing flood).",
     ),
+    strict_log: bool = typer.Option(
+        False,
+        "--strict-log",
+        help="fsync the pubend log at every group commit (default: WAL with synchronous=NORMAL, "
+        "which survives a broker crash but not a power loss).",
+    ),
 ) -> None:
     """Start every broker of a topology on this host and show them live.
 
@@ -75,7 +81,15 @@ def up(
     DIR/run.json (id, host, port, pid per broker), and stops cleanly on Ctrl-C or SIGTERM.
     """
     one_line_errors(_up)(
-        topology_file, data_dir, processes, no_live, ready_timeout, log_level, routing, delivery
+        topology_file,
+        data_dir,
+        processes,
+        no_live,
+        ready_timeout,
+        log_level,
+        routing,
+        delivery,
+        strict_log,
     )
 
 
@@ -97,7 +111,15 @@ def _check_delivery(delivery: str | None, routing: str) -> bool | None:
 
 
 def _up(
-    topology_file, data_dir, processes, no_live, ready_timeout, log_level, routing, delivery
+    topology_file,
+    data_dir,
+    processes,
+    no_live,
+    ready_timeout,
+    log_level,
+    routing,
+    delivery,
+    strict_log=False,
 ) -> None:
     _check_routing(routing)
     reliable = _check_delivery(delivery, routing)
@@ -116,11 +138,20 @@ def _up(
         log_level,
         routing,
         reliable,
+        strict_log,
     )
 
 
 async def _run_up(
-    topology, topology_file, network: Network, no_live, ready_timeout, log_level, routing, reliable
+    topology,
+    topology_file,
+    network: Network,
+    no_live,
+    ready_timeout,
+    log_level,
+    routing,
+    reliable,
+    strict_log=False,
 ):
     supervisor = None
     try:
@@ -143,11 +174,19 @@ async def _run_up(
                     log_level=log_level,
                     routing=routing,
                     reliable=reliable,
+                    strict_log=strict_log,
                 )
                 await supervisor.start_all(nursery)
                 check = supervisor.check
             else:
-                await run_embedded(topology, nursery, network, routing=routing, reliable=reliable)
+                await run_embedded(
+                    topology,
+                    nursery,
+                    network,
+                    routing=routing,
+                    reliable=reliable,
+                    strict_log=strict_log,
+                )
                 check = None
             await wait_ready(topology, timeout=ready_timeout, check=check)
             if supervisor is not None:
@@ -183,24 +222,40 @@ def broker(
         help="reliable (the default with content routing: exactly once, in order, recovered "
         "from the pubend's log) or best-effort (the default with --routing flood).",
     ),
+    strict_log: bool = typer.Option(
+        False,
+        "--strict-log",
+        help="fsync the pubend log at every group commit (default: WAL with synchronous=NORMAL, "
+        "which survives a broker crash but not a power loss).",
+    ),
 ) -> None:
     """Run one broker of a topology (for deployments across hosts)."""
-    one_line_errors(_broker)(topology_file, broker_id, data_dir, log_level, routing, delivery)
+    one_line_errors(_broker)(
+        topology_file, broker_id, data_dir, log_level, routing, delivery, strict_log
+    )
 
 
-def _broker(topology_file, broker_id, data_dir, log_level, routing, delivery) -> None:
+def _broker(topology_file, broker_id, data_dir, log_level, routing, delivery, strict_log) -> None:
     _check_routing(routing)
     reliable = _check_delivery(delivery, routing)
     topology = load_topology(topology_file)
     resolve_broker(topology, broker_id)
     _setup_logging(log_level)
-    (data_dir or default_data_dir(topology.name)).mkdir(parents=True, exist_ok=True)
+    data_dir = data_dir or default_data_dir(topology.name)
+    data_dir.mkdir(parents=True, exist_ok=True)
 
     async def main():
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stop_on_signals, nursery.cancel_scope)
             nursery.start_soon(watch_parent)
-            server = BrokerServer(topology, broker_id, routing=routing, reliable=reliable)
+            server = BrokerServer(
+                topology,
+                broker_id,
+                routing=routing,
+                reliable=reliable,
+                data_dir=data_dir,
+                strict_log=strict_log,
+            )
             await nursery.start(server.run)
             spec = topology.brokers[broker_id]
             err.print(

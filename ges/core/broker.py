@@ -135,6 +135,11 @@ class BrokerCore:
         # a pubend restarting with a log announces its last tick: events logged (and
         # acknowledged) just before a crash may never have left this broker
         restarted = self.log is not None and self.log.last > 0
+        # a log that opens a new epoch at each start names the previous one: its last tick
+        # is announced too, and nacks for it are answered from the log
+        previous = getattr(self.log, "previous", None)
+        self._previous = (f"{broker_id}~{previous[0]}", previous[1]) if previous else None
+        restarted = restarted or self._previous is not None
         self._silence_due = 0.0 if restarted else float("inf")
         self._silence_rounds = SILENCE_ROUNDS if restarted else 0
         self._windows: OrderedDict[str, TickWindow] = OrderedDict()
@@ -635,13 +640,9 @@ class BrokerCore:
         if msg.origin == self.id:
             return []
         if msg.pubend != self.pubend:
-            # an older epoch of this broker's pubend, whose log did not survive the restart:
-            # its ticks are lost, and saying so lets the subend go on
-            answers = [
-                m.Recovered(msg.pubend, msg.origin, lo, hi, [], lost=True)
-                for lo, hi in msg.ranges
-                if lo <= hi
-            ]
+            # an older epoch of this broker's pubend: answered from the log if it kept it
+            # (a durable log does), else its ticks are lost, and saying so lets the subend go on
+            answers = self._old_epoch_answers(msg)
         else:
             # one bounded answer per range (the subend asks again for the rest)
             answers = []
@@ -664,6 +665,23 @@ class BrokerCore:
                 lambda h, d, a=a: m.Recovered(a.pubend, a.to, a.lo, a.hi, a.items, h, d, a.lost),
             )
         self.counters["nacks_answered"] += 1
+        return out
+
+    def _old_epoch_answers(self, msg: m.Nack) -> list[m.Recovered]:
+        read = getattr(self.log, "read_epoch", None)
+        _, _, epoch = msg.pubend.partition("~")
+        out = []
+        for lo, hi in msg.ranges:
+            if lo > hi:
+                continue
+            got = read(int(epoch), lo, hi) if read is not None and epoch.isdigit() else []
+            if not got:
+                out.append(m.Recovered(msg.pubend, msg.origin, lo, hi, [], lost=True))
+                continue
+            if len(got) >= MAX_READ:
+                hi = got[-1][0]
+            items = [m.EventItem(t, 0, 0, ev) for t, ev in got]
+            out.append(m.Recovered(msg.pubend, msg.origin, lo, hi, items))
         return out
 
     def _on_recovered(self, msg: m.Recovered, now: float) -> list:
@@ -721,6 +739,12 @@ class BrokerCore:
                 self._silence_rounds -= 1
                 tick = self._next_tick - 1 - sum(len(h[4]) for h in self._held)
                 out += self._silence(self.pubend, tick, self._root_silence(tick), 0, now)
+                if self._previous is not None:
+                    old, last = self._previous
+                    routes = [
+                        m.Route(r.unit, r.skip, prev=last) for r in self.router.initial_routes
+                    ]
+                    out += self._silence(old, last, routes, 0, now)
                 self._silence_due = now + SILENCE_EVERY
             else:
                 self._silence_due = float("inf")

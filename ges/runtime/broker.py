@@ -15,12 +15,14 @@ import logging
 import os
 import random
 import time
+from pathlib import Path
 
 import trio
 
 from ges.core import CLIENT, DROP_PEER, NOTICE, PEER, BrokerCore, ProtocolError
 from ges.errors import OperationError
 from ges.runtime.connection import Connection, ConnectionClosed
+from ges.runtime.pubend_log import SqliteLog
 from ges.topology import Topology, broker_order_key
 from ges.wire import FrameError, encode
 from ges.wire import messages as m
@@ -50,19 +52,30 @@ class BrokerServer:
         routing: str = "content",
         hierarchy=None,
         reliable: bool | None = None,
+        data_dir: Path | None = None,
+        strict_log: bool = False,
     ):
         self.topology = topology
         self.spec = topology.brokers[broker_id]
         self.id = broker_id
         # reliable delivery comes with content routing unless asked otherwise; the pubend log
-        # is in memory for now (a restarted broker starts a new pubend)
+        # is a SQLite file in the data directory (in memory without one: a restarted broker
+        # then starts a new pubend)
+        reliable = (routing == "content") if reliable is None else reliable
+        self.pubend_log = (
+            SqliteLog(Path(data_dir) / f"{broker_id}.pubend.db", strict=strict_log)
+            if reliable and data_dir is not None
+            else None
+        )
+        self._log_wakeup = trio.Event()
         self.core = BrokerCore(
             topology,
             broker_id,
             incarnation=incarnation if incarnation is not None else time.time_ns(),
             routing=routing,
             hierarchy=hierarchy,
-            reliable=(routing == "content") if reliable is None else reliable,
+            reliable=reliable,
+            log=self.pubend_log,
         )
         self.core.pid = os.getpid()
         self.listen_host = listen_host or self.spec.host
@@ -85,6 +98,8 @@ class BrokerServer:
             for listener in listeners:
                 nursery.start_soon(self._serve_listener, listener)
             nursery.start_soon(self._timer)
+            if self.pubend_log is not None:
+                nursery.start_soon(self._log_task)
             for peer in self.core.neighbours:
                 if broker_order_key(self.id) < broker_order_key(peer):
                     nursery.start_soon(self._dial_forever, peer)
@@ -124,6 +139,29 @@ class BrokerServer:
             outs = self.core.on_timer(trio.current_time())
             if outs:
                 await self._dispatch(outs)
+
+    async def _log_task(self) -> None:
+        """Group commit: write everything appended since the last group in one transaction in
+        a worker thread, then let the core acknowledge and send it on."""
+        log = self.pubend_log
+        try:
+            while True:
+                await self._log_wakeup.wait()
+                self._log_wakeup = trio.Event()
+                while log.pending:
+                    group = log.take_group()
+                    last = await trio.to_thread.run_sync(log.write_group, group)
+                    log.committed_to(last)
+                    outs = self.core.on_logged(trio.current_time())
+                    if outs:
+                        await self._dispatch(outs)
+        finally:
+            log.close()
+
+    def _logged_later(self) -> None:
+        """A client message may have appended to the log: wake the log task."""
+        if self.pubend_log is not None and self.pubend_log.pending:
+            self._log_wakeup.set()
 
     # -- outputs -----------------------------------------------------------------------------
 
@@ -258,6 +296,7 @@ class BrokerServer:
                 outs = []
                 for msg in batch:
                     outs += handle(msg, now)
+                self._logged_later()
                 if outs:
                     counters["frames_out"] += len(outs)
                     await self._dispatch(outs)

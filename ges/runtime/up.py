@@ -154,13 +154,20 @@ async def run_embedded(
     *,
     routing: str = "content",
     reliable: bool | None = None,
+    strict_log: bool = False,
 ) -> dict[str, BrokerServer]:
     """Start every broker as a task in ``nursery``; raises OperationError if one cannot listen."""
     servers = {}
     hierarchy = Hierarchy(topology)  # the same static facts for every broker of the process
     for bid in sorted(topology.brokers, key=broker_order_key):
         server = BrokerServer(
-            topology, bid, routing=routing, hierarchy=hierarchy, reliable=reliable
+            topology,
+            bid,
+            routing=routing,
+            hierarchy=hierarchy,
+            reliable=reliable,
+            data_dir=network.data_dir,
+            strict_log=strict_log,
         )
         await nursery.start(server.run)
         servers[bid] = server
@@ -180,9 +187,11 @@ class ProcessSupervisor:
         log_level: str,
         routing: str = "content",
         reliable: bool | None = None,
+        strict_log: bool = False,
     ):
         self.routing = routing
         self.reliable = reliable
+        self.strict_log = strict_log
         self.topology = topology
         self.topology_path = topology_path
         self.network = network
@@ -210,6 +219,7 @@ class ProcessSupervisor:
             "--routing",
             self.routing,
             *(() if self.reliable is None else ("--delivery", delivery_name(self.reliable))),
+            *(("--strict-log",) if self.strict_log else ()),
         ]
 
     async def start_all(self, nursery: trio.Nursery) -> None:

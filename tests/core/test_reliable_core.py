@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ges.client._client import profile_to_wire
-from ges.core import NOTICE, PEER
+from ges.core import NOTICE, PEER, BrokerCore
 from ges.matching.model import Profile
-from ges.reliable.log import MAX_READ
+from ges.reliable.log import MAX_READ, MemoryLog
 from ges.sim import Checker, Faults, Sim
 from ges.topology import Topology
 from ges.wire import messages as m
@@ -165,3 +165,25 @@ def test_an_answer_past_anything_heard_of_is_ignored():
     bogus = m.Recovered(pubend, "b20", top + 1, top + 10**9, [])
     out = core.peer_message(next(iter(core.links_up)), bogus, 3.0)
     assert out == [] and core._subends[pubend].stream.known_to == top
+
+
+class EpochLog(MemoryLog):
+    """A log that opened epoch 2 at this start and still holds epoch 1's five events."""
+
+    previous = (1, 5)
+
+    def read_epoch(self, epoch, lo, hi, limit=MAX_READ):
+        assert epoch == 1
+        return [(t, m.Event({"n": t})) for t in range(max(lo, 1), min(hi, 5) + 1)][:limit]
+
+
+def test_a_restarted_pubend_announces_its_previous_epoch_and_answers_for_it():
+    core = BrokerCore(demo(), "b1", incarnation=9, reliable=True, log=EpochLog(epoch=2))
+    assert core.pubend == "b1~2"
+    out = core.link_up("b2", 0.0) + core.on_timer(0.0)
+    silences = [msg for kind, _, msg in out if kind == PEER and type(msg) is m.Silence]
+    assert any(s.pubend == "b1~1" and s.tick == 5 for s in silences)
+    out = core.peer_message("b2", m.Nack("b1~1", "b2", [(3, 9)]), 0.1)
+    (answer,) = [msg for kind, _, msg in out if kind == PEER]
+    assert (answer.lo, answer.hi, answer.lost) == (3, 9, False)
+    assert [it.tick for it in answer.items] == [3, 4, 5]

@@ -1,0 +1,100 @@
+"""The pubend's SQLite log: group commit, epochs across restarts, and a broker using it."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import trio
+
+from ges.client import connect
+from ges.runtime import BrokerServer
+from ges.runtime.pubend_log import SqliteLog
+from ges.runtime.up import wait_ready
+from ges.wire import messages as m
+
+
+def ev(n: int) -> m.Event:
+    return m.Event({"n": n}, b"x" * n, 5)
+
+
+def test_appends_are_committed_by_the_group_and_read_back(tmp_path):
+    log = SqliteLog(tmp_path / "b1.pubend.db")
+    assert (log.epoch, log.last, log.committed, log.previous) == (1, 0, 0, None)
+    log.append(1, [ev(1), ev(2)])
+    log.append(3, [ev(3)])
+    assert (log.last, log.committed) == (3, 0)  # appended, not yet durable
+    group = log.take_group()
+    assert [(a, b) for a, b, _ in group] == [(1, 2), (3, 3)] and not log.pending
+    log.committed_to(log.write_group(group))
+    assert log.committed == 3
+    assert log.read(2, 10) == [(2, ev(2)), (3, ev(3))]
+    assert log.read(1, 3, limit=1) == [(1, ev(1))]
+    assert log.read(2, 2) == [(2, ev(2))]  # inside a batch
+    log.close()
+
+
+def test_a_restart_opens_a_new_epoch_and_keeps_the_committed_events_of_the_old(tmp_path):
+    path = tmp_path / "b1.pubend.db"
+    log = SqliteLog(path)
+    log.append(1, [ev(1), ev(2)])
+    log.committed_to(log.write_group(log.take_group()))
+    log.append(3, [ev(3)])  # appended but never committed: never published
+    log.close()
+    again = SqliteLog(path)
+    assert (again.epoch, again.last) == (2, 0)
+    assert again.previous == (1, 2)  # announced after the restart
+    assert again.read_epoch(1, 1, 10) == [(1, ev(1)), (2, ev(2))]
+    assert again.read(1, 10) == []
+    again.close()
+
+
+def test_the_file_is_in_wal_mode_and_strict_syncs_every_commit(tmp_path):
+    log = SqliteLog(tmp_path / "a.db", strict=True)
+    conn = sqlite3.connect(tmp_path / "a.db")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert log._reader.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert SqliteLog(tmp_path / "b.db")._reader.execute("PRAGMA synchronous").fetchone()[0] == 1
+    conn.close()
+
+
+def test_appending_a_tick_already_there_is_refused(tmp_path):
+    log = SqliteLog(tmp_path / "b1.pubend.db")
+    log.append(1, [ev(1)])
+    try:
+        log.append(1, [ev(1)])
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a repeated tick was appended")
+
+
+async def test_a_broker_with_a_data_dir_logs_before_it_acknowledges(chain3, tmp_path):
+    async with trio.open_nursery() as nursery:
+        for bid in chain3.brokers:
+            server = BrokerServer(chain3, bid, data_dir=tmp_path)
+            await nursery.start(server.run)
+        await wait_ready(chain3, timeout=10)
+        s1, s3 = chain3.brokers["b1"], chain3.brokers["b3"]
+        async with (
+            connect(s3.host, s3.port, topology="chain3") as sub_client,
+            connect(s1.host, s1.port, topology="chain3") as pub_client,
+        ):
+            sub = await sub_client.subscribe([m.Constraint("n", ">=", 0)])
+            ack = await pub_client.publish(
+                [m.Event({"n": i}, b"", time.time_ns()) for i in range(30)]
+            )
+            assert ack.pubend == "b1~1" and (ack.first_tick, ack.last_tick) == (1, 30)
+            # acknowledged: on disk, in the file the broker keeps in its data directory
+            rows = sqlite3.connect(tmp_path / "b1.pubend.db").execute(
+                "SELECT SUM(last - first + 1) FROM events WHERE epoch = 1"
+            )
+            assert rows.fetchone()[0] == 30
+            got = []
+            with trio.fail_after(5):
+                async for d in sub:
+                    got.append(d.event.attributes["n"])
+                    if len(got) == 30:
+                        break
+            assert got == list(range(30))
+        nursery.cancel_scope.cancel()
