@@ -721,7 +721,7 @@ class BrokerCore:
             raise ProtocolError(f"unknown broker {broker!r}")
         if detour:
             try:
-                self.router._check_detour(detour)
+                self.router.check_detour(detour)
             except ValueError as exc:
                 raise ProtocolError(str(exc)) from None
 
@@ -762,14 +762,11 @@ class BrokerCore:
     def _root_silence(self, tick: int) -> list[m.Route]:
         """The publisher's routes for silence up to ``tick``: each claims back to the last tick
         it made that route for."""
-        out = []
-        last = self.claims._root
-        for r in self.router.initial_routes:
-            key = (self.pubend, r.unit)
-            prev = min(last.get(key, tick), tick)
-            last[key] = tick
-            out.append(m.Route(r.unit, r.skip, prev=prev))
-        return out
+        silence = self.claims.root_silence
+        return [
+            m.Route(r.unit, r.skip, prev=silence(self.pubend, r.unit, tick))
+            for r in self.router.initial_routes
+        ]
 
     def _reliable_deadline(self) -> float:
         deadline = self._silence_due

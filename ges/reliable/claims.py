@@ -111,6 +111,14 @@ class Claims:
             self._root[key] = tick
         return prev
 
+    def root_silence(self, pubend: str, unit: tuple, tick: int) -> int:
+        """The publisher sends silence for ``unit`` up to ``tick``: its claim (back to the last
+        tick it made a route for there; nothing if it made none)."""
+        key = (pubend, unit)
+        prev = min(self._root.get(key, tick), tick)
+        self._root[key] = tick
+        return prev
+
     def state(self, pubend: str, unit: tuple) -> Resolved:
         key = (pubend, unit)
         st = self._states.get(key)

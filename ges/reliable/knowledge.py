@@ -194,6 +194,11 @@ class KnowledgeStream:
             lo = t + 1
         self.add_final(lo, hi)
 
+    @property
+    def highest_data(self) -> int | None:
+        """The highest data tick held (None if none is)."""
+        return self._data_ticks[-1] if self._data_ticks else None
+
     def drop_highest_data(self) -> int | None:
         """Forget the highest data tick (it becomes ``Q`` again, to be asked for later): room
         for a lower one at the bound. Returns the tick, or None if none is held."""

@@ -91,8 +91,8 @@ class Subend:
                 s.add_data(tick, item)
                 return True
             except StreamFull:
-                ticks = s._data_ticks
-                if not ticks or ticks[-1] <= tick:
+                highest = s.highest_data
+                if highest is None or highest <= tick:
                     return False
                 s.drop_highest_data()
 

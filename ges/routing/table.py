@@ -237,7 +237,7 @@ class ContentRouter:
             if t not in brokers:
                 raise ValueError(f"profile changes for unknown broker {t!r}")
         if msg.detour:
-            self._check_detour(msg.detour)
+            self.check_detour(msg.detour)
         others = [t for t in msg.to if t != self.id]
         out = []
         if others and msg.hops < MAX_RELAY_HOPS:  # views that disagree can loop for a while
@@ -270,7 +270,7 @@ class ContentRouter:
         if msg.origin not in self.h.topology.brokers:
             raise ValueError(f"profile ack for unknown broker {msg.origin!r}")
         if msg.detour:
-            self._check_detour(msg.detour)
+            self.check_detour(msg.detour)
         if msg.origin != self.id:
             step = self.relay_step(msg.origin, msg.detour, msg.hops)
             if step is None:
@@ -855,9 +855,9 @@ class ContentRouter:
             if r.via and r.via not in brokers:
                 raise ValueError(f"route via unknown broker {r.via!r}")
             if r.detour:
-                self._check_detour(r.detour)
+                self.check_detour(r.detour)
 
-    def _check_detour(self, detour) -> None:
+    def check_detour(self, detour) -> None:
         if len(detour) > MAX_DETOUR:
             raise ValueError(f"detour through {len(detour)} brokers, over {MAX_DETOUR}")
         if tuple(detour) != GAVE_UP:
