@@ -38,6 +38,21 @@ def _setup_logging(level: str, *, console=None) -> None:
     )
 
 
+#: Options ``ges up`` and ``ges broker`` share.
+DELIVERY = typer.Option(
+    None,
+    "--delivery",
+    help="reliable (the default with content routing: exactly once, in order, recovered "
+    "from the pubend's log) or best-effort (the default with --routing flood).",
+)
+STRICT_LOG = typer.Option(
+    False,
+    "--strict-log",
+    help="fsync the pubend log at every group commit (default: WAL with synchronous=NORMAL, "
+    "which survives a broker crash but not a power loss).",
+)
+
+
 def default_data_dir(topology_name: str) -> Path:
     return Path(".ges") / topology_name
 
@@ -62,18 +77,8 @@ def up(
         "--routing",
         help="content: events go only where a profile matches (seed 004); flood: everywhere.",
     ),
-    delivery: str = typer.Option(
-        None,
-        "--delivery",
-        help="reliable (the default with content routing: exactly once, in order, recovered "
-        "from the pubend's log) or best-effort (the default with --routing flood).",
-    ),
-    strict_log: bool = typer.Option(
-        False,
-        "--strict-log",
-        help="fsync the pubend log at every group commit (default: WAL with synchronous=NORMAL, "
-        "which survives a broker crash but not a power loss).",
-    ),
+    delivery: str = DELIVERY,
+    strict_log: bool = STRICT_LOG,
 ) -> None:
     """Start every broker of a topology on this host and show them live.
 
@@ -216,18 +221,8 @@ def broker(
     routing: str = typer.Option(
         "content", "--routing", help="content (default) or flood; the same on every broker."
     ),
-    delivery: str = typer.Option(
-        None,
-        "--delivery",
-        help="reliable (the default with content routing: exactly once, in order, recovered "
-        "from the pubend's log) or best-effort (the default with --routing flood).",
-    ),
-    strict_log: bool = typer.Option(
-        False,
-        "--strict-log",
-        help="fsync the pubend log at every group commit (default: WAL with synchronous=NORMAL, "
-        "which survives a broker crash but not a power loss).",
-    ),
+    delivery: str = DELIVERY,
+    strict_log: bool = STRICT_LOG,
 ) -> None:
     """Run one broker of a topology (for deployments across hosts)."""
     one_line_errors(_broker)(

@@ -127,6 +127,8 @@ class BrokerCore:
         if self.router is not None and reliable:
             self.router.claims = self.claims
         self._subends: OrderedDict[str, Subend] = OrderedDict()
+        #: pubends whose subend has a gap (a nack may come due): the timer looks only at these
+        self._doubtful: set[str] = set()
         self._held: list[tuple[int, int, int, int, list]] = []
         #: subscriptions not delivering from the start of every stream: (conn, sub_id) -> None
         #: until the starting point is known, then {pubend: last tick not for it}
@@ -557,7 +559,16 @@ class BrokerCore:
                 for it, rs in local:
                     prev = min(r.prev for r in rs)
                     sub.data(prev, it.tick, it, bool(match(it.event.attributes)))
-                out += self._deliver(pubend, [it for _, it in sub.deliverable(now)])
+                out += self._drain(pubend, sub, now)
+        return out
+
+    def _drain(self, pubend: str, sub: Subend, now: float) -> list:
+        """Deliver what ``sub`` can deliver now; remember it while a nack may come due."""
+        out = self._deliver(pubend, [it for _, it in sub.deliverable(now)])
+        if sub.next_nack < float("inf"):
+            self._doubtful.add(pubend)
+        else:
+            self._doubtful.discard(pubend)
         return out
 
     def _subend(self, pubend: str, floor: int) -> Subend | None:
@@ -577,7 +588,8 @@ class BrokerCore:
                 floor = min(floor, min(started))
             sub = self._subends[pubend] = Subend(floor)
             if len(self._subends) > MAX_SUBENDS:
-                self._subends.popitem(last=False)
+                gone, _ = self._subends.popitem(last=False)
+                self._doubtful.discard(gone)
         else:
             self._subends.move_to_end(pubend)
         return sub
@@ -618,7 +630,7 @@ class BrokerCore:
             sub = self._subend(pubend, min(prev, tick))
             if sub is not None:
                 sub.silence(prev, tick)
-                out += self._deliver(pubend, [it for _, it in sub.deliverable(now)])
+                out += self._drain(pubend, sub, now)
         return out
 
     def _on_nack(self, msg: m.Nack) -> list:
@@ -712,9 +724,9 @@ class BrokerCore:
             )
             return [
                 (NOTICE, "warning", text),
-                *self._deliver(msg.pubend, [it for _, it in sub.deliverable(now)]),
+                *self._drain(msg.pubend, sub, now),
             ]
-        return self._deliver(msg.pubend, [it for _, it in sub.deliverable(now)])
+        return self._drain(msg.pubend, sub, now)
 
     def _check_unicast(self, broker: str, detour) -> None:
         if broker not in self.topology.brokers:
@@ -748,8 +760,11 @@ class BrokerCore:
                 self._silence_due = now + SILENCE_EVERY
             else:
                 self._silence_due = float("inf")
-        for pubend, sub in self._subends.items():
-            if now >= sub.next_nack:
+        for pubend in sorted(self._doubtful):
+            sub = self._subends[pubend]
+            if sub.next_nack == float("inf"):
+                self._doubtful.discard(pubend)
+            elif now >= sub.next_nack:
                 ranges = sub.nack(now)
                 if ranges:
                     self.counters["nacks_sent"] += 1
@@ -770,9 +785,11 @@ class BrokerCore:
 
     def _reliable_deadline(self) -> float:
         deadline = self._silence_due
-        for sub in self._subends.values():
-            if sub.next_nack < deadline:
-                deadline = sub.next_nack
+        subends = self._subends
+        for pubend in self._doubtful:
+            nack = subends[pubend].next_nack
+            if nack < deadline:
+                deadline = nack
         return deadline
 
     # -- content routing (seed 004 §3.3) ----------------------------------------------------------

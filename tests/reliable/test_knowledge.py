@@ -37,8 +37,13 @@ class Naive:
             t += 1
         return t
 
-    def gaps(self):
-        top = max(self.v, default=0)
+    def add_silence(self, lo, hi):
+        for t in range(lo, hi + 1):
+            if self.value(t) == Q:
+                self.v[t] = F
+
+    def gaps(self, upto=0):
+        top = max(max(self.v, default=0), upto)
         out, t = [], 1
         while t <= top:
             if self.value(t) == Q:

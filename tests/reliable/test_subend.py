@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from ges.reliable import D, F, KnowledgeStream, Q
 from ges.reliable import subend as subend_mod
 from ges.reliable.subend import MAX_NACK_RANGES, NACK_AFTER, NACK_MAX, NACK_MIN, Subend
+from tests.reliable.test_knowledge import Naive
 
 TOP = 60
 
@@ -326,53 +327,6 @@ def test_a_full_stream_leaves_silence_unknown_instead_of_raising():
 # -- the stream's add_silence and gaps(upto), against a naive model ------------------------------------
 
 
-class Naive:
-    def __init__(self):
-        self.v: dict[int, int] = {}  # absent: Q
-
-    def value(self, t):
-        return self.v.get(t, Q)
-
-    def add_data(self, t):
-        if self.value(t) == Q:
-            self.v[t] = D
-
-    def add_final(self, lo, hi):
-        for t in range(lo, hi + 1):
-            self.v[t] = F
-
-    def add_silence(self, lo, hi):
-        for t in range(lo, hi + 1):
-            if self.value(t) == Q:
-                self.v[t] = F
-
-    def horizon(self):
-        t = 1
-        while self.value(t) != Q:
-            t += 1
-        return t
-
-    def take(self):
-        h = self.horizon()
-        out = [t for t in range(1, h) if self.v.get(t) == D]
-        for t in range(1, h):
-            self.v[t] = F
-        return out
-
-    def gaps(self, upto):
-        top = max(max(self.v, default=0), upto)
-        out, t = [], 1
-        while t <= top:
-            if self.value(t) == Q:
-                lo = t
-                while t <= top and self.value(t) == Q:
-                    t += 1
-                out.append((lo, t - 1))
-            else:
-                t += 1
-        return out
-
-
 stream_ops = st.lists(
     st.one_of(
         st.tuples(st.just("data"), st.integers(1, TOP)),
@@ -391,7 +345,7 @@ def test_add_silence_turns_only_unknown_ticks_final(script, upto):
     for op in script:
         if op[0] == "data":
             s.add_data(op[1], op[1])
-            n.add_data(op[1])
+            n.add_data(op[1], op[1])
         elif op[0] == "final":
             s.add_final(op[1], op[1] + op[2])
             n.add_final(op[1], op[1] + op[2])
@@ -402,7 +356,7 @@ def test_add_silence_turns_only_unknown_ticks_final(script, upto):
             # silence never removes a data tick, nor its payload
             assert all(s.value(t) == D for t in held)
         else:
-            assert [t for t, _ in s.take_deliverable()] == n.take()
+            assert s.take_deliverable() == n.take()
         assert [s.value(t) for t in range(1, TOP + 30)] == [n.value(t) for t in range(1, TOP + 30)]
         assert list(s.gaps(upto)) == n.gaps(upto)
         assert s.horizon == n.horizon()
