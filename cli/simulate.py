@@ -25,6 +25,11 @@ def simulate(
     events: int = typer.Option(200, "--events", help="Events published per run."),
     subscribers: int = typer.Option(12, "--subscribers", help="Subscriptions per run."),
     publishers: int = typer.Option(4, "--publishers", help="Publishing clients per run."),
+    churn: int = typer.Option(
+        6,
+        "--churn",
+        help="Subscriptions made, changed, removed or remade after a crash while publishing.",
+    ),
     no_sufficiency: bool = typer.Option(
         False,
         "--no-sufficiency",
@@ -38,7 +43,8 @@ def simulate(
     """Run broker cores over a simulated network with seeded faults and check every delivery.
 
     Each seed subscribes, publishes and injects faults (dropped, duplicated, delayed and
-    reordered frames; failed links; crashed brokers; partitions), heals, waits, and checks that
+    reordered frames; failed links; crashed brokers; partitions) while subscriptions come, change
+    and go, heals, waits, and checks that
     every subscription got exactly the matching events after its starting point, in order, once
     each. Exits 1 if any seed has a violation, printing the command that replays it.
     """
@@ -50,6 +56,7 @@ def simulate(
         events,
         subscribers,
         publishers,
+        churn,
         no_sufficiency,
         as_json,
     )
@@ -63,6 +70,7 @@ def _simulate(
     events,
     subscribers,
     publishers,
+    churn,
     no_sufficiency,
     as_json,
 ) -> None:
@@ -71,6 +79,7 @@ def _simulate(
         ("--events", events, 0),
         ("--subscribers", subscribers, 0),
         ("--publishers", publishers, 1),
+        ("--churn", churn, 0),
     ):
         if value < low:
             raise UserInputError(f"{name}: must be at least {low}, not {value}")
@@ -103,6 +112,7 @@ def _simulate(
                 events=events,
                 subscribers=subscribers,
                 publishers=publishers,
+                churn=churn,
                 sufficiency=not no_sufficiency,
             )
             outcomes.append(o)
@@ -111,7 +121,8 @@ def _simulate(
     failed = [o for o in outcomes if not o.ok]
     extra = " --no-sufficiency" if no_sufficiency else ""
     replay = {
-        o.seed: o.replay(str(topology_file), faults_spec, events, subscribers, publishers) + extra
+        o.seed: o.replay(str(topology_file), faults_spec, events, subscribers, publishers, churn)
+        + extra
         for o in failed
     }
     summary = {

@@ -126,6 +126,7 @@ class BrokerCore:
         self.claims = Claims()
         if self.router is not None and reliable:
             self.router.claims = self.claims
+            self.router.wait_for_all = True
         self._subends: OrderedDict[str, Subend] = OrderedDict()
         #: pubends whose subend has a gap (a nack may come due): the timer looks only at these
         self._doubtful: set[str] = set()
@@ -133,6 +134,11 @@ class BrokerCore:
         #: subscriptions not delivering from the start of every stream: (conn, sub_id) -> None
         #: until the starting point is known, then {pubend: last tick not for it}
         self._gate: dict[tuple[int, int], dict[str, int] | None] = {}
+        #: started subscriptions whose profile is changing: (conn, sub_id) -> (the profiles it
+        #: had, the old starting point still ahead). Until the new profile's starting point, and
+        #: up to it, they get the events every one of them matches (such an event is routed to
+        #: them whichever profile a keeper holds while the change spreads)
+        self._changing: dict[tuple[int, int], tuple[tuple[Profile, ...], dict[str, int]]] = {}
         self._last_publish = float("-inf")
         # a pubend restarting with a log announces its last tick: events logged (and
         # acknowledged) just before a crash may never have left this broker
@@ -342,6 +348,7 @@ class BrokerCore:
         self._waits = [w for w in self._waits if w[0] != conn]
         for dest in [d for d in self._gate if d[0] == conn]:
             del self._gate[dest]
+            self._changing.pop(dest, None)
         return self._local_change((), gone, now)[0]
 
     def _local_change(self, add, remove, now: float) -> tuple[list, frozenset[int]]:
@@ -358,13 +365,14 @@ class BrokerCore:
             return self._on_subscribe(conn, msg, now)
         if kind is m.Unsubscribe:
             profile = self._clients[conn].pop(msg.sub_id, None)
-            out = []
+            out = self._supersede(conn, msg.sub_id)
             if profile is not None:
                 self._gate.pop((conn, msg.sub_id), None)
+                self._changing.pop((conn, msg.sub_id), None)
                 self.profiles.remove(profile, (conn, msg.sub_id))
                 self._n_subs -= 1
-                out = self._local_change((), profile.effective, now)[0]
-            return [(CLIENT, conn, m.SubAck(msg.sub_id)), *out]
+                out += self._local_change((), profile.effective, now)[0]
+            return [*out, (CLIENT, conn, m.SubAck(msg.sub_id))]
         if kind is m.StatsRequest:
             return [(CLIENT, conn, self.stats())]
         raise ProtocolError(f"unexpected {kind.__name__} from a client")
@@ -379,6 +387,7 @@ class BrokerCore:
             return [(CLIENT, conn, m.Error(f"subscription {msg.sub_id}: {exc}"))]
         dest = (conn, msg.sub_id)
         old = subs.get(msg.sub_id)
+        acks = self._supersede(conn, msg.sub_id)
         if old is not None:  # a changed profile replaces the old one
             self.profiles.remove(old, dest)
             self._n_subs -= 1
@@ -387,12 +396,41 @@ class BrokerCore:
         self._n_subs += 1
         sends, waits = self._local_change(profile.effective, old.effective if old else (), now)
         if self.reliable:
+            if old is not None:
+                self._change(dest, old)
             self._gate[dest] = None  # nothing delivered until its starting point is known
         if waits:
             self._waits.append([conn, msg.sub_id, waits, now + SUBACK_WAIT])
-            return sends
+            return acks + sends
         self._start(dest, ())
-        return [(CLIENT, conn, m.SubAck(msg.sub_id)), *sends]
+        return [*acks, (CLIENT, conn, m.SubAck(msg.sub_id)), *sends]
+
+    def _change(self, dest: tuple[int, int], old: Profile) -> None:
+        """``dest``'s profile is replaced: it goes on getting what the old one (and any before
+        it still changing) matches too, unless it had not started."""
+        changing = self._changing.get(dest)
+        if changing is not None:
+            self._changing[dest] = (*changing[0], old), changing[1]
+        elif dest not in self._gate:
+            self._changing[dest] = (old,), {}
+        elif self._gate[dest] is not None:
+            self._changing[dest] = (old,), dict(self._gate[dest])
+
+    def _supersede(self, conn: int, sub_id: int) -> list:
+        """A new request for a subscription ends the wait of an earlier one still waiting for
+        its keepers: it is answered now, as incomplete (only the newest one starts delivery)."""
+        if not any(w[0] == conn and w[1] == sub_id for w in self._waits):
+            return []
+        out = []
+        keep = []
+        for w in self._waits:
+            if w[0] == conn and w[1] == sub_id:
+                if w[3] is not None:  # its client has not had its SubAck yet
+                    out.append((CLIENT, conn, m.SubAck(sub_id, complete=False)))
+            else:
+                keep.append(w)
+        self._waits = keep
+        return out
 
     def _start(self, dest: tuple[int, int], seqs) -> None:
         """A subscription's starting point on every pubend (reliable delivery): after the last
@@ -402,7 +440,7 @@ class BrokerCore:
         if not self.reliable or dest not in self._gate:
             return
         start: dict[str, int] = {}
-        for seq in seqs:
+        for seq in self.router.waited(seqs):
             for pubend, tick in self.router.starts.get(seq, {}).items():
                 if start.get(pubend, 0) < tick:
                     start[pubend] = tick
@@ -421,6 +459,7 @@ class BrokerCore:
             self._gate[dest] = start
         else:
             del self._gate[dest]
+            self._changing.pop(dest, None)
 
     def _release_waits(self, now: float) -> list:
         """SubAcks whose profile every reachable keeper has acknowledged (or that waited long
@@ -438,7 +477,7 @@ class BrokerCore:
                 if w[3] is not None and now >= w[3]:
                     # the client is told; reliable delivery still starts only once every
                     # keeper has the profile (resends go on until then)
-                    out.append((CLIENT, w[0], m.SubAck(w[1])))
+                    out.append((CLIENT, w[0], m.SubAck(w[1], complete=False)))
                     if self.reliable:
                         w[3] = None
                     else:
@@ -936,22 +975,39 @@ class BrokerCore:
 
     def _filter_gated(self, pubend: str, per: dict) -> None:
         """Drop what gated subscriptions must not get: everything before their starting point
-        is known, and the ticks of ``pubend`` up to it after."""
+        is known, and the ticks of ``pubend`` up to it after — except, for a changing one, the
+        events its old profile matches too."""
         gate = self._gate
+        changing = self._changing
         for dest in [d for d in per if d in gate]:
             start = gate[dest]
-            if start is None:
-                del per[dest]
+            first = None if start is None else start.get(pubend)
+            if start is not None and first is None:
                 continue
-            first = start.get(pubend)
+            was = changing.get(dest)
             if first is None:
-                continue
-            items = [it for it in per[dest] if it.tick > first]
-            if items:
-                per[dest] = items
+                items = [] if was is None else per[dest]
+                first = float("inf")
+            else:
+                items = per[dest]
+            if was is None:
+                items = [it for it in items if it.tick > first]
+            else:
+                olds, before = was
+                floor = before.get(pubend, 0)
+                items = [
+                    it
+                    for it in items
+                    if it.tick > first
+                    or (it.tick > floor and all(p.matches(it.event.attributes) for p in olds))
+                ]
+            if start is not None and items and items[-1].tick > first:
                 del start[pubend]  # the stream is past it
                 if not start:
                     del gate[dest]
+                    changing.pop(dest, None)
+            if items:
+                per[dest] = items
             else:
                 del per[dest]
 

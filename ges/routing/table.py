@@ -87,6 +87,8 @@ RESEND_MAX = 30.0
 #: Unanswered resends after which an origin stops waiting for a keeper (it may be dead behind a
 #: unit this broker sees as one node); the keeper gets a sync again when a route to it changes.
 MAX_RESENDS = 8
+#: Replaced adds remembered for the subscriptions waiting on them (the oldest go first).
+MAX_REPLACED = 4_096
 #: Pubends read from one acknowledgement's ``ticks``.
 MAX_TICKS_PER_ACK = 1_024
 #: Brokers a detour round a split unit may name.
@@ -127,7 +129,15 @@ class ContentRouter:
         #: reliable delivery's sufficiency rule (seed 000 §3.5): a child with a broker whose
         #: profile this keeper lacks gets every event. Off only to show what it prevents.
         self.sufficiency = True
+        #: reliable delivery: an add is owed by *every* keeper, reachable or not, until it acks
+        #: (the subscription starts only then). A keeper this broker cannot reach may still be
+        #: reached by publishers and route with the old profile — and a view from outside a unit
+        #: cannot see it split, so that keeper may take this broker for reachable and synced.
+        self.wait_for_all = False
         self.starts: dict[int, dict[str, int]] = {}
+        #: an add removed, still unacknowledged, because a new one covers it: seq -> the new
+        #: adds (a subscription waiting for the old one waits for these instead; bounded)
+        self._replaced: OrderedDict[int, tuple[int, ...]] = OrderedDict()
         #: removals of this broker not yet acknowledged: seq -> keepers still to ack
         self._removing: dict[int, set[str]] = {}
         #: when each seq in pending or _removing was first sent
@@ -198,12 +208,18 @@ class ContentRouter:
                 else:
                     self._apply_remove(self.id, self.inc, seq)
         expect = {k for k in self._keepers if self._path_to(k) is not None}
+        owe = set(self._keepers) if self.wait_for_all else expect
+        added = tuple(seq for op, seq, _ in ops if op == ADD and owe)
         for op, seq, _ in ops:
             if op == ADD:
-                if expect:
-                    self.pending[seq] = set(expect)
+                if owe:
+                    self.pending[seq] = set(owe)
                     waits.add(seq)
             else:
+                if seq in self.pending and added:
+                    self._replaced[seq] = added
+                    if len(self._replaced) > MAX_REPLACED:
+                        self._replaced.popitem(last=False)
                 self.pending.pop(seq, None)
                 self.starts.pop(seq, None)
                 if expect:
@@ -225,8 +241,21 @@ class ContentRouter:
             if seq in pending and any(covers(e, c) for c in conjs)
         }
 
+    def waited(self, seqs: Iterable[int]) -> set[int]:
+        """The adds that subscriptions waiting for ``seqs`` wait for now: each one replaced by
+        a covering add stands for that add's seqs."""
+        out: set[int] = set()
+        todo = list(seqs)
+        while todo:
+            seq = todo.pop()
+            if seq in out:
+                continue
+            out.add(seq)
+            todo += self._replaced.get(seq, ())
+        return out
+
     def acked(self, seqs: Iterable[int]) -> bool:
-        return not any(s in self.pending for s in seqs)
+        return not any(s in self.pending for s in self.waited(seqs))
 
     # -- profile messages ------------------------------------------------------------------------------
 
@@ -478,7 +507,11 @@ class ContentRouter:
         return self._send(keepers, self._resync_changes(), resend=True)
 
     def _forget_keeper(self, keeper: str) -> None:
-        for table in (self.pending, self._removing):
+        """Stop resending to ``keeper`` (unreachable, or silent too long); what it owes is
+        settled, except adds when every keeper must have them (:attr:`wait_for_all`): it gets
+        a sync when a route to it appears."""
+        tables = (self._removing,) if self.wait_for_all else (self.pending, self._removing)
+        for table in tables:
             for seq in [s for s, w in table.items() if keeper in w]:
                 self._settle(table, seq, keeper)
         self._retry.pop(keeper, None)

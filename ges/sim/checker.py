@@ -5,9 +5,14 @@ pubend. From there on its deliveries must be exactly the published events of tha
 its profile matches — in tick order, none twice, none missing, none altered. The checker looks
 at every delivery as it happens (an out-of-order, repeated, unmatched, unpublished or altered
 event, or a matching one skipped, is a violation at once) and, at the end of a run, checks that
-every live subscription has every matching event after its starting point, and that one
-subscribed before the publishing began started no later than the first matching event
-published once its subscription was acknowledged and the network had settled.
+every live subscription has every matching event after its starting point, and that it started
+no later than the first matching event published after its *complete* ``SubAck`` (the broker's
+word that every keeper has the profile) — or, with ``start_by``, after that time, whichever is
+later.
+
+A changed profile (``Subscribe`` again with the same id) starts a new subscription under the
+same key; the old one ends when the change is sent. One that ends (unsubscribed, or its broker
+crashed) is checked no further.
 """
 
 from __future__ import annotations
@@ -32,7 +37,12 @@ class Violation:
 class _Sub:
     name: str
     profile: Profile
+    #: when its complete SubAck came (None: not yet, or only an incomplete one)
     acked_at: float | None = None
+    #: a changed profile: the profiles it replaced, and the last tick of each pubend delivered
+    #: before the change — what all of them match must go on arriving across the change
+    before: tuple[Profile, ...] = ()
+    floor: dict[str, int] = attrs.Factory(dict)
     alive: bool = True
     #: pubend -> ticks delivered, in order
     got: dict[str, list[int]] = attrs.Factory(dict)
@@ -47,6 +57,8 @@ class Checker:
         self.published: dict[str, dict[int, dict]] = {}
         self.published_at: dict[str, dict[int, float]] = {}
         self.subs: dict[tuple, _Sub] = {}
+        #: subscriptions replaced by a changed profile
+        self.ended: list[_Sub] = []
         self.violations: list[Violation] = []
         self.n_violations = 0
         self.delivered = 0
@@ -61,11 +73,22 @@ class Checker:
             at[first + i] = now
 
     def subscribe(self, key: tuple, profile: Profile) -> None:
-        self.subs[key] = _Sub(f"{key[0]}/{key[1]}/{key[2]}", profile)
+        """A subscription is made, or (same key) its profile changed."""
+        old = self.subs.get(key)
+        sub = _Sub(f"{key[0]}/{key[1]}/{key[2]}", profile)
+        if old is not None:
+            if old.alive:
+                sub.before = (old.profile, *old.before)
+                sub.floor = dict(old.floor)
+                sub.floor.update((p, got[-1]) for p, got in old.got.items() if got)
+            old.alive = False
+            self.ended.append(old)
+            sub.name = f"{old.name}'"
+        self.subs[key] = sub
 
-    def subscribed(self, key: tuple, now: float) -> None:
+    def subscribed(self, key: tuple, now: float, *, complete: bool = True) -> None:
         sub = self.subs.get(key)
-        if sub is not None and sub.acked_at is None:
+        if sub is not None and sub.alive and complete and sub.acked_at is None:
             sub.acked_at = now
 
     def gone(self, key: tuple) -> None:
@@ -92,17 +115,18 @@ class Checker:
                 self._violate(now, sub, pubend, f"tick {tick} delivered altered")
             elif not sub.profile.matches(attributes):
                 self._violate(now, sub, pubend, f"tick {tick} delivered but does not match")
-            if got:
-                missed = self._matching(sub, pubend, got[-1] + 1, tick - 1)
+            last = got[-1] if got else sub.floor.get(pubend)
+            if last is not None:
+                missed = self._matching(sub, pubend, last + 1, tick - 1)
                 if missed:
                     self._violate(now, sub, pubend, f"gap: {_ticks(missed)} skipped before {tick}")
             got.append(tick)
 
     # -- the end -------------------------------------------------------------------------------------
 
-    def finish(self, now: float, *, start_by: float) -> None:
-        """End-of-run checks; ``start_by``: subscriptions acknowledged by then must have started
-        by the first matching event published after it."""
+    def finish(self, now: float, *, start_by: float = 0.0) -> None:
+        """End-of-run checks; every subscription with a complete SubAck must have started by
+        the first matching event published after the later of its SubAck and ``start_by``."""
         for sub in self.subs.values():
             if not sub.alive:
                 continue
@@ -113,12 +137,11 @@ class Checker:
                     missed = self._matching(sub, pubend, got[-1] + 1, top)
                     if missed:
                         self._violate(now, sub, pubend, f"never delivered: {_ticks(missed)}")
-                if sub.acked_at is None or sub.acked_at > start_by:
+                if sub.acked_at is None:
                     continue
+                since = max(sub.acked_at, start_by)
                 at = self.published_at[pubend]
-                due = [
-                    t for t in sorted(ticks) if at[t] > start_by and sub.profile.matches(ticks[t])
-                ]
+                due = [t for t in sorted(ticks) if at[t] > since and sub.profile.matches(ticks[t])]
                 if due and (not got or got[0] > due[0]):
                     first = got[0] if got else "nothing"
                     self._violate(
@@ -132,9 +155,17 @@ class Checker:
     # -- helpers -------------------------------------------------------------------------------------
 
     def _matching(self, sub: _Sub, pubend: str, lo: int, hi: int) -> list[int]:
+        """The ticks in ``lo..hi`` ``sub`` must have: those its profile matches — and, for a
+        changed one, that every profile it replaced matches too, or that were published after
+        its complete SubAck."""
         ticks = self.published.get(pubend, {})
         matches = sub.profile.matches
-        return [t for t in range(lo, hi + 1) if t in ticks and matches(ticks[t])]
+        out = [t for t in range(lo, hi + 1) if t in ticks and matches(ticks[t])]
+        if sub.before:
+            at = self.published_at[pubend]
+            since = float("inf") if sub.acked_at is None else sub.acked_at
+            out = [t for t in out if at[t] > since or all(p.matches(ticks[t]) for p in sub.before)]
+        return out
 
     def _violate(self, now: float, sub: _Sub, pubend: str, what: str) -> None:
         self.n_violations += 1

@@ -280,7 +280,7 @@ class Sim:
                 elif t is m.PubAck and self.on_puback:
                     self.on_puback(src, dest, msg, self.now)
                 elif t is m.SubAck and self.on_suback:
-                    self.on_suback(src, dest, msg.sub_id, self.now)
+                    self.on_suback(src, dest, msg, self.now)
             else:
                 assert kind == NOTICE, (kind, dest, msg)
 

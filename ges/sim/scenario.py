@@ -5,13 +5,16 @@ The run (all times simulated):
 1. every subscription is made at time 0 (profiles over ``bucket`` 0–99, a symbol ``sym`` and
    ``n``, drawn per seed) at random brokers, and the network settles for :data:`SETTLE` s;
 2. publishers at random brokers publish ``events`` events in small batches spread over
-   :data:`PUBLISH_FOR` s while the faults are injected;
+   :data:`PUBLISH_FOR` s while the faults are injected, and ``churn`` times in that window a
+   client subscribes anew, changes a profile, unsubscribes, or subscribes again at a broker
+   that crashed and came back (its subscriptions went with the crash);
 3. every fault heals and the network is left quiet for :data:`QUIET` s, so nacks and silence can
    repair what was lost; then the checker's end-of-run checks run.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 
@@ -44,11 +47,18 @@ class Outcome:
     faults: dict
 
     def replay(
-        self, topology_path: str, faults: str, events: int, subscribers: int, publishers: int
+        self,
+        topology_path: str,
+        faults: str,
+        events: int,
+        subscribers: int,
+        publishers: int,
+        churn: int,
     ) -> str:
         return (
             f"ges simulate {topology_path} --seed {self.seed} --faults {faults} "
-            f"--events {events} --subscribers {subscribers} --publishers {publishers}"
+            f"--events {events} --subscribers {subscribers} --publishers {publishers} "
+            f"--churn {churn}"
         )
 
 
@@ -74,6 +84,7 @@ def run_seed(
     events: int = 200,
     subscribers: int = 12,
     publishers: int = 4,
+    churn: int = 6,
     reliable: bool = True,
     sufficiency: bool = True,
 ) -> Outcome:
@@ -81,7 +92,9 @@ def run_seed(
     rng = random.Random(seed)
     checker = Checker()
     pending: dict[tuple, list[dict]] = {}
+    #: live subscriptions, and those that went with their broker's crash
     subs: dict[tuple, Profile] = {}
+    crashed: dict[tuple, Profile] = {}
 
     def on_deliver(broker, conn, msg: m.Deliver, now):
         key = (broker, conn, msg.sub_id)
@@ -94,13 +107,13 @@ def run_seed(
         if batch is not None:
             checker.publish(msg.pubend, msg.first_tick, batch, now)
 
-    def on_suback(broker, conn, sub_id, now):
-        checker.subscribed((broker, conn, sub_id), now)
+    def on_suback(broker, conn, msg: m.SubAck, now):
+        checker.subscribed((broker, conn, msg.sub_id), now, complete=msg.complete)
 
     def on_crash(broker):
-        for key in subs:
-            if key[0] == broker:
-                checker.gone(key)
+        for key in [k for k in subs if k[0] == broker]:
+            checker.gone(key)
+            crashed[key] = subs.pop(key)
         for key in [k for k in pending if k[0] == broker]:
             del pending[key]
 
@@ -138,6 +151,10 @@ def run_seed(
         seqs[who] += 1
         sim.at(when, _publish, sim, pending, pubs[who], 2000 + who, seqs[who], batch)
         n += k
+    conns = itertools.count(1000 + subscribers)
+    for i in range(churn):
+        when = SETTLE + rng.random() * PUBLISH_FOR
+        sim.at(when, _churn, sim, rng, checker, subs, crashed, conns, subscribers + i)
     sim.schedule_faults(SETTLE, SETTLE + PUBLISH_FOR)
     end = SETTLE + PUBLISH_FOR + faults.down_for[1] + QUIET
     sim.run_until(end)
@@ -153,6 +170,35 @@ def run_seed(
         wall_seconds=time.perf_counter() - started,
         faults=dict(sim.stats),
     )
+
+
+def _churn(sim: Sim, rng, checker: Checker, subs: dict, crashed: dict, conns, i: int) -> None:
+    """One change of the subscriptions: anew, changed, removed, or again after a crash."""
+    kind = rng.choice(("subscribe", "change", "unsubscribe", "again"))
+    live = [k for k in sorted(subs) if k[0] in sim.cores]
+    back = [k for k in sorted(crashed) if k[0] in sim.cores]
+    if kind == "again" and back:
+        old = rng.choice(back)
+        profile = crashed.pop(old)
+        key = (old[0], next(conns), 1)
+    elif kind == "change" and live:
+        key = rng.choice(live)
+        profile = _profile(rng, i)
+    elif kind == "unsubscribe" and live:
+        key = rng.choice(live)
+        del subs[key]
+        checker.gone(key)
+        sim.client(key[0], key[1], m.Unsubscribe(key[2]))
+        return
+    else:
+        up = sorted(sim.cores)
+        if not up:
+            return
+        key = (rng.choice(up), next(conns), 1)
+        profile = _profile(rng, i)
+    subs[key] = profile
+    checker.subscribe(key, profile)
+    sim.client(key[0], key[1], m.Subscribe(key[2], profile_to_wire(profile), profile.id))
 
 
 def _publish(sim: Sim, pending: dict, broker: str, conn: int, seq: int, batch: list) -> None:

@@ -235,7 +235,13 @@ class Subscribe(_Msg):
 
 
 class SubAck(_Msg):
+    """The broker has the subscription (or the change, or the removal). ``complete``: every
+    keeper it must reach has it too, so every matching event published from now on is
+    delivered; False when the broker stopped waiting for some (they are unreachable or slow) —
+    with reliable delivery the subscription then delivers only once they all have it."""
+
     sub_id: int
+    complete: bool = True
 
 
 class Unsubscribe(_Msg):

@@ -46,9 +46,9 @@ class World:
         if batch:
             self.checker.publish(msg.pubend, msg.first_tick, batch, now)
 
-    def _suback(self, b, conn, sub_id, now):
-        self.subacks[(b, conn, sub_id)] = now
-        self.checker.subscribed((b, conn, sub_id), now)
+    def _suback(self, b, conn, msg, now):
+        self.subacks[(b, conn, msg.sub_id)] = now
+        self.checker.subscribed((b, conn, msg.sub_id), now, complete=msg.complete)
 
     def subscribe(self, broker: str, conn: int, profile: Profile | None = None) -> tuple:
         profile = profile or Profile("all")
