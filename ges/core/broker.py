@@ -41,6 +41,7 @@ from ges.matching.graph import ProfileGraph
 from ges.matching.model import Profile, profile_from_wire
 from ges.reliable.claims import Claims
 from ges.reliable.log import MAX_READ, MemoryLog, PubendLog
+from ges.reliable.repair import EventCache, NackBoard
 from ges.reliable.subend import MAX_NACK_RANGES, Subend
 from ges.routing import ContentRouter, Hierarchy
 from ges.topology import Topology, broker_order_key
@@ -124,6 +125,9 @@ class BrokerCore:
         self._next_tick = 1 if self.log is None else self.log.last + 1
         #: reliable delivery: claim chains, subends, publishes waiting for their log commit
         self.claims = Claims()
+        #: nack repair near the loss: recent events this keeper routed, nacks held back
+        self._cache = EventCache()
+        self._board = NackBoard()
         if self.router is not None and reliable:
             self.router.claims = self.claims
             self.router.wait_for_all = True
@@ -171,6 +175,8 @@ class BrokerCore:
                 "hop_limit",
                 "nacks_sent",
                 "nacks_answered",
+                "nacks_answered_from_cache",
+                "nack_answers_shared",
                 "recovered",
                 "lost",
                 "silences",
@@ -249,7 +255,7 @@ class BrokerCore:
             if kind is m.Silence:
                 return self._on_silence(peer, msg, now)
             if kind is m.Nack:
-                return self._on_nack(msg)
+                return self._on_nack(msg, now)
             return self._on_recovered(msg, now)
         if kind is m.Connectivity:
             return self._on_connectivity(peer, msg.reports, now)
@@ -399,10 +405,10 @@ class BrokerCore:
             if old is not None:
                 self._change(dest, old)
             self._gate[dest] = None  # nothing delivered until its starting point is known
-        if waits:
+        if waits and not self.router.acked(waits):
             self._waits.append([conn, msg.sub_id, waits, now + SUBACK_WAIT])
             return acks + sends
-        self._start(dest, ())
+        self._start(dest, waits)
         return [*acks, (CLIENT, conn, m.SubAck(msg.sub_id)), *sends]
 
     def _change(self, dest: tuple[int, int], old: Profile) -> None:
@@ -591,6 +597,8 @@ class BrokerCore:
                 out.append((PEER, peer, m.Events(pubend, items)))
                 self.counters["events_out"] += len(items)
         self.counters["event_frames"] += len(out)
+        if self.router.kept and pubend != self.pubend:
+            self._cache.add(pubend, [it for it, _ in todo])
         if local and pubend != self.pubend:
             sub = self._subend(pubend, min(r.prev for _, rs in local for r in rs))
             if sub is not None:
@@ -672,20 +680,28 @@ class BrokerCore:
                 out += self._drain(pubend, sub, now)
         return out
 
-    def _on_nack(self, msg: m.Nack) -> list:
-        """Curiosity for ``msg.pubend``: answer from the log if it is this broker's, else relay
-        it towards the pubend's broker."""
+    def _on_nack(self, msg: m.Nack, now: float) -> list:
+        """Curiosity for ``msg.pubend``: answer from the log if it is this broker's; else answer
+        what this keeper's cache can (:mod:`ges.reliable.repair`) and relay the rest towards the
+        pubend's broker, unless a nack sent on just now asked for it already."""
         broker = msg.pubend.partition("~")[0]
         self._check_unicast(msg.origin, msg.detour)
         if broker != self.id:
             if len(msg.ranges) > MAX_NACK_RANGES:
                 raise ProtocolError(f"nack with over {MAX_NACK_RANGES} ranges from {msg.origin}")
-            return self._relay(
-                broker,
-                msg.detour,
-                msg.hops,
-                lambda h, d: m.Nack(msg.pubend, msg.origin, msg.ranges, h, d),
-            )
+            if msg.origin == self.id:
+                return []
+            answers, rest = self._answer_from_cache(msg.pubend, msg.origin, msg.ranges)
+            out = self._send_answers(answers)
+            rest = self._board.ask(msg.pubend, msg.origin, rest, now)
+            if rest:
+                out += self._relay(
+                    broker,
+                    msg.detour,
+                    msg.hops,
+                    lambda h, d: m.Nack(msg.pubend, msg.origin, rest, h, d),
+                )
+            return out
         if len(msg.ranges) > MAX_NACK_RANGES:
             raise ProtocolError(f"nack with over {MAX_NACK_RANGES} ranges from {msg.origin}")
         if msg.origin == self.id:
@@ -707,15 +723,74 @@ class BrokerCore:
                     hi = got[-1][0]
                 items = [m.EventItem(t, 0, 0, ev) for t, ev in got]
                 answers.append(m.Recovered(self.pubend, msg.origin, lo, hi, items))
+        self.counters["nacks_answered"] += 1
+        return self._send_answers(answers)
+
+    def _answer_from_cache(self, pubend: str, origin: str, ranges) -> tuple[list, list]:
+        """The answers this broker can give a nack from ``origin`` out of its cache — for a range
+        it knows whole for a unit it keeps around ``origin`` — and the ranges left."""
+        kept = self.router.kept
+        if not kept:
+            return [], list(ranges)
+        contains = self.router.h.contains
+        # the widest first: its answer may serve more of the origins waiting on it
+        units = sorted((u for u in kept if contains(u, origin)), key=len)
+        knows = self.claims.knows
+        answers, rest = [], []
+        for lo, hi in ranges:
+            items = unit = None
+            if lo <= hi:
+                unit = next((u for u in units if knows(pubend, u, lo, hi)), None)
+            if unit is not None:
+                items = self._cache.read(pubend, lo, hi)
+            if items is None:
+                rest.append((lo, hi))
+                continue
+            if len(items) > MAX_READ:  # one bounded answer; the rest is asked for again
+                items = items[:MAX_READ]
+                rest.append((items[-1].tick + 1, hi))
+                hi = items[-1].tick
+            items = [m.EventItem(it.tick, 0, 0, it.event) for it in items]
+            answers.append(m.Recovered(pubend, origin, lo, hi, items, unit=unit))
+        if answers:
+            self.counters["nacks_answered_from_cache"] += len(answers)
+        return answers, rest
+
+    def _send_answers(self, answers: list) -> list:
+        """Answers on their way, each also to the origins waiting on a nack it answers."""
         out = []
         for a in answers:
             out += self._relay(
-                msg.origin,
+                a.to,
                 [],
                 0,
-                lambda h, d, a=a: m.Recovered(a.pubend, a.to, a.lo, a.hi, a.items, h, d, a.lost),
+                lambda h, d, a=a: m.Recovered(
+                    a.pubend, a.to, a.lo, a.hi, a.items, h, d, a.lost, a.unit
+                ),
             )
-        self.counters["nacks_answered"] += 1
+            out += self._to_waiters(a)
+        return out
+
+    def _to_waiters(self, a: m.Recovered) -> list:
+        """Copies of an answer for every origin waiting on a nack it answers (each gets the part
+        it asked for) — those in the unit the answer is whole for."""
+        out = []
+        contains = self.router.h.contains
+        for origin, lo, hi in self._board.answered(
+            a.pubend, a.lo, a.hi, a.to, lambda o: contains(a.unit, o)
+        ):
+            if origin == self.id:
+                continue
+            items = [it for it in a.items if lo <= it.tick <= hi]
+            out += self._relay(
+                origin,
+                [],
+                0,
+                lambda h, d, o=origin, lo=lo, hi=hi, items=items: m.Recovered(
+                    a.pubend, o, lo, hi, items, h, d, a.lost, a.unit
+                ),
+            )
+        self.counters["nack_answers_shared"] += len(out)
         return out
 
     def _old_epoch_answers(self, msg: m.Nack) -> list[m.Recovered]:
@@ -737,13 +812,23 @@ class BrokerCore:
 
     def _on_recovered(self, msg: m.Recovered, now: float) -> list:
         self._check_unicast(msg.to, msg.detour)
+        if msg.unit and msg.unit not in self.topology.units:
+            raise ProtocolError(f"answer for unknown unit {'/'.join(msg.unit)!r}")
+        shared = self._to_waiters(msg) if msg.lo <= msg.hi else []
         if msg.to != self.id:
-            return self._relay(
+            return shared + self._relay(
                 msg.to,
                 msg.detour,
                 msg.hops,
-                lambda h, d: m.Recovered(msg.pubend, msg.to, msg.lo, msg.hi, msg.items, h, d),
+                lambda h, d: m.Recovered(
+                    msg.pubend, msg.to, msg.lo, msg.hi, msg.items, h, d, msg.lost, msg.unit
+                ),
             )
+        if shared:
+            return shared + self._on_recovered_here(msg, now)
+        return self._on_recovered_here(msg, now)
+
+    def _on_recovered_here(self, msg: m.Recovered, now: float) -> list:
         sub = self._subends.get(msg.pubend)
         if sub is None or msg.lo > msg.hi or msg.hi > sub.top:
             return []  # nothing asked for here, or an answer past anything heard of

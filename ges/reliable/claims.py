@@ -77,6 +77,10 @@ class Known:
             return tick + 1
         return self._los[i]
 
+    def covers(self, lo: int, hi: int) -> bool:
+        """Every tick of ``lo..hi`` is known."""
+        return self.run_start(hi) <= lo
+
     def ranges(self) -> list[tuple[int, int]]:
         return list(zip(self._los, self._his, strict=True))
 
@@ -129,6 +133,12 @@ class Claims:
         else:
             self._states.move_to_end(key)
         return st
+
+    def knows(self, pubend: str, unit: tuple, lo: int, hi: int) -> bool:
+        """This broker knows, for ``unit``, every tick of ``lo..hi``: which had data for it
+        (it routed them) and which were silence."""
+        st = self._states.get((pubend, unit))
+        return st is not None and st.known.covers(lo, hi)
 
     def learn(self, pubend: str, unit: tuple, prev: int, tick: int) -> Resolved:
         """A route for ``unit`` arrived claiming ``(prev, tick)`` with data at ``tick`` (or, for

@@ -193,8 +193,9 @@ class ContentRouter:
             ops += self.exporter.add(conj)
         for conj in remove:
             ops += self.exporter.remove(conj)
-        # an add that an exported conjunction covers waits for that one's acks, if still owed
-        waits = set() if not self.pending else self._covering_pending(add)
+        # an add that an exported conjunction covers starts where that one started, and waits
+        # for its acks if still owed
+        waits = self._covering(add)
         if not ops:
             return [], frozenset(waits)
         changes = [
@@ -233,12 +234,12 @@ class ContentRouter:
         targets = self.h.next_targets(self.id, self.id)
         return self._send(targets, changes), frozenset(waits)
 
-    def _covering_pending(self, conjs: list[Conjunction]) -> set[int]:
-        pending = self.pending
+    def _covering(self, conjs: list[Conjunction]) -> set[int]:
+        """The seqs of the exported conjunctions covering any of ``conjs``."""
+        if not conjs:
+            return set()
         return {
-            seq
-            for e, seq in self.exporter.exported.items()
-            if seq in pending and any(covers(e, c) for c in conjs)
+            seq for e, seq in self.exporter.exported.items() if any(covers(e, c) for c in conjs)
         }
 
     def waited(self, seqs: Iterable[int]) -> set[int]:

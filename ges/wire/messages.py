@@ -208,8 +208,9 @@ class Nack(_Msg):
 
 
 class Recovered(_Msg):
-    """The pubend's log for ticks ``lo..hi`` (every event in it; a tick it lacks had none),
-    relayed to ``to``, which filters them itself."""
+    """The answer to a nack for ticks ``lo..hi``, relayed to ``to``, which filters the events
+    itself: from the pubend's log, every event in the range (a tick it lacks had none); from a
+    keeper's cache, every event in the range that anything in ``unit`` could want."""
 
     pubend: str
     to: str
@@ -220,6 +221,8 @@ class Recovered(_Msg):
     detour: list[str] = []
     #: the ticks are gone (an older epoch of the pubend, whose log did not survive)
     lost: bool = False
+    #: the unit whose brokers this answer is whole for (``()``: everyone — from the log)
+    unit: tuple[str, ...] = ()
 
 
 # -- client ↔ broker ---------------------------------------------------------------------------
