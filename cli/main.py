@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import network, profile, pubsub, simulate
+from cli import link, network, profile, pubsub, simulate
 from cli import topology as topology_cmd
 from cli._common import OneLineUsageGroup, command
 
@@ -19,6 +19,7 @@ app = typer.Typer(
 )
 app.add_typer(topology_cmd.app, name="topology")
 app.add_typer(profile.app, name="profile")
+app.add_typer(link.app, name="link")
 command(app)(network.up)
 command(app)(network.broker)
 command(app)(pubsub.publish)

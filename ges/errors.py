@@ -26,6 +26,10 @@ class OperationError(GesError):
     exit_code = 1
 
 
+class BrokerUnreachable(OperationError):
+    """No broker answered a connection at its address (nothing listening, no route, timeout)."""
+
+
 def find_ges_error(exc: BaseException) -> GesError | None:
     """The first GesError inside ``exc``, looking through (nested) exception groups.
 

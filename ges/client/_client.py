@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager, suppress
 import attrs
 import trio
 
-from ges.errors import OperationError
+from ges.errors import BrokerUnreachable, OperationError
 from ges.matching.model import (
     Conjunction,
     Constraint,
@@ -88,6 +88,7 @@ class Client:
         self._subacks: dict[int, trio.Event] = {}
         self._subs: dict[int, Subscription] = {}
         self._stats: deque[list] = deque()
+        self._link_acks: deque[list] = deque()  # [trio.Event, LinkControlled | None], in order
         self._errors: list[str] = []
         self._closed: str | None = None
 
@@ -182,6 +183,31 @@ class Client:
         self._raise_if_closed()
         return waiter[1]
 
+    # -- administration ----------------------------------------------------------------------
+
+    async def link(self, peer: str, *, up: bool) -> bool:
+        """Cut (``up=False``) or restore (``up=True``) this broker's link to its neighbour
+        ``peer``; returns once the broker has applied it (a cut link is down in its core by
+        then), True if that changed anything.
+
+        Cut state is soft: a broker that restarts has all its links again. Only this end acts;
+        cut the link at both ends (``ges link down``) to keep the other from redialling.
+
+        Raises:
+            OperationError: ``peer`` is not a neighbour of this broker (the broker answers with
+                an error, which, as every broker error does, ends this connection), or the
+                connection is lost.
+        """
+        self._raise_if_closed()
+        waiter = [trio.Event(), None]
+        self._link_acks.append(waiter)
+        await self._send(m.LinkControl(peer, up))
+        await waiter[0].wait()
+        if waiter[1] is None and self._errors:
+            raise OperationError(f"broker {self.broker}: {self._errors[-1]}")
+        self._raise_if_closed()
+        return waiter[1].changed
+
     # -- plumbing ----------------------------------------------------------------------------
 
     async def _send(self, message) -> None:
@@ -226,6 +252,11 @@ class Client:
                             waiter = self._stats.popleft()
                             waiter[1] = msg
                             waiter[0].set()
+                    elif kind is m.LinkControlled:
+                        if self._link_acks:
+                            waiter = self._link_acks.popleft()
+                            waiter[1] = msg
+                            waiter[0].set()
                     elif kind is m.Error:
                         self._errors.append(msg.reason)
                         self._fail(f"broker error: {msg.reason}")
@@ -246,6 +277,8 @@ class Client:
             done.set()
         for waiter in self._stats:
             waiter[0].set()
+        for waiter in self._link_acks:
+            waiter[0].set()
         for sub in self._subs.values():
             sub._send.close()
         self.conn.close(reason)
@@ -264,7 +297,8 @@ async def connect(
     """Connect to a broker and run the client's reader until the block exits.
 
     Raises:
-        OperationError: the broker is unreachable, refused the client, or did not answer.
+        BrokerUnreachable: nothing answered at ``host:port`` within ``timeout``.
+        OperationError: the broker refused the client or did not complete the handshake.
     """
     client_id = client_id or f"client-{os.getpid()}-{next(_client_numbers)}"
     try:
@@ -272,7 +306,7 @@ async def connect(
             stream = await trio.open_tcp_stream(host, port)
     except (OSError, trio.TooSlowError) as exc:
         why = getattr(exc, "strerror", None) or "no answer"
-        raise OperationError(f"cannot reach broker at {host}:{port}: {why}") from None
+        raise BrokerUnreachable(f"cannot reach broker at {host}:{port}: {why}") from None
     conn = Connection(stream, label=f"broker {host}:{port}")
     try:
         await stream.send_all(encode(m.Hello(role="client", id=client_id, topology=topology)))

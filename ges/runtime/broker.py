@@ -5,6 +5,11 @@ lower id dials, seed-free exponential backoff between attempts), one reader and 
 connection, and a timer that feeds the core's failure detector. The core is synchronous, so the
 reader calls it directly and then awaits the sends its outputs ask for; that await is where
 backpressure from a slow link reaches the connection that produced the traffic.
+
+An operator can cut one link (``LinkControl`` over the client protocol, ``ges link down``):
+the broker closes the open connection as the failure detector would, and until the link is
+restored it neither dials the peer nor accepts its ``Hello``. Cut state lives in this object
+only, so a restarted broker has every link back.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import random
 import time
 from pathlib import Path
 
+import msgspec
 import trio
 
 from ges.core import CLIENT, DROP_PEER, NOTICE, PEER, BrokerCore, ProtocolError
@@ -37,6 +43,9 @@ CONNECT_TIMEOUT = 3.0
 TIMER_MAX_SLEEP = 0.25
 #: Seconds a closed client's profile retraction may wait for room on peer links.
 CLOSE_SEND_WAIT = 1.0
+#: Why a cut link's connection was closed, and the start of the Refuse a cut link's Hello gets
+#: (the dialler logs that one quietly: it is the operator's doing, not a fault).
+LINK_CUT_REASON = "link cut by an operator"
 
 
 class BrokerServer:
@@ -84,6 +93,9 @@ class BrokerServer:
         self._clients: dict[int, Connection] = {}
         self._next_conn = 1
         self._nursery: trio.Nursery | None = None
+        # neighbours whose link an operator cut -> set when it is restored (wakes the dialler);
+        # only neighbours get in, so it is bounded by the topology
+        self._cut: dict[str, trio.Event] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -207,6 +219,11 @@ class BrokerServer:
         spec = self.topology.brokers[peer]
         backoff = BACKOFF_FIRST
         while True:
+            restored = self._cut.get(peer)
+            if restored is not None:
+                await restored.wait()
+                backoff = BACKOFF_FIRST
+                continue
             stream = None
             try:
                 with trio.fail_after(CONNECT_TIMEOUT):
@@ -228,7 +245,13 @@ class BrokerServer:
                     if trio.current_time() - started > 5.0:
                         backoff = BACKOFF_FIRST
                 elif isinstance(reply, m.Refuse):
-                    self.log.warning("broker %s refused the link: %s", peer, reply.reason)
+                    cut = reply.reason.startswith(LINK_CUT_REASON)
+                    self.log.log(
+                        logging.INFO if cut else logging.WARNING,
+                        "broker %s refused the link: %s",
+                        peer,
+                        reply.reason,
+                    )
                 await conn.aclose()
             await trio.sleep(backoff * random.uniform(0.75, 1.25))
             backoff = min(backoff * 2, BACKOFF_MAX)
@@ -247,6 +270,8 @@ class BrokerServer:
                 )
                 return
             reply = self.core.hello(hello)
+            if hello.role == "broker" and hello.id in self._cut and isinstance(reply, m.Welcome):
+                reply = m.Refuse(f"{LINK_CUT_REASON} at {self.id} (ges link up restores it)")
             try:
                 await stream.send_all(encode(reply))
             except (trio.BrokenResourceError, OSError):
@@ -263,10 +288,12 @@ class BrokerServer:
             await conn.aclose()
 
     async def _run_link(self, peer: str, conn: Connection) -> None:
-        old = self._peers.get(peer)
-        if old is not None:
-            old.close("replaced by a new connection")
-            await self._dispatch(self.core.link_down(peer, trio.current_time()))
+        if peer in self._cut:  # cut while this connection was shaking hands
+            conn.close(LINK_CUT_REASON)
+            return
+        await self._dispatch(
+            self._drop_link(peer, "replaced by a new connection", trio.current_time())
+        )
         self._peers[peer] = conn
         self.log.info("link %s up", peer)
         try:
@@ -282,6 +309,50 @@ class BrokerServer:
                 with trio.CancelScope(shield=True):
                     await self._dispatch(self.core.link_down(peer, trio.current_time()))
             self.log.info("link %s down: %s", peer, conn.close_reason or "cancelled")
+
+    def _drop_link(self, peer: str, reason: str, now: float) -> list:
+        """Close the connection to ``peer`` (if any) and tell the core the link is down, as a
+        TCP failure would; the connection's task then finds it unregistered and only logs."""
+        conn = self._peers.pop(peer, None)
+        if conn is None:
+            return []
+        conn.close(reason)
+        return self.core.link_down(peer, now)
+
+    def _link_control(self, conn_id: int, msg: m.LinkControl, now: float) -> list:
+        """Cut or restore the link to a neighbour; the answer follows the core's outputs."""
+        peer = msg.peer
+        if peer not in self.topology.brokers:
+            reason = f"link control at {self.id}: unknown broker {peer!r} in {self.topology.name}"
+            return [(CLIENT, conn_id, m.Error(reason))]
+        if peer not in self.core.neighbours:
+            reason = f"link control at {self.id}: {peer} is not a neighbour of {self.id}"
+            return [(CLIENT, conn_id, m.Error(reason))]
+        outs = []
+        if msg.up:
+            restored = self._cut.pop(peer, None)
+            changed = restored is not None
+            if restored is not None:
+                restored.set()  # the dialler (if this end dials) redials at once
+                self.log.warning("link %s restored by an operator", peer)
+        else:
+            changed = peer not in self._cut
+            if changed:
+                self._cut[peer] = trio.Event()
+                self.log.warning("link %s cut by an operator", peer)
+            outs = self._drop_link(peer, LINK_CUT_REASON, now)
+        return [*outs, (CLIENT, conn_id, m.LinkControlled(peer, msg.up, changed))]
+
+    def _client_message(self, conn_id: int, msg, now: float) -> list:
+        """What the runtime answers itself (link control, stats with its cut links); the rest
+        goes to the core."""
+        kind = type(msg)
+        if kind is m.LinkControl:
+            return self._link_control(conn_id, msg, now)
+        if kind is m.StatsRequest:
+            stats = msgspec.structs.replace(self.core.stats(), links_cut=sorted(self._cut))
+            return [(CLIENT, conn_id, stats)]
+        return self.core.client_message(conn_id, msg, now)
 
     async def _pump(self, conn: Connection, handle) -> None:
         """Feed every message read from ``conn`` to ``handle(msg, now)`` and perform its outputs.
@@ -317,7 +388,7 @@ class BrokerServer:
             with conn.cancel_scope:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(conn.writer)
-                    await self._pump(conn, functools.partial(self.core.client_message, conn_id))
+                    await self._pump(conn, functools.partial(self._client_message, conn_id))
                     nursery.cancel_scope.cancel()
         finally:
             del self._clients[conn_id]

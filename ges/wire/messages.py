@@ -298,12 +298,38 @@ class Stats(_Msg):
     #: broker-to-broker Events frames this broker has sent
     profile_entries: int = 0
     event_frames: int = 0
+    #: neighbours whose link an operator has cut at this broker (:class:`LinkControl`)
+    links_cut: list[str] = []
 
 
 class Error(_Msg):
     """The broker refused a client request; the connection stays open."""
 
     reason: str
+
+
+# -- operator ↔ broker (client protocol) -------------------------------------------------------
+
+
+class LinkControl(_Msg):
+    """Cut (``up=False``) or restore (``up=True``) this broker's link to its neighbour ``peer``.
+
+    While a link is cut its broker closes any open connection to ``peer`` (the core sees the link
+    go down as after a TCP failure), does not dial it and refuses its ``Hello``. Cut state is
+    soft: a restarted broker has every link restored. Answered by :class:`LinkControlled`, or by
+    :class:`Error` for a ``peer`` that is not a neighbour.
+    """
+
+    peer: str
+    up: bool
+
+
+class LinkControlled(_Msg):
+    """A :class:`LinkControl` was applied; ``changed`` is False if the link was already so."""
+
+    peer: str
+    up: bool
+    changed: bool
 
 
 Message = (
@@ -327,6 +353,8 @@ Message = (
     | StatsRequest
     | Stats
     | Error
+    | LinkControl
+    | LinkControlled
 )
 
 _encoder = msgspec.msgpack.Encoder()

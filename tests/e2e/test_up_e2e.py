@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+import trio
 import yaml
 
+from ges.client import broker_stats
+from ges.topology import Topology
+from ges.wire import messages as m
 from tests.conftest import on_free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,6 +221,8 @@ def test_bad_inputs_are_one_line_each(tmp_path):
         (["subscribe", topology, "--broker", "b1", "--where", "price >"], 2, "--where"),
         (["publish", topology, "--broker", "b1", "--attr", "novalue"], 2, "--attr"),
         (["up", tmp_path / "missing.yaml"], 2, "no such topology file"),
+        (["link", "down", topology, "b1", "b16"], 2, "b1 and b16 are not neighbours"),
+        (["link", "up", topology, "b1", "b2"], 1, "restored at neither end (b2: cannot reach"),
     ]
     for args, code, needle in cases:
         result = ges(*args)
@@ -235,18 +243,117 @@ def test_subscribe_times_out_with_exit_1(tmp_path):
         assert up.stop() == 0
 
 
+class LineReader:
+    """Reads a process's stdout in a thread, so that the test can stop to run a command or wait
+    for a broker without the process blocking on a full pipe."""
+
+    def __init__(self, stream):
+        self.lines: list[str] = []
+        self.ended = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self.ended = True
+            self._changed.notify_all()
+
+    def wait_for(self, count: int, timeout: float = 60.0) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: len(self.lines) >= count or self.ended, timeout)
+            assert len(self.lines) >= count, f"{len(self.lines)} lines, waited for {count}"
+
+    def all(self, timeout: float = 120.0) -> list[str]:
+        self._thread.join(timeout)
+        return list(self.lines)
+
+
+def _hops(neighbours, start: str, dead=(), cut=None) -> dict[str, int]:
+    """Hop distance from ``start`` over the topology without the ``dead`` brokers and the
+    ``cut`` link."""
+    dist = {start: 0}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for x in frontier:
+            for y in neighbours[x]:
+                if y in dist or y in dead or {x, y} == set(cut or ()):
+                    continue
+                dist[y] = dist[x] + 1
+                nxt.append(y)
+        frontier = nxt
+    return dist
+
+
+def link_to_cut(path: Path, src: str, dst: str, victims: set[str]) -> tuple[str, str]:
+    """The first link of the topology file that lies on a shortest ``src`` -> ``dst`` path, has
+    neither those nor a victim as an end, and whose cut leaves every broker connected, also
+    while any one victim is down."""
+    topology = Topology.from_yaml(path)
+    nbrs = topology.neighbours
+    from_src, to_dst = _hops(nbrs, src), _hops(nbrs, dst)
+    for link in topology.links:
+        ends = {link.a, link.b}
+        on_path = any(
+            from_src[x] + 1 + to_dst[y] == from_src[dst]
+            for x, y in ((link.a, link.b), (link.b, link.a))
+        )
+        if not on_path or ends & (victims | {src, dst}):
+            continue
+        if all(
+            len(_hops(nbrs, src, dead, cut=ends)) == len(nbrs) - len(dead)
+            for dead in [set(), *({v} for v in victims)]
+        ):
+            return link.a, link.b
+    raise AssertionError("no link to cut")
+
+
+def stats_of(path: Path, broker: str) -> m.Stats:
+    topology = Topology.from_yaml(path)
+    spec = topology.brokers[broker]
+    return trio.run(
+        functools.partial(broker_stats, spec.host, spec.port, topology=topology.name, timeout=5)
+    )
+
+
+def wait_link(path: Path, a: str, b: str, *, up: bool, timeout: float = 15.0) -> None:
+    """Both ends of a-b report the link up (or down), each within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    for x, y in ((a, b), (b, a)):
+        while (y in stats_of(path, x).links_up) != up:
+            assert time.monotonic() < deadline, (
+                f"{x}: link to {y} never went {'up' if up else 'down'}"
+            )
+            time.sleep(0.1)
+
+
 def test_up_processes_reliable_through_kills_of_intermediate_brokers(tmp_path):
     """Issue 5's guarantee over real processes: a publisher publishes continuously while two
-    intermediate brokers on its route are killed (each restarted by ``ges up``); the subscriber
-    gets every event once, in tick order, with no gap — including those in flight through a
-    broker when it died (recovered from the pubend's log by nacks)."""
+    intermediate brokers on its route are killed (each restarted by ``ges up``) and a link on
+    its route is cut with ``ges link down`` and later restored with ``ges link up``; the
+    subscriber gets every event once, in tick order, with no gap — including those in flight
+    through a broker or over the link when it went (recovered from the pubend's log by
+    nacks)."""
     topology = demo_on_free_ports(tmp_path)
+    # b6: the level-3 gatekeeper on the shortest b1 -> b16 route (b10-b11 is the detour); b14,
+    # the gatekeeper that route enters SC-3 by; the cut link is on a shortest route too (b2-b4
+    # in demo.yaml, a level-1 gateway with b3-b5 beside it)
+    victims = ("b6", "b14")
+    cut_a, cut_b = link_to_cut(topology, "b1", "b16", set(victims))
     up = Up(topology, tmp_path / "run", "--processes")
-    n = 3000
+    # 12.5 s of publishing: room for two kills and two ges link commands mid-stream
+    n = 5000
+    sub = pub = None
     try:
         run = up.run_json()
         pid = {b["id"]: b["pid"] for b in run["brokers"]}
         sub = start_subscriber(topology, "b16", "--count", str(n), "--timeout", "120")
+        received = LineReader(sub.stdout)
         pub = subprocess.Popen(
             [*GES, "publish", str(topology), "--broker", "b1", "--count", str(n), "--rate", "400"],
             cwd=ROOT,
@@ -254,20 +361,43 @@ def test_up_processes_reliable_through_kills_of_intermediate_brokers(tmp_path):
             stderr=subprocess.PIPE,
             text=True,
         )
-        lines = [sub.stdout.readline() for _ in range(300)]
-        # b6: the level-3 gatekeeper on the shortest b1 -> b16 route (b10-b11 is the detour);
-        # then b14, the gatekeeper that route enters SC-3 by
-        for victim, after in (("b6", 600), ("b14", 600)):
+
+        def kill(victim: str) -> None:
             os.kill(pid[victim], signal.SIGKILL)
             assert wait_gone([pid[victim]]) == []
-            lines += [sub.stdout.readline() for _ in range(after)]
+
+        def link(action: str) -> None:
+            result = ges("link", action, topology, cut_a, cut_b, timeout=60)
+            assert result.returncode == 0, result.stderr
+            assert result.stderr == "", result.stderr  # both ends answered
+            verb = "restored" if action == "up" else "cut"
+            assert result.stdout.split(": ", 1)[1].strip() in (
+                f"{verb} at {cut_a}, {verb} at {cut_b}",
+                f"{verb} at {cut_b}, {verb} at {cut_a}",
+            ), result.stdout
+
+        def then(count: int) -> None:
+            received.wait_for(len(received.lines) + count)
+
+        then(300)
+        link("down")
+        # down at both ends once the command has returned, and cut at both
+        assert cut_b not in stats_of(topology, cut_a).links_up
+        assert stats_of(topology, cut_b).links_cut == [cut_a]
+        kill(victims[0])  # while the link is cut
+        then(600)
+        assert cut_a not in stats_of(topology, cut_b).links_up  # still down
+        link("up")
+        wait_link(topology, cut_a, cut_b, up=True)
+        # the last fault must come with much of the stream still to go (each ges command takes
+        # a second or more of a loaded machine)
+        assert len(received.lines) <= n - 500, "the stream ended before the last fault"
+        kill(victims[1])
         assert pub.wait(timeout=60) == 0, pub.stderr.read()
-        # read on through the same buffered stream (communicate() would skip what readline
-        # has already buffered)
-        rest = sub.stdout.read()
+        lines = received.all()
         stderr = sub.stderr.read()
         assert sub.wait(timeout=120) == 0, stderr
-        records = [json.loads(line) for line in lines + rest.splitlines() if line.strip()]
+        records = [json.loads(line) for line in lines if line.strip()]
         got = {r["attributes"]["n"] for r in records}
         assert len(records) == n and len(got) == n, (
             len(records),
@@ -279,5 +409,8 @@ def test_up_processes_reliable_through_kills_of_intermediate_brokers(tmp_path):
         assert ticks == sorted(ticks), "delivered out of tick order"
         assert len({r["pubend"] for r in records}) == 1
     finally:
+        for proc in (pub, sub):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
         code = up.stop()
     assert code == 0

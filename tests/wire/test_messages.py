@@ -101,8 +101,11 @@ EXAMPLES = [
         delivered=8,
         duplicates=1,
         pid=4321,
+        links_cut=["b3"],
     ),
     m.Error(reason="bad"),
+    m.LinkControl(peer="b2", up=False),
+    m.LinkControlled(peer="b2", up=False, changed=True),
 ]
 
 

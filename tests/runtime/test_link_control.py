@@ -1,0 +1,181 @@
+"""Cutting and restoring one link of a running network (``LinkControl``) over real TCP."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from ges.client import connect
+from ges.core import CLIENT, PEER
+from ges.errors import OperationError
+from ges.runtime.up import wait_ready
+from ges.wire import FrameDecoder, decode, encode
+from ges.wire import messages as m
+from tests.conftest import topology_on_free_ports
+from tests.runtime.test_broker_runtime import start_all, stats_of
+
+#: Longer than a few of the dialler's backoff rounds (50 ms doubling): a cut link that was
+#: going to come back would have by then.
+STAYS_DOWN = 1.5
+
+
+@pytest.fixture
+def diamond():
+    """a - b, a - c, b - d, c - d: cutting a - c leaves a route a - b - d - c."""
+    return topology_on_free_ports(
+        {
+            "name": "diamond",
+            "brokers": {
+                "a": {"unit": "S/c1", "port": 1},
+                "b": {"unit": "S/c1", "port": 2},
+                "c": {"unit": "S/c2", "port": 3},
+                "d": {"unit": "S/c2", "port": 4},
+            },
+            "links": [["a", "b"], ["a", "c"], ["b", "d"], ["c", "d"]],
+        }
+    )
+
+
+def client_at(topology, bid):
+    spec = topology.brokers[bid]
+    return connect(spec.host, spec.port, topology=topology.name)
+
+
+async def wait_until(predicate, timeout=10.0):
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.02)
+
+
+async def stays(predicate, seconds=STAYS_DOWN):
+    """``predicate`` holds at every check for ``seconds``."""
+    deadline = trio.current_time() + seconds
+    while trio.current_time() < deadline:
+        assert predicate()
+        await trio.sleep(0.02)
+
+
+async def hello_reply(topology, to, sender):
+    spec = topology.brokers[to]
+    stream = await trio.open_tcp_stream(spec.host, spec.port)
+    async with stream:
+        await stream.send_all(encode(m.Hello(role="broker", id=sender, topology=topology.name)))
+        dec = FrameDecoder()
+        with trio.fail_after(5):
+            while not (frames := dec.frames()):
+                dec.feed(await stream.receive_some(1024))
+    return decode(frames[0])
+
+
+async def test_a_cut_link_is_down_in_both_cores_until_restored(diamond):
+    async with trio.open_nursery() as nursery:
+        servers = await start_all(nursery, diamond)
+        await wait_ready(diamond, timeout=10)
+        a, c = servers["a"].core, servers["c"].core
+        async with client_at(diamond, "a") as at_a, client_at(diamond, "c") as at_c:
+            assert await at_a.link("c", up=False) is True
+            # the answer comes after the core has seen the link go down
+            assert "c" not in a.links_up
+            # the other end sees the connection close, as on a TCP failure
+            await wait_until(lambda: "a" not in c.links_up)
+            assert await at_c.link("a", up=False) is True
+            assert await at_a.link("c", up=False) is False  # already cut
+            assert (await at_a.stats()).links_cut == ["c"]
+            assert (await at_c.stats()).links_cut == ["a"]
+            await stays(lambda: "c" not in a.links_up and "a" not in c.links_up)
+            assert (await stats_of(diamond, "a")).links_up == ["b"]
+
+            # events route round the cut link
+            async with client_at(diamond, "c") as sub_client:
+                sub = await sub_client.subscribe([])
+                await at_a.publish([m.Event({"n": i}) for i in range(20)])
+                got = []
+                with trio.fail_after(5):
+                    async for d in sub:
+                        got.append(d)
+                        if len(got) == 20:
+                            break
+                assert [d.event.attributes["n"] for d in got] == list(range(20))
+                assert {d.hops for d in got} == {3}  # a - b - d - c, not a - c
+
+            # restoring lets the lower id redial as usual
+            assert await at_c.link("a", up=True) is True
+            assert await at_a.link("c", up=True) is True
+            assert await at_a.link("c", up=True) is False
+            await wait_until(lambda: "c" in a.links_up and "a" in c.links_up)
+            assert (await at_a.stats()).links_cut == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_link_cut_at_the_accepting_end_refuses_the_dialler(diamond):
+    """Cut at c only: a (the lower id, which dials) keeps dialling and is refused; restoring
+    c lets a's next attempt in."""
+    async with trio.open_nursery() as nursery:
+        servers = await start_all(nursery, diamond)
+        await wait_ready(diamond, timeout=10)
+        a, c = servers["a"].core, servers["c"].core
+        async with client_at(diamond, "c") as at_c:
+            assert await at_c.link("a", up=False) is True
+            assert "a" not in c.links_up
+            await wait_until(lambda: "c" not in a.links_up)
+            reply = await hello_reply(diamond, "c", "a")
+            assert isinstance(reply, m.Refuse) and "link cut" in reply.reason
+            await stays(lambda: "c" not in a.links_up and "a" not in c.links_up)
+            assert await at_c.link("a", up=True) is True
+        # a's backoff is at most 2 s (±25 %) by now
+        await wait_until(lambda: "c" in a.links_up and "a" in c.links_up, timeout=5)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_link_cut_at_the_dialling_end_is_not_redialled(diamond):
+    async with trio.open_nursery() as nursery:
+        servers = await start_all(nursery, diamond)
+        await wait_ready(diamond, timeout=10)
+        a, c = servers["a"].core, servers["c"].core
+        async with client_at(diamond, "a") as at_a:
+            assert await at_a.link("c", up=False) is True
+            await wait_until(lambda: "a" not in c.links_up)
+            await stays(lambda: "c" not in a.links_up and "a" not in c.links_up)
+            started = trio.current_time()
+            assert await at_a.link("c", up=True) is True
+            await wait_until(lambda: "c" in a.links_up and "a" in c.links_up, timeout=5)
+            # redialled at once, not after a backoff grown while the link was cut
+            assert trio.current_time() - started < 1.0
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("peer", "why"),
+    [("d", "d is not a neighbour of a"), ("a", "a is not a neighbour of a"), ("zz", "unknown")],
+)
+async def test_a_link_to_a_non_neighbour_is_one_clear_error(diamond, peer, why):
+    async with trio.open_nursery() as nursery:
+        servers = await start_all(nursery, diamond, only=["a"])
+        with pytest.raises(OperationError) as info:
+            async with client_at(diamond, "a") as at_a:
+                await at_a.link(peer, up=False)
+        assert str(info.value).startswith("broker a: link control at a: ")
+        assert why in str(info.value) and "\n" not in str(info.value)
+        assert servers["a"]._cut == {}
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_answer_to_a_cut_comes_after_the_cores_link_down(diamond):
+    """The cut is one synchronous step: the connection is closed, the core has the link down
+    and its outputs (the news for the rest of the unit) go before the answer."""
+    async with trio.open_nursery() as nursery:
+        servers = await start_all(nursery, diamond)
+        await wait_ready(diamond, timeout=10)
+        server = servers["a"]
+        conn = server._peers["c"]
+        outs = server._client_message(0, m.LinkControl("c", False), trio.current_time())
+        assert conn.close_reason == "link cut by an operator"
+        assert "c" not in server.core.links_up
+        *news, answer = outs
+        assert answer == (CLIENT, 0, m.LinkControlled("c", False, True))
+        connectivity = [
+            msg for kind, _, msg in news if kind == PEER and isinstance(msg, m.Connectivity)
+        ]
+        reports = [r for msg in connectivity for r in msg.reports]
+        assert any({r.a, r.b} == {"a", "c"} and not r.up for r in reports)
+        nursery.cancel_scope.cancel()
