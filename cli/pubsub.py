@@ -200,6 +200,12 @@ def _subscribe(topology_file, broker, where, profile_file, count, timeout, fmt, 
             sub = await client.subscribe(profile)
             shown = str(profile)
             err.print(f"subscribed at {broker} to {shown}", highlight=False)
+            if not sub.complete:
+                err.print(
+                    f"warning: not every keeper of {broker}'s units has the subscription yet "
+                    "(some are unreachable); events routed through them reach it once they do",
+                    highlight=False,
+                )
             async for batch in sub.batches():
                 if count:
                     batch = batch[: count - received]

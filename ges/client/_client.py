@@ -49,6 +49,11 @@ class Subscription:
         self.client = client
         self.id = sub_id
         self.profile = profile
+        #: every keeper of the broker's units has the profile (the last SubAck said so): every
+        #: matching event published from then on is delivered. False while some keeper is
+        #: unreachable; with reliable delivery, events from beyond that keeper start only once
+        #: it has the profile (a later SubAck sets this)
+        self.complete = False
         self._send, self._receive = trio.open_memory_channel[list](SUBSCRIPTION_BUFFER)
         self._ready: deque[Delivery] = deque()
 
@@ -148,9 +153,10 @@ class Client:
         sub: Subscription,
         profile: Profile | Conjunction | Sequence[Constraint | m.Constraint],
     ) -> None:
-        """Replace a subscription's profile; returns once the broker has the new one (events
-        matching either profile keep arriving in between: the broker adds the new profile
-        before it removes the old)."""
+        """Replace a subscription's profile; returns once the broker has the new one. With
+        reliable delivery, events matching both profiles keep arriving in between, with no gap;
+        those only the old one matches stop, and those only the new one matches start at its
+        starting point (every one published after this returns with ``sub.complete`` set)."""
         self._raise_if_closed()
         if self._subs.get(sub.id) is not sub:
             raise ValueError(f"subscription {sub.id} is not open on this client")
@@ -244,6 +250,9 @@ class Client:
                             waiter[0].set()
                             self._window.release()
                     elif kind is m.SubAck:
+                        sub = self._subs.get(msg.sub_id)
+                        if sub is not None:
+                            sub.complete = msg.complete
                         done = self._subacks.pop(msg.sub_id, None)
                         if done is not None:
                             done.set()

@@ -66,12 +66,15 @@ SUBACK_WAIT = 5.0
 #: moment can make a route go round; the diameter of any topology here is far below this).
 MAX_HOPS = 64
 ROUTINGS = ("content", "flood")
-#: Reliable delivery: seconds a pubend stays quiet before it sends silence on its routes, and
-#: the silence rounds it sends after its last event (one per SILENCE_EVERY seconds), so a lost
-#: last event is found out and asked for.
+#: Reliable delivery: seconds a pubend stays quiet before it sends silence on its routes, so a
+#: lost last event is found out and asked for; then again SILENCE_EVERY seconds later, twice as
+#: long after each round up to SILENCE_MAX, for as long as it stays idle (seed 002 §2.2: idle
+#: pubends advance silence). Publishing starts the series again.
 SILENCE_AFTER = 0.05
 SILENCE_EVERY = 1.0
-SILENCE_ROUNDS = 10
+SILENCE_MAX = 30.0
+#: Profiles a changing subscription keeps matching against while it changes again and again.
+MAX_CHANGING = 8
 #: Subends (pubends whose streams a subscriber-hosting broker follows); least recently used go.
 MAX_SUBENDS = 16_384
 
@@ -128,21 +131,36 @@ class BrokerCore:
         #: nack repair near the loss: recent events this keeper routed, nacks held back
         self._cache = EventCache()
         self._board = NackBoard()
+        #: this broker's units, its cluster first; per level (:meth:`_level`) the keepers that
+        #: decide whether that level's pubends reach it
+        self._chain: tuple = ()
+        self._deciders: list[frozenset[str]] = [frozenset()]
         if self.router is not None and reliable:
             self.router.claims = self.claims
             self.router.wait_for_all = True
+            h = self.router.h
+            self._chain = h.chain(broker_id)
+            self._deciders += [
+                frozenset(k for u in self._chain[:i] for k in h.keepers[u]) - {broker_id}
+                for i in range(1, len(self._chain) + 1)
+            ]
         self._subends: OrderedDict[str, Subend] = OrderedDict()
         #: pubends whose subend has a gap (a nack may come due): the timer looks only at these
         self._doubtful: set[str] = set()
         self._held: list[tuple[int, int, int, int, list]] = []
-        #: subscriptions not delivering from the start of every stream: (conn, sub_id) -> None
-        #: until the starting point is known, then {pubend: last tick not for it}
-        self._gate: dict[tuple[int, int], dict[str, int] | None] = {}
+        #: subscriptions not delivering from the start of every stream (reliable delivery):
+        #: (conn, sub_id) -> per *level* (see :meth:`_level`) None until the starting point of
+        #: its pubends is known, then {pubend: last tick not for it}
+        self._gate: dict[tuple[int, int], list[dict[str, int] | None]] = {}
+        #: pubend's broker -> its level here (cached)
+        self._levels: dict[str, int] = {}
         #: started subscriptions whose profile is changing: (conn, sub_id) -> (the profiles it
-        #: had, the old starting point still ahead). Until the new profile's starting point, and
-        #: up to it, they get the events every one of them matches (such an event is routed to
-        #: them whichever profile a keeper holds while the change spreads)
-        self._changing: dict[tuple[int, int], tuple[tuple[Profile, ...], dict[str, int]]] = {}
+        #: had, the old starting point still ahead, the levels it had started on). Until the new
+        #: profile's starting point, and up to it, they get the events every one of them matches
+        #: (such an event is routed to them whichever profile a keeper holds while the change
+        #: spreads). Each profile but the last comes with the starting point of the one that
+        #: replaced it, per level (None: not known then): above it, it is not needed any more.
+        self._changing: dict[tuple[int, int], tuple[tuple, dict[str, int], set]] = {}
         self._last_publish = float("-inf")
         # a pubend restarting with a log announces its last tick: events logged (and
         # acknowledged) just before a crash may never have left this broker
@@ -153,7 +171,8 @@ class BrokerCore:
         self._previous = (f"{broker_id}~{previous[0]}", previous[1]) if previous else None
         restarted = restarted or self._previous is not None
         self._silence_due = 0.0 if restarted else float("inf")
-        self._silence_rounds = SILENCE_ROUNDS if restarted else 0
+        #: seconds from the next silence round to the one after
+        self._silence_gap = SILENCE_EVERY
         self._windows: OrderedDict[str, TickWindow] = OrderedDict()
         self._path_prev: dict[tuple[str, str], int] = {}
         # conn_id -> {sub_id: Profile}
@@ -361,6 +380,10 @@ class BrokerCore:
         if self.router is None:
             return [], frozenset()
         sends, waits = self.router.local_change(add, remove, now)
+        if self._waits:  # an add waited for may have been replaced by a covering one
+            waited = self.router.waited
+            for w in self._waits:
+                w[2] = frozenset(waited(w[2]))
         return self._to_peers(sends), waits
 
     def client_message(self, conn: int, msg, now: float) -> list:
@@ -404,23 +427,35 @@ class BrokerCore:
         if self.reliable:
             if old is not None:
                 self._change(dest, old)
-            self._gate[dest] = None  # nothing delivered until its starting point is known
+            # nothing delivered until its starting point is known, level by level
+            self._gate[dest] = [None] * (len(self._chain) + 1)
+            self._start(dest, waits)
         if waits and not self.router.acked(waits):
             self._waits.append([conn, msg.sub_id, waits, now + SUBACK_WAIT])
             return acks + sends
-        self._start(dest, waits)
         return [*acks, (CLIENT, conn, m.SubAck(msg.sub_id)), *sends]
 
     def _change(self, dest: tuple[int, int], old: Profile) -> None:
         """``dest``'s profile is replaced: it goes on getting what the old one (and any before
         it still changing) matches too, unless it had not started."""
         changing = self._changing.get(dest)
+        levels = self._gate.get(dest)
         if changing is not None:
-            self._changing[dest] = (*changing[0], old), changing[1]
-        elif dest not in self._gate:
-            self._changing[dest] = (old,), {}
-        elif self._gate[dest] is not None:
-            self._changing[dest] = (old,), dict(self._gate[dest])
+            # the profile before ``old`` is needed only up to where ``old`` started; the newest
+            # MAX_CHANGING profiles are kept (beyond that, what the oldest matched is no longer
+            # held back)
+            *earlier, (last, _) = changing[0]
+            upto = [None if start is None else dict(start) for start in levels]
+            olds = (*earlier, (last, upto), (old, None))[-MAX_CHANGING:]
+            self._changing[dest] = olds, changing[1], changing[2]
+            return
+        if levels is None:  # it had started everywhere
+            self._changing[dest] = ((old, None),), {}, set(range(len(self._chain) + 1))
+            return
+        started = {i for i, start in enumerate(levels) if start is not None}
+        if started:
+            ahead = {p: t for i in started for p, t in levels[i].items()}
+            self._changing[dest] = ((old, None),), ahead, started
 
     def _supersede(self, conn: int, sub_id: int) -> list:
         """A new request for a subscription ends the wait of an earlier one still waiting for
@@ -438,13 +473,67 @@ class BrokerCore:
         self._waits = keep
         return out
 
+    def _level(self, pubend: str) -> int:
+        """Which keepers decide whether a pubend's events come here: the level ``i`` such that
+        the keepers of this broker's units up to ``self._chain[i - 1]`` — the smallest unit
+        holding the pubend's broker too — route them here (seed 004 §3.3); 0 for this broker's
+        own pubends, which need no keeper."""
+        broker = pubend.partition("~")[0]
+        level = self._levels.get(broker)
+        if level is None:
+            chain = self._chain
+            level = len(chain)
+            if broker == self.id:
+                level = 0
+            elif broker in self.topology.brokers:
+                contains = self.router.h.contains
+                level = next(i + 1 for i, u in enumerate(chain) if contains(u, broker))
+            if len(self._levels) < len(self.topology.brokers):
+                self._levels[broker] = level
+        return level
+
     def _start(self, dest: tuple[int, int], seqs) -> None:
-        """A subscription's starting point on every pubend (reliable delivery): after the last
-        tick any of its keepers had routed before applying it (their acks say), after anything
-        this broker routed as a keeper, and after what its subend already knows — every later
-        tick is routed with the subscription in place. Until now it got nothing."""
-        if not self.reliable or dest not in self._gate:
+        """Open a subscription's gate on every level whose deciding keepers all have its
+        profile (reliable delivery): its pubends there start after the last tick any of its
+        keepers had routed before applying it (their acks say), after anything this broker
+        routed as a keeper, and after what its subend already knows — every later tick is
+        routed with the subscription in place. Until then it gets nothing from them. So a
+        subscription starts at once on its own broker's pubend, and on its cluster's pubends
+        as soon as the cluster's keepers have it, even while a keeper further off is cut off."""
+        levels = self._gate.get(dest)
+        if levels is None:
             return
+        settled = self.router.settled
+        start = None
+        for i, got in enumerate(levels):
+            if got is not None or not settled(seqs, self._deciders[i]):
+                continue
+            if start is None:
+                start = self._start_map(seqs)
+            level = self._level
+            levels[i] = {p: t for p, t in start.items() if level(p) == i}
+        self._gate_passed(dest, levels)
+
+    def _pass_gates(self, pubend: str, floor: int) -> None:
+        """Every tick of ``pubend`` up to ``floor`` is final at its subend (delivered or not
+        wanted): starting points up to it are behind every subscription."""
+        level = self._level(pubend)
+        for dest, levels in list(self._gate.items()):
+            start = levels[level]
+            if start is not None and start.get(pubend, floor + 1) <= floor:
+                del start[pubend]
+                if not start:
+                    self._gate_passed(dest, levels)
+
+    def _gate_passed(self, dest: tuple[int, int], levels: list) -> None:
+        """Drop the gate once every level is open and past its starting point."""
+        if all(start is not None and not start for start in levels):
+            del self._gate[dest]
+            self._changing.pop(dest, None)
+
+    def _start_map(self, seqs) -> dict[str, int]:
+        """Every pubend's starting point for a subscription waiting on ``seqs`` (its own adds,
+        or the covering ones), as of now."""
         start: dict[str, int] = {}
         for seq in self.router.waited(seqs):
             for pubend, tick in self.router.starts.get(seq, {}).items():
@@ -461,11 +550,7 @@ class BrokerCore:
         own = self._next_tick - 1 - sum(len(h[4]) for h in self._held)
         if own > 0:
             start[self.pubend] = max(start.get(self.pubend, 0), own)
-        if start:
-            self._gate[dest] = start
-        else:
-            del self._gate[dest]
-            self._changing.pop(dest, None)
+        return start
 
     def _release_waits(self, now: float) -> list:
         """SubAcks whose profile every reachable keeper has acknowledged (or that waited long
@@ -475,10 +560,10 @@ class BrokerCore:
         out, keep = [], []
         acked = self.router.acked
         for w in self._waits:
+            self._start((w[0], w[1]), w[2])
             if acked(w[2]):
-                self._start((w[0], w[1]), w[2])
-                if w[3] is not None:
-                    out.append((CLIENT, w[0], m.SubAck(w[1])))
+                # complete; a client told it was not gets a second SubAck saying it now is
+                out.append((CLIENT, w[0], m.SubAck(w[1])))
             else:
                 if w[3] is not None and now >= w[3]:
                     # the client is told; reliable delivery still starts only once every
@@ -550,7 +635,9 @@ class BrokerCore:
             out += self._deliver(self.pubend, items)
             if self._silence_due == float("inf"):
                 self._silence_due = now + SILENCE_AFTER
-            self._silence_rounds = SILENCE_ROUNDS
+            elif self._silence_due > now + SILENCE_EVERY:  # idle for a while: back to often
+                self._silence_due = now + SILENCE_EVERY
+            self._silence_gap = SILENCE_EVERY
         if n:
             del held[:n]
         return out
@@ -612,6 +699,8 @@ class BrokerCore:
     def _drain(self, pubend: str, sub: Subend, now: float) -> list:
         """Deliver what ``sub`` can deliver now; remember it while a nack may come due."""
         out = self._deliver(pubend, [it for _, it in sub.deliverable(now)])
+        if self._gate:
+            self._pass_gates(pubend, sub.stream.floor)
         if sub.next_nack < float("inf"):
             self._doubtful.add(pubend)
         else:
@@ -627,9 +716,16 @@ class BrokerCore:
                 return None
             # from the earliest starting point of a started subscription: 0 for one that
             # started before this pubend was routed anywhere (it wants the whole stream)
+            level = self._level(pubend)
             started = [
-                0 if start is None else start.get(pubend, 0)
-                for start in (self._gate.get(d) for d in self._started_dests())
+                0 if levels is None else levels[level].get(pubend, 0)
+                for levels in (self._gate.get(d) for d in self._started_dests(level))
+            ]
+            # a changing subscription still gets what its old profiles match from their start
+            started += [
+                ahead.get(pubend, 0)
+                for _, ahead, old_levels in self._changing.values()
+                if level in old_levels
             ]
             if started:
                 floor = min(floor, min(started))
@@ -641,12 +737,13 @@ class BrokerCore:
             self._subends.move_to_end(pubend)
         return sub
 
-    def _started_dests(self):
+    def _started_dests(self, level: int):
+        """The subscriptions started on the pubends of ``level``."""
         gate = self._gate
         for conn, subs in self._clients.items():
             for sub_id in subs:
                 dest = (conn, sub_id)
-                if dest not in gate or gate[dest] is not None:
+                if dest not in gate or gate[dest][level] is not None:
                     yield dest
 
     def _on_reliable_events(self, peer: str, pubend: str, items: list, now: float) -> list:
@@ -871,19 +968,14 @@ class BrokerCore:
     def _reliable_timer(self, now: float) -> list:
         out: list = []
         if now >= self._silence_due:
-            if self._silence_rounds > 0:
-                self._silence_rounds -= 1
-                tick = self._next_tick - 1 - sum(len(h[4]) for h in self._held)
-                out += self._silence(self.pubend, tick, self._root_silence(tick), 0, now)
-                if self._previous is not None:
-                    old, last = self._previous
-                    routes = [
-                        m.Route(r.unit, r.skip, prev=last) for r in self.router.initial_routes
-                    ]
-                    out += self._silence(old, last, routes, 0, now)
-                self._silence_due = now + SILENCE_EVERY
-            else:
-                self._silence_due = float("inf")
+            tick = self._next_tick - 1 - sum(len(h[4]) for h in self._held)
+            out += self._silence(self.pubend, tick, self._root_silence(tick), 0, now)
+            if self._previous is not None:
+                old, last = self._previous
+                routes = [m.Route(r.unit, r.skip, prev=last) for r in self.router.initial_routes]
+                out += self._silence(old, last, routes, 0, now)
+            self._silence_due = now + self._silence_gap
+            self._silence_gap = min(2 * self._silence_gap, SILENCE_MAX)
         for pubend in sorted(self._doubtful):
             sub = self._subends[pubend]
             if sub.next_nack == float("inf"):
@@ -1064,12 +1156,16 @@ class BrokerCore:
         events its old profile matches too."""
         gate = self._gate
         changing = self._changing
+        level = self._level(pubend)
         for dest in [d for d in per if d in gate]:
-            start = gate[dest]
+            levels = gate[dest]
+            start = levels[level]
             first = None if start is None else start.get(pubend)
             if start is not None and first is None:
                 continue
             was = changing.get(dest)
+            if was is not None and level not in was[2]:
+                was = None  # the old profile had not started here either
             if first is None:
                 items = [] if was is None else per[dest]
                 first = float("inf")
@@ -1078,19 +1174,17 @@ class BrokerCore:
             if was is None:
                 items = [it for it in items if it.tick > first]
             else:
-                olds, before = was
+                olds, before, _ = was
                 floor = before.get(pubend, 0)
                 items = [
                     it
                     for it in items
-                    if it.tick > first
-                    or (it.tick > floor and all(p.matches(it.event.attributes) for p in olds))
+                    if it.tick > first or (it.tick > floor and _old_match(olds, level, pubend, it))
                 ]
             if start is not None and items and items[-1].tick > first:
                 del start[pubend]  # the stream is past it
                 if not start:
-                    del gate[dest]
-                    changing.pop(dest, None)
+                    self._gate_passed(dest, levels)
             if items:
                 per[dest] = items
             else:
@@ -1151,6 +1245,20 @@ class BrokerCore:
 
 class ProtocolError(Exception):
     """A peer or client sent a message that is not valid at this point; close its connection."""
+
+
+def _old_match(olds: tuple, level: int, pubend: str, it: m.EventItem) -> bool:
+    """A changing subscription's old profiles all match ``it`` — each where it is still needed
+    (up to the starting point of the profile that replaced it, when that was known)."""
+    attributes = it.event.attributes
+    for profile, upto in olds:
+        if upto is not None:
+            start = upto[level]
+            if start is not None and it.tick > start.get(pubend, 0):
+                continue
+        if not profile.matches(attributes):
+            return False
+    return True
 
 
 def _to_wire(r: LinkReport) -> m.LinkState:

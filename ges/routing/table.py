@@ -130,9 +130,10 @@ class ContentRouter:
         #: profile this keeper lacks gets every event. Off only to show what it prevents.
         self.sufficiency = True
         #: reliable delivery: an add is owed by *every* keeper, reachable or not, until it acks
-        #: (the subscription starts only then). A keeper this broker cannot reach may still be
-        #: reached by publishers and route with the old profile — and a view from outside a unit
-        #: cannot see it split, so that keeper may take this broker for reachable and synced.
+        #: or is given up after MAX_RESENDS rounds (the subscription starts only then). A
+        #: keeper this broker cannot reach may still be reached by publishers and route with
+        #: the old profile — and a view from outside a unit cannot see it split, so that keeper
+        #: may take this broker for reachable and synced.
         self.wait_for_all = False
         self.starts: dict[int, dict[str, int]] = {}
         #: an add removed, still unacknowledged, because a new one covers it: seq -> the new
@@ -254,6 +255,14 @@ class ContentRouter:
             out.add(seq)
             todo += self._replaced.get(seq, ())
         return out
+
+    def settled(self, seqs: Iterable[int], keepers: frozenset[str]) -> bool:
+        """None of ``keepers`` owes an ack for the adds a subscription waiting on ``seqs``
+        waits for."""
+        if not keepers:
+            return True
+        pending = self.pending
+        return not any(pending[s] & keepers for s in self.waited(seqs) if s in pending)
 
     def acked(self, seqs: Iterable[int]) -> bool:
         return not any(s in self.pending for s in self.waited(seqs))
@@ -489,7 +498,11 @@ class ContentRouter:
         for k in sorted(self._keepers, key=broker_order_key):
             hop = self._path_to(k)
             if hop is None:
-                self._forget_keeper(k)  # unreachable: do not wait for it
+                if self.wait_for_all:  # unreachable: its adds stay owed until it gives up
+                    if self._owed(k):
+                        self._retry.setdefault(k, [now + RESEND_AFTER, RESEND_AFTER, 0])
+                else:
+                    self._forget_keeper(k)  # unreachable: do not wait for it
             elif hop != self._sync_hops.get(k) or k in up:
                 targets.append(k)
             self._sync_hops[k] = hop
@@ -508,11 +521,9 @@ class ContentRouter:
         return self._send(keepers, self._resync_changes(), resend=True)
 
     def _forget_keeper(self, keeper: str) -> None:
-        """Stop resending to ``keeper`` (unreachable, or silent too long); what it owes is
-        settled, except adds when every keeper must have them (:attr:`wait_for_all`): it gets
-        a sync when a route to it appears."""
-        tables = (self._removing,) if self.wait_for_all else (self.pending, self._removing)
-        for table in tables:
+        """Stop waiting for ``keeper`` (unreachable, or silent too long): what it owes is
+        settled; it gets a sync when a route to it appears."""
+        for table in (self.pending, self._removing):
             for seq in [s for s, w in table.items() if keeper in w]:
                 self._settle(table, seq, keeper)
         self._retry.pop(keeper, None)
@@ -526,9 +537,15 @@ class ContentRouter:
             owed = self._owed(k)
             if not owed:
                 del self._retry[k]
-            elif self._path_to(k) is None or tries >= MAX_RESENDS:
+            elif tries >= MAX_RESENDS or (self._path_to(k) is None and not self.wait_for_all):
                 self.counters["keepers_given_up"] += tries >= MAX_RESENDS
                 self._forget_keeper(k)
+            elif self._path_to(k) is None:
+                # wait_for_all: an unreachable keeper is waited for through the same rounds as
+                # a silent one (about two minutes), then given up — a subscription must start
+                # even when a keeper is gone for good
+                wait = min(2 * wait, RESEND_MAX)
+                self._retry[k] = [now + wait, wait, tries + 1]
             else:
                 oldest = min(self._sent_at.get(s, now) for s in owed)
                 if oldest + wait > now:  # acks are coming in; only recent changes are owed
@@ -793,11 +810,17 @@ class ContentRouter:
         skip = r.skip
         claim = claims.claim
         if attributes is None:
-            # silence goes to every child: one whose last data or silence was lost with a
-            # failed link learns from the next round that it is missing something, even where
-            # the claim says nothing; which children those are is unknown until subends
-            # acknowledge (not yet), so silence rounds cover the pubend's whole routing tree
-            return [m.Route((*path, k), prev=claim(st, k, tick)) for k in kids if k != skip]
+            # silence goes to every child with a subscriber (or one this keeper may not know
+            # of: an unsynced broker): one whose last data or silence was lost, even with a
+            # failed link, learns from the next round that it is missing something; a child
+            # with no subscriber has no subend to tell
+            dests = snapshot.destinations
+            extra = self._unsynced_kids(path) if self.sufficiency else ()
+            return [
+                m.Route((*path, k), prev=claim(st, k, tick))
+                for k in kids
+                if k != skip and (k in dests or k in extra)
+            ]
         # a child with a broker whose profile this keeper does not have (it has not synced
         # since this keeper started; it may be unreachable now) gets the event whatever it
         # wants: no claim may say a tick was not for a subscriber the keeper does not know

@@ -5,10 +5,10 @@ pubend. From there on its deliveries must be exactly the published events of tha
 its profile matches — in tick order, none twice, none missing, none altered. The checker looks
 at every delivery as it happens (an out-of-order, repeated, unmatched, unpublished or altered
 event, or a matching one skipped, is a violation at once) and, at the end of a run, checks that
-every live subscription has every matching event after its starting point, and that it started
-no later than the first matching event published after its *complete* ``SubAck`` (the broker's
-word that every keeper has the profile) — or, with ``start_by``, after that time, whichever is
-later.
+every live subscription has every matching event after its starting point, that it has had a
+*complete* ``SubAck`` (the broker's word that every keeper has the profile), and that it started
+no later than the first matching event published after that — or, with ``start_by``, after that
+time, whichever is later.
 
 A changed profile (``Subscribe`` again with the same id) starts a new subscription under the
 same key; the old one ends when the change is sent. One that ends (unsubscribed, or its broker
@@ -130,6 +130,8 @@ class Checker:
         for sub in self.subs.values():
             if not sub.alive:
                 continue
+            if sub.acked_at is None:
+                self._violate(now, sub, "-", "never completed: no complete SubAck by the end")
             for pubend, ticks in self.published.items():
                 got = sub.got.get(pubend, [])
                 top = max(ticks)
