@@ -447,7 +447,13 @@ class BrokerCore:
             *earlier, (last, _) = changing[0]
             upto = [None if start is None else dict(start) for start in levels]
             olds = (*earlier, (last, upto), (old, None))[-MAX_CHANGING:]
-            self._changing[dest] = olds, changing[1], changing[2]
+            # where ``old`` started and the ones before it had not, it goes on from its start
+            ahead, started = dict(changing[1]), set(changing[2])
+            for i, start in enumerate(levels):
+                if start is not None and i not in started:
+                    started.add(i)
+                    ahead.update(start)
+            self._changing[dest] = olds, ahead, started
             return
         if levels is None:  # it had started everywhere
             self._changing[dest] = ((old, None),), {}, set(range(len(self._chain) + 1))

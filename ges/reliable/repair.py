@@ -65,7 +65,11 @@ class EventCache:
         """Items (``.tick`` set) this broker routed for ``pubend``."""
         got = self._pubends.get(pubend)
         if got is None:
+            if not items:
+                return
             got = self._pubends[pubend] = _Recent()
+            # complete only from what it routes from now on (it may have been dropped before)
+            got.floor = min(it.tick for it in items) - 1
             if len(self._pubends) > self.max_pubends:
                 self._pubends.popitem(last=False)
         else:
@@ -120,11 +124,22 @@ class NackBoard:
             out.append((lo, hi))
             if held is None:
                 if len(self._held) >= MAX_HELD:
+                    self._lapse(now)
+                if len(self._held) >= MAX_HELD:
                     continue  # too many pubends held already: send on without holding
                 held = self._held[pubend] = []
             if len(held) < MAX_HELD:
                 held.append([lo, hi, now + self.hold, {origin: (lo, hi)}])
         return out
+
+    def _lapse(self, now: float) -> None:
+        """Forget every hold that has lapsed."""
+        for pubend in list(self._held):
+            held = [h for h in self._held[pubend] if h[2] > now]
+            if held:
+                self._held[pubend] = held
+            else:
+                del self._held[pubend]
 
     def answered(
         self, pubend: str, lo: int, hi: int, to: str, inside
@@ -138,13 +153,15 @@ class NackBoard:
             return []
         out = []
         keep = []
+        sent: set[str] = set()
         for h in held:
             if h[0] <= hi and lo <= h[1]:
                 waiting = h[3]
                 for o, (a, b) in list(waiting.items()):
                     if o == to or (a <= hi and lo <= b and inside(o)):
                         del waiting[o]
-                        if o != to:
+                        if o != to and o not in sent:  # one copy, if it waits twice
+                            sent.add(o)
                             out.append((o, max(a, lo), min(b, hi)))
                 if waiting:
                     keep.append(h)
