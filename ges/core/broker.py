@@ -44,6 +44,7 @@ from ges.reliable.log import MAX_READ, MemoryLog, PubendLog
 from ges.reliable.repair import EventCache, NackBoard
 from ges.reliable.subend import MAX_NACK_RANGES, Subend
 from ges.routing import ContentRouter, Hierarchy
+from ges.routing.table import MAX_RESENDS
 from ges.topology import Topology, broker_order_key
 from ges.wire import messages as m
 
@@ -67,11 +68,13 @@ SUBACK_WAIT = 5.0
 MAX_HOPS = 64
 ROUTINGS = ("content", "flood")
 #: Reliable delivery: seconds a pubend stays quiet before it sends silence on its routes, so a
-#: lost last event is found out and asked for; then again SILENCE_EVERY seconds later, twice as
-#: long after each round up to SILENCE_MAX, for as long as it stays idle (seed 002 §2.2: idle
-#: pubends advance silence). Publishing starts the series again.
+#: lost last event is found out and asked for; then every SILENCE_EVERY seconds while it
+#: publishes and for SILENCE_STEADY rounds after, then twice as long after each round up to
+#: SILENCE_MAX, for as long as it stays idle (seed 002 §2.2: idle pubends advance silence). A
+#: publish after an idle spell brings a round SILENCE_AFTER later.
 SILENCE_AFTER = 0.05
 SILENCE_EVERY = 1.0
+SILENCE_STEADY = 5
 SILENCE_MAX = 30.0
 #: Profiles a changing subscription keeps matching against while it changes again and again.
 MAX_CHANGING = 8
@@ -173,6 +176,9 @@ class BrokerCore:
         self._silence_due = 0.0 if restarted else float("inf")
         #: seconds from the next silence round to the one after
         self._silence_gap = SILENCE_EVERY
+        #: quiet silence rounds in a row (no publish since the round before)
+        self._silence_idle = 0
+        self._published_since_round = False
         self._windows: OrderedDict[str, TickWindow] = OrderedDict()
         self._path_prev: dict[tuple[str, str], int] = {}
         # conn_id -> {sub_id: Profile}
@@ -430,7 +436,7 @@ class BrokerCore:
             # nothing delivered until its starting point is known, level by level
             self._gate[dest] = [None] * (len(self._chain) + 1)
             self._start(dest, waits)
-        if waits and not self.router.acked(waits):
+        if waits and not self.router.confirmed(waits):
             self._waits.append([conn, msg.sub_id, waits, now + SUBACK_WAIT])
             return acks + sends
         return [*acks, (CLIENT, conn, m.SubAck(msg.sub_id)), *sends]
@@ -564,10 +570,10 @@ class BrokerCore:
         if not self._waits:
             return []
         out, keep = [], []
-        acked = self.router.acked
+        confirmed = self.router.confirmed
         for w in self._waits:
             self._start((w[0], w[1]), w[2])
-            if acked(w[2]):
+            if confirmed(w[2]):
                 # complete; a client told it was not gets a second SubAck saying it now is
                 out.append((CLIENT, w[0], m.SubAck(w[1])))
             else:
@@ -639,11 +645,12 @@ class BrokerCore:
             if self.router.initial_routes:  # a one-broker system has nowhere else to send
                 out += self._route_claimed(self.pubend, [(it, None) for it in items], now)
             out += self._deliver(self.pubend, items)
-            if self._silence_due == float("inf"):
-                self._silence_due = now + SILENCE_AFTER
-            elif self._silence_due > now + SILENCE_EVERY:  # idle for a while: back to often
-                self._silence_due = now + SILENCE_EVERY
+            if self._silence_due == float("inf") or self._silence_idle:
+                # the first event after a quiet round: silence follows it soon
+                self._silence_due = min(self._silence_due, now + SILENCE_AFTER)
+            self._silence_idle = 0
             self._silence_gap = SILENCE_EVERY
+            self._published_since_round = True
         if n:
             del held[:n]
         return out
@@ -661,6 +668,7 @@ class BrokerCore:
         its own (routes None: the publisher's own); routes to this broker feed its subend."""
         route = self.router.route_event
         claims = self.claims
+        routed_before = claims.highest(pubend)
         per_hop: dict[str, list] = {}
         item_type = m.EventItem
         me = self.id
@@ -691,7 +699,7 @@ class BrokerCore:
                 self.counters["events_out"] += len(items)
         self.counters["event_frames"] += len(out)
         if self.router.kept and pubend != self.pubend:
-            self._cache.add(pubend, [it for it, _ in todo])
+            self._cache.add(pubend, [it for it, _ in todo], routed_before=routed_before)
         if local and pubend != self.pubend:
             sub = self._subend(pubend, min(r.prev for _, rs in local for r in rs))
             if sub is not None:
@@ -981,7 +989,12 @@ class BrokerCore:
                 routes = [m.Route(r.unit, r.skip, prev=last) for r in self.router.initial_routes]
                 out += self._silence(old, last, routes, 0, now)
             self._silence_due = now + self._silence_gap
-            self._silence_gap = min(2 * self._silence_gap, SILENCE_MAX)
+            if self._published_since_round:
+                self._published_since_round = False
+            else:
+                self._silence_idle += 1
+                if self._silence_idle >= SILENCE_STEADY:
+                    self._silence_gap = min(2 * self._silence_gap, SILENCE_MAX)
         for pubend in sorted(self._doubtful):
             sub = self._subends[pubend]
             if sub.next_nack == float("inf"):
@@ -1206,6 +1219,14 @@ class BrokerCore:
             out += self.link_down(p, now)
         if self.router is not None:
             out += self._to_peers(self.router.on_timer(now))
+            for keeper in self.router.given_up:
+                text = (
+                    f"keeper {keeper} has not acknowledged this broker's profile through "
+                    f"{MAX_RESENDS} resends: subscriptions waiting for it start without it "
+                    "(incomplete); it is sent the profile again until it acknowledges"
+                )
+                out.append((NOTICE, "warning", text))
+            self.router.given_up.clear()
         if self.reliable:
             out += self._reliable_timer(now)
         return out + self._release_waits(now)

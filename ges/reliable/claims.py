@@ -153,6 +153,11 @@ class Claims:
                 latest.popitem(last=False)
         return st
 
+    def highest(self, pubend: str) -> int:
+        """The highest tick of ``pubend`` this broker has routed as a keeper (0: none it
+        remembers)."""
+        return self._latest.get(pubend, 0)
+
     def latest(self, limit: int = MAX_LATEST) -> list[tuple[str, int]]:
         """``(pubend, tick)``: the highest tick of each pubend this broker has routed as a
         keeper, most recent first (at most ``limit``)."""

@@ -61,15 +61,16 @@ class EventCache:
         self.max_pubends = max_pubends
         self._pubends: OrderedDict[str, _Recent] = OrderedDict()
 
-    def add(self, pubend: str, items) -> None:
-        """Items (``.tick`` set) this broker routed for ``pubend``."""
+    def add(self, pubend: str, items, *, routed_before: int = 0) -> None:
+        """Items (``.tick`` set) this broker routed for ``pubend``; ``routed_before``: the
+        highest tick it had routed before these (a pubend's cache is whole only above both that
+        and the lowest tick it starts with: it may have been dropped and made again)."""
         got = self._pubends.get(pubend)
         if got is None:
             if not items:
                 return
             got = self._pubends[pubend] = _Recent()
-            # complete only from what it routes from now on (it may have been dropped before)
-            got.floor = min(it.tick for it in items) - 1
+            got.floor = max(routed_before, min(it.tick for it in items) - 1)
             if len(self._pubends) > self.max_pubends:
                 self._pubends.popitem(last=False)
         else:

@@ -136,6 +136,14 @@ class ContentRouter:
         #: may take this broker for reachable and synced.
         self.wait_for_all = False
         self.starts: dict[int, dict[str, int]] = {}
+        #: wait_for_all: adds a keeper was given up on before it acknowledged them (seq ->
+        #: keepers); it is still sent a sync every RESEND_MAX seconds until it does, and only
+        #: then is the subscription complete
+        self.waived: dict[int, set[str]] = {}
+        #: keepers given up since the core last looked (it logs them)
+        self.given_up: list[str] = []
+        #: keepers given up and not heard from since: what they owe is waived, not pending
+        self._silent: set[str] = set()
         #: an add removed, still unacknowledged, because a new one covers it: seq -> the new
         #: adds (a subscription waiting for the old one waits for these instead; bounded)
         self._replaced: OrderedDict[int, tuple[int, ...]] = OrderedDict()
@@ -215,7 +223,11 @@ class ContentRouter:
         for op, seq, _ in ops:
             if op == ADD:
                 if owe:
-                    self.pending[seq] = set(owe)
+                    self.pending[seq] = set(owe) - self._silent
+                    if not self.pending[seq]:
+                        del self.pending[seq]
+                    if owe & self._silent:
+                        self.waived[seq] = owe & self._silent
                     waits.add(seq)
             else:
                 if seq in self.pending and added:
@@ -223,6 +235,7 @@ class ContentRouter:
                     if len(self._replaced) > MAX_REPLACED:
                         self._replaced.popitem(last=False)
                 self.pending.pop(seq, None)
+                self.waived.pop(seq, None)
                 self.starts.pop(seq, None)
                 if expect:
                     self._removing[seq] = set(expect)
@@ -230,7 +243,8 @@ class ContentRouter:
                 self._sent_at[seq] = now
             else:
                 self._sent_at.pop(seq, None)
-        for k in expect:
+        for k in owe if any(op == ADD for op, _, _ in ops) else expect:
+            # an unreachable keeper too: its rounds count towards giving it up
             self._retry.setdefault(k, [now + RESEND_AFTER, RESEND_AFTER, 0])
         targets = self.h.next_targets(self.id, self.id)
         return self._send(targets, changes), frozenset(waits)
@@ -263,6 +277,11 @@ class ContentRouter:
             return True
         pending = self.pending
         return not any(pending[s] & keepers for s in self.waited(seqs) if s in pending)
+
+    def confirmed(self, seqs: Iterable[int]) -> bool:
+        """Every keeper has acknowledged the adds (none was given up on)."""
+        waited = self.waited(seqs)
+        return not any(s in self.pending or s in self.waived for s in waited)
 
     def acked(self, seqs: Iterable[int]) -> bool:
         return not any(s in self.pending for s in self.waited(seqs))
@@ -335,9 +354,14 @@ class ContentRouter:
                         for pubend, tick in msg.ticks[:MAX_TICKS_PER_ACK]:
                             if got.get(pubend, 0) < tick:
                                 got[pubend] = tick
-            for table, seqs in ((self.pending, msg.seqs), (self._removing, msg.removed)):
+            for table, seqs in (
+                (self.pending, msg.seqs),
+                (self.waived, msg.seqs),
+                (self._removing, msg.removed),
+            ):
                 for seq in seqs:
                     self._settle(table, seq, keeper)
+            self._silent.discard(keeper)  # heard from again: waited for like any other
             if keeper in self._retry and not self._owed(keeper):
                 del self._retry[keeper]
         return []
@@ -353,7 +377,8 @@ class ContentRouter:
         return step
 
     def _settle(self, table: dict[int, set[str]], seq: int, keeper: str) -> None:
-        """``keeper`` owes nothing more for ``seq`` in ``table`` (pending or _removing)."""
+        """``keeper`` owes nothing more for ``seq`` in ``table`` (pending, waived or
+        _removing)."""
         waiting = table.get(seq)
         if waiting is None:
             return
@@ -363,9 +388,27 @@ class ContentRouter:
             if seq not in self.pending and seq not in self._removing:
                 self._sent_at.pop(seq, None)
 
+    def _waive(self, keeper: str, now: float) -> None:
+        """wait_for_all: stop holding subscriptions back for ``keeper`` (it has not acknowledged
+        through MAX_RESENDS rounds); its adds stay owed (:attr:`waived`) and it is sent a sync
+        every RESEND_MAX seconds until it acknowledges them."""
+        for seq in [s for s, w in self.pending.items() if keeper in w]:
+            self._settle(self.pending, seq, keeper)
+            self.waived.setdefault(seq, set()).add(keeper)
+        for seq in [s for s, w in self._removing.items() if keeper in w]:
+            self._settle(self._removing, seq, keeper)
+        self._retry[keeper] = [now + RESEND_MAX, RESEND_MAX, MAX_RESENDS]
+        self._silent.add(keeper)
+        self.given_up.append(keeper)
+
     def _owed(self, keeper: str) -> list[int]:
         """The seqs of this broker's changes ``keeper`` has still to acknowledge."""
-        return [s for t in (self.pending, self._removing) for s, w in t.items() if keeper in w]
+        return [
+            s
+            for t in (self.pending, self.waived, self._removing)
+            for s, w in t.items()
+            if keeper in w
+        ]
 
     def _apply(self, changes: list[m.ProfileChange], resend: bool = False) -> list:
         brokers = self.h.topology.brokers
@@ -513,8 +556,13 @@ class ContentRouter:
         if not keepers:
             return []
         live = self.exporter.exported.values()
+        silent = self._silent.intersection(keepers)
+        heard = set(keepers) - silent
         for seq in live:
-            self.pending.setdefault(seq, set()).update(keepers)
+            if heard:
+                self.pending.setdefault(seq, set()).update(heard)
+            if silent:
+                self.waived.setdefault(seq, set()).update(silent)
             self._sent_at.setdefault(seq, now)
         for k in keepers:
             self._retry.setdefault(k, [now + RESEND_AFTER, RESEND_AFTER, 0])
@@ -537,6 +585,14 @@ class ContentRouter:
             owed = self._owed(k)
             if not owed:
                 del self._retry[k]
+            elif self.wait_for_all and tries >= MAX_RESENDS:
+                if any(k in self.pending.get(s, ()) for s in owed):
+                    self.counters["keepers_given_up"] += 1
+                    self._waive(k, now)
+                else:
+                    self._retry[k] = [now + RESEND_MAX, RESEND_MAX, tries]
+                if self._path_to(k) is not None:
+                    targets.append(k)  # it may be alive and out of date: try it again
             elif tries >= MAX_RESENDS or (self._path_to(k) is None and not self.wait_for_all):
                 self.counters["keepers_given_up"] += tries >= MAX_RESENDS
                 self._forget_keeper(k)

@@ -43,6 +43,9 @@ class _Sub:
     #: before the change — what all of them match must go on arriving across the change
     before: tuple[Profile, ...] = ()
     floor: dict[str, int] = attrs.Factory(dict)
+    #: when the subscription it changed had its complete SubAck: every event published after
+    #: that which every profile matches must arrive, across the change
+    since: float | None = None
     alive: bool = True
     #: pubend -> ticks delivered, in order
     got: dict[str, list[int]] = attrs.Factory(dict)
@@ -81,6 +84,7 @@ class Checker:
                 sub.before = (old.profile, *old.before)
                 sub.floor = dict(old.floor)
                 sub.floor.update((p, got[-1]) for p, got in old.got.items() if got)
+                sub.since = old.acked_at if old.acked_at is not None else old.since
             old.alive = False
             self.ended.append(old)
             sub.name = f"{old.name}'"
@@ -105,8 +109,12 @@ class Checker:
         got = sub.got.setdefault(pubend, [])
         for tick, attributes in ticks:
             self.delivered += 1
-            if got and tick <= got[-1]:
-                what = "again" if tick in got else f"after {got[-1]} (out of order)"
+            last = got[-1] if got else sub.floor.get(pubend)
+            if last is not None and tick <= last:
+                if not got:
+                    what = f"at or before {last}, the last before the change"
+                else:
+                    what = "again" if tick in got else f"after {last} (out of order)"
                 self._violate(now, sub, pubend, f"tick {tick} delivered {what}")
                 continue
             if tick not in published:
@@ -115,7 +123,6 @@ class Checker:
                 self._violate(now, sub, pubend, f"tick {tick} delivered altered")
             elif not sub.profile.matches(attributes):
                 self._violate(now, sub, pubend, f"tick {tick} delivered but does not match")
-            last = got[-1] if got else sub.floor.get(pubend)
             if last is not None:
                 missed = self._matching(sub, pubend, last + 1, tick - 1)
                 if missed:
@@ -139,6 +146,8 @@ class Checker:
                     missed = self._matching(sub, pubend, got[-1] + 1, top)
                     if missed:
                         self._violate(now, sub, pubend, f"never delivered: {_ticks(missed)}")
+                if sub.since is not None:
+                    self._bridged(now, sub, pubend, got)
                 if sub.acked_at is None:
                     continue
                 since = max(sub.acked_at, start_by)
@@ -149,6 +158,24 @@ class Checker:
                     self._violate(
                         now, sub, pubend, f"started late: first delivered {first}, due {due[0]}"
                     )
+
+    def _bridged(self, now: float, sub: _Sub, pubend: str, got: list[int]) -> None:
+        """A changed subscription must have every event published after the old one's complete
+        SubAck that every profile matches, from the last one the old one got on."""
+        ticks = self.published[pubend]
+        at = self.published_at[pubend]
+        floor = sub.floor.get(pubend, 0)
+        both = [
+            t
+            for t in sorted(ticks)
+            if t > floor
+            and at[t] > sub.since
+            and sub.profile.matches(ticks[t])
+            and all(p.matches(ticks[t]) for p in sub.before)
+        ]
+        lost = [t for t in both if not got or t < got[0]]
+        if lost:
+            self._violate(now, sub, pubend, f"lost across the change: {_ticks(lost)}")
 
     @property
     def ok(self) -> bool:

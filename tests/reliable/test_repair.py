@@ -660,3 +660,15 @@ def test_with_frame_drops_and_churn_the_checker_finds_no_violation(name):
             shared += sum(c.counters["nack_answers_shared"] for c in sims[-1].cores.values())
     assert from_cache > 0
     assert shared > 0
+
+
+def test_a_pubend_made_again_is_whole_only_above_what_was_routed_before():
+    """Dropped by the pubend bound, then routed again with a late copy of an older tick: the
+    cache must not answer for the ticks it routed before it was dropped."""
+    cache = EventCache(max_pubends=1)
+    cache.add("x~1", its(*range(1, 11)))
+    cache.add("y~1", its(1))  # x dropped
+    cache.add("x~1", its(5), routed_before=10)
+    assert cache.read("x~1", 5, 10) is None
+    cache.add("x~1", its(11))
+    assert cache.read("x~1", 11, 11) == its(11)

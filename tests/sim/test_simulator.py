@@ -172,3 +172,45 @@ def test_checker_ignores_a_subscription_that_ended():
     c.gone(key)
     c.finish(2.0, start_by=0.0)
     assert c.ok
+
+
+def _changed(c: Checker, key: tuple, where: str, now: float) -> None:
+    c.subscribe(key, Profile("q", (Conjunction((parse_where(where),)),)))
+    c.subscribed(key, now)
+
+
+def test_checker_requires_a_subscription_to_complete():
+    c = Checker()
+    c.subscribe(("b1", 1, 1), Profile("p", (Conjunction((parse_where("bucket < 50"),)),)))
+    c.subscribed(("b1", 1, 1), 0.1, complete=False)
+    c.finish(2.0)
+    assert any("never completed" in str(v) for v in c.violations), c.violations
+
+
+def test_checker_flags_what_a_change_loses_on_a_pubend_the_old_profile_got_nothing_from():
+    """The old profile completed at 0.0 and got nothing from b2~1; the new one (bucket < 30)
+    gets only tick 4: ticks 1 and 3, which both match and were published after the old one's
+    SubAck, were lost across the change."""
+    c, key = _checker()
+    _changed(c, key, "bucket < 35", 0.6)
+    c.deliver(key, "b2~1", [(4, {"bucket": 30})], 1.0)
+    c.finish(2.0)
+    assert any("lost across the change: 1, 3" in str(v) for v in c.violations), c.violations
+
+
+def test_checker_flags_a_tick_delivered_again_across_a_change():
+    c, key = _checker()
+    c.deliver(key, "b2~1", [(1, {"bucket": 10}), (3, {"bucket": 20})], 1.0)
+    _changed(c, key, "bucket < 35", 1.1)
+    c.deliver(key, "b2~1", [(3, {"bucket": 20}), (4, {"bucket": 30})], 1.2)
+    c.finish(2.0)
+    assert any("at or before 3" in str(v) for v in c.violations), c.violations
+
+
+def test_checker_accepts_a_change_that_lost_nothing():
+    c, key = _checker()
+    c.deliver(key, "b2~1", [(1, {"bucket": 10})], 1.0)
+    _changed(c, key, "bucket < 35", 1.1)
+    c.deliver(key, "b2~1", [(3, {"bucket": 20}), (4, {"bucket": 30})], 1.2)
+    c.finish(2.0)
+    assert c.ok, c.violations
