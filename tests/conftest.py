@@ -7,7 +7,19 @@ import pytest
 from ges.runtime.ports import free_ports, on_free_ports
 from ges.topology import Topology
 
-__all__ = ["free_ports", "on_free_ports", "topology_on_free_ports"]
+__all__ = ["DIAMOND", "free_ports", "on_free_ports", "topology_on_free_ports"]
+
+#: a - b, a - c, b - d, c - d in two clusters: every link has a way round it
+DIAMOND = {
+    "name": "diamond",
+    "brokers": {
+        "a": {"unit": "S/c1", "port": 1},
+        "b": {"unit": "S/c1", "port": 2},
+        "c": {"unit": "S/c2", "port": 3},
+        "d": {"unit": "S/c2", "port": 4},
+    },
+    "links": [["a", "b"], ["a", "c"], ["b", "d"], ["c", "d"]],
+}
 
 
 def topology_on_free_ports(data: dict) -> Topology:

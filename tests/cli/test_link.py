@@ -16,18 +16,7 @@ from cli.main import app
 from ges.runtime import BrokerServer
 from ges.runtime.up import wait_ready
 from ges.topology import Topology
-from tests.conftest import on_free_ports
-
-DIAMOND = {
-    "name": "diamond",
-    "brokers": {
-        "a": {"unit": "S/c1", "port": 1},
-        "b": {"unit": "S/c1", "port": 2},
-        "c": {"unit": "S/c2", "port": 3},
-        "d": {"unit": "S/c2", "port": 4},
-    },
-    "links": [["a", "b"], ["a", "c"], ["b", "d"], ["c", "d"]],
-}
+from tests.conftest import DIAMOND, on_free_ports
 
 
 @pytest.fixture

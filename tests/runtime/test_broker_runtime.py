@@ -16,7 +16,7 @@ from ges.runtime import BrokerServer
 from ges.runtime.up import wait_ready
 from ges.wire import FrameDecoder, decode, encode
 from ges.wire import messages as m
-from tests.conftest import free_ports, topology_on_free_ports
+from tests.conftest import DIAMOND, free_ports, topology_on_free_ports
 
 
 async def start_all(nursery, topology, only=None):
@@ -202,18 +202,7 @@ async def test_unreachable_broker_is_one_clear_error():
 
 
 async def test_redundant_route_keeps_delivering_when_a_broker_dies():
-    topology = topology_on_free_ports(
-        {
-            "name": "diamond",
-            "brokers": {
-                "a": {"unit": "S/c1", "port": 1},
-                "b": {"unit": "S/c1", "port": 2},
-                "c": {"unit": "S/c2", "port": 3},
-                "d": {"unit": "S/c2", "port": 4},
-            },
-            "links": [["a", "b"], ["a", "c"], ["b", "d"], ["c", "d"]],
-        }
-    )
+    topology = topology_on_free_ports(DIAMOND)
     async with trio.open_nursery() as nursery:
         servers = await start_all(nursery, topology, only=["a", "b", "d"])
         c_scope = trio.CancelScope()

@@ -11,7 +11,7 @@ from ges.errors import OperationError
 from ges.runtime.up import wait_ready
 from ges.wire import FrameDecoder, decode, encode
 from ges.wire import messages as m
-from tests.conftest import topology_on_free_ports
+from tests.conftest import DIAMOND, topology_on_free_ports
 from tests.runtime.test_broker_runtime import start_all, stats_of
 
 #: Longer than a few of the dialler's backoff rounds (50 ms doubling): a cut link that was
@@ -22,18 +22,7 @@ STAYS_DOWN = 1.5
 @pytest.fixture
 def diamond():
     """a - b, a - c, b - d, c - d: cutting a - c leaves a route a - b - d - c."""
-    return topology_on_free_ports(
-        {
-            "name": "diamond",
-            "brokers": {
-                "a": {"unit": "S/c1", "port": 1},
-                "b": {"unit": "S/c1", "port": 2},
-                "c": {"unit": "S/c2", "port": 3},
-                "d": {"unit": "S/c2", "port": 4},
-            },
-            "links": [["a", "b"], ["a", "c"], ["b", "d"], ["c", "d"]],
-        }
-    )
+    return topology_on_free_ports(DIAMOND)
 
 
 def client_at(topology, bid):
