@@ -90,7 +90,11 @@ class Client:
         self._window = trio.Semaphore(window)
         self._window_size = window
         self._acks: dict[int, list] = {}  # seq -> [trio.Event, PubAck | None]
-        self._subacks: dict[int, trio.Event] = {}
+        #: (sub_id, req) -> set when that request's SubAck came
+        self._subacks: dict[tuple[int, int], trio.Event] = {}
+        self._reqs = itertools.count(1)
+        #: sub_id -> the req of the latest request for it (older requests' SubAcks are stale)
+        self._latest_req: dict[int, int] = {}
         self._subs: dict[int, Subscription] = {}
         self._stats: deque[list] = deque()
         self._link_acks: deque[list] = deque()  # [trio.Event, LinkControlled | None], in order
@@ -166,16 +170,19 @@ class Client:
 
     async def _subscribe(self, sub_id: int, profile: Profile) -> None:
         """Send a Subscribe (new, or replacing ``sub_id``'s profile) and wait for its SubAck."""
-        done = self._subacks[sub_id] = trio.Event()
-        await self._send(m.Subscribe(sub_id, profile_to_wire(profile), profile.id))
+        req = self._latest_req[sub_id] = next(self._reqs)
+        done = self._subacks[(sub_id, req)] = trio.Event()
+        await self._send(m.Subscribe(sub_id, profile_to_wire(profile), profile.id, req))
         await done.wait()
         self._raise_if_closed()
 
     async def unsubscribe(self, sub: Subscription) -> None:
-        done = self._subacks[sub.id] = trio.Event()
-        await self._send(m.Unsubscribe(sub.id))
+        req = self._latest_req[sub.id] = next(self._reqs)
+        done = self._subacks[(sub.id, req)] = trio.Event()
+        await self._send(m.Unsubscribe(sub.id, req))
         await done.wait()
         self._subs.pop(sub.id, None)
+        self._latest_req.pop(sub.id, None)
         sub._send.close()
 
     # -- introspection -----------------------------------------------------------------------
@@ -250,10 +257,11 @@ class Client:
                             waiter[0].set()
                             self._window.release()
                     elif kind is m.SubAck:
+                        # only the answer to the latest request says how the subscription stands
                         sub = self._subs.get(msg.sub_id)
-                        if sub is not None:
+                        if sub is not None and self._latest_req.get(msg.sub_id) == msg.req:
                             sub.complete = msg.complete
-                        done = self._subacks.pop(msg.sub_id, None)
+                        done = self._subacks.pop((msg.sub_id, msg.req), None)
                         if done is not None:
                             done.set()
                     elif kind is m.Stats:

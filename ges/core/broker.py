@@ -125,7 +125,7 @@ class BrokerCore:
             if routing == "content"
             else None
         )
-        #: SubAcks waiting for keepers: [conn, sub_id, seqs, deadline]
+        #: SubAcks waiting for keepers: [conn, sub_id, seqs, deadline, the request's req]
         self._waits: list[list] = []
         self.links_up: set[str] = set()
         self._next_tick = 1 if self.log is None else self.log.last + 1
@@ -407,7 +407,7 @@ class BrokerCore:
                 self.profiles.remove(profile, (conn, msg.sub_id))
                 self._n_subs -= 1
                 out += self._local_change((), profile.effective, now)[0]
-            return [*out, (CLIENT, conn, m.SubAck(msg.sub_id))]
+            return [*out, (CLIENT, conn, m.SubAck(msg.sub_id, req=msg.req))]
         if kind is m.StatsRequest:
             return [(CLIENT, conn, self.stats())]
         raise ProtocolError(f"unexpected {kind.__name__} from a client")
@@ -437,9 +437,9 @@ class BrokerCore:
             self._gate[dest] = [None] * (len(self._chain) + 1)
             self._start(dest, waits)
         if waits and not self.router.confirmed(waits):
-            self._waits.append([conn, msg.sub_id, waits, now + SUBACK_WAIT])
+            self._waits.append([conn, msg.sub_id, waits, now + SUBACK_WAIT, msg.req])
             return acks + sends
-        return [*acks, (CLIENT, conn, m.SubAck(msg.sub_id)), *sends]
+        return [*acks, (CLIENT, conn, m.SubAck(msg.sub_id, req=msg.req)), *sends]
 
     def _change(self, dest: tuple[int, int], old: Profile) -> None:
         """``dest``'s profile is replaced: it goes on getting what the old one (and any before
@@ -479,7 +479,7 @@ class BrokerCore:
         for w in self._waits:
             if w[0] == conn and w[1] == sub_id:
                 if w[3] is not None:  # its client has not had its SubAck yet
-                    out.append((CLIENT, conn, m.SubAck(sub_id, complete=False)))
+                    out.append((CLIENT, conn, m.SubAck(sub_id, complete=False, req=w[4])))
             else:
                 keep.append(w)
         self._waits = keep
@@ -575,12 +575,12 @@ class BrokerCore:
             self._start((w[0], w[1]), w[2])
             if confirmed(w[2]):
                 # complete; a client told it was not gets a second SubAck saying it now is
-                out.append((CLIENT, w[0], m.SubAck(w[1])))
+                out.append((CLIENT, w[0], m.SubAck(w[1], req=w[4])))
             else:
                 if w[3] is not None and now >= w[3]:
                     # the client is told; reliable delivery still starts only once every
                     # keeper has the profile (resends go on until then)
-                    out.append((CLIENT, w[0], m.SubAck(w[1], complete=False)))
+                    out.append((CLIENT, w[0], m.SubAck(w[1], complete=False, req=w[4])))
                     if self.reliable:
                         w[3] = None
                     else:

@@ -235,6 +235,8 @@ class Subscribe(_Msg):
     sub_id: int
     conjunctions: list[list[Constraint]]
     profile_id: str = ""
+    #: the client's number for this request, echoed by every SubAck answering it
+    req: int = 0
 
 
 class SubAck(_Msg):
@@ -245,10 +247,13 @@ class SubAck(_Msg):
 
     sub_id: int
     complete: bool = True
+    #: the ``req`` of the Subscribe or Unsubscribe it answers
+    req: int = 0
 
 
 class Unsubscribe(_Msg):
     sub_id: int
+    req: int = 0
 
 
 class Publish(_Msg):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ges.client._client import profile_to_wire
+from ges.core import CLIENT
 from ges.core.broker import SUBACK_WAIT
 from ges.matching.model import Conjunction, Constraint, Profile
 from ges.sim import Checker, Faults, Sim
@@ -678,3 +679,19 @@ def test_the_checker_flags_what_a_change_must_not_lose_or_add(after, what):
     assert not checker.ok
     assert what in [v.what for v in checker.violations], checker.violations
     assert {v.sub for v in checker.violations} == {"b/1/1'"}
+
+
+def test_every_suback_names_the_request_it_answers():
+    """A SubAck echoes its request's ``req``: the incomplete answer to a superseded request,
+    the answer to the newer one and a later complete one can be told apart by the client."""
+    net = settled()
+    core = net.sim.cores[SUB]
+    core.client_open(7, "client-7")
+    first = core.client_message(7, m.Subscribe(1, profile_to_wire(ALL), "all", req=11), 0.6)
+    assert [msg for kind, _, msg in first if kind == CLIENT] == []  # waiting for the keepers
+    second = core.client_message(7, m.Subscribe(1, profile_to_wire(LOW), "low", req=12), 0.6)
+    answers = [msg for kind, _, msg in second if kind == CLIENT]
+    assert answers == [m.SubAck(1, complete=False, req=11)]
+    out = core.client_message(7, m.Unsubscribe(1, req=13), 0.6)
+    answers = [msg for kind, _, msg in out if kind == CLIENT]
+    assert answers == [m.SubAck(1, complete=False, req=12), m.SubAck(1, req=13)]

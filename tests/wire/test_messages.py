@@ -65,6 +65,7 @@ EXAMPLES = [
     m.Silence(pubend="b1~1", tick=9, to=[m.Route(("c1",), prev=4)], hops=2),
     m.Nack(pubend="b1~1", origin="b7", ranges=[(3, 5), (8, 8)]),
     m.Recovered(pubend="b1~1", to="b7", lo=3, hi=5, items=[ITEM], hops=1, detour=["b3"]),
+    m.Recovered(pubend="b1~1", to="b7", lo=3, hi=5, items=[], lost=True, unit=("SSC-A", "SC-1")),
     m.Subscribe(
         sub_id=3,
         conjunctions=[
@@ -79,9 +80,11 @@ EXAMPLES = [
             [],
         ],
         profile_id="cheap-ibm",
+        req=4,
     ),
     m.SubAck(sub_id=3),
-    m.Unsubscribe(sub_id=3),
+    m.SubAck(sub_id=3, complete=False, req=4),
+    m.Unsubscribe(sub_id=3, req=5),
     m.Publish(seq=9, events=[EVENT, m.Event({"n": -1})]),
     m.PubAck(seq=9, pubend="b1~1", first_tick=1, last_tick=2),
     m.Deliver(sub_id=3, pubend="b1~1", items=[ITEM]),
