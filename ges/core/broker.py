@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import msgspec
+
 from ges.connectivity import ConnectivityError, ConnectivityGraph, LinkReport, Update
 from ges.core.dedup import TickWindow
 from ges.core.failure import FailureDetector
@@ -652,6 +654,8 @@ class BrokerCore:
             self._silence_gap = SILENCE_EVERY
             self._published_since_round = True
         if n:
+            if self._gate:  # own events past a starting point: nothing at or below it comes
+                self._pass_gates(self.pubend, held[n - 1][3])
             del held[:n]
         return out
 
@@ -871,16 +875,15 @@ class BrokerCore:
         """Answers on their way, each also to the origins waiting on a nack it answers."""
         out = []
         for a in answers:
-            out += self._relay(
-                a.to,
-                [],
-                0,
-                lambda h, d, a=a: m.Recovered(
-                    a.pubend, a.to, a.lo, a.hi, a.items, h, d, a.lost, a.unit
-                ),
-            )
+            out += self._relay_answer(a)
             out += self._to_waiters(a)
         return out
+
+    def _relay_answer(self, a: m.Recovered) -> list:
+        """An answer one hop further towards ``a.to`` (along its detour, if any)."""
+        return self._relay(
+            a.to, a.detour, a.hops, lambda h, d: msgspec.structs.replace(a, hops=h, detour=d)
+        )
 
     def _to_waiters(self, a: m.Recovered) -> list:
         """Copies of an answer for every origin waiting on a nack it answers (each gets the part
@@ -893,14 +896,10 @@ class BrokerCore:
             if origin == self.id:
                 continue
             items = [it for it in a.items if lo <= it.tick <= hi]
-            out += self._relay(
-                origin,
-                [],
-                0,
-                lambda h, d, o=origin, lo=lo, hi=hi, items=items: m.Recovered(
-                    a.pubend, o, lo, hi, items, h, d, a.lost, a.unit
-                ),
+            copy = msgspec.structs.replace(
+                a, to=origin, lo=lo, hi=hi, items=items, hops=0, detour=[]
             )
+            out += self._relay_answer(copy)
         self.counters["nack_answers_shared"] += len(out)
         return out
 
@@ -927,17 +926,8 @@ class BrokerCore:
             raise ProtocolError(f"answer for unknown unit {'/'.join(msg.unit)!r}")
         shared = self._to_waiters(msg) if msg.lo <= msg.hi else []
         if msg.to != self.id:
-            return shared + self._relay(
-                msg.to,
-                msg.detour,
-                msg.hops,
-                lambda h, d: m.Recovered(
-                    msg.pubend, msg.to, msg.lo, msg.hi, msg.items, h, d, msg.lost, msg.unit
-                ),
-            )
-        if shared:
-            return shared + self._on_recovered_here(msg, now)
-        return self._on_recovered_here(msg, now)
+            return shared + self._relay_answer(msg)
+        return shared + self._on_recovered_here(msg, now)
 
     def _on_recovered_here(self, msg: m.Recovered, now: float) -> list:
         sub = self._subends.get(msg.pubend)
