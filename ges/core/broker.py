@@ -826,20 +826,32 @@ class BrokerCore:
             # (a durable log does), else its ticks are lost, and saying so lets the subend go on
             answers = self._old_epoch_answers(msg)
         else:
-            # one bounded answer per range (the subend asks again for the rest)
-            answers = []
-            last = self.log.committed
-            for lo, hi in msg.ranges:
-                lo, hi = max(lo, 1), min(hi, last)
-                if lo > hi:
-                    continue
-                got = self.log.read(lo, hi, MAX_READ)
-                if len(got) >= MAX_READ:
-                    hi = got[-1][0]
-                items = [m.EventItem(t, 0, 0, ev) for t, ev in got]
-                answers.append(m.Recovered(self.pubend, msg.origin, lo, hi, items))
+            log = self.log
+            answers = self._log_answers(msg, log.committed, log.lowest(), log.read)
         self.counters["nacks_answered"] += 1
         return self._send_answers(answers)
+
+    def _log_answers(self, msg: m.Nack, last: int, lowest: int, read) -> list[m.Recovered]:
+        """One bounded answer per range of ``msg`` from a log holding ``lowest..last`` (the
+        subend asks again for the rest); ticks below ``lowest`` are answered as lost — the
+        log's bound dropped them, and passing them off as silence would hide the loss."""
+        answers = []
+        for lo, hi in msg.ranges:
+            lo, hi = max(lo, 1), min(hi, last)
+            if lo > hi:
+                continue
+            if lo < lowest:
+                gone = min(hi, lowest - 1)
+                answers.append(m.Recovered(msg.pubend, msg.origin, lo, gone, [], lost=True))
+                lo = gone + 1
+                if lo > hi:
+                    continue
+            got = read(lo, hi, MAX_READ)
+            if len(got) >= MAX_READ:
+                hi = got[-1][0]
+            items = [m.EventItem(t, 0, 0, ev) for t, ev in got]
+            answers.append(m.Recovered(msg.pubend, msg.origin, lo, hi, items))
+        return answers
 
     def _answer_from_cache(self, pubend: str, origin: str, ranges) -> tuple[list, list]:
         """The answers this broker can give a nack from ``origin`` out of its cache — for a range
@@ -906,19 +918,16 @@ class BrokerCore:
     def _old_epoch_answers(self, msg: m.Nack) -> list[m.Recovered]:
         read = getattr(self.log, "read_epoch", None)
         _, _, epoch = msg.pubend.partition("~")
-        out = []
-        for lo, hi in msg.ranges:
-            if lo > hi:
-                continue
-            got = read(int(epoch), lo, hi) if read is not None and epoch.isdigit() else []
-            if not got:
-                out.append(m.Recovered(msg.pubend, msg.origin, lo, hi, [], lost=True))
-                continue
-            if len(got) >= MAX_READ:
-                hi = got[-1][0]
-            items = [m.EventItem(t, 0, 0, ev) for t, ev in got]
-            out.append(m.Recovered(msg.pubend, msg.origin, lo, hi, items))
-        return out
+        if read is None or not epoch.isdigit():  # a log that does not outlive its broker
+            return [
+                m.Recovered(msg.pubend, msg.origin, lo, hi, [], lost=True)
+                for lo, hi in msg.ranges
+                if lo <= hi
+            ]
+        n = int(epoch)  # ticks past the epoch's end were never published: silence
+        return self._log_answers(
+            msg, 1 << 62, self.log.lowest(n), lambda lo, hi, limit: read(n, lo, hi, limit)
+        )
 
     def _on_recovered(self, msg: m.Recovered, now: float) -> list:
         self._check_unicast(msg.to, msg.detour)
@@ -944,8 +953,8 @@ class BrokerCore:
         if msg.lost:
             self.counters["lost"] += msg.hi - msg.lo + 1
             text = (
-                f"{msg.pubend} ticks {msg.lo}..{msg.hi} are lost: that pubend's broker "
-                "restarted without them (its log is in memory)"
+                f"{msg.pubend} ticks {msg.lo}..{msg.hi} are lost: that pubend's log no longer "
+                "holds them (its broker restarted with a log in memory, or its bound dropped them)"
             )
             return [
                 (NOTICE, "warning", text),

@@ -15,9 +15,8 @@ from typing import Protocol
 
 #: Events a Recovered answer carries at most (the nacker asks again for the rest).
 MAX_READ = 512
-#: Events an in-memory log holds; the oldest are dropped beyond it (a nack for them is
-#: answered as silence). Releasing entries once every downstream has acknowledged them
-#: replaces this bound when acknowledgements land.
+#: Events an in-memory log holds; the oldest are dropped beyond it, and a nack for them is
+#: answered as lost (the subscriber's broker logs a warning; nothing is passed off as silence).
 MAX_MEMORY_EVENTS = 1_000_000
 
 
@@ -36,6 +35,10 @@ class PubendLog(Protocol):
 
     def read(self, lo: int, hi: int, limit: int = MAX_READ) -> list[tuple[int, object]]:
         """``(tick, event)`` for the ticks of ``lo..hi`` held, at most ``limit``, in order."""
+
+    def lowest(self, epoch: int | None = None) -> int:
+        """The lowest tick held of an epoch (this one by default): those below it were
+        dropped by the log's bound (lost)."""
 
 
 class MemoryLog:
@@ -69,6 +72,11 @@ class MemoryLog:
         i = bisect_left(self._ticks, lo)
         j = min(bisect_left(self._ticks, hi + 1), i + limit)
         return list(zip(self._ticks[i:j], self._events[i:j], strict=True))
+
+    def lowest(self, epoch: int | None = None) -> int:
+        if epoch is not None and epoch != self.epoch:
+            return 1 << 62  # it holds no other epoch
+        return self._ticks[0] if self._ticks else self.last + 1
 
     def __len__(self) -> int:
         return len(self._ticks)

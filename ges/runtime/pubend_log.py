@@ -17,7 +17,7 @@ they were not published, and a new subscriber never sees an earlier epoch's even
 earlier epochs stay in the file, so a subscriber that was missing the last events of the
 pubend before its broker crashed nacks that epoch and is answered from the file: an event
 whose publisher saw its call return is not lost with the broker. The file holds at most
-:data:`MAX_LOG_EVENTS` events; the oldest go first (until acknowledgements release them).
+:data:`MAX_LOG_EVENTS` events; the oldest go first, and a nack for them is answered as lost.
 """
 
 from __future__ import annotations
@@ -108,6 +108,17 @@ class SqliteLog:
     def read(self, lo: int, hi: int, limit: int = MAX_READ) -> list[tuple[int, object]]:
         hi = min(hi, self._committed)
         return self.read_epoch(self.epoch, lo, hi, limit)
+
+    def lowest(self, epoch: int | None = None) -> int:
+        """The lowest tick an epoch (this one by default) still holds: those below it were
+        dropped by the bound (lost); ``last + 1`` when it holds none."""
+        epoch = self.epoch if epoch is None else epoch
+        (lo,) = self._reader.execute(
+            "SELECT MIN(first) FROM events WHERE epoch = ?", (epoch,)
+        ).fetchone()
+        if lo is not None:
+            return lo
+        return self._committed + 1 if epoch == self.epoch else 1 << 62
 
     def read_epoch(self, epoch: int, lo: int, hi: int, limit: int = MAX_READ) -> list:
         """``(tick, event)`` of an epoch (an earlier one: what it logged before a crash)."""

@@ -124,6 +124,26 @@ def test_a_nack_gets_one_bounded_answer_per_range():
     ]
 
 
+def test_ticks_the_logs_bound_dropped_are_answered_as_lost_not_as_silence():
+    w = World()
+    w.sim.run_until(0.5)
+    core = w.sim.cores["b1"]
+    core.log.max_events = 20
+    for i in range(50):
+        w.publish_at(0.5 + i * 0.0001, "b1", i)
+    w.sim.run_until(2.0)
+    assert core.log.lowest() == 31
+    out = _nack_at(core, m.Nack(core.pubend, "b20", [(5, 10), (25, 40), (45, 60)]))
+    answers = [msg for kind, _, msg in out if kind == PEER and type(msg) is m.Recovered]
+    got = [(a.lo, a.hi, a.lost, [it.tick for it in a.items]) for a in answers]
+    assert got == [
+        (5, 10, True, []),
+        (25, 30, True, []),
+        (31, 40, False, list(range(31, 41))),
+        (45, 50, False, list(range(45, 51))),
+    ]
+
+
 def test_a_nack_for_an_older_epoch_is_answered_as_lost():
     w = World()
     w.sim.run_until(0.5)
@@ -176,6 +196,9 @@ class EpochLog(MemoryLog):
     def read_epoch(self, epoch, lo, hi, limit=MAX_READ):
         assert epoch == 1
         return [(t, m.Event({"n": t})) for t in range(max(lo, 1), min(hi, 5) + 1)][:limit]
+
+    def lowest(self, epoch=None):
+        return 1 if epoch == 1 else super().lowest(epoch)
 
 
 def test_a_restarted_pubend_announces_its_previous_epoch_and_answers_for_it():

@@ -49,6 +49,30 @@ def test_a_restart_opens_a_new_epoch_and_keeps_the_committed_events_of_the_old(t
     again.close()
 
 
+def test_the_bound_drops_whole_batches_oldest_first_and_lowest_says_where_the_log_starts(
+    tmp_path, monkeypatch
+):
+    import ges.runtime.pubend_log as pl
+
+    monkeypatch.setattr(pl, "MAX_LOG_EVENTS", 5)
+    monkeypatch.setattr(pl, "TRIM_EVERY", 1)
+    path = tmp_path / "b1.pubend.db"
+    log = SqliteLog(path)
+    assert log.lowest() == 1  # nothing committed: nothing dropped
+    log.append(1, [ev(1), ev(2)])
+    log.committed_to(log.write_group(log.take_group()))
+    log.close()
+    log = SqliteLog(path)  # epoch 2
+    assert log.lowest(1) == 1
+    for first in (1, 3, 5):
+        log.append(first, [ev(first), ev(first + 1)])
+        log.committed_to(log.write_group(log.take_group()))
+    # 8 events in all, 5 kept: epoch 1's batch and epoch 2's first went, whole
+    assert log.lowest(1) == 1 << 62 and log.lowest() == 3
+    assert log.read(1, 10) == [(t, ev(t)) for t in range(3, 7)]
+    log.close()
+
+
 def test_the_file_is_in_wal_mode_and_strict_syncs_every_commit(tmp_path):
     log = SqliteLog(tmp_path / "a.db", strict=True)
     conn = sqlite3.connect(tmp_path / "a.db")
