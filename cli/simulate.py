@@ -133,6 +133,8 @@ def _simulate(
         "violations": sum(len(o.violations) for o in outcomes),
         "published": sum(o.published for o in outcomes),
         "delivered": sum(o.delivered for o in outcomes),
+        "log_released": sum(o.released for o in outcomes),
+        "log_held": sum(o.held for o in outcomes),
         "frames": sum(o.frames for o in outcomes),
         "faults": {k: sum(o.faults[k] for o in outcomes) for k in outcomes[0].faults},
         "sufficiency": not no_sufficiency,

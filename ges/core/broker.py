@@ -78,6 +78,9 @@ SILENCE_AFTER = 0.05
 SILENCE_EVERY = 1.0
 SILENCE_STEADY = 5
 SILENCE_MAX = 30.0
+#: Reliable delivery: seconds between the pubend's rounds of asking every other broker how far
+#: its log may be released (:class:`m.AckAsk`), while it holds unreleased entries.
+ACK_EVERY = 5.0
 #: Profiles a changing subscription keeps matching against while it changes again and again.
 MAX_CHANGING = 8
 #: Subends (pubends whose streams a subscriber-hosting broker follows); least recently used go.
@@ -181,6 +184,14 @@ class BrokerCore:
         #: quiet silence rounds in a row (no publish since the round before)
         self._silence_idle = 0
         self._published_since_round = False
+        #: log release (seed 002 §1): each other broker's acknowledged tick of this pubend
+        self._others = frozenset(topology.brokers) - {broker_id}
+        self._acked: dict[str, int] = {}
+        #: the tick the last round asked about, and the brokers that have not acknowledged it
+        self._asked = 0
+        self._behind: set[str] = set()
+        unreleased = self.log is not None and self.log.committed > self.log.released()
+        self._ack_due = 0.0 if unreleased else float("inf")
         self._windows: OrderedDict[str, TickWindow] = OrderedDict()
         self._path_prev: dict[tuple[str, str], int] = {}
         # conn_id -> {sub_id: Profile}
@@ -284,6 +295,12 @@ class BrokerCore:
             if kind is m.Nack:
                 return self._on_nack(msg, now)
             return self._on_recovered(msg, now)
+        if kind is m.AckAsk or kind is m.Ack:
+            if not self.reliable:
+                raise ProtocolError(f"{kind.__name__} from {peer}, but delivery is best effort")
+            if kind is m.AckAsk:
+                return self._on_ack_ask(msg)
+            return self._on_ack(msg)
         if kind is m.Connectivity:
             return self._on_connectivity(peer, msg.reports, now)
         if kind is m.Profiles or kind is m.ProfileAck:
@@ -653,6 +670,8 @@ class BrokerCore:
             self._silence_idle = 0
             self._silence_gap = SILENCE_EVERY
             self._published_since_round = True
+            if self._ack_due == float("inf"):
+                self._ack_due = now + ACK_EVERY
         if n:
             if self._gate:  # own events past a starting point: nothing at or below it comes
                 self._pass_gates(self.pubend, held[n - 1][3])
@@ -732,21 +751,9 @@ class BrokerCore:
         if sub is None:
             if not self.profiles:
                 return None
-            # from the earliest starting point of a started subscription: 0 for one that
-            # started before this pubend was routed anywhere (it wants the whole stream)
-            level = self._level(pubend)
-            started = [
-                0 if levels is None else levels[level].get(pubend, 0)
-                for levels in (self._gate.get(d) for d in self._started_dests(level))
-            ]
-            # a changing subscription still gets what its old profiles match from their start
-            started += [
-                ahead.get(pubend, 0)
-                for _, ahead, old_levels in self._changing.values()
-                if level in old_levels
-            ]
-            if started:
-                floor = min(floor, min(started))
+            start = self._start_floor(pubend)
+            if start is not None:
+                floor = min(floor, start)
             sub = self._subends[pubend] = Subend(floor)
             if len(self._subends) > MAX_SUBENDS:
                 gone, _ = self._subends.popitem(last=False)
@@ -754,6 +761,23 @@ class BrokerCore:
         else:
             self._subends.move_to_end(pubend)
         return sub
+
+    def _start_floor(self, pubend: str) -> int | None:
+        """The earliest starting point on ``pubend`` of a started subscription here (None:
+        none has started on its level): 0 for one that started before this pubend was routed
+        anywhere (it wants the whole stream)."""
+        level = self._level(pubend)
+        started = [
+            0 if levels is None else levels[level].get(pubend, 0)
+            for levels in (self._gate.get(d) for d in self._started_dests(level))
+        ]
+        # a changing subscription still gets what its old profiles match from their start
+        started += [
+            ahead.get(pubend, 0)
+            for _, ahead, old_levels in self._changing.values()
+            if level in old_levels
+        ]
+        return min(started) if started else None
 
     def _started_dests(self, level: int):
         """The subscriptions started on the pubends of ``level``."""
@@ -827,19 +851,29 @@ class BrokerCore:
             answers = self._old_epoch_answers(msg)
         else:
             log = self.log
-            answers = self._log_answers(msg, log.committed, log.lowest(), log.read)
+            answers = self._log_answers(msg, log.committed, log.released(), log.lowest(), log.read)
         self.counters["nacks_answered"] += 1
         return self._send_answers(answers)
 
-    def _log_answers(self, msg: m.Nack, last: int, lowest: int, read) -> list[m.Recovered]:
+    def _log_answers(
+        self, msg: m.Nack, last: int, released: int, lowest: int, read
+    ) -> list[m.Recovered]:
         """One bounded answer per range of ``msg`` from a log holding ``lowest..last`` (the
-        subend asks again for the rest); ticks below ``lowest`` are answered as lost — the
+        subend asks again for the rest). Ticks up to ``released`` have nothing for the nacker:
+        every other broker acknowledged them, so they precede anything its subscriptions need
+        (see :meth:`_needed`). Ticks between that and ``lowest`` are answered as lost — the
         log's bound dropped them, and passing them off as silence would hide the loss."""
         answers = []
         for lo, hi in msg.ranges:
             lo, hi = max(lo, 1), min(hi, last)
             if lo > hi:
                 continue
+            if lo <= released:
+                done = min(hi, released)
+                answers.append(m.Recovered(msg.pubend, msg.origin, lo, done, []))
+                lo = done + 1
+                if lo > hi:
+                    continue
             if lo < lowest:
                 gone = min(hi, lowest - 1)
                 answers.append(m.Recovered(msg.pubend, msg.origin, lo, gone, [], lost=True))
@@ -893,9 +927,7 @@ class BrokerCore:
 
     def _relay_answer(self, a: m.Recovered) -> list:
         """An answer one hop further towards ``a.to`` (along its detour, if any)."""
-        return self._relay(
-            a.to, a.detour, a.hops, lambda h, d: msgspec.structs.replace(a, hops=h, detour=d)
-        )
+        return self._relay(a.to, a.detour, a.hops, lambda h, d: _hop(a, h, d))
 
     def _to_waiters(self, a: m.Recovered) -> list:
         """Copies of an answer for every origin waiting on a nack it answers (each gets the part
@@ -925,8 +957,13 @@ class BrokerCore:
                 if lo <= hi
             ]
         n = int(epoch)  # ticks past the epoch's end were never published: silence
+        log = self.log
         return self._log_answers(
-            msg, 1 << 62, self.log.lowest(n), lambda lo, hi, limit: read(n, lo, hi, limit)
+            msg,
+            1 << 62,
+            log.released(n),
+            log.lowest(n),
+            lambda lo, hi, limit: read(n, lo, hi, limit),
         )
 
     def _on_recovered(self, msg: m.Recovered, now: float) -> list:
@@ -962,6 +999,82 @@ class BrokerCore:
             ]
         return self._drain(msg.pubend, sub, now)
 
+    # -- log release (seed 002 §1) ------------------------------------------------------------------
+    #
+    # The pubend's broker releases a tick once every other broker of the topology has
+    # acknowledged it. A broker acknowledges up to the tick it is asked about (which was
+    # published before it was asked) but no further than its subscriptions need: the doubt
+    # horizon of its subend, or the starting point of a subscription that has none yet; and
+    # while a subscription here waits for its starting point on that pubend's level it does
+    # not answer at all. So a released tick was, for every subscription anywhere, either had
+    # or not for it, or published before the subscription was made — a nack for it is
+    # answered "nothing for you" (:meth:`_log_answers`). The membership is the topology's:
+    # a broker that never answers (down for good) holds the release back, and the log's bound
+    # still applies.
+
+    def _ack_round(self, now: float) -> list:
+        """Release what every other broker acknowledged; ask those behind the last commit."""
+        log = self.log
+        tick = log.committed
+        acked = self._acked
+        floor = min((acked.get(b, 0) for b in self._others), default=tick)
+        if floor > log.released():
+            log.release(floor)
+        if floor >= tick:
+            self._ack_due = float("inf")  # until the next publish
+            return []
+        self._ack_due = now + ACK_EVERY
+        self._asked = tick
+        self._behind = {b for b in self._others if acked.get(b, 0) < tick}
+        out = []
+        pubend = self.pubend
+        for b in sorted(self._behind, key=broker_order_key):
+            out += self._relay(b, [], 0, lambda h, d, b=b: m.AckAsk(pubend, b, tick, h, d))
+        return out
+
+    def _on_ack_ask(self, msg: m.AckAsk) -> list:
+        self._check_unicast(msg.to, msg.detour)
+        broker = msg.pubend.partition("~")[0]
+        self._check_unicast(broker, ())
+        if msg.to != self.id:
+            return self._relay(msg.to, msg.detour, msg.hops, lambda h, d: _hop(msg, h, d))
+        need = self._needed(msg.pubend, msg.tick)
+        if need is None or broker == self.id:
+            return []
+        return self._relay(broker, [], 0, lambda h, d: m.Ack(msg.pubend, self.id, need, h, d))
+
+    def _on_ack(self, msg: m.Ack) -> list:
+        broker = msg.pubend.partition("~")[0]
+        self._check_unicast(broker, msg.detour)
+        self._check_unicast(msg.origin, ())
+        if broker != self.id:
+            return self._relay(broker, msg.detour, msg.hops, lambda h, d: _hop(msg, h, d))
+        if msg.pubend == self.pubend and msg.origin != self.id:
+            tick = min(msg.tick, self.log.committed)
+            if self._acked.get(msg.origin, 0) < tick:
+                self._acked[msg.origin] = tick
+            behind = self._behind
+            if tick >= self._asked and msg.origin in behind:
+                behind.discard(msg.origin)
+                if not behind:  # the last one: what the round asked about goes now
+                    self.log.release(self._asked)
+        return []
+
+    def _needed(self, pubend: str, tick: int) -> int | None:
+        """How far this broker acknowledges ``pubend``'s ticks when asked about those up to
+        ``tick``; None while a subscription here waits for its starting point on the
+        pubend's level (it may need ticks from before the answer)."""
+        if not self.profiles:  # no subscription here: a later one starts after the answer
+            return tick
+        level = self._level(pubend)
+        if any(levels[level] is None for levels in self._gate.values()):
+            return None
+        sub = self._subends.get(pubend)
+        if sub is not None:
+            return min(tick, sub.stream.floor)
+        start = self._start_floor(pubend)
+        return tick if start is None else min(tick, start)
+
     def _check_unicast(self, broker: str, detour) -> None:
         if broker not in self.topology.brokers:
             raise ProtocolError(f"unknown broker {broker!r}")
@@ -980,6 +1093,8 @@ class BrokerCore:
 
     def _reliable_timer(self, now: float) -> list:
         out: list = []
+        if now >= self._ack_due:
+            out += self._ack_round(now)
         if now >= self._silence_due:
             tick = self._next_tick - 1 - sum(len(h[4]) for h in self._held)
             out += self._silence(self.pubend, tick, self._root_silence(tick), 0, now)
@@ -1018,7 +1133,7 @@ class BrokerCore:
         ]
 
     def _reliable_deadline(self) -> float:
-        deadline = self._silence_due
+        deadline = min(self._silence_due, self._ack_due)
         subends = self._subends
         for pubend in self._doubtful:
             nack = subends[pubend].next_nack
@@ -1266,11 +1381,18 @@ class BrokerCore:
             pid=self.pid,
             profile_entries=0 if self.router is None else self.router.entries,
             event_frames=c["event_frames"],
+            log_held=0 if self.log is None else self.log.committed - self.log.released(),
+            log_released=0 if self.log is None else self.log.released(),
         )
 
 
 class ProtocolError(Exception):
     """A peer or client sent a message that is not valid at this point; close its connection."""
+
+
+def _hop(msg, hops: int, detour: list):
+    """A unicast message one hop further on (every field kept but these)."""
+    return msgspec.structs.replace(msg, hops=hops, detour=detour)
 
 
 def _old_match(olds: tuple, level: int, pubend: str, it: m.EventItem) -> bool:

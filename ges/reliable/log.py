@@ -38,7 +38,14 @@ class PubendLog(Protocol):
 
     def lowest(self, epoch: int | None = None) -> int:
         """The lowest tick held of an epoch (this one by default): those below it were
-        dropped by the log's bound (lost)."""
+        released or dropped by the log's bound (lost)."""
+
+    def released(self, epoch: int | None = None) -> int:
+        """The highest tick of an epoch (this one by default) released: every other broker
+        acknowledged it, so no subscription needs it (0: none)."""
+
+    def release(self, upto: int) -> None:
+        """Every other broker acknowledged this epoch's ticks up to ``upto``: drop them."""
 
 
 class MemoryLog:
@@ -50,10 +57,12 @@ class MemoryLog:
         self.max_events = max_events
         self._ticks: list[int] = []
         self._events: list = []
+        self._released = 0
+        self._last = 0
 
     @property
     def last(self) -> int:
-        return self._ticks[-1] if self._ticks else 0
+        return self._last
 
     @property
     def committed(self) -> int:
@@ -64,8 +73,10 @@ class MemoryLog:
             raise ValueError(f"tick {first} appended after {self.last}")
         self._ticks.extend(range(first, first + len(events)))
         self._events.extend(events)
+        if events:
+            self._last = first + len(events) - 1
         over = len(self._ticks) - self.max_events
-        if over > 0:  # until acknowledgements release entries, the oldest go first
+        if over > 0:  # beyond the bound the oldest go (a nack for them is answered as lost)
             del self._ticks[:over], self._events[:over]
 
     def read(self, lo: int, hi: int, limit: int = MAX_READ) -> list[tuple[int, object]]:
@@ -77,6 +88,17 @@ class MemoryLog:
         if epoch is not None and epoch != self.epoch:
             return 1 << 62  # it holds no other epoch
         return self._ticks[0] if self._ticks else self.last + 1
+
+    def released(self, epoch: int | None = None) -> int:
+        return self._released if epoch is None or epoch == self.epoch else 0
+
+    def release(self, upto: int) -> None:
+        upto = min(upto, self.last)
+        if upto <= self._released:
+            return
+        self._released = upto
+        n = bisect_left(self._ticks, upto + 1)
+        del self._ticks[:n], self._events[:n]
 
     def __len__(self) -> int:
         return len(self._ticks)

@@ -149,6 +149,7 @@ class BrokerServer:
             now = trio.current_time()
             await trio.sleep(max(0.0, min(deadline - now, TIMER_MAX_SLEEP)))
             outs = self.core.on_timer(trio.current_time())
+            self._logged_later()  # an ack round may have released log entries
             if outs:
                 await self._dispatch(outs)
 
@@ -160,7 +161,10 @@ class BrokerServer:
             while True:
                 await self._log_wakeup.wait()
                 self._log_wakeup = trio.Event()
-                while log.pending:
+                while log.pending or log.release_pending:
+                    if log.release_pending:  # every other broker acknowledged these
+                        await trio.to_thread.run_sync(log.apply_release)
+                        continue
                     group = log.take_group()
                     last = await trio.to_thread.run_sync(log.write_group, group)
                     log.committed_to(last)
@@ -172,7 +176,8 @@ class BrokerServer:
 
     def _logged_later(self) -> None:
         """A client message may have appended to the log: wake the log task."""
-        if self.pubend_log is not None and self.pubend_log.pending:
+        log = self.pubend_log
+        if log is not None and (log.pending or log.release_pending):
             self._log_wakeup.set()
 
     # -- outputs -----------------------------------------------------------------------------

@@ -16,8 +16,14 @@ appended ticks that were not committed before a crash were never acknowledged no
 they were not published, and a new subscriber never sees an earlier epoch's events. The
 earlier epochs stay in the file, so a subscriber that was missing the last events of the
 pubend before its broker crashed nacks that epoch and is answered from the file: an event
-whose publisher saw its call return is not lost with the broker. The file holds at most
-:data:`MAX_LOG_EVENTS` events; the oldest go first, and a nack for them is answered as lost.
+whose publisher saw its call return is not lost with the broker.
+
+Entries are released once every other broker has acknowledged them (``BrokerCore``'s ack
+rounds): :meth:`release` names the tick, the log task deletes the batches up to it from a
+worker thread (:meth:`apply_release`) and records how far each epoch was released, so a nack
+for a released tick is answered as nothing-for-you even after a restart. Beyond that, the file
+holds at most :data:`MAX_LOG_EVENTS` events; the oldest go first, and a nack for them is
+answered as lost.
 """
 
 from __future__ import annotations
@@ -75,6 +81,9 @@ class SqliteLog:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
         self._last = self._committed = 0
         self._written = 0
+        #: released ticks of this epoch: done, and asked for (applied by the log task)
+        self._released = self._release_to = 0
+        self._old_released: dict[int, int] = {}
         self._pending: list[tuple[int, int, bytes]] = []
         self._n_pending = 0
         self._writer: sqlite3.Connection | None = None
@@ -119,6 +128,43 @@ class SqliteLog:
         if lo is not None:
             return lo
         return self._committed + 1 if epoch == self.epoch else 1 << 62
+
+    def released(self, epoch: int | None = None) -> int:
+        if epoch is None or epoch == self.epoch:
+            return self._released
+        got = self._old_released.get(epoch)
+        if got is None:
+            row = self._reader.execute(
+                "SELECT value FROM meta WHERE key = ?", (f"released:{epoch}",)
+            ).fetchone()
+            got = self._old_released[epoch] = row[0] if row else 0
+        return got
+
+    def release(self, upto: int) -> None:
+        self._release_to = max(self._release_to, min(upto, self._committed))
+
+    @property
+    def release_pending(self) -> bool:
+        return self._release_to > self._released
+
+    def apply_release(self) -> None:
+        """Delete the batches released (runs in a worker thread, like :meth:`write_group`)."""
+        if self._writer is None:
+            self._writer = self._connect()
+        upto = self._release_to
+        w = self._writer
+        w.execute("BEGIN")
+        try:
+            w.execute("DELETE FROM events WHERE epoch = ? AND last <= ?", (self.epoch, upto))
+            w.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                (f"released:{self.epoch}", upto),
+            )
+            w.execute("COMMIT")
+        except BaseException:
+            w.execute("ROLLBACK")
+            raise
+        self._released = upto
 
     def read_epoch(self, epoch: int, lo: int, hi: int, limit: int = MAX_READ) -> list:
         """``(tick, event)`` of an epoch (an earlier one: what it logged before a crash)."""

@@ -40,7 +40,7 @@ from ges.wire import messages as m
 from ges.wire.frames import HEADER_SIZE
 
 FAULT_KINDS = ("drop", "dup", "delay", "reorder", "link", "crash", "partition")
-_DATA = (m.Events, m.Silence, m.Nack, m.Recovered)
+_DATA = (m.Events, m.Silence, m.Nack, m.Recovered, m.AckAsk, m.Ack)
 
 
 @attrs.frozen

@@ -45,6 +45,9 @@ class Outcome:
     sim_seconds: float
     wall_seconds: float
     faults: dict
+    #: pubend log entries released (every other broker acknowledged them) and still held
+    released: int = 0
+    held: int = 0
 
     def replay(
         self,
@@ -169,6 +172,8 @@ def run_seed(
         sim_seconds=sim.now,
         wall_seconds=time.perf_counter() - started,
         faults=dict(sim.stats),
+        released=sum(log.released() for log in sim.logs.values()),
+        held=sum(len(log) for log in sim.logs.values()),
     )
 
 

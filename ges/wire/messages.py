@@ -225,6 +225,31 @@ class Recovered(_Msg):
     unit: tuple[str, ...] = ()
 
 
+class AckAsk(_Msg):
+    """The pubend's broker asks ``to`` how far it may release ``pubend``'s log (seed 002 §1:
+    log entries go once every downstream has acknowledged them): ``tick`` is its last committed
+    tick. Relayed to ``to``, which answers with :class:`Ack` — or not at all while one of its
+    subscriptions waits for its starting point."""
+
+    pubend: str
+    to: str
+    tick: int
+    hops: int = 0
+    detour: list[str] = []
+
+
+class Ack(_Msg):
+    """``origin`` needs none of ``pubend``'s ticks up to ``tick`` (at most the asked tick): its
+    subscriptions have every one they want, or started after it. Relayed to the pubend's
+    broker."""
+
+    pubend: str
+    origin: str
+    tick: int
+    hops: int = 0
+    detour: list[str] = []
+
+
 # -- client ↔ broker ---------------------------------------------------------------------------
 
 
@@ -305,6 +330,10 @@ class Stats(_Msg):
     event_frames: int = 0
     #: neighbours whose link an operator has cut at this broker (:class:`LinkControl`)
     links_cut: list[str] = []
+    #: reliable delivery: events this broker's pubend log holds, and the ticks it released
+    #: (every other broker acknowledged them)
+    log_held: int = 0
+    log_released: int = 0
 
 
 class Error(_Msg):
@@ -347,6 +376,8 @@ Message = (
     | Silence
     | Nack
     | Recovered
+    | AckAsk
+    | Ack
     | Profiles
     | ProfileAck
     | Subscribe

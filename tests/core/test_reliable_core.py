@@ -211,3 +211,75 @@ def test_a_restarted_pubend_announces_its_previous_epoch_and_answers_for_it():
     (answer,) = [msg for kind, _, msg in out if kind == PEER]
     assert (answer.lo, answer.hi, answer.lost) == (3, 9, False)
     assert [it.tick for it in answer.items] == [3, 4, 5]
+
+
+# -- releasing the log (issue 5, Deliver 1) ---------------------------------------------------
+
+
+def _ask(core, pubend: str, tick: int):
+    """Feed ``core`` an AckAsk for it; the Ack it sends (None if it does not answer)."""
+    out = core.peer_message(next(iter(core.links_up)), m.AckAsk(pubend, core.id, tick), 10.0)
+    acks = [msg for kind, _, msg in out if kind == PEER and type(msg) is m.Ack]
+    assert len(acks) <= 1
+    return acks[0] if acks else None
+
+
+def test_a_broker_acknowledges_no_further_than_its_subends_horizon():
+    w = World()
+    w.sim.run_until(0.5)
+    w.subscribe("b20", 1)
+    for i in range(10):
+        w.publish_at(0.6 + i * 0.01, "b1", i)
+    w.sim.run_until(3.0)
+    core = w.sim.cores["b20"]
+    pubend = w.sim.cores["b1"].pubend
+    sub = core._subends[pubend]
+    assert sub.stream.floor == 10
+    assert _ask(core, pubend, 8).tick == 8  # never past the tick asked about
+    sub.silence(15, 15)  # ticks 11..14 heard of but not known: the horizon stays at 10
+    assert _ask(core, pubend, 15).tick == 10
+    # a broker with no subscription needs nothing up to the tick asked about
+    assert _ask(w.sim.cores["b12"], pubend, 15).tick == 15
+
+
+def test_a_broker_with_a_subscription_waiting_for_its_start_does_not_answer():
+    w = World()
+    w.sim.run_until(0.5)
+    core = w.sim.cores["b20"]
+    pubend = w.sim.cores["b1"].pubend
+    core.client_open(5, "late")
+    core.client_message(5, m.Subscribe(1, profile_to_wire(Profile("all")), "all"), 0.6)
+    assert core._gate[(5, 1)][core._level(pubend)] is None
+    assert _ask(core, pubend, 3) is None
+
+
+def test_the_log_is_released_once_every_other_broker_acknowledged_it():
+    w = World()
+    w.sim.run_until(0.5)
+    w.subscribe("b20", 1)
+    for i in range(10):
+        w.publish_at(0.6 + i * 0.01, "b1", i)
+    w.sim.run_until(4.0)
+    log = w.sim.logs["b1"]
+    assert (len(log), log.released()) == (10, 0)  # the first round is ACK_EVERY after
+    w.sim.run_until(12.0)
+    assert (len(log), log.released(), log.last) == (0, 10, 10)  # ticks go on from 11
+    assert w.sim.cores["b1"].stats().log_released == 10
+    # a nack for released ticks is answered "nothing for you", not as a loss
+    core = w.sim.cores["b1"]
+    out = _nack_at(core, m.Nack(core.pubend, "b20", [(2, 6)]))
+    (answer,) = [msg for kind, _, msg in out if kind == PEER]
+    assert (answer.lo, answer.hi, answer.items, answer.lost) == (2, 6, [], False)
+
+
+def test_a_broker_that_never_answers_holds_the_release_back():
+    w = World()
+    w.sim.run_until(0.5)
+    w.subscribe("b20", 1)
+    w.sim.crash("b12", 100.0)  # down for good, as far as this run goes
+    for i in range(10):
+        w.publish_at(0.6 + i * 0.01, "b1", i)
+    w.sim.run_until(20.0)
+    core = w.sim.cores["b1"]
+    assert w.sim.logs["b1"].released() == 0 and len(w.sim.logs["b1"]) == 10
+    assert core._behind == {"b12"}

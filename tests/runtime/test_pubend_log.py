@@ -122,3 +122,57 @@ async def test_a_broker_with_a_data_dir_logs_before_it_acknowledges(chain3, tmp_
                         break
             assert got == list(range(30))
         nursery.cancel_scope.cancel()
+
+
+def test_released_batches_are_deleted_and_remembered_per_epoch(tmp_path):
+    path = tmp_path / "b1.pubend.db"
+    log = SqliteLog(path)
+    for first in (1, 4):
+        log.append(first, [ev(first), ev(first + 1), ev(first + 2)])
+        log.committed_to(log.write_group(log.take_group()))
+    log.release(5)  # inside the second batch: only the first goes
+    assert log.release_pending and log.released() == 0
+    log.apply_release()
+    assert not log.release_pending and log.released() == 5
+    assert log.lowest() == 4 and log.read(1, 10)[0][0] == 4
+    log.release(99)  # never past what is committed
+    log.apply_release()
+    assert log.released() == 6 and log.read(1, 10) == []
+    log.close()
+    again = SqliteLog(path)
+    assert again.released(1) == 6 and again.released() == 0
+    again.close()
+
+
+async def test_a_broker_releases_its_log_once_every_other_broker_acknowledged(
+    chain3, tmp_path, monkeypatch
+):
+    import ges.core.broker as broker_module
+
+    monkeypatch.setattr(broker_module, "ACK_EVERY", 0.2)
+    async with trio.open_nursery() as nursery:
+        for bid in chain3.brokers:
+            server = BrokerServer(chain3, bid, data_dir=tmp_path)
+            await nursery.start(server.run)
+        await wait_ready(chain3, timeout=10)
+        s1, s3 = chain3.brokers["b1"], chain3.brokers["b3"]
+        async with (
+            connect(s3.host, s3.port, topology="chain3") as sub_client,
+            connect(s1.host, s1.port, topology="chain3") as pub_client,
+        ):
+            sub = await sub_client.subscribe([m.Constraint("n", ">=", 0)])
+            await pub_client.publish([m.Event({"n": i}, b"", time.time_ns()) for i in range(30)])
+            got = 0
+            with trio.fail_after(5):
+                async for _ in sub:
+                    got += 1
+                    if got == 30:
+                        break
+            with trio.fail_after(10):
+                while (await pub_client.stats()).log_released < 30:
+                    await trio.sleep(0.1)
+            rows = sqlite3.connect(tmp_path / "b1.pubend.db").execute(
+                "SELECT COUNT(*) FROM events WHERE epoch = 1"
+            )
+            assert rows.fetchone()[0] == 0
+        nursery.cancel_scope.cancel()
