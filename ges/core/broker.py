@@ -754,6 +754,11 @@ class BrokerCore:
             start = self._start_floor(pubend)
             if start is not None:
                 floor = min(floor, start)
+            # never below what this broker acknowledged (see :meth:`_promise`)
+            log = self.log
+            promised = None if log is None else log.promised().get(pubend.partition("~")[0])
+            if promised is not None and promised[0] == pubend:
+                floor = max(floor, promised[1])
             sub = self._subends[pubend] = Subend(floor)
             if len(self._subends) > MAX_SUBENDS:
                 gone, _ = self._subends.popitem(last=False)
@@ -950,7 +955,7 @@ class BrokerCore:
     def _old_epoch_answers(self, msg: m.Nack) -> list[m.Recovered]:
         read = getattr(self.log, "read_epoch", None)
         _, _, epoch = msg.pubend.partition("~")
-        if read is None or not epoch.isdigit():  # a log that does not outlive its broker
+        if read is None or _epoch(msg.pubend) < 0:  # a log that does not outlive its broker
             return [
                 m.Recovered(msg.pubend, msg.origin, lo, hi, [], lost=True)
                 for lo, hi in msg.ranges
@@ -1039,9 +1044,28 @@ class BrokerCore:
         if msg.to != self.id:
             return self._relay(msg.to, msg.detour, msg.hops, lambda h, d: _hop(msg, h, d))
         need = self._needed(msg.pubend, msg.tick)
-        if need is None or broker == self.id:
+        if need is None or broker == self.id or not self._promise(broker, msg.pubend, need):
             return []
         return self._relay(broker, [], 0, lambda h, d: m.Ack(msg.pubend, self.id, need, h, d))
+
+    def _promise(self, broker: str, pubend: str, tick: int) -> bool:
+        """Keep, in stable storage, that this broker acknowledged ``pubend`` up to ``tick``: a
+        subend made here later — for a subscription made after the answer, even after a crash
+        — starts above it, so it never gets part of what may be released (a tick still on its
+        way to a keeper would otherwise reach the new subscription, and its copy lost on the
+        way be answered "nothing for you"). One per publishing broker: an older epoch's answer
+        is not given once a newer one was (that pubend is not released any more). False if
+        not kept (then no answer)."""
+        promised = self.log.promised()
+        got = promised.get(broker)
+        if got is not None:
+            if got[0] == pubend:
+                if tick <= got[1]:
+                    return True
+            elif _epoch(pubend) <= _epoch(got[0]):
+                return False
+        self.log.promise(broker, pubend, tick)
+        return True
 
     def _on_ack(self, msg: m.Ack) -> list:
         broker = msg.pubend.partition("~")[0]
@@ -1388,6 +1412,12 @@ class BrokerCore:
 
 class ProtocolError(Exception):
     """A peer or client sent a message that is not valid at this point; close its connection."""
+
+
+def _epoch(pubend: str) -> int:
+    """A pubend's epoch (``<broker>~<epoch>``); -1 if it names none."""
+    epoch = pubend.partition("~")[2]
+    return int(epoch) if epoch.isascii() and epoch.isdigit() and len(epoch) <= 18 else -1
 
 
 def _hop(msg, hops: int, detour: list):

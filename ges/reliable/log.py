@@ -47,6 +47,13 @@ class PubendLog(Protocol):
     def release(self, upto: int) -> None:
         """Every other broker acknowledged this epoch's ticks up to ``upto``: drop them."""
 
+    def promised(self) -> dict[str, tuple[str, int]]:
+        """This broker's acknowledgements (its stable storage keeps them across crashes): per
+        publishing broker, its pubend and the tick acknowledged. The live dict."""
+
+    def promise(self, broker: str, pubend: str, tick: int) -> None:
+        """Keep an acknowledgement before it is sent."""
+
 
 class MemoryLog:
     """A log in memory. It survives a simulated broker crash when the simulator keeps the object
@@ -59,6 +66,7 @@ class MemoryLog:
         self._events: list = []
         self._released = 0
         self._last = 0
+        self._promises: dict[str, tuple[str, int]] = {}
 
     @property
     def last(self) -> int:
@@ -99,6 +107,12 @@ class MemoryLog:
         self._released = upto
         n = bisect_left(self._ticks, upto + 1)
         del self._ticks[:n], self._events[:n]
+
+    def promised(self) -> dict[str, tuple[str, int]]:
+        return self._promises
+
+    def promise(self, broker: str, pubend: str, tick: int) -> None:
+        self._promises[broker] = (pubend, tick)
 
     def __len__(self) -> int:
         return len(self._ticks)

@@ -162,7 +162,7 @@ class BrokerServer:
                 await self._log_wakeup.wait()
                 self._log_wakeup = trio.Event()
                 while log.pending or log.release_pending:
-                    if log.release_pending:  # every other broker acknowledged these
+                    if not log.pending:  # publishes first: every other broker acked these
                         await trio.to_thread.run_sync(log.apply_release)
                         continue
                     group = log.take_group()

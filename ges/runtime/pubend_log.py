@@ -61,6 +61,9 @@ class SqliteLog:
             db = sqlite_utils.Database(self._reader)
             if "meta" not in db.table_names():
                 db["meta"].create({"key": str, "value": int}, pk="key")
+            if "promises" not in db.table_names():
+                # this broker's acknowledgements of other pubends (BrokerCore._on_ack_ask)
+                db["promises"].create({"broker": str, "pubend": str, "tick": int}, pk="broker")
             if "events" not in db.table_names():
                 # one row per publish batch: ticks first..last, the events encoded together
                 db["events"].create(
@@ -76,13 +79,14 @@ class SqliteLog:
             #: subscribers missing its last events ask for them)
             self.previous = (old, old_last) if old_last else None
             self.epoch = old + 1
+            self._promises = {r["broker"]: (r["pubend"], r["tick"]) for r in db["promises"].rows}
             db["meta"].upsert({"key": "epoch", "value": self.epoch}, pk="key")
         except (sqlite3.Error, OSError) as exc:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
         self._last = self._committed = 0
         self._written = 0
         #: released ticks of this epoch: done, and asked for (applied by the log task)
-        self._released = self._release_to = 0
+        self._done = self._release_to = 0
         self._old_released: dict[int, int] = {}
         self._pending: list[tuple[int, int, bytes]] = []
         self._n_pending = 0
@@ -131,7 +135,8 @@ class SqliteLog:
 
     def released(self, epoch: int | None = None) -> int:
         if epoch is None or epoch == self.epoch:
-            return self._released
+            # once acknowledged by all it is released, whether or not the rows are gone yet
+            return self._release_to
         got = self._old_released.get(epoch)
         if got is None:
             row = self._reader.execute(
@@ -143,9 +148,24 @@ class SqliteLog:
     def release(self, upto: int) -> None:
         self._release_to = max(self._release_to, min(upto, self._committed))
 
+    def promised(self) -> dict[str, tuple[str, int]]:
+        return self._promises
+
+    def promise(self, broker: str, pubend: str, tick: int) -> None:
+        """Kept on disk before the acknowledgement goes (one small write on the event loop's
+        thread, once per pubend per ack round)."""
+        try:
+            self._reader.execute(
+                "INSERT OR REPLACE INTO promises (broker, pubend, tick) VALUES (?, ?, ?)",
+                (broker, pubend, tick),
+            )
+        except sqlite3.Error as exc:
+            raise OperationError(f"pubend log {self.path}: {exc}") from None
+        self._promises[broker] = (pubend, tick)
+
     @property
     def release_pending(self) -> bool:
-        return self._release_to > self._released
+        return self._release_to > self._done
 
     def apply_release(self) -> None:
         """Delete the batches released (runs in a worker thread, like :meth:`write_group`)."""
@@ -155,7 +175,10 @@ class SqliteLog:
         w = self._writer
         w.execute("BEGIN")
         try:
-            w.execute("DELETE FROM events WHERE epoch = ? AND last <= ?", (self.epoch, upto))
+            w.execute(
+                "DELETE FROM events WHERE epoch = ? AND first <= ? AND last <= ?",
+                (self.epoch, upto, upto),
+            )
             w.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
                 (f"released:{self.epoch}", upto),
@@ -164,7 +187,7 @@ class SqliteLog:
         except BaseException:
             w.execute("ROLLBACK")
             raise
-        self._released = upto
+        self._done = upto
 
     def read_epoch(self, epoch: int, lo: int, hi: int, limit: int = MAX_READ) -> list:
         """``(tick, event)`` of an epoch (an earlier one: what it logged before a crash)."""

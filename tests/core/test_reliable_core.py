@@ -283,3 +283,23 @@ def test_a_broker_that_never_answers_holds_the_release_back():
     core = w.sim.cores["b1"]
     assert w.sim.logs["b1"].released() == 0 and len(w.sim.logs["b1"]) == 10
     assert core._behind == {"b12"}
+
+
+def test_an_acknowledgement_is_kept_and_an_older_epochs_is_not_given():
+    w = World()
+    w.sim.run_until(0.5)
+    core = w.sim.cores["b12"]
+    assert _ask(core, "b1~1", 15).tick == 15
+    assert core.log.promised() == {"b1": ("b1~1", 15)}
+    assert _ask(core, "b1~2", 4).tick == 4  # b1 restarted with a new epoch
+    assert _ask(core, "b1~1", 20) is None  # the old one is not released any more
+    assert core.log.promised() == {"b1": ("b1~2", 4)}
+
+
+def test_a_nack_for_an_epoch_that_is_no_number_is_answered_as_lost():
+    core = BrokerCore(demo(), "b1", incarnation=9, reliable=True, log=EpochLog(epoch=2))
+    core.link_up("b2", 0.0)
+    for epoch in ("99999999999999999999999", "²", "x"):
+        out = core.peer_message("b2", m.Nack(f"b1~{epoch}", "b2", [(3, 9)]), 0.1)
+        (answer,) = [msg for kind, _, msg in out if kind == PEER]
+        assert (answer.lo, answer.hi, answer.lost) == (3, 9, True)

@@ -131,7 +131,8 @@ def test_released_batches_are_deleted_and_remembered_per_epoch(tmp_path):
         log.append(first, [ev(first), ev(first + 1), ev(first + 2)])
         log.committed_to(log.write_group(log.take_group()))
     log.release(5)  # inside the second batch: only the first goes
-    assert log.release_pending and log.released() == 0
+    # released as soon as asked (the rows go from the log task's thread later)
+    assert log.release_pending and log.released() == 5 and log.lowest() == 1
     log.apply_release()
     assert not log.release_pending and log.released() == 5
     assert log.lowest() == 4 and log.read(1, 10)[0][0] == 4
@@ -141,6 +142,19 @@ def test_released_batches_are_deleted_and_remembered_per_epoch(tmp_path):
     log.close()
     again = SqliteLog(path)
     assert again.released(1) == 6 and again.released() == 0
+    again.close()
+
+
+def test_acknowledgements_given_are_kept_across_restarts(tmp_path):
+    path = tmp_path / "b2.pubend.db"
+    log = SqliteLog(path)
+    assert log.promised() == {}
+    log.promise("b1", "b1~1", 40)
+    log.promise("b7", "b7~3", 5)
+    log.promise("b1", "b1~2", 3)  # a newer epoch of b1's pubend replaces the older
+    log.close()
+    again = SqliteLog(path)
+    assert again.promised() == {"b1": ("b1~2", 3), "b7": ("b7~3", 5)}
     again.close()
 
 

@@ -46,3 +46,70 @@ def test_without_faults_every_log_is_released_by_the_end():
     o = run_seed(topology("ges-paper"), 3, faults=Faults.parse("none"))
     assert o.ok and o.published == 200
     assert (o.released, o.held) == (200, 0)
+
+
+def test_a_subscription_made_after_its_broker_acknowledged_never_gets_part_of_the_released(
+    eager_rounds, monkeypatch
+):
+    """b1's first hop is slow: its ticks 1..10 reach the keepers a second after every broker
+    (none with a subscription) acknowledged them, and b1 released them. b20 subscribes in
+    between; its keepers had routed nothing of b1, so they route 1..10 to it, and 7 is lost on
+    the way. Answering its nack "nothing for you" would leave a gap; b20 acknowledged those
+    ticks, so its subend starts above them and they never reach the subscription at all."""
+    from ges.client._client import profile_to_wire
+    from ges.matching.model import Conjunction, Profile
+    from ges.sim import Checker, Sim
+    from ges.wire import messages as m
+    from ges.wire.frames import HEADER_SIZE
+
+    checker, pending = Checker(), {}
+
+    def on_deliver(broker, conn, msg, now):
+        items = [(it.tick, dict(it.event.attributes)) for it in msg.items]
+        checker.deliver((broker, conn, msg.sub_id), msg.pubend, items, now)
+
+    def on_puback(broker, conn, msg, now):
+        checker.publish(msg.pubend, msg.first_tick, pending.pop((broker, conn, msg.seq)), now)
+
+    def on_suback(broker, conn, msg, now):
+        checker.subscribed((broker, conn, msg.sub_id), now, complete=msg.complete)
+
+    sim = Sim(
+        topology("demo"),
+        seed=1,
+        faults=Faults.parse("none"),
+        on_deliver=on_deliver,
+        on_puback=on_puback,
+        on_suback=on_suback,
+    )
+    send = Sim._send
+    lost = []
+
+    def slow_then_lossy(self, src, dst, msg):
+        if isinstance(msg, m.Events | m.Silence) and src == "b1" and self.now < 1.0:
+            gen = self._gen.get((src, dst) if src < dst else (dst, src))
+            if gen is not None:
+                self.at(1.5, self._arrive, src, dst, gen, m.encode(msg)[HEADER_SIZE:])
+            return
+        if isinstance(msg, m.Events) and dst == "b4" and any(it.tick == 7 for it in msg.items):
+            lost.append(msg)
+            return
+        send(self, src, dst, msg)
+
+    monkeypatch.setattr(Sim, "_send", slow_then_lossy)
+    sim.run_until(0.5)
+    for i in range(10):
+        event = {"sym": "IBM", "bucket": 1, "n": i}
+        pending[("b1", 2000, i + 1)] = [event]
+        sim.at(0.5 + i * 0.001, sim.client, "b1", 2000, m.Publish(i + 1, [m.Event(event)]))
+    sim.run_until(0.6)
+    assert sim.logs["b1"].released() == 10  # every broker acknowledged them already
+    everything = Profile("all", (Conjunction(()),))
+    key = ("b20", 1000, 1)
+    checker.subscribe(key, everything)
+    sim.client("b20", 1000, m.Subscribe(1, profile_to_wire(everything), "all"))
+    sim.run_until(20.0)
+    checker.finish(sim.now, start_by=0.5)
+    assert lost, "the scenario did not lose tick 7 on its way to b20"
+    assert checker.ok, [str(v) for v in checker.violations]
+    assert not checker.subs[key].got  # all ten were published before it subscribed
