@@ -69,6 +69,17 @@ def resolve_broker(topology: Topology, broker_id: str) -> str:
     return broker_id
 
 
+def parse_tags(pairs) -> dict[str, str]:
+    """``--tag KEY=VALUE`` options as a dict (delivery records' experiment tags)."""
+    tags: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserInputError(f"--tag {pair!r}: expected KEY=VALUE (e.g. rate=1000)")
+        tags[key.strip()] = value
+    return tags
+
+
 def is_tty() -> bool:
     return sys.stderr.isatty()
 

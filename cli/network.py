@@ -10,7 +10,7 @@ import trio
 import typer
 from rich.logging import RichHandler
 
-from cli._common import err, load_topology, one_line_errors, out, resolve_broker
+from cli._common import err, load_topology, one_line_errors, out, parse_tags, resolve_broker
 from ges.core.broker import ROUTINGS
 from ges.errors import UserInputError
 from ges.monitor import Monitor
@@ -53,6 +53,20 @@ STRICT_LOG = typer.Option(
 )
 
 
+RECORD = typer.Option(
+    None,
+    "--record",
+    help="Append a delivery record (the format of ges subscribe --record) for every event each "
+    "broker hands to a local client, to DIR/<broker>.records.jsonl.",
+    metavar="DIR",
+)
+TAGS = typer.Option(
+    [],
+    "--tag",
+    help="KEY=VALUE experiment tag for the delivery records (repeatable).",
+)
+
+
 def default_data_dir(topology_name: str) -> Path:
     return Path(".ges") / topology_name
 
@@ -79,6 +93,8 @@ def up(
     ),
     delivery: str = DELIVERY,
     strict_log: bool = STRICT_LOG,
+    record: Path = RECORD,
+    tag: list[str] = TAGS,
 ) -> None:
     """Start every broker of a topology on this host and show them live.
 
@@ -95,6 +111,8 @@ def up(
         routing,
         delivery,
         strict_log,
+        record,
+        tag,
     )
 
 
@@ -125,9 +143,12 @@ def _up(
     routing,
     delivery,
     strict_log=False,
+    record=None,
+    tag=(),
 ) -> None:
     _check_routing(routing)
     reliable = _check_delivery(delivery, routing)
+    tags = parse_tags(tag)
     topology = load_topology(topology_file)
     data_dir = data_dir or default_data_dir(topology.name)
     # with the live view on, logs print above it through the same console
@@ -143,7 +164,7 @@ def _up(
         log_level,
         routing,
         reliable,
-        strict_log,
+        {"strict_log": strict_log, "record_dir": record, "record_tags": tags},
     )
 
 
@@ -156,8 +177,9 @@ async def _run_up(
     log_level,
     routing,
     reliable,
-    strict_log=False,
+    options: dict,
 ):
+    """``options``: the keyword options every broker gets (strict_log, record_dir, …)."""
     supervisor = None
     try:
         async with trio.open_nursery() as nursery:
@@ -179,7 +201,7 @@ async def _run_up(
                     log_level=log_level,
                     routing=routing,
                     reliable=reliable,
-                    strict_log=strict_log,
+                    **options,
                 )
                 await supervisor.start_all(nursery)
                 check = supervisor.check
@@ -190,7 +212,7 @@ async def _run_up(
                     network,
                     routing=routing,
                     reliable=reliable,
-                    strict_log=strict_log,
+                    **options,
                 )
                 check = None
             await wait_ready(topology, timeout=ready_timeout, check=check)
@@ -223,16 +245,21 @@ def broker(
     ),
     delivery: str = DELIVERY,
     strict_log: bool = STRICT_LOG,
+    record: Path = RECORD,
+    tag: list[str] = TAGS,
 ) -> None:
     """Run one broker of a topology (for deployments across hosts)."""
     one_line_errors(_broker)(
-        topology_file, broker_id, data_dir, log_level, routing, delivery, strict_log
+        topology_file, broker_id, data_dir, log_level, routing, delivery, strict_log, record, tag
     )
 
 
-def _broker(topology_file, broker_id, data_dir, log_level, routing, delivery, strict_log) -> None:
+def _broker(
+    topology_file, broker_id, data_dir, log_level, routing, delivery, strict_log, record, tag
+) -> None:
     _check_routing(routing)
     reliable = _check_delivery(delivery, routing)
+    tags = parse_tags(tag)
     topology = load_topology(topology_file)
     resolve_broker(topology, broker_id)
     _setup_logging(log_level)
@@ -250,6 +277,8 @@ def _broker(topology_file, broker_id, data_dir, log_level, routing, delivery, st
                 reliable=reliable,
                 data_dir=data_dir,
                 strict_log=strict_log,
+                record_dir=record,
+                record_tags=tags,
             )
             await nursery.start(server.run)
             spec = topology.brokers[broker_id]

@@ -11,7 +11,7 @@ from pathlib import Path
 import trio
 import typer
 
-from cli._common import err, load_topology, one_line_errors, out, resolve_broker
+from cli._common import err, load_topology, one_line_errors, out, parse_tags, resolve_broker
 from ges.client import connect
 from ges.client.records import RecordWriter
 from ges.errors import OperationError, UserInputError
@@ -150,14 +150,20 @@ def subscribe(
     record: Path = typer.Option(
         None, "--record", help="Append delivery records (JSON lines) to FILE."
     ),
+    tag: list[str] = typer.Option(
+        [], "--tag", help="KEY=VALUE experiment tag for the delivery records (repeatable)."
+    ),
 ) -> None:
     """Subscribe at a broker and print every matching event as it arrives."""
     one_line_errors(_subscribe)(
-        topology_file, broker, where, profile_file, count, timeout, fmt, record
+        topology_file, broker, where, profile_file, count, timeout, fmt, record, tag
     )
 
 
-def _subscribe(topology_file, broker, where, profile_file, count, timeout, fmt, record) -> None:
+def _subscribe(
+    topology_file, broker, where, profile_file, count, timeout, fmt, record, tag=()
+) -> None:
+    tags = parse_tags(tag)
     topology = load_topology(topology_file)
     resolve_broker(topology, broker)
     if fmt not in FORMATS:
@@ -189,7 +195,7 @@ def _subscribe(topology_file, broker, where, profile_file, count, timeout, fmt, 
     async def main():
         nonlocal received
         writer = (
-            RecordWriter(record_file, subscriber_broker=broker, client=client_name)
+            RecordWriter(record_file, subscriber_broker=broker, client=client_name, tags=tags)
             if record_file
             else None
         )

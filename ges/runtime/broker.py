@@ -29,6 +29,7 @@ from ges.core import CLIENT, DROP_PEER, NOTICE, PEER, BrokerCore, ProtocolError
 from ges.errors import OperationError
 from ges.runtime.connection import Connection, ConnectionClosed
 from ges.runtime.pubend_log import SqliteLog
+from ges.runtime.recording import BrokerRecorder
 from ges.topology import Topology, broker_order_key
 from ges.wire import FrameError, encode
 from ges.wire import messages as m
@@ -63,6 +64,8 @@ class BrokerServer:
         reliable: bool | None = None,
         data_dir: Path | None = None,
         strict_log: bool = False,
+        record_dir: Path | None = None,
+        record_tags: dict | None = None,
     ):
         self.topology = topology
         self.spec = topology.brokers[broker_id]
@@ -77,6 +80,12 @@ class BrokerServer:
             else None
         )
         self._log_wakeup = trio.Event()
+        #: ``--record DIR``: delivery records of this broker's local clients
+        self.recorder = (
+            BrokerRecorder(record_dir, broker_id, tags=record_tags)
+            if record_dir is not None
+            else None
+        )
         self.core = BrokerCore(
             topology,
             broker_id,
@@ -105,18 +114,25 @@ class BrokerServer:
             listeners = await trio.open_tcp_listeners(self.spec.port, host=self.listen_host)
         except OSError as exc:
             raise OperationError(self._listen_error(exc)) from None
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            for listener in listeners:
-                nursery.start_soon(self._serve_listener, listener)
-            nursery.start_soon(self._timer)
-            if self.pubend_log is not None:
-                nursery.start_soon(self._log_task)
-            for peer in self.core.neighbours:
-                if broker_order_key(self.id) < broker_order_key(peer):
-                    nursery.start_soon(self._dial_forever, peer)
-            self.log.info("listening on %s:%d", self.listen_host, self.spec.port)
-            task_status.started(self)
+        try:
+            async with trio.open_nursery() as nursery:
+                await self._serve(nursery, listeners, task_status)
+        finally:
+            if self.recorder is not None:
+                self.recorder.close()
+
+    async def _serve(self, nursery: trio.Nursery, listeners, task_status) -> None:
+        self._nursery = nursery
+        for listener in listeners:
+            nursery.start_soon(self._serve_listener, listener)
+        nursery.start_soon(self._timer)
+        if self.pubend_log is not None:
+            nursery.start_soon(self._log_task)
+        for peer in self.core.neighbours:
+            if broker_order_key(self.id) < broker_order_key(peer):
+                nursery.start_soon(self._dial_forever, peer)
+        self.log.info("listening on %s:%d", self.listen_host, self.spec.port)
+        task_status.started(self)
 
     def _listen_error(self, exc: OSError) -> str:
         where = f"{self.listen_host}:{self.spec.port}"
@@ -185,6 +201,7 @@ class BrokerServer:
     async def _dispatch(self, outs: list) -> None:
         encoded: dict[int, bytes] = {}
         now = trio.current_time()
+        recorder = self.recorder
         for kind, dest, msg in outs:
             if kind == NOTICE:
                 self.log.log(logging.WARNING if dest == "warning" else logging.INFO, "%s", msg)
@@ -215,8 +232,13 @@ class BrokerServer:
                     if not conn.send_nowait(data):
                         self.log.warning("%s: slow consumer, disconnecting", conn.label)
                         conn.close("slow consumer: send queue full")
+                        continue
                 except ConnectionClosed:
                     continue
+                if recorder is not None and type(msg) is m.Deliver:
+                    recorder.deliver(self.core._client_names.get(dest, str(dest)), msg)
+        if recorder is not None:
+            recorder.flush()
 
     # -- links -------------------------------------------------------------------------------
 

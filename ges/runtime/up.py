@@ -155,6 +155,8 @@ async def run_embedded(
     routing: str = "content",
     reliable: bool | None = None,
     strict_log: bool = False,
+    record_dir: Path | None = None,
+    record_tags: dict | None = None,
 ) -> dict[str, BrokerServer]:
     """Start every broker as a task in ``nursery``; raises OperationError if one cannot listen."""
     servers = {}
@@ -168,6 +170,8 @@ async def run_embedded(
             reliable=reliable,
             data_dir=network.data_dir,
             strict_log=strict_log,
+            record_dir=record_dir,
+            record_tags=record_tags,
         )
         await nursery.start(server.run)
         servers[bid] = server
@@ -188,10 +192,14 @@ class ProcessSupervisor:
         routing: str = "content",
         reliable: bool | None = None,
         strict_log: bool = False,
+        record_dir: Path | None = None,
+        record_tags: dict | None = None,
     ):
         self.routing = routing
         self.reliable = reliable
         self.strict_log = strict_log
+        self.record_dir = record_dir
+        self.record_tags = record_tags or {}
         self.topology = topology
         self.topology_path = topology_path
         self.network = network
@@ -220,6 +228,8 @@ class ProcessSupervisor:
             self.routing,
             *(() if self.reliable is None else ("--delivery", delivery_name(self.reliable))),
             *(("--strict-log",) if self.strict_log else ()),
+            *(("--record", str(self.record_dir)) if self.record_dir is not None else ()),
+            *(a for k, v in self.record_tags.items() for a in ("--tag", f"{k}={v}")),
         ]
 
     async def start_all(self, nursery: trio.Nursery) -> None:
