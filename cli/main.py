@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import link, network, profile, pubsub, simulate
+from cli import link, network, profile, pubsub, simulate, stats
 from cli import topology as topology_cmd
 from cli._common import OneLineUsageGroup, command
 
@@ -20,6 +20,7 @@ app = typer.Typer(
 app.add_typer(topology_cmd.app, name="topology")
 app.add_typer(profile.app, name="profile")
 app.add_typer(link.app, name="link")
+app.add_typer(stats.app, name="stats")
 command(app)(network.up)
 command(app)(network.broker)
 command(app)(pubsub.publish)
