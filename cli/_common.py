@@ -69,6 +69,20 @@ def resolve_broker(topology: Topology, broker_id: str) -> str:
     return broker_id
 
 
+#: Options every ``ges stats`` command shares: where Spark runs, and settings passed through.
+SPARK_MASTER = typer.Option(
+    "local[*]",
+    "--master",
+    help="Spark master: local[*] (every core here), local[N], spark://HOST:7077, yarn, …",
+)
+SPARK_CONF = typer.Option(
+    [],
+    "--conf",
+    metavar="KEY=VALUE",
+    help="A Spark setting, passed through (repeatable), e.g. spark.driver.memory=8g.",
+)
+
+
 def parse_tags(pairs) -> dict[str, str]:
     """``--tag KEY=VALUE`` options as a dict (delivery records' experiment tags)."""
     tags: dict[str, str] = {}

@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from cli._common import err, one_line_errors, out
+from cli._common import SPARK_CONF, SPARK_MASTER, err, one_line_errors, out
 from ges.errors import UserInputError
 from ges.stats import _spark
 from ges.stats.latency import (
@@ -70,10 +70,8 @@ def latency(
         help="One pass instead of two: percentiles interpolated within a histogram bucket "
         "(within 0.8 % of the exact value).",
     ),
-    master: str = typer.Option("local[*]", "--master", help="Spark master URL."),
-    conf: list[str] = typer.Option(
-        [], "--conf", metavar="KEY=VALUE", help="Spark setting (repeatable)."
-    ),
+    master: str = SPARK_MASTER,
+    conf: list[str] = SPARK_CONF,
 ) -> None:
     """Latency (received_at − published_at) per group of delivery records, on Spark.
 

@@ -11,7 +11,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from cli._common import err, load_topology, one_line_errors, out
+from cli._common import SPARK_CONF, SPARK_MASTER, err, load_topology, one_line_errors, out
 from ges.errors import GesError, OperationError, UserInputError
 from ges.stats.paths import (
     BFS_SQL_CONF,
@@ -37,17 +37,8 @@ def paths(
         "length grows with the number of brokers.",
         metavar="TOPOLOGY",
     ),
-    master: str = typer.Option(
-        "local[*]",
-        "--master",
-        help="Spark master: local[*] (every core here), local[N], spark://HOST:7077, yarn, …",
-    ),
-    conf: list[str] = typer.Option(
-        None,
-        "--conf",
-        metavar="KEY=VALUE",
-        help="A Spark setting, passed through (repeatable), e.g. spark.driver.memory=8g.",
-    ),
+    master: str = SPARK_MASTER,
+    conf: list[str] = SPARK_CONF,
     exact_up_to: int = typer.Option(
         EXACT_UP_TO,
         "--exact-up-to",
