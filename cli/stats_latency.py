@@ -96,6 +96,10 @@ def _latency(records, by, as_json, csv_file, parquet_dir, plot_file, approx, mas
         raise UserInputError("--plot: nothing to plot against without --by (e.g. --by rate)")
     if parquet_dir is not None:
         _check_replaceable(parquet_dir)
+    for option, path in (("--csv", csv_file), ("--plot", plot_file)):
+        # before the run, not after it
+        if path is not None and not path.parent.is_dir():
+            raise UserInputError(f"{option} {path}: no directory {path.parent}")
     spark = _spark.session(master, settings)
     stats = latency_stats(
         spark,
@@ -139,9 +143,9 @@ def table(stats: LatencyStats) -> Table:
     )
     shown = [s for s in STATS if s != "negative" or stats.negative]
     for name in stats.by:
-        result.add_column(name)
+        result.add_column(name, overflow="fold")
     for name in shown:
-        result.add_column(name, justify="right")
+        result.add_column(name, justify="right", overflow="fold")
     for row in stats.rows():
         cells = [_show(row[name]) for name in stats.by]
         for name in shown:
@@ -213,9 +217,10 @@ def write_parquet(spark, stats: LatencyStats, path: Path) -> None:
     frame = spark.createDataFrame(data, schema=T.StructType(fields))
     try:
         frame.coalesce(1).write.mode("overwrite").parquet(str(path))
-    except Exception as exc:  # noqa: BLE001 - Spark's error: first line only
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserInputError(f"--parquet {path}: cannot write: {first}") from None
+    except Exception as exc:  # noqa: BLE001 - Spark's error: one line
+        raise UserInputError(
+            f"--parquet {path}: cannot write: {_spark.failure_reason(exc)}"
+        ) from None
 
 
 def plot(stats: LatencyStats, path: Path) -> None:

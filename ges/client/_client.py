@@ -42,6 +42,19 @@ class Delivery:
     received_at: int
 
 
+def _stamped(events: Sequence[m.Event]) -> list[m.Event]:
+    """The events, each without a publish time (0) given this client's clock now: delivery
+    records and latency figures need it."""
+    now = 0
+    out = []
+    for ev in events:
+        if not ev.published_at:
+            now = now or time.time_ns()
+            ev = m.Event(ev.attributes, ev.payload, now)
+        out.append(ev)
+    return out
+
+
 class Subscription:
     """An async iterator over deliveries for one subscription."""
 
@@ -128,7 +141,7 @@ class Client:
             self._raise_if_closed()
         seq = next(self._seq)
         self._acks[seq] = [trio.Event(), None]
-        await self._send(m.Publish(seq, list(events)))
+        await self._send(m.Publish(seq, _stamped(events)))
         return seq
 
     async def _wait_ack(self, seq: int) -> m.PubAck:

@@ -411,6 +411,10 @@ class BrokerCore:
                 w[2] = frozenset(waited(w[2]))
         return self._to_peers(sends), waits
 
+    def client_name(self, conn: int) -> str:
+        """The id a connected client gave (its connection number if it has gone)."""
+        return self._client_names.get(conn, str(conn))
+
     def client_message(self, conn: int, msg, now: float) -> list:
         kind = type(msg)
         if kind is m.Publish:

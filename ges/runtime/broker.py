@@ -202,6 +202,8 @@ class BrokerServer:
         encoded: dict[int, bytes] = {}
         now = trio.current_time()
         recorder = self.recorder
+        # delivery records: the broker's clock before it hands anything on
+        wall = time.time_ns() if recorder is not None else 0
         for kind, dest, msg in outs:
             if kind == NOTICE:
                 self.log.log(logging.WARNING if dest == "warning" else logging.INFO, "%s", msg)
@@ -236,7 +238,7 @@ class BrokerServer:
                 except ConnectionClosed:
                     continue
                 if recorder is not None and type(msg) is m.Deliver:
-                    recorder.deliver(self.core._client_names.get(dest, str(dest)), msg)
+                    recorder.deliver(self.core.client_name(dest), msg, wall)
         if recorder is not None:
             recorder.flush()
 

@@ -3,8 +3,8 @@
 Each broker appends one record per event it hands to a local subscription to
 ``DIR/<broker>.records.jsonl`` (made at its first record), in the format of :mod:`ges.client.records` (what ``ges
 subscribe --record`` writes), with ``received_at`` the broker's clock when it handed the event to
-the client's connection — so the latency it records leaves out the last hop to the client, which
-``ges subscribe --record`` includes. Writes go through the file's buffer and are flushed after
+the client's connection (read before the broker writes that batch) — so the latency it records
+leaves out the last hop to the client, which ``ges subscribe --record`` includes. Writes go through the file's buffer and are flushed after
 each batch the broker sends; a write that fails (a full disk) is logged once and recording
 stops, the broker goes on.
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import time
 from pathlib import Path
 
 from ges.errors import OperationError
@@ -38,7 +37,8 @@ class BrokerRecorder:
         self._stopped = False
         self._dirty = False
 
-    def deliver(self, client: str, msg: m.Deliver) -> None:
+    def deliver(self, client: str, msg: m.Deliver, now_ns: int) -> None:
+        """Record ``msg``'s events, handed to ``client`` at ``now_ns`` (the broker's clock)."""
         if self._stopped:
             return
         if self._file is None:
@@ -51,11 +51,10 @@ class BrokerRecorder:
         from ges.client._client import Delivery
         from ges.client.records import delivery_record
 
-        now = time.time_ns()
         lines = [
             json.dumps(
                 delivery_record(
-                    Delivery(msg.pubend, it.tick, it.hops, it.event, now),
+                    Delivery(msg.pubend, it.tick, it.hops, it.event, now_ns),
                     subscriber_broker=self.broker,
                     client=client,
                     tags=self.tags,

@@ -92,7 +92,9 @@ def session(master: str = "local[*]", conf: dict[str, str] | None = None, app: s
         raise OperationError(
             f"Spark (master {master}) did not start: {failure_reason(exc)}"
         ) from None
-    spark.sparkContext.setLogLevel("ERROR")
+    # a failed job is reported as one line (failure_reason); Spark's own ERROR lines would
+    # add its stack traces on stderr
+    spark.sparkContext.setLogLevel("OFF")
     return spark
 
 

@@ -44,7 +44,8 @@ from urllib.parse import unquote, urlparse
 import attrs
 
 from ges.client import records
-from ges.errors import OperationError, UserInputError
+from ges.errors import GesError, OperationError, UserInputError
+from ges.stats._spark import failure_reason
 
 #: The statistics of a group, in the order tables and CSV show them (latencies in µs).
 STATS = ("count", "mean", "stddev", "variance", "min", "p50", "p95", "p99", "max", "negative")
@@ -280,18 +281,13 @@ def _castable(have, want) -> bool:
     )
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _parquet_frame(spark, path: Path, schema):
     from pyspark.sql import functions as F
 
     try:
         df = spark.read.parquet(str(path))
     except Exception as exc:  # AnalysisException and friends: not Parquet, unreadable
-        raise UserInputError(f"{path}: cannot read as Parquet ({_first_line(exc)})") from None
+        raise UserInputError(f"{path}: cannot read as Parquet ({failure_reason(exc)})") from None
     have = {f.name: f.dataType for f in df.schema.fields}
     columns = []
     for field in schema.fields:
@@ -450,7 +446,7 @@ def _spark_action(stage: Stage, description: str, action):
         except (UserInputError, OperationError):
             raise
         except Exception as exc:  # Py4J/Spark errors carry a JVM stack: keep its first line
-            raise OperationError(f"Spark job failed: {_first_line(exc)}") from None
+            raise OperationError(f"Spark job failed: {failure_reason(exc)}") from None
 
 
 def latency_stats(
@@ -480,9 +476,17 @@ def latency_stats(
         file and line of the first bad record), or no records at all; OperationError when a
         Spark job fails.
     """
+    try:
+        return _latency_stats(spark, paths, by, exact, stage or (lambda _: nullcontext()))
+    except GesError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Spark refusing a setting or a plan: one line
+        raise OperationError(f"Spark failed: {failure_reason(exc)}") from None
+
+
+def _latency_stats(spark, paths, by, exact, stage) -> LatencyStats:
     from pyspark.sql import functions as F
 
-    stage = stage or (lambda _: nullcontext())
     sources = record_sources(paths)
     keys = tuple(by)
     names = [f"_k{i}" for i in range(len(keys))]
