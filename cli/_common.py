@@ -83,15 +83,25 @@ SPARK_CONF = typer.Option(
 )
 
 
-def parse_tags(pairs) -> dict[str, str]:
-    """``--tag KEY=VALUE`` options as a dict (delivery records' experiment tags)."""
-    tags: dict[str, str] = {}
+def key_values(pairs, option: str, example: str) -> dict[str, str]:
+    """Repeated ``OPTION KEY=VALUE`` options as a dict; a pair without ``=`` is one error line."""
+    out: dict[str, str] = {}
     for pair in pairs or ():
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise UserInputError(f"--tag {pair!r}: expected KEY=VALUE (e.g. rate=1000)")
-        tags[key.strip()] = value
-    return tags
+            raise UserInputError(f"{option} {pair!r}: expected KEY=VALUE (e.g. {example})")
+        out[key.strip()] = value
+    return out
+
+
+def parse_tags(pairs) -> dict[str, str]:
+    """``--tag KEY=VALUE`` options (delivery records' experiment tags)."""
+    return key_values(pairs, "--tag", "rate=1000")
+
+
+def parse_spark_conf(pairs) -> dict[str, str]:
+    """``--conf KEY=VALUE`` options (Spark settings passed through)."""
+    return key_values(pairs, "--conf", "spark.executor.memory=2g")
 
 
 def is_tty() -> bool:

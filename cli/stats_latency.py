@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from cli._common import SPARK_CONF, SPARK_MASTER, err, one_line_errors, out
+from cli._common import SPARK_CONF, SPARK_MASTER, err, one_line_errors, out, parse_spark_conf
 from ges.errors import UserInputError
 from ges.stats import _spark
 from ges.stats.latency import (
@@ -90,7 +90,7 @@ def latency(
 
 def _latency(records, by, as_json, csv_file, parquet_dir, plot_file, approx, master, conf):
     keys = parse_by(by)
-    settings = _spark.parse_conf(conf)
+    settings = parse_spark_conf(conf)
     record_sources(records)  # a missing path fails before the JVM starts
     if plot_file is not None and not keys:
         raise UserInputError("--plot: nothing to plot against without --by (e.g. --by rate)")

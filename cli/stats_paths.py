@@ -11,7 +11,15 @@ import typer
 from rich import box
 from rich.table import Table
 
-from cli._common import SPARK_CONF, SPARK_MASTER, err, load_topology, one_line_errors, out
+from cli._common import (
+    SPARK_CONF,
+    SPARK_MASTER,
+    err,
+    load_topology,
+    one_line_errors,
+    out,
+    parse_spark_conf,
+)
 from ges.errors import GesError, OperationError, UserInputError
 from ges.stats.paths import (
     BFS_SQL_CONF,
@@ -87,7 +95,7 @@ def paths(
         raise UserInputError(f"--plot {plot}: no directory {plot.parent}")
     from ges.stats import _spark
 
-    settings = _spark.parse_conf(conf or [])
+    settings = parse_spark_conf(conf)
     topologies = [(path, load_topology(path, show_warnings=not as_json)) for path in topology_files]
     spark = _spark.session(master, settings)
     with _spark.progress(spark, err, "paths") as status:

@@ -33,6 +33,11 @@ class BrokerRecorder:
         except OSError as exc:
             where = self.path.parent
             raise OperationError(f"--record {where}: cannot make it: {exc.strerror}") from None
+        # the client package imports the runtime's: no import of it at module level
+        from ges.client._client import Delivery
+        from ges.client.records import delivery_record
+
+        self._delivery, self._record = Delivery, delivery_record
         self._file = None
         self._stopped = False
         self._dirty = False
@@ -47,14 +52,10 @@ class BrokerRecorder:
             except OSError as exc:
                 self._failed(exc)
                 return
-        # the client package imports the runtime's (a circular import at module level)
-        from ges.client._client import Delivery
-        from ges.client.records import delivery_record
-
         lines = [
             json.dumps(
-                delivery_record(
-                    Delivery(msg.pubend, it.tick, it.hops, it.event, now_ns),
+                self._record(
+                    self._delivery(msg.pubend, it.tick, it.hops, it.event, now_ns),
                     subscriber_broker=self.broker,
                     client=client,
                     tags=self.tags,

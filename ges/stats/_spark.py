@@ -21,11 +21,11 @@ import re
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from ges.errors import OperationError, UserInputError
+from ges.errors import OperationError
 
 LOG4J = Path(__file__).with_name("log4j2.properties")
 
@@ -38,19 +38,6 @@ DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
 }
-
-
-def parse_conf(pairs: Sequence[str]) -> dict[str, str]:
-    """``--conf k=v`` pairs as a dict; a pair without ``=`` is a UserInputError."""
-    conf: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UserInputError(
-                f"--conf {pair!r}: expected KEY=VALUE (e.g. spark.executor.memory=2g)"
-            )
-        conf[key.strip()] = value
-    return conf
 
 
 def check_java() -> str:

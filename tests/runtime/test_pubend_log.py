@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from contextlib import asynccontextmanager
 
 import trio
 
@@ -16,6 +17,29 @@ from ges.wire import messages as m
 
 def ev(n: int) -> m.Event:
     return m.Event({"n": n}, b"x" * n, 5)
+
+
+@asynccontextmanager
+async def chain_with_logs(chain3, data_dir):
+    """chain3's brokers logging in ``data_dir``: a subscriber client at b3 (subscribed to every
+    event with ``n``) and a publisher client at b1."""
+    async with trio.open_nursery() as nursery:
+        for bid in chain3.brokers:
+            server = BrokerServer(chain3, bid, data_dir=data_dir)
+            await nursery.start(server.run)
+        await wait_ready(chain3, timeout=10)
+        s1, s3 = chain3.brokers["b1"], chain3.brokers["b3"]
+        async with (
+            connect(s3.host, s3.port, topology="chain3") as sub_client,
+            connect(s1.host, s1.port, topology="chain3") as pub_client,
+        ):
+            sub = await sub_client.subscribe([m.Constraint("n", ">=", 0)])
+            yield sub, pub_client
+        nursery.cancel_scope.cancel()
+
+
+def thirty() -> list[m.Event]:
+    return [m.Event({"n": i}, b"", time.time_ns()) for i in range(30)]
 
 
 def test_appends_are_committed_by_the_group_and_read_back(tmp_path):
@@ -94,34 +118,21 @@ def test_appending_a_tick_already_there_is_refused(tmp_path):
 
 
 async def test_a_broker_with_a_data_dir_logs_before_it_acknowledges(chain3, tmp_path):
-    async with trio.open_nursery() as nursery:
-        for bid in chain3.brokers:
-            server = BrokerServer(chain3, bid, data_dir=tmp_path)
-            await nursery.start(server.run)
-        await wait_ready(chain3, timeout=10)
-        s1, s3 = chain3.brokers["b1"], chain3.brokers["b3"]
-        async with (
-            connect(s3.host, s3.port, topology="chain3") as sub_client,
-            connect(s1.host, s1.port, topology="chain3") as pub_client,
-        ):
-            sub = await sub_client.subscribe([m.Constraint("n", ">=", 0)])
-            ack = await pub_client.publish(
-                [m.Event({"n": i}, b"", time.time_ns()) for i in range(30)]
-            )
-            assert ack.pubend == "b1~1" and (ack.first_tick, ack.last_tick) == (1, 30)
-            # acknowledged: on disk, in the file the broker keeps in its data directory
-            rows = sqlite3.connect(tmp_path / "b1.pubend.db").execute(
-                "SELECT SUM(last - first + 1) FROM events WHERE epoch = 1"
-            )
-            assert rows.fetchone()[0] == 30
-            got = []
-            with trio.fail_after(5):
-                async for d in sub:
-                    got.append(d.event.attributes["n"])
-                    if len(got) == 30:
-                        break
-            assert got == list(range(30))
-        nursery.cancel_scope.cancel()
+    async with chain_with_logs(chain3, tmp_path) as (sub, pub_client):
+        ack = await pub_client.publish(thirty())
+        assert ack.pubend == "b1~1" and (ack.first_tick, ack.last_tick) == (1, 30)
+        # acknowledged: on disk, in the file the broker keeps in its data directory
+        rows = sqlite3.connect(tmp_path / "b1.pubend.db").execute(
+            "SELECT SUM(last - first + 1) FROM events WHERE epoch = 1"
+        )
+        assert rows.fetchone()[0] == 30
+        got = []
+        with trio.fail_after(5):
+            async for d in sub:
+                got.append(d.event.attributes["n"])
+                if len(got) == 30:
+                    break
+        assert got == list(range(30))
 
 
 def test_released_batches_are_deleted_and_remembered_per_epoch(tmp_path):
@@ -164,29 +175,18 @@ async def test_a_broker_releases_its_log_once_every_other_broker_acknowledged(
     import ges.core.broker as broker_module
 
     monkeypatch.setattr(broker_module, "ACK_EVERY", 0.2)
-    async with trio.open_nursery() as nursery:
-        for bid in chain3.brokers:
-            server = BrokerServer(chain3, bid, data_dir=tmp_path)
-            await nursery.start(server.run)
-        await wait_ready(chain3, timeout=10)
-        s1, s3 = chain3.brokers["b1"], chain3.brokers["b3"]
-        async with (
-            connect(s3.host, s3.port, topology="chain3") as sub_client,
-            connect(s1.host, s1.port, topology="chain3") as pub_client,
-        ):
-            sub = await sub_client.subscribe([m.Constraint("n", ">=", 0)])
-            await pub_client.publish([m.Event({"n": i}, b"", time.time_ns()) for i in range(30)])
-            got = 0
-            with trio.fail_after(5):
-                async for _ in sub:
-                    got += 1
-                    if got == 30:
-                        break
-            with trio.fail_after(10):
-                while (await pub_client.stats()).log_released < 30:
-                    await trio.sleep(0.1)
-            rows = sqlite3.connect(tmp_path / "b1.pubend.db").execute(
-                "SELECT COUNT(*) FROM events WHERE epoch = 1"
-            )
-            assert rows.fetchone()[0] == 0
-        nursery.cancel_scope.cancel()
+    async with chain_with_logs(chain3, tmp_path) as (sub, pub_client):
+        await pub_client.publish(thirty())
+        got = 0
+        with trio.fail_after(5):
+            async for _ in sub:
+                got += 1
+                if got == 30:
+                    break
+        with trio.fail_after(10):
+            while (await pub_client.stats()).log_released < 30:
+                await trio.sleep(0.1)
+        rows = sqlite3.connect(tmp_path / "b1.pubend.db").execute(
+            "SELECT COUNT(*) FROM events WHERE epoch = 1"
+        )
+        assert rows.fetchone()[0] == 0
