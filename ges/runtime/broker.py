@@ -170,19 +170,26 @@ class BrokerServer:
                 await self._dispatch(outs)
 
     async def _log_task(self) -> None:
-        """Group commit: write everything appended since the last group in one transaction in
-        a worker thread, then let the core acknowledge and send it on."""
+        """Group commit: write everything appended since the last group in one transaction (in
+        a worker thread unless the group is small, see ``SqliteLog.inline``), then let the core
+        acknowledge and send it on; checkpoint the WAL and apply releases in between."""
         log = self.pubend_log
         try:
             while True:
                 await self._log_wakeup.wait()
                 self._log_wakeup = trio.Event()
-                while log.pending or log.release_pending:
+                while log.pending or log.release_pending or log.checkpoint_due:
+                    if log.checkpoint_due:
+                        await trio.to_thread.run_sync(log.checkpoint)
+                        continue
                     if not log.pending:  # publishes first: every other broker acked these
                         await trio.to_thread.run_sync(log.apply_release)
                         continue
                     group = log.take_group()
-                    last = await trio.to_thread.run_sync(log.write_group, group)
+                    if log.inline(group):
+                        last = log.write_group(group)
+                    else:
+                        last = await trio.to_thread.run_sync(log.write_group, group)
                     log.committed_to(last)
                     outs = self.core.on_logged(trio.current_time())
                     if outs:
@@ -193,7 +200,7 @@ class BrokerServer:
     def _logged_later(self) -> None:
         """A client message may have appended to the log: wake the log task."""
         log = self.pubend_log
-        if log is not None and (log.pending or log.release_pending):
+        if log is not None and (log.pending or log.release_pending or log.checkpoint_due):
             self._log_wakeup.set()
 
     # -- outputs -----------------------------------------------------------------------------

@@ -106,6 +106,72 @@ def test_the_file_is_in_wal_mode_and_strict_syncs_every_commit(tmp_path):
     conn.close()
 
 
+def test_small_groups_may_be_committed_inline_and_strict_large_or_trimming_ones_may_not(
+    tmp_path, monkeypatch
+):
+    import ges.runtime.pubend_log as pl
+
+    log = SqliteLog(tmp_path / "a.db")
+    log.append(1, [ev(10)])
+    assert log.inline(log.take_group())  # one small event: a WAL write, no fsync
+    big = [m.Event({"n": i}, b"x" * 1_000, 5) for i in range(pl.INLINE_MAX_BYTES // 1_000 + 1)]
+    log.append(2, big)
+    assert not log.inline(log.take_group())  # too large for the event loop's thread
+    log.append(100, [ev(1)])
+    group = log.take_group()
+    monkeypatch.setattr(pl, "TRIM_EVERY", 1)
+    assert not log.inline(group)  # a trim is due with it: a scan of the table
+    strict = SqliteLog(tmp_path / "b.db", strict=True)
+    strict.append(1, [ev(1)])
+    assert not strict.inline(strict.take_group())  # an fsync
+    log.close()
+    strict.close()
+
+
+def test_the_wal_is_checkpointed_by_the_log_task_not_inside_a_commit(tmp_path, monkeypatch):
+    import ges.runtime.pubend_log as pl
+
+    path = tmp_path / "a.db"
+    wal = tmp_path / "a.db-wal"
+    log = SqliteLog(path)
+    assert log._reader.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    tick = 1
+    while not log.checkpoint_due:
+        events = [m.Event({"n": i}, b"x" * 4_000, 5) for i in range(64)]
+        log.append(tick, events)
+        log.committed_to(log.write_group(log.take_group()))
+        tick += len(events)
+    grown = wal.stat().st_size
+    assert grown >= pl.CHECKPOINT_BYTES  # no commit checkpointed on its own
+    log.checkpoint()
+    assert not log.checkpoint_due
+    log.append(tick, [ev(1)])
+    log.committed_to(log.write_group(log.take_group()))
+    # the next commit starts the WAL over: the file does not grow past what one round wrote
+    assert wal.stat().st_size == grown
+    assert log.read(tick, tick) == [(tick, ev(1))] and log.read(1, 1)[0][0] == 1
+    log.close()
+
+
+async def test_a_publishing_broker_keeps_its_wal_bounded(chain3, tmp_path, monkeypatch):
+    import ges.runtime.pubend_log as pl
+
+    monkeypatch.setattr(pl, "CHECKPOINT_BYTES", 64 << 10)
+    async with chain_with_logs(chain3, tmp_path) as (sub, pub_client):
+        payload = b"x" * 2_000
+        for i in range(200):  # single events: each commits inline, ~6 KB of WAL apiece
+            await pub_client.publish([m.Event({"n": i}, payload, time.time_ns())])
+        got = 0
+        with trio.fail_after(10):
+            async for _ in sub:
+                got += 1
+                if got == 200:
+                    break
+        size = (tmp_path / "b1.pubend.db-wal").stat().st_size
+    # 200 commits wrote over 1 MB to the WAL; checkpoints every 64 KB let it start over
+    assert size < 256 << 10, size
+
+
 def test_appending_a_tick_already_there_is_refused(tmp_path):
     log = SqliteLog(tmp_path / "b1.pubend.db")
     log.append(1, [ev(1)])
