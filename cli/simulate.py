@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import typer
@@ -136,6 +137,9 @@ def _simulate(
         "log_released": sum(o.released for o in outcomes),
         "log_held": sum(o.held for o in outcomes),
         "frames": sum(o.frames for o in outcomes),
+        "frames_by_type": dict(
+            sorted(sum((Counter(o.frame_types) for o in outcomes), Counter()).items())
+        ),
         "faults": {k: sum(o.faults[k] for o in outcomes) for k in outcomes[0].faults},
         "sufficiency": not no_sufficiency,
         "wall_seconds": round(sum(o.wall_seconds for o in outcomes), 3),

@@ -81,6 +81,11 @@ SILENCE_MAX = 30.0
 #: Reliable delivery: seconds between the pubend's rounds of asking every other broker how far
 #: its log may be released (:class:`m.AckAsk`), while it holds unreleased entries.
 ACK_EVERY = 5.0
+#: Seconds a broker that passed an ask on waits for the answers from beyond it, to send them on
+#: as one Ack (one that comes later goes on by itself).
+ACK_GATHER = 1.0
+#: Other pubends' rounds a broker gathers answers for at once (the oldest goes on as it is).
+MAX_GATHERS = 1_024
 #: Profiles a changing subscription keeps matching against while it changes again and again.
 MAX_CHANGING = 8
 #: Subends (pubends whose streams a subscriber-hosting broker follows); least recently used go.
@@ -192,6 +197,8 @@ class BrokerCore:
         self._behind: set[str] = set()
         unreleased = self.log is not None and self.log.committed > self.log.released()
         self._ack_due = 0.0 if unreleased else float("inf")
+        #: other pubends' rounds whose asks this broker passed on: the answers it gathers
+        self._gathers: OrderedDict[str, _Gather] = OrderedDict()
         self._windows: OrderedDict[str, TickWindow] = OrderedDict()
         self._path_prev: dict[tuple[str, str], int] = {}
         # conn_id -> {sub_id: Profile}
@@ -299,7 +306,7 @@ class BrokerCore:
             if not self.reliable:
                 raise ProtocolError(f"{kind.__name__} from {peer}, but delivery is best effort")
             if kind is m.AckAsk:
-                return self._on_ack_ask(msg)
+                return self._on_ack_ask(peer, msg, now)
             return self._on_ack(msg)
         if kind is m.Connectivity:
             return self._on_connectivity(peer, msg.reports, now)
@@ -1035,22 +1042,71 @@ class BrokerCore:
         self._ack_due = now + ACK_EVERY
         self._asked = tick
         self._behind = {b for b in self._others if acked.get(b, 0) < tick}
-        out = []
-        pubend = self.pubend
-        for b in sorted(self._behind, key=broker_order_key):
-            out += self._relay(b, [], 0, lambda h, d, b=b: m.AckAsk(pubend, b, tick, h, d))
+        out, _ = self._pass_ask(
+            self.pubend, sorted(self._behind, key=broker_order_key), tick, 0, ()
+        )
         return out
 
-    def _on_ack_ask(self, msg: m.AckAsk) -> list:
-        self._check_unicast(msg.to, msg.detour)
+    def _pass_ask(self, pubend: str, to: list[str], tick: int, hops: int, detour) -> tuple:
+        """The AckAsks for ``to``, one per next hop, and the brokers they went towards."""
+        out = []
+        passed: list[str] = []
+        up = self.links_up
+        for (hop, path), group in self.router.steps(to, detour, hops).items():
+            if hop in up:
+                out.append((PEER, hop, m.AckAsk(pubend, group, tick, hops + 1, list(path))))
+                passed += group
+        return out, passed
+
+    def _on_ack_ask(self, peer: str, msg: m.AckAsk, now: float) -> list:
         broker = msg.pubend.partition("~")[0]
-        self._check_unicast(broker, ())
-        if msg.to != self.id:
-            return self._relay(msg.to, msg.detour, msg.hops, lambda h, d: _hop(msg, h, d))
-        need = self._needed(msg.pubend, msg.tick)
-        if need is None or broker == self.id or not self._promise(broker, msg.pubend, need):
-            return []
-        return self._relay(broker, [], 0, lambda h, d: m.Ack(msg.pubend, self.id, need, h, d))
+        self._check_unicast(broker, msg.detour)
+        self._check_brokers(msg.to)
+        others = [b for b in msg.to if b != self.id]
+        out, passed = self._pass_ask(msg.pubend, others, msg.tick, msg.hops, msg.detour)
+        answer = None
+        if len(others) < len(msg.to) and broker != self.id:
+            need = self._needed(msg.pubend, msg.tick)
+            if need is not None and self._promise(broker, msg.pubend, need):
+                answer = (self.id, need)
+        got = [] if answer is None else [answer]
+        if passed and broker != self.id:  # the answers from beyond go back as one
+            return out + self._gather(msg.pubend, _Gather(msg.tick, set(passed), got, now, peer))
+        if got:
+            out += self._answer(msg.pubend, got, msg.tick, peer)
+        return out
+
+    def _gather(self, pubend: str, g: _Gather) -> list:
+        """Wait up to ACK_GATHER for the answers of ``g.waiting`` to this round of ``pubend``."""
+        gathers = self._gathers
+        old = gathers.pop(pubend, None)
+        out = [] if old is None else self._gathered(pubend, old)  # an older round's, as it is
+        gathers[pubend] = g
+        if len(gathers) > MAX_GATHERS:
+            out += self._gathered(*gathers.popitem(last=False))
+        return out
+
+    def _gathered(self, pubend: str, g: _Gather) -> list:
+        return self._answer(pubend, g.got, g.asked, g.parent) if g.got else []
+
+    def _answer(self, pubend: str, acks: list, asked: int, parent: str) -> list:
+        """Answers back to the broker the round's ask came from (which gathers them in turn),
+        or relayed to the pubend's broker if that link is down."""
+        if parent in self.links_up:
+            return [(PEER, parent, m.Ack(pubend, acks, asked, 1))]
+        return self._send_acks(pubend, acks, asked)
+
+    def _send_acks(self, pubend: str, acks: list, asked: int, hops: int = 0, detour=()) -> list:
+        broker = pubend.partition("~")[0]
+        return self._relay(broker, detour, hops, lambda h, d: m.Ack(pubend, acks, asked, h, d))
+
+    def _check_brokers(self, brokers) -> None:
+        known = self.topology.brokers
+        if len(brokers) > len(known):
+            raise ProtocolError(f"{len(brokers)} brokers named, the topology has {len(known)}")
+        for b in brokers:
+            if b not in known:
+                raise ProtocolError(f"unknown broker {b!r}")
 
     def _promise(self, broker: str, pubend: str, tick: int) -> bool:
         """Keep, in stable storage, that this broker acknowledged ``pubend`` up to ``tick``: a
@@ -1074,16 +1130,34 @@ class BrokerCore:
     def _on_ack(self, msg: m.Ack) -> list:
         broker = msg.pubend.partition("~")[0]
         self._check_unicast(broker, msg.detour)
-        self._check_unicast(msg.origin, ())
+        self._check_brokers([origin for origin, _ in msg.acks])
         if broker != self.id:
-            return self._relay(broker, msg.detour, msg.hops, lambda h, d: _hop(msg, h, d))
-        if msg.pubend == self.pubend and msg.origin != self.id:
-            tick = min(msg.tick, self.log.committed)
-            if self._acked.get(msg.origin, 0) < tick:
-                self._acked[msg.origin] = tick
-            behind = self._behind
-            if tick >= self._asked and msg.origin in behind:
-                behind.discard(msg.origin)
+            acks, out = msg.acks, []
+            g = self._gathers.get(msg.pubend)
+            if g is not None and g.asked == msg.asked:
+                acks = []
+                for a in msg.acks:
+                    if a[0] in g.waiting:
+                        g.waiting.discard(a[0])
+                        g.got.append(a)
+                    else:
+                        acks.append(a)
+                if not g.waiting:  # everyone beyond this broker answered
+                    out = self._gathered(msg.pubend, self._gathers.pop(msg.pubend))
+            if acks:
+                out += self._send_acks(msg.pubend, acks, msg.asked, msg.hops, msg.detour)
+            return out
+        if msg.pubend != self.pubend:
+            return []
+        behind = self._behind
+        for origin, tick in msg.acks:
+            if origin == self.id:
+                continue
+            tick = min(tick, self.log.committed)
+            if self._acked.get(origin, 0) < tick:
+                self._acked[origin] = tick
+            if tick >= self._asked and origin in behind:
+                behind.discard(origin)
                 if not behind:  # the last one: what the round asked about goes now
                     self.log.release(self._asked)
         return []
@@ -1123,6 +1197,13 @@ class BrokerCore:
         out: list = []
         if now >= self._ack_due:
             out += self._ack_round(now)
+        gathers = self._gathers
+        while gathers:  # oldest first: each waits ACK_GATHER from its ask
+            pubend, g = next(iter(gathers.items()))
+            if g.since + ACK_GATHER > now:
+                break
+            del gathers[pubend]
+            out += self._gathered(pubend, g)
         if now >= self._silence_due:
             tick = self._next_tick - 1 - sum(len(h[4]) for h in self._held)
             out += self._silence(self.pubend, tick, self._root_silence(tick), 0, now)
@@ -1162,6 +1243,8 @@ class BrokerCore:
 
     def _reliable_deadline(self) -> float:
         deadline = min(self._silence_due, self._ack_due)
+        if self._gathers:
+            deadline = min(deadline, next(iter(self._gathers.values())).since + ACK_GATHER)
         subends = self._subends
         for pubend in self._doubtful:
             nack = subends[pubend].next_nack
@@ -1422,6 +1505,22 @@ def _epoch(pubend: str) -> int:
     """A pubend's epoch (``<broker>~<epoch>``); -1 if it names none."""
     epoch = pubend.partition("~")[2]
     return int(epoch) if epoch.isascii() and epoch.isdigit() and len(epoch) <= 18 else -1
+
+
+class _Gather:
+    """Answers to one round of another pubend's asks that this broker passed on: the tick
+    asked, the brokers beyond it still to answer, the ``(origin, tick)`` answers so far, when
+    the ask came and from which neighbour (the answers go back the way the ask came: a tree,
+    whatever the shortest paths back are)."""
+
+    __slots__ = ("asked", "waiting", "got", "since", "parent")
+
+    def __init__(self, asked: int, waiting: set[str], got: list, since: float, parent: str):
+        self.asked = asked
+        self.waiting = waiting
+        self.got = got
+        self.since = since
+        self.parent = parent
 
 
 def _hop(msg, hops: int, detour: list):

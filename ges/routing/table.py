@@ -366,6 +366,24 @@ class ContentRouter:
                 del self._retry[keeper]
         return []
 
+    def steps(
+        self, targets: Iterable[str], detour, hops: int
+    ) -> dict[tuple[str, tuple[str, ...]], list[str]]:
+        """Where a message for several brokers goes next: ``{(next hop, detour): targets}``.
+        It follows its own detour first (every target goes that way); unreachable targets are
+        left out, and all of them once it has gone MAX_RELAY_HOPS."""
+        if hops >= MAX_RELAY_HOPS:
+            return {}
+        step, gave_up = self._follow(detour)
+        if step is not None:
+            return {step: list(targets)}
+        by_hop: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        for t in targets:
+            s = self._path_to(t, gave_up=gave_up)
+            if s is not None:
+                by_hop.setdefault(s, []).append(t)
+        return by_hop
+
     def relay_step(self, to: str, detour, hops: int) -> tuple[str, tuple[str, ...]] | None:
         """``(next hop, detour)`` for a message relayed to broker ``to`` (it follows its
         detour first); None if there is none or the message has gone too far."""

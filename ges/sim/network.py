@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+from collections import Counter
 from collections.abc import Callable
 
 import attrs
@@ -122,6 +123,8 @@ class Sim:
         self._timer_at: dict[str, float] = {}
         self.frames = 0
         self.data_frames = 0
+        #: frames delivered, by message type name
+        self.frame_types: Counter[str] = Counter()
         self.stats = dict.fromkeys(
             ("dropped", "duplicated", "link_failures", "crashes", "partitions"), 0
         )
@@ -313,6 +316,7 @@ class Sim:
             return  # the link went down meanwhile: lost
         msg = m.decode(body)
         self.frames += 1
+        self.frame_types[type(msg).__name__] += 1
         if isinstance(msg, _DATA):
             self.data_frames += 1
         self._feed(dst, lambda core: core.peer_message(src, msg, self.now))

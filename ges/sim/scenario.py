@@ -48,6 +48,8 @@ class Outcome:
     #: pubend log entries released (every other broker acknowledged them) and still held
     released: int = 0
     held: int = 0
+    #: frames delivered, by message type name
+    frame_types: dict = attrs.field(factory=dict)
 
     def replay(
         self,
@@ -174,6 +176,7 @@ def run_seed(
         faults=dict(sim.stats),
         released=sum(log.released() for log in sim.logs.values()),
         held=sum(len(log) for log in sim.logs.values()),
+        frame_types=dict(sim.frame_types),
     )
 
 

@@ -226,26 +226,29 @@ class Recovered(_Msg):
 
 
 class AckAsk(_Msg):
-    """The pubend's broker asks ``to`` how far it may release ``pubend``'s log (seed 002 §1:
-    log entries go once every downstream has acknowledged them): ``tick`` is its last committed
-    tick. Relayed to ``to``, which answers with :class:`Ack` — or not at all while one of its
-    subscriptions waits for its starting point."""
+    """The pubend's broker asks the brokers ``to`` how far it may release ``pubend``'s log (seed
+    002 §1: log entries go once every downstream has acknowledged them): ``tick`` is its last
+    committed tick. One message per link: a broker passes it on with the brokers that lie
+    beyond each of its next hops, and each broker named answers with :class:`Ack` — or not at
+    all while one of its subscriptions waits for its starting point."""
 
     pubend: str
-    to: str
+    to: list[str]
     tick: int
     hops: int = 0
     detour: list[str] = []
 
 
 class Ack(_Msg):
-    """``origin`` needs none of ``pubend``'s ticks up to ``tick`` (at most the asked tick): its
-    subscriptions have every one they want, or started after it. Relayed to the pubend's
-    broker."""
+    """Each ``(origin, tick)`` of ``acks``: ``origin`` needs none of ``pubend``'s ticks up to
+    ``tick`` (at most the asked tick): its subscriptions have every one they want, or started
+    after it. Relayed to the pubend's broker; a broker that passed the round's ask (``asked``,
+    its tick) on gathers the answers from beyond it into one (seed 002 §2: acks consolidate
+    upstream)."""
 
     pubend: str
-    origin: str
-    tick: int
+    acks: list[tuple[str, int]]
+    asked: int = 0
     hops: int = 0
     detour: list[str] = []
 

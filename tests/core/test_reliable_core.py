@@ -216,12 +216,16 @@ def test_a_restarted_pubend_announces_its_previous_epoch_and_answers_for_it():
 # -- releasing the log (issue 5, Deliver 1) ---------------------------------------------------
 
 
-def _ask(core, pubend: str, tick: int):
-    """Feed ``core`` an AckAsk for it; the Ack it sends (None if it does not answer)."""
-    out = core.peer_message(next(iter(core.links_up)), m.AckAsk(pubend, core.id, tick), 10.0)
+def _ask(core, pubend: str, tick: int) -> int | None:
+    """Feed ``core`` an AckAsk for it; the tick it acknowledges (None if it does not answer)."""
+    out = core.peer_message(next(iter(core.links_up)), m.AckAsk(pubend, [core.id], tick), 10.0)
     acks = [msg for kind, _, msg in out if kind == PEER and type(msg) is m.Ack]
     assert len(acks) <= 1
-    return acks[0] if acks else None
+    if not acks:
+        return None
+    ((origin, acked),) = acks[0].acks
+    assert origin == core.id and acks[0].asked == tick
+    return acked
 
 
 def test_a_broker_acknowledges_no_further_than_its_subends_horizon():
@@ -235,11 +239,11 @@ def test_a_broker_acknowledges_no_further_than_its_subends_horizon():
     pubend = w.sim.cores["b1"].pubend
     sub = core._subends[pubend]
     assert sub.stream.floor == 10
-    assert _ask(core, pubend, 8).tick == 8  # never past the tick asked about
+    assert _ask(core, pubend, 8) == 8  # never past the tick asked about
     sub.silence(15, 15)  # ticks 11..14 heard of but not known: the horizon stays at 10
-    assert _ask(core, pubend, 15).tick == 10
+    assert _ask(core, pubend, 15) == 10
     # a broker with no subscription needs nothing up to the tick asked about
-    assert _ask(w.sim.cores["b12"], pubend, 15).tick == 15
+    assert _ask(w.sim.cores["b12"], pubend, 15) == 15
 
 
 def test_a_broker_with_a_subscription_waiting_for_its_start_does_not_answer():
@@ -272,6 +276,57 @@ def test_the_log_is_released_once_every_other_broker_acknowledged_it():
     assert (answer.lo, answer.hi, answer.items, answer.lost) == (2, 6, [], False)
 
 
+def test_a_broker_passes_an_ask_on_once_per_hop_and_gathers_the_answers_from_beyond():
+    from ges.core.broker import ACK_GATHER
+
+    w = World()
+    w.sim.run_until(0.5)
+    pubend = w.sim.cores["b1"].pubend
+    core = w.sim.cores["b3"]  # b3-b7 is the gateway to SC-2
+
+    def ask(tick, now):
+        out = core.peer_message("b1", m.AckAsk(pubend, ["b3", "b7", "b8"], tick), now)
+        return [(dest, msg) for kind, dest, msg in out if kind == PEER]
+
+    def answer(origin, tick, asked, now):
+        out = core.peer_message("b7", m.Ack(pubend, [(origin, tick)], asked=asked), now)
+        return [(dest, msg) for kind, dest, msg in out if kind == PEER]
+
+    # one ask to b7 names both brokers beyond it; b3's own answer waits for theirs
+    assert ask(5, 1.0) == [("b7", m.AckAsk(pubend, ["b7", "b8"], 5, hops=1))]
+    assert answer("b7", 5, 5, 1.1) == []
+    ((dest, ack),) = answer("b8", 4, 5, 1.2)  # less than asked: a subend's horizon
+    assert (dest, sorted(ack.acks), ack.asked) == ("b1", [("b3", 5), ("b7", 5), ("b8", 4)], 5)
+    # a broker that does not answer in time: what came goes on, and its answer later alone
+    ask(9, 2.0)
+    assert answer("b7", 9, 9, 2.1) == []
+    assert core.next_deadline() <= 2.0 + ACK_GATHER
+    out = core.on_timer(2.0 + ACK_GATHER)
+    (ack,) = [msg for kind, _, msg in out if kind == PEER and type(msg) is m.Ack]
+    assert sorted(ack.acks) == [("b3", 9), ("b7", 9)]
+    ((dest, late),) = answer("b8", 9, 9, 3.5)
+    assert (dest, late.acks) == ("b1", [("b8", 9)])
+
+
+def test_a_release_round_sends_one_ask_and_one_answer_per_broker():
+    """The asks fan out over a tree and the answers gather back up it (seed 002 §2): a round
+    costs a frame per broker each way, not one per broker per hop of its path."""
+    w = World()
+    w.sim.run_until(0.5)
+    w.subscribe("b20", 1)
+    for i in range(10):
+        w.publish_at(0.6 + i * 0.01, "b1", i)
+    w.sim.run_until(4.0)
+    before = dict(w.sim.frame_types)
+    w.sim.run_until(7.0)  # the first round, 5 s after the first publish
+    assert w.sim.logs["b1"].released() == 10
+    others = len(w.sim.cores) - 1
+    asks = w.sim.frame_types["AckAsk"] - before.get("AckAsk", 0)
+    acks = w.sim.frame_types["Ack"] - before.get("Ack", 0)
+    assert asks == others  # every broker is named in exactly one frame that reaches it
+    assert acks <= others  # gathered: one per broker, not one per hop of every answer
+
+
 def test_a_broker_that_never_answers_holds_the_release_back():
     w = World()
     w.sim.run_until(0.5)
@@ -289,9 +344,9 @@ def test_an_acknowledgement_is_kept_and_an_older_epochs_is_not_given():
     w = World()
     w.sim.run_until(0.5)
     core = w.sim.cores["b12"]
-    assert _ask(core, "b1~1", 15).tick == 15
+    assert _ask(core, "b1~1", 15) == 15
     assert core.log.promised() == {"b1": ("b1~1", 15)}
-    assert _ask(core, "b1~2", 4).tick == 4  # b1 restarted with a new epoch
+    assert _ask(core, "b1~2", 4) == 4  # b1 restarted with a new epoch
     assert _ask(core, "b1~1", 20) is None  # the old one is not released any more
     assert core.log.promised() == {"b1": ("b1~2", 4)}
 

@@ -66,8 +66,8 @@ EXAMPLES = [
     m.Nack(pubend="b1~1", origin="b7", ranges=[(3, 5), (8, 8)]),
     m.Recovered(pubend="b1~1", to="b7", lo=3, hi=5, items=[ITEM], hops=1, detour=["b3"]),
     m.Recovered(pubend="b1~1", to="b7", lo=3, hi=5, items=[], lost=True, unit=("SSC-A", "SC-1")),
-    m.AckAsk(pubend="b1~1", to="b7", tick=40, hops=2),
-    m.Ack(pubend="b1~1", origin="b7", tick=38, detour=["b3"]),
+    m.AckAsk(pubend="b1~1", to=["b7", "b9"], tick=40, hops=2),
+    m.Ack(pubend="b1~1", acks=[("b7", 38), ("b9", 40)], asked=40, detour=["b3"]),
     m.Subscribe(
         sub_id=3,
         conjunctions=[
