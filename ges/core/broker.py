@@ -84,6 +84,10 @@ ACK_EVERY = 5.0
 #: Seconds a broker that passed an ask on waits for the answers from beyond it, to send them on
 #: as one Ack (one that comes later goes on by itself).
 ACK_GATHER = 1.0
+#: ... less this much per hop the ask came (a broker further out gives up on a silent one
+#: first, so what it gathered still reaches the gatherer before it), but at least GATHER_MIN.
+GATHER_STEP = 0.02
+GATHER_MIN = 0.1
 #: Other pubends' rounds a broker gathers answers for at once (the oldest goes on as it is).
 MAX_GATHERS = 1_024
 #: Profiles a changing subscription keeps matching against while it changes again and again.
@@ -199,6 +203,9 @@ class BrokerCore:
         self._ack_due = 0.0 if unreleased else float("inf")
         #: other pubends' rounds whose asks this broker passed on: the answers it gathers
         self._gathers: OrderedDict[str, _Gather] = OrderedDict()
+        #: no gather is due before this (it may be earlier than every one: then a look finds
+        #: none due and sets it again)
+        self._gather_due = float("inf")
         self._windows: OrderedDict[str, TickWindow] = OrderedDict()
         self._path_prev: dict[tuple[str, str], int] = {}
         # conn_id -> {sub_id: Profile}
@@ -1062,6 +1069,9 @@ class BrokerCore:
         broker = msg.pubend.partition("~")[0]
         self._check_unicast(broker, msg.detour)
         self._check_brokers(msg.to)
+        g = self._gathers.get(msg.pubend)
+        if g is not None and g.asked == msg.tick and g.parent == peer:
+            return []  # a copy of the ask this broker passed on and gathers the answers to
         others = [b for b in msg.to if b != self.id]
         out, passed = self._pass_ask(msg.pubend, others, msg.tick, msg.hops, msg.detour)
         answer = None
@@ -1071,14 +1081,16 @@ class BrokerCore:
                 answer = (self.id, need)
         got = [] if answer is None else [answer]
         if passed and broker != self.id:  # the answers from beyond go back as one
-            return out + self._gather(msg.pubend, _Gather(msg.tick, set(passed), got, now, peer))
+            due = now + max(ACK_GATHER - msg.hops * GATHER_STEP, GATHER_MIN)
+            return out + self._gather(msg.pubend, _Gather(msg.tick, set(passed), got, due, peer))
         if got:
             out += self._answer(msg.pubend, got, msg.tick, peer)
         return out
 
     def _gather(self, pubend: str, g: _Gather) -> list:
-        """Wait up to ACK_GATHER for the answers of ``g.waiting`` to this round of ``pubend``."""
+        """Wait until ``g.due`` for the answers of ``g.waiting`` to this round of ``pubend``."""
         gathers = self._gathers
+        self._gather_due = min(self._gather_due, g.due)
         old = gathers.pop(pubend, None)
         out = [] if old is None else self._gathered(pubend, old)  # an older round's, as it is
         gathers[pubend] = g
@@ -1197,13 +1209,11 @@ class BrokerCore:
         out: list = []
         if now >= self._ack_due:
             out += self._ack_round(now)
-        gathers = self._gathers
-        while gathers:  # oldest first: each waits ACK_GATHER from its ask
-            pubend, g = next(iter(gathers.items()))
-            if g.since + ACK_GATHER > now:
-                break
-            del gathers[pubend]
-            out += self._gathered(pubend, g)
+        if now >= self._gather_due:
+            gathers = self._gathers
+            for pubend in [p for p, g in gathers.items() if g.due <= now]:
+                out += self._gathered(pubend, gathers.pop(pubend))
+            self._gather_due = min((g.due for g in gathers.values()), default=float("inf"))
         if now >= self._silence_due:
             tick = self._next_tick - 1 - sum(len(h[4]) for h in self._held)
             out += self._silence(self.pubend, tick, self._root_silence(tick), 0, now)
@@ -1243,8 +1253,8 @@ class BrokerCore:
 
     def _reliable_deadline(self) -> float:
         deadline = min(self._silence_due, self._ack_due)
-        if self._gathers:
-            deadline = min(deadline, next(iter(self._gathers.values())).since + ACK_GATHER)
+        if self._gather_due < deadline:
+            deadline = self._gather_due
         subends = self._subends
         for pubend in self._doubtful:
             nack = subends[pubend].next_nack
@@ -1510,16 +1520,16 @@ def _epoch(pubend: str) -> int:
 class _Gather:
     """Answers to one round of another pubend's asks that this broker passed on: the tick
     asked, the brokers beyond it still to answer, the ``(origin, tick)`` answers so far, when
-    the ask came and from which neighbour (the answers go back the way the ask came: a tree,
-    whatever the shortest paths back are)."""
+    it stops waiting, and the neighbour the ask came from (the answers go back the way the ask
+    came: a tree, whatever the shortest paths back are)."""
 
-    __slots__ = ("asked", "waiting", "got", "since", "parent")
+    __slots__ = ("asked", "waiting", "got", "due", "parent")
 
-    def __init__(self, asked: int, waiting: set[str], got: list, since: float, parent: str):
+    def __init__(self, asked: int, waiting: set[str], got: list, due: float, parent: str):
         self.asked = asked
         self.waiting = waiting
         self.got = got
-        self.since = since
+        self.due = due
         self.parent = parent
 
 

@@ -372,11 +372,12 @@ class ContentRouter:
         """Where a message for several brokers goes next: ``{(next hop, detour): targets}``.
         It follows its own detour first (every target goes that way); unreachable targets are
         left out, and all of them once it has gone MAX_RELAY_HOPS."""
-        if hops >= MAX_RELAY_HOPS:
+        targets = list(targets)
+        if hops >= MAX_RELAY_HOPS or not targets:
             return {}
         step, gave_up = self._follow(detour)
         if step is not None:
-            return {step: list(targets)}
+            return {step: targets}
         by_hop: dict[tuple[str, tuple[str, ...]], list[str]] = {}
         for t in targets:
             s = self._path_to(t, gave_up=gave_up)

@@ -63,8 +63,15 @@ INLINE_MAX_BYTES = 16_384
 #: worker thread (SQLite's own automatic checkpoint, which would run inside a commit, is off:
 #: it fsyncs, and a commit may run on the event loop's thread).
 CHECKPOINT_BYTES = 4 << 20
-#: What a commit adds to the WAL besides its rows (a page at least: a frame per changed page).
-COMMIT_OVERHEAD = 4_096
+#: What a commit adds to the WAL besides its rows: a frame per changed page, the events table's
+#: and its key's (a page each at least).
+COMMIT_OVERHEAD = 8_192
+#: What deleting one batch adds to the WAL, about (the pages it sat on are written again).
+DELETE_COST = 256
+#: Batches one release transaction deletes: the log task goes on with the next chunk after any
+#: publishes waiting, and no transaction holds the write lock for long (an acknowledgement's
+#: promise is written on the event loop's thread and would wait for it).
+RELEASE_CHUNK = 10_000
 
 
 class SqliteLog:
@@ -190,27 +197,27 @@ class SqliteLog:
         return self._release_to > self._done
 
     def apply_release(self) -> None:
-        """Delete the batches released (runs in a worker thread, like :meth:`write_group`)."""
-        if self._writer is None:
-            self._writer = self._connect()
+        """Delete up to :data:`RELEASE_CHUNK` released batches and record how far the epoch is
+        released, in one transaction (a worker thread, like :meth:`write_group`); the log task
+        calls it again while :attr:`release_pending`."""
         upto = self._release_to
-        w = self._writer
-        w.execute("BEGIN")
-        try:
-            w.execute(
-                "DELETE FROM events WHERE epoch = ? AND first <= ? AND last <= ?",
-                (self.epoch, upto, upto),
-            )
+
+        def delete(w: sqlite3.Connection) -> int:
+            gone = w.execute(
+                "DELETE FROM events WHERE rowid IN (SELECT rowid FROM events"
+                " WHERE epoch = ? AND first <= ? AND last <= ? LIMIT ?)",
+                (self.epoch, upto, upto, RELEASE_CHUNK),
+            ).rowcount
             w.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
                 (f"released:{self.epoch}", upto),
             )
-            w.execute("COMMIT")
-        except BaseException:
-            w.execute("ROLLBACK")
-            raise
-        self._wal += COMMIT_OVERHEAD
-        self._done = upto
+            return gone
+
+        gone = self._transaction(delete)
+        self._wal += COMMIT_OVERHEAD + gone * DELETE_COST
+        if gone < RELEASE_CHUNK:
+            self._done = upto
 
     def read_epoch(self, epoch: int, lo: int, hi: int, limit: int = MAX_READ) -> list:
         """``(tick, event)`` of an epoch (an earlier one: what it logged before a crash)."""
@@ -244,7 +251,7 @@ class SqliteLog:
     def inline(self, group: list[tuple[int, int, bytes]]) -> bool:
         """Whether the log task may write ``group`` on the event loop's thread (a small group,
         no fsync, no trim due): see :data:`INLINE_MAX_BYTES`."""
-        if self.strict or self._written + group[-1][1] - group[0][0] + 1 >= TRIM_EVERY:
+        if self.strict or self._trim_due(group):
             return False
         size = 0
         for _, _, body in group:
@@ -258,35 +265,64 @@ class SqliteLog:
         return self._wal >= CHECKPOINT_BYTES
 
     def checkpoint(self) -> None:
-        """Copy the WAL into the database so it starts over (runs in a worker thread)."""
+        """Copy the WAL into the database (runs in a worker thread). After a complete one, a
+        small write here starts the WAL over: that restart fsyncs the WAL's new header even
+        with ``synchronous=NORMAL``, and the next commit, on the event loop's thread, would pay
+        for it. An incomplete one (a reader in the way) is tried again later."""
         if self._writer is None:
             self._writer = self._connect()
-        self._writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        w = self._writer
+        try:
+            busy, frames, done = w.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if busy or frames != done:
+                self._wal = CHECKPOINT_BYTES // 2
+                return
+            w.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('checkpoint', ?)", (done,))
+        except sqlite3.Error as exc:
+            raise OperationError(f"pubend log {self.path}: {exc}") from None
         self._wal = 0
 
     def write_group(self, group: list[tuple[int, int, bytes]]) -> int:
         """Write one group in one transaction (from a worker thread, or on the event loop's
         thread when :meth:`inline`). Returns its last tick."""
-        if self._writer is None:
-            self._writer = self._connect()
-        w = self._writer
         epoch = self.epoch
-        w.execute("BEGIN")
-        try:
+        trim = self._trim_due(group)
+
+        def insert(w: sqlite3.Connection) -> None:
             w.executemany(
                 "INSERT INTO events (epoch, first, last, body) VALUES (?, ?, ?, ?)",
                 [(epoch, first, last, body) for first, last, body in group],
             )
-            self._written += group[-1][1] - group[0][0] + 1
-            if self._written >= TRIM_EVERY:
-                self._written = 0
+            if trim:
                 self._trim(w)
-            w.execute("COMMIT")
-        except BaseException:
-            w.execute("ROLLBACK")
-            raise
+
+        self._transaction(insert)
+        self._written = 0 if trim else self._written + group[-1][1] - group[0][0] + 1
         self._wal += COMMIT_OVERHEAD + sum(len(body) for _, _, body in group)
+        if trim:  # a trim writes about what it deletes
+            self._wal = max(self._wal, CHECKPOINT_BYTES)
         return group[-1][1]
+
+    def _trim_due(self, group: list[tuple[int, int, bytes]]) -> bool:
+        return self._written + group[-1][1] - group[0][0] + 1 >= TRIM_EVERY
+
+    def _transaction(self, work):
+        """``work(connection)`` in one transaction on the writer connection; an SQLite error
+        (a full disk, an I/O error) is an OperationError naming the file."""
+        if self._writer is None:
+            self._writer = self._connect()
+        w = self._writer
+        try:
+            w.execute("BEGIN")
+            try:
+                got = work(w)
+                w.execute("COMMIT")
+            except BaseException:
+                w.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise OperationError(f"pubend log {self.path}: {exc}") from None
+        return got
 
     def _trim(self, w: sqlite3.Connection) -> None:
         """Keep about the newest MAX_LOG_EVENTS events (whole batches go)."""

@@ -294,6 +294,7 @@ def test_a_broker_passes_an_ask_on_once_per_hop_and_gathers_the_answers_from_bey
 
     # one ask to b7 names both brokers beyond it; b3's own answer waits for theirs
     assert ask(5, 1.0) == [("b7", m.AckAsk(pubend, ["b7", "b8"], 5, hops=1))]
+    assert ask(5, 1.05) == []  # a copy of it: passed on and gathered for already
     assert answer("b7", 5, 5, 1.1) == []
     ((dest, ack),) = answer("b8", 4, 5, 1.2)  # less than asked: a subend's horizon
     assert (dest, sorted(ack.acks), ack.asked) == ("b1", [("b3", 5), ("b7", 5), ("b8", 4)], 5)
@@ -306,6 +307,44 @@ def test_a_broker_passes_an_ask_on_once_per_hop_and_gathers_the_answers_from_bey
     assert sorted(ack.acks) == [("b3", 9), ("b7", 9)]
     ((dest, late),) = answer("b8", 9, 9, 3.5)
     assert (dest, late.acks) == ("b1", [("b8", 9)])
+
+
+def test_a_broker_further_out_gives_up_gathering_first():
+    from ges.core.broker import ACK_GATHER, GATHER_STEP
+
+    w = World()
+    w.sim.run_until(0.5)
+    core = w.sim.cores["b3"]
+    for pubend, hops in (("b1~1", 1), ("b2~1", 6)):
+        core.peer_message("b1", m.AckAsk(pubend, ["b7", "b8"], 5, hops=hops), 1.0)
+    due = {p: g.due for p, g in core._gathers.items()}
+    assert due == {
+        "b1~1": 1.0 + ACK_GATHER - GATHER_STEP,
+        "b2~1": 1.0 + ACK_GATHER - 6 * GATHER_STEP,
+    }
+    assert core.next_deadline() <= due["b2~1"]
+    core.on_timer(due["b2~1"])
+    assert list(core._gathers) == ["b1~1"]
+
+
+def test_malformed_asks_and_answers_are_protocol_errors():
+    from ges.core.broker import ProtocolError
+
+    w = World()
+    w.sim.run_until(0.5)
+    core = w.sim.cores["b3"]
+    bad = [
+        m.AckAsk("b1~1", ["b7", "nobody"], 5),
+        m.AckAsk("b1~1", ["b7"] * 21, 5),  # more names than the topology has brokers
+        m.AckAsk("x9~1", ["b7"], 5),
+        m.Ack("b1~1", [("nobody", 5)], 5),
+    ]
+    for msg in bad:
+        try:
+            core.peer_message("b1", msg, 1.0)
+        except ProtocolError:
+            continue
+        raise AssertionError(f"accepted {msg}")
 
 
 def test_a_release_round_sends_one_ask_and_one_answer_per_broker():

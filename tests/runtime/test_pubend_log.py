@@ -143,14 +143,58 @@ def test_the_wal_is_checkpointed_by_the_log_task_not_inside_a_commit(tmp_path, m
         tick += len(events)
     grown = wal.stat().st_size
     assert grown >= pl.CHECKPOINT_BYTES  # no commit checkpointed on its own
+
+    def restarts() -> int:  # the WAL header's checkpoint sequence: +1 each time it starts over
+        return int.from_bytes(wal.read_bytes()[12:16], "big")
+
+    before = restarts()
     log.checkpoint()
     assert not log.checkpoint_due
+    # the WAL started over inside checkpoint(), in its worker thread: the fsync of its new
+    # header is not left to the next commit, which may run on the event loop's thread
+    assert restarts() == before + 1
     log.append(tick, [ev(1)])
     log.committed_to(log.write_group(log.take_group()))
-    # the next commit starts the WAL over: the file does not grow past what one round wrote
-    assert wal.stat().st_size == grown
+    assert restarts() == before + 1 and wal.stat().st_size == grown  # reused, not grown
     assert log.read(tick, tick) == [(tick, ev(1))] and log.read(1, 1)[0][0] == 1
     log.close()
+
+
+def test_a_release_deletes_in_chunks_and_counts_as_released_at_once(tmp_path, monkeypatch):
+    import ges.runtime.pubend_log as pl
+
+    monkeypatch.setattr(pl, "RELEASE_CHUNK", 2)
+    log = SqliteLog(tmp_path / "a.db")
+    for t in range(1, 6):
+        log.append(t, [ev(t)])
+        log.committed_to(log.write_group(log.take_group()))
+    log.release(4)
+    assert log.released() == 4  # nobody needs them any more, deleted or not
+    rounds = 0
+    while log.release_pending:
+        log.apply_release()
+        rounds += 1
+    # 2 + 2 batches, and a third round that finds none (a full chunk may not be the last)
+    assert rounds == 3 and log.read(1, 10) == [(5, ev(5))]
+    log.close()
+    assert SqliteLog(tmp_path / "a.db").released(1) == 4  # recorded with the first chunk
+
+
+def test_an_sqlite_failure_while_writing_is_one_error_naming_the_file(tmp_path):
+    from ges.errors import OperationError
+
+    log = SqliteLog(tmp_path / "a.db")
+    log.append(1, [ev(1)])
+    log.committed_to(log.write_group(log.take_group()))
+    log._writer.close()  # what a failing disk looks like from here: every statement fails
+    log.append(2, [ev(2)])
+    for attempt in (lambda: log.write_group(log.take_group()), log.checkpoint):
+        try:
+            attempt()
+        except OperationError as exc:
+            assert "a.db" in str(exc)
+        else:
+            raise AssertionError("no error")
 
 
 async def test_a_publishing_broker_keeps_its_wal_bounded(chain3, tmp_path, monkeypatch):

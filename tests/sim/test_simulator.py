@@ -99,6 +99,9 @@ def test_a_seed_replays_identically_in_another_process():
         got.pop("wall_seconds")
         results.append(got)
     assert results[0] == results[1]
+    # the frames by type add up to the frames, and the release rounds are among them
+    by_type = results[0]["frames_by_type"]
+    assert sum(by_type.values()) == results[0]["frames"] and by_type["AckAsk"] > 0
 
 
 def test_the_sufficiency_rule_is_what_keeps_partitions_safe():
