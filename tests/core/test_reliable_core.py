@@ -57,6 +57,15 @@ class World:
         self.sim.client(broker, conn, m.Subscribe(1, profile_to_wire(profile), profile.id))
         return key
 
+    def ten_to_b20(self, until: float) -> None:
+        """A subscriber to everything at b20, then ten events from b1 0.6 s in; run to
+        ``until``."""
+        self.sim.run_until(0.5)
+        self.subscribe("b20", 1)
+        for i in range(10):
+            self.publish_at(0.6 + i * 0.01, "b1", i)
+        self.sim.run_until(until)
+
     def publish_at(self, when: float, broker: str, n: int) -> None:
         def go(n=n):
             self.seq += 1
@@ -156,11 +165,7 @@ def test_a_nack_for_an_older_epoch_is_answered_as_lost():
 
 def test_a_lost_answer_lets_the_subend_go_on_and_says_so():
     w = World()
-    w.sim.run_until(0.5)
-    w.subscribe("b20", 1)
-    for i in range(10):
-        w.publish_at(0.6 + i * 0.01, "b1", i)
-    w.sim.run_until(2.0)
+    w.ten_to_b20(until=2.0)
     core = w.sim.cores["b20"]
     pubend = w.sim.cores["b1"].pubend
     sub = core._subends[pubend]
@@ -230,11 +235,7 @@ def _ask(core, pubend: str, tick: int) -> int | None:
 
 def test_a_broker_acknowledges_no_further_than_its_subends_horizon():
     w = World()
-    w.sim.run_until(0.5)
-    w.subscribe("b20", 1)
-    for i in range(10):
-        w.publish_at(0.6 + i * 0.01, "b1", i)
-    w.sim.run_until(3.0)
+    w.ten_to_b20(until=3.0)
     core = w.sim.cores["b20"]
     pubend = w.sim.cores["b1"].pubend
     sub = core._subends[pubend]
@@ -259,11 +260,7 @@ def test_a_broker_with_a_subscription_waiting_for_its_start_does_not_answer():
 
 def test_the_log_is_released_once_every_other_broker_acknowledged_it():
     w = World()
-    w.sim.run_until(0.5)
-    w.subscribe("b20", 1)
-    for i in range(10):
-        w.publish_at(0.6 + i * 0.01, "b1", i)
-    w.sim.run_until(4.0)
+    w.ten_to_b20(until=4.0)
     log = w.sim.logs["b1"]
     assert (len(log), log.released()) == (10, 0)  # the first round is ACK_EVERY after
     w.sim.run_until(12.0)
@@ -351,11 +348,7 @@ def test_a_release_round_sends_one_ask_and_one_answer_per_broker():
     """The asks fan out over a tree and the answers gather back up it (seed 002 §2): a round
     costs a frame per broker each way, not one per broker per hop of its path."""
     w = World()
-    w.sim.run_until(0.5)
-    w.subscribe("b20", 1)
-    for i in range(10):
-        w.publish_at(0.6 + i * 0.01, "b1", i)
-    w.sim.run_until(4.0)
+    w.ten_to_b20(until=4.0)
     before = dict(w.sim.frame_types)
     w.sim.run_until(7.0)  # the first round, 5 s after the first publish
     assert w.sim.logs["b1"].released() == 10
