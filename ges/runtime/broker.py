@@ -172,35 +172,42 @@ class BrokerServer:
     async def _log_task(self) -> None:
         """Group commit: write everything appended since the last group in one transaction (in
         a worker thread unless the group is small, see ``SqliteLog.inline``), then let the core
-        acknowledge and send it on; checkpoint the WAL and apply releases in between."""
+        acknowledge and send it on; checkpoint the WAL, and release or trim a chunk, in
+        between."""
         log = self.pubend_log
         try:
             while True:
                 await self._log_wakeup.wait()
                 self._log_wakeup = trio.Event()
-                while log.pending or log.release_pending or log.checkpoint_due:
-                    if log.checkpoint_due:
+                while log.pending or log.release_pending or log.trim_pending or log.checkpoint_due:
+                    if log.checkpoint_due:  # the WAL's bound holds under any stream of publishes
                         await trio.to_thread.run_sync(log.checkpoint)
                         continue
-                    if not log.pending:  # publishes first: every other broker acked these
+                    if log.pending:
+                        group = log.take_group()
+                        if log.inline(group):
+                            last = log.write_group(group)
+                        else:
+                            last = await trio.to_thread.run_sync(log.write_group, group)
+                        log.committed_to(last)
+                        outs = self.core.on_logged(trio.current_time())
+                        if outs:
+                            await self._dispatch(outs)
+                    # deletions a chunk at a time, one after each group: a publish waits for
+                    # at most one, and a steady stream of publishes does not starve them
+                    if log.release_pending:  # every other broker acknowledged these
                         await trio.to_thread.run_sync(log.apply_release)
-                        continue
-                    group = log.take_group()
-                    if log.inline(group):
-                        last = log.write_group(group)
-                    else:
-                        last = await trio.to_thread.run_sync(log.write_group, group)
-                    log.committed_to(last)
-                    outs = self.core.on_logged(trio.current_time())
-                    if outs:
-                        await self._dispatch(outs)
+                    elif log.trim_pending:
+                        await trio.to_thread.run_sync(log.trim)
         finally:
             log.close()
 
     def _logged_later(self) -> None:
         """A client message may have appended to the log: wake the log task."""
         log = self.pubend_log
-        if log is not None and (log.pending or log.release_pending or log.checkpoint_due):
+        if log is not None and (
+            log.pending or log.release_pending or log.trim_pending or log.checkpoint_due
+        ):
             self._log_wakeup.set()
 
     # -- outputs -----------------------------------------------------------------------------

@@ -110,6 +110,8 @@ class SqliteLog:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
         self._last = self._committed = 0
         self._written = 0
+        #: enough was written since the last look at the bound that the log task looks again
+        self.trim_pending = False
         #: bytes written to the WAL since the last checkpoint (estimated)
         self._wal = 0
         #: released ticks of this epoch: done, and asked for (applied by the log task)
@@ -250,8 +252,8 @@ class SqliteLog:
 
     def inline(self, group: list[tuple[int, int, bytes]]) -> bool:
         """Whether the log task may write ``group`` on the event loop's thread (a small group,
-        no fsync, no trim due): see :data:`INLINE_MAX_BYTES`."""
-        if self.strict or self._trim_due(group):
+        no fsync): see :data:`INLINE_MAX_BYTES`."""
+        if self.strict:
             return False
         size = 0
         for _, _, body in group:
@@ -286,25 +288,20 @@ class SqliteLog:
         """Write one group in one transaction (from a worker thread, or on the event loop's
         thread when :meth:`inline`). Returns its last tick."""
         epoch = self.epoch
-        trim = self._trim_due(group)
 
         def insert(w: sqlite3.Connection) -> None:
             w.executemany(
                 "INSERT INTO events (epoch, first, last, body) VALUES (?, ?, ?, ?)",
                 [(epoch, first, last, body) for first, last, body in group],
             )
-            if trim:
-                self._trim(w)
 
         self._transaction(insert)
-        self._written = 0 if trim else self._written + group[-1][1] - group[0][0] + 1
+        self._written += group[-1][1] - group[0][0] + 1
+        if self._written >= TRIM_EVERY:
+            self._written = 0
+            self.trim_pending = True
         self._wal += COMMIT_OVERHEAD + sum(len(body) for _, _, body in group)
-        if trim:  # a trim writes about what it deletes
-            self._wal = max(self._wal, CHECKPOINT_BYTES)
         return group[-1][1]
-
-    def _trim_due(self, group: list[tuple[int, int, bytes]]) -> bool:
-        return self._written + group[-1][1] - group[0][0] + 1 >= TRIM_EVERY
 
     def _transaction(self, work):
         """``work(connection)`` in one transaction on the writer connection; an SQLite error
@@ -324,15 +321,32 @@ class SqliteLog:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
         return got
 
-    def _trim(self, w: sqlite3.Connection) -> None:
-        """Keep about the newest MAX_LOG_EVENTS events (whole batches go)."""
-        (n,) = w.execute("SELECT COALESCE(SUM(last - first + 1), 0) FROM events").fetchone()
-        while n > MAX_LOG_EVENTS:
-            row = w.execute(
-                "SELECT rowid, last - first + 1 FROM events ORDER BY epoch, first LIMIT 1"
-            ).fetchone()
-            w.execute("DELETE FROM events WHERE rowid = ?", (row[0],))
-            n -= row[1]
+    def trim(self) -> None:
+        """Keep about the newest MAX_LOG_EVENTS events, the oldest batches going whole (runs in
+        a worker thread when :attr:`trim_pending`). The count is read outside any transaction
+        (a WAL reader holds no lock) and at most RELEASE_CHUNK batches go per transaction; the
+        log task calls it again while it is still over."""
+        if self._writer is None:
+            self._writer = self._connect()
+        w = self._writer
+        try:
+            (n,) = w.execute("SELECT COALESCE(SUM(last - first + 1), 0) FROM events").fetchone()
+            rows = w.execute(
+                "SELECT rowid, last - first + 1 FROM events ORDER BY epoch, first LIMIT ?",
+                (RELEASE_CHUNK,),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise OperationError(f"pubend log {self.path}: {exc}") from None
+        gone = []
+        for rowid, size in rows:
+            if n <= MAX_LOG_EVENTS:
+                break
+            gone.append((rowid,))
+            n -= size
+        if gone:
+            self._transaction(lambda c: c.executemany("DELETE FROM events WHERE rowid = ?", gone))
+            self._wal += COMMIT_OVERHEAD + len(gone) * DELETE_COST
+        self.trim_pending = n > MAX_LOG_EVENTS and len(gone) == len(rows) > 0
 
     def committed_to(self, tick: int) -> None:
         """The group ending at ``tick`` is durable (called on the event loop's thread)."""

@@ -91,6 +91,8 @@ def test_the_bound_drops_whole_batches_oldest_first_and_lowest_says_where_the_lo
     for first in (1, 3, 5):
         log.append(first, [ev(first), ev(first + 1)])
         log.committed_to(log.write_group(log.take_group()))
+        while log.trim_pending:  # what the log task does after a group
+            log.trim()
     # 8 events in all, 5 kept: epoch 1's batch and epoch 2's first went, whole
     assert log.lowest(1) == 1 << 62 and log.lowest() == 3
     assert log.read(1, 10) == [(t, ev(t)) for t in range(3, 7)]
@@ -106,9 +108,7 @@ def test_the_file_is_in_wal_mode_and_strict_syncs_every_commit(tmp_path):
     conn.close()
 
 
-def test_small_groups_may_be_committed_inline_and_strict_large_or_trimming_ones_may_not(
-    tmp_path, monkeypatch
-):
+def test_small_groups_may_be_committed_inline_and_strict_or_large_ones_may_not(tmp_path):
     import ges.runtime.pubend_log as pl
 
     log = SqliteLog(tmp_path / "a.db")
@@ -117,10 +117,6 @@ def test_small_groups_may_be_committed_inline_and_strict_large_or_trimming_ones_
     big = [m.Event({"n": i}, b"x" * 1_000, 5) for i in range(pl.INLINE_MAX_BYTES // 1_000 + 1)]
     log.append(2, big)
     assert not log.inline(log.take_group())  # too large for the event loop's thread
-    log.append(100, [ev(1)])
-    group = log.take_group()
-    monkeypatch.setattr(pl, "TRIM_EVERY", 1)
-    assert not log.inline(group)  # a trim is due with it: a scan of the table
     strict = SqliteLog(tmp_path / "b.db", strict=True)
     strict.append(1, [ev(1)])
     assert not strict.inline(strict.take_group())  # an fsync
@@ -214,6 +210,48 @@ async def test_a_publishing_broker_keeps_its_wal_bounded(chain3, tmp_path, monke
         size = (tmp_path / "b1.pubend.db-wal").stat().st_size
     # 200 commits wrote over 1 MB to the WAL; checkpoints every 64 KB let it start over
     assert size < 256 << 10, size
+
+
+def test_a_trim_goes_a_chunk_at_a_time_until_the_log_is_within_its_bound(tmp_path, monkeypatch):
+    import ges.runtime.pubend_log as pl
+
+    monkeypatch.setattr(pl, "MAX_LOG_EVENTS", 3)
+    monkeypatch.setattr(pl, "TRIM_EVERY", 10)
+    monkeypatch.setattr(pl, "RELEASE_CHUNK", 2)
+    log = SqliteLog(tmp_path / "a.db")
+    for t in range(1, 11):
+        log.append(t, [ev(t)])
+        log.committed_to(log.write_group(log.take_group()))
+        assert log.trim_pending == (t == 10)  # looked at every TRIM_EVERY events, not each
+    rounds = 0
+    while log.trim_pending:
+        log.trim()
+        rounds += 1
+    assert rounds == 4 and log.lowest() == 8  # 7 batches went, 2 per transaction
+    log.close()
+
+
+async def test_a_broker_keeps_its_log_within_the_bound(chain3, tmp_path, monkeypatch):
+    import ges.runtime.pubend_log as pl
+
+    monkeypatch.setattr(pl, "MAX_LOG_EVENTS", 40)
+    monkeypatch.setattr(pl, "TRIM_EVERY", 10)
+    async with chain_with_logs(chain3, tmp_path) as (sub, pub_client):
+        for i in range(100):
+            await pub_client.publish([m.Event({"n": i}, b"", time.time_ns())])
+        got = 0
+        with trio.fail_after(10):
+            async for _ in sub:
+                got += 1
+                if got == 100:
+                    break
+        await trio.sleep(0.2)  # the log task trims after the last group
+        (held,) = (
+            sqlite3.connect(tmp_path / "b1.pubend.db")
+            .execute("SELECT SUM(last - first + 1) FROM events")
+            .fetchone()
+        )
+    assert 40 <= held < 50, held
 
 
 def test_appending_a_tick_already_there_is_refused(tmp_path):
