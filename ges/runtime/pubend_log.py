@@ -35,6 +35,7 @@ the log task checkpoints from a worker thread every :data:`CHECKPOINT_BYTES`.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -66,8 +67,9 @@ CHECKPOINT_BYTES = 4 << 20
 #: What a commit adds to the WAL besides its rows: a frame per changed page, the events table's
 #: and its key's (a page each at least).
 COMMIT_OVERHEAD = 8_192
-#: What deleting one batch adds to the WAL, about (the pages it sat on are written again).
-DELETE_COST = 256
+#: What deleting one batch may add to the WAL (the page it sat on is written again): counted
+#: high, so a release or trim of large batches cannot outgrow the WAL's bound.
+DELETE_COST = 4_096
 #: Batches one release transaction deletes: the log task goes on with the next chunk after any
 #: publishes waiting, and no transaction holds the write lock for long (an acknowledgement's
 #: promise is written on the event loop's thread and would wait for it).
@@ -112,6 +114,8 @@ class SqliteLog:
         self._written = 0
         #: enough was written since the last look at the bound that the log task looks again
         self.trim_pending = False
+        #: events a trim in progress has still to delete (counted once, when it starts)
+        self._excess: int | None = None
         #: bytes written to the WAL since the last checkpoint (estimated)
         self._wal = 0
         #: released ticks of this epoch: done, and asked for (applied by the log task)
@@ -271,10 +275,10 @@ class SqliteLog:
         small write here starts the WAL over: that restart fsyncs the WAL's new header even
         with ``synchronous=NORMAL``, and the next commit, on the event loop's thread, would pay
         for it. An incomplete one (a reader in the way) is tried again later."""
-        if self._writer is None:
-            self._writer = self._connect()
-        w = self._writer
         try:
+            if self._writer is None:
+                self._writer = self._connect()
+            w = self._writer
             busy, frames, done = w.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             if busy or frames != done:
                 self._wal = CHECKPOINT_BYTES // 2
@@ -306,16 +310,20 @@ class SqliteLog:
     def _transaction(self, work):
         """``work(connection)`` in one transaction on the writer connection; an SQLite error
         (a full disk, an I/O error) is an OperationError naming the file."""
-        if self._writer is None:
-            self._writer = self._connect()
-        w = self._writer
         try:
+            if self._writer is None:
+                self._writer = self._connect()
+            w = self._writer
             w.execute("BEGIN")
             try:
                 got = work(w)
                 w.execute("COMMIT")
             except BaseException:
-                w.execute("ROLLBACK")
+                # SQLite has rolled back by itself after some errors (a full disk): the error
+                # to report is the one that got here, not the rollback's
+                if w.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        w.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
@@ -326,11 +334,13 @@ class SqliteLog:
         a worker thread when :attr:`trim_pending`). The count is read outside any transaction
         (a WAL reader holds no lock) and at most RELEASE_CHUNK batches go per transaction; the
         log task calls it again while it is still over."""
-        if self._writer is None:
-            self._writer = self._connect()
-        w = self._writer
         try:
-            (n,) = w.execute("SELECT COALESCE(SUM(last - first + 1), 0) FROM events").fetchone()
+            if self._writer is None:
+                self._writer = self._connect()
+            w = self._writer
+            if self._excess is None:  # one scan of the table per trim, not per chunk
+                (n,) = w.execute("SELECT COALESCE(SUM(last - first + 1), 0) FROM events").fetchone()
+                self._excess = n - MAX_LOG_EVENTS
             rows = w.execute(
                 "SELECT rowid, last - first + 1 FROM events ORDER BY epoch, first LIMIT ?",
                 (RELEASE_CHUNK,),
@@ -339,14 +349,16 @@ class SqliteLog:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
         gone = []
         for rowid, size in rows:
-            if n <= MAX_LOG_EVENTS:
+            if self._excess <= 0:
                 break
             gone.append((rowid,))
-            n -= size
+            self._excess -= size
         if gone:
             self._transaction(lambda c: c.executemany("DELETE FROM events WHERE rowid = ?", gone))
             self._wal += COMMIT_OVERHEAD + len(gone) * DELETE_COST
-        self.trim_pending = n > MAX_LOG_EVENTS and len(gone) == len(rows) > 0
+        if self._excess <= 0 or len(gone) < len(rows) or not rows:
+            self._excess = None
+            self.trim_pending = False
 
     def committed_to(self, tick: int) -> None:
         """The group ending at ``tick`` is durable (called on the event loop's thread)."""
