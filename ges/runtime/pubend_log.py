@@ -160,9 +160,7 @@ class SqliteLog:
         """The lowest tick an epoch (this one by default) still holds: those below it were
         dropped by the bound (lost); ``last + 1`` when it holds none."""
         epoch = self.epoch if epoch is None else epoch
-        (lo,) = self._reader.execute(
-            "SELECT MIN(first) FROM events WHERE epoch = ?", (epoch,)
-        ).fetchone()
+        (lo,) = self._read("SELECT MIN(first) FROM events WHERE epoch = ?", (epoch,))[0]
         if lo is not None:
             return lo
         return self._committed + 1 if epoch == self.epoch else 1 << 62
@@ -171,13 +169,21 @@ class SqliteLog:
         if epoch is None or epoch == self.epoch:
             # once acknowledged by all it is released, whether or not the rows are gone yet
             return self._release_to
-        got = self._old_released.get(epoch)
+        if epoch > self.epoch:  # no such epoch (yet): nothing of it was released
+            return 0
+        got = self._old_released.get(epoch)  # at most one per earlier epoch
         if got is None:
-            row = self._reader.execute(
-                "SELECT value FROM meta WHERE key = ?", (f"released:{epoch}",)
-            ).fetchone()
-            got = self._old_released[epoch] = row[0] if row else 0
+            rows = self._read("SELECT value FROM meta WHERE key = ?", (f"released:{epoch}",))
+            got = self._old_released[epoch] = rows[0][0] if rows else 0
         return got
+
+    def _read(self, sql: str, args: tuple) -> list:
+        """The rows of a query on the reader connection (the event loop's thread); an SQLite
+        error is an OperationError naming the file."""
+        try:
+            return self._reader.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise OperationError(f"pubend log {self.path}: {exc}") from None
 
     def release(self, upto: int) -> None:
         self._release_to = max(self._release_to, min(upto, self._committed))
@@ -227,10 +233,10 @@ class SqliteLog:
 
     def read_epoch(self, epoch: int, lo: int, hi: int, limit: int = MAX_READ) -> list:
         """``(tick, event)`` of an epoch (an earlier one: what it logged before a crash)."""
-        rows = self._reader.execute(
+        rows = self._read(
             "SELECT first, body FROM events WHERE epoch = ? AND first <= ? AND last >= ?"
-            " ORDER BY first",
-            (epoch, hi, lo),
+            " ORDER BY first LIMIT ?",
+            (epoch, hi, lo, limit),
         )
         out: list[tuple[int, object]] = []
         for first, body in rows:

@@ -269,6 +269,30 @@ async def test_a_broker_keeps_its_log_within_the_bound(chain3, tmp_path, monkeyp
     assert 40 <= held < 50, held
 
 
+def test_answers_to_nacks_read_within_bounds_and_fail_as_one_error(tmp_path):
+    from ges.errors import OperationError
+
+    path = tmp_path / "a.db"
+    log = SqliteLog(path)
+    log.append(1, [ev(1), ev(2), ev(3)])
+    log.committed_to(log.write_group(log.take_group()))
+    log.close()
+    log = SqliteLog(path)  # epoch 2
+    assert log.read_epoch(1, 1, 3, limit=2) == [(1, ev(1)), (2, ev(2))]
+    # a nack may name any epoch: one that does not exist yet is not remembered
+    for epoch in range(3, 1_000):
+        assert log.released(epoch) == 0
+    assert log.released(1) == 0 and set(log._old_released) == {1}
+    log._reader.close()
+    for read in (lambda: log.read_epoch(1, 1, 3), lambda: log.lowest(1)):
+        try:
+            read()
+        except OperationError as exc:
+            assert "a.db" in str(exc)
+        else:
+            raise AssertionError("no error")
+
+
 def test_appending_a_tick_already_there_is_refused(tmp_path):
     log = SqliteLog(tmp_path / "b1.pubend.db")
     log.append(1, [ev(1)])
