@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+import trio
 
 from ges.runtime.ports import free_ports, on_free_ports
 from ges.topology import Topology
 
-__all__ = ["DIAMOND", "free_ports", "on_free_ports", "topology_on_free_ports"]
+__all__ = ["DIAMOND", "free_ports", "on_free_ports", "receive", "topology_on_free_ports"]
 
 #: a - b, a - c, b - d, c - d in two clusters: every link has a way round it
 DIAMOND = {
@@ -20,6 +21,17 @@ DIAMOND = {
     },
     "links": [["a", "b"], ["a", "c"], ["b", "d"], ["c", "d"]],
 }
+
+
+async def receive(sub, n: int, *, within: float = 5.0) -> list:
+    """The next ``n`` deliveries of a client subscription; fails after ``within`` seconds."""
+    got = []
+    with trio.fail_after(within):
+        async for d in sub:
+            got.append(d)
+            if len(got) == n:
+                break
+    return got
 
 
 def topology_on_free_ports(data: dict) -> Topology:

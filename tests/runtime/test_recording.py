@@ -14,6 +14,7 @@ from ges.client.records import FIELD_NAMES
 from ges.runtime import BrokerServer
 from ges.runtime.up import wait_ready
 from ges.wire import messages as m
+from tests.conftest import receive
 
 
 async def test_a_broker_records_what_it_hands_its_local_clients(chain3, tmp_path):
@@ -34,12 +35,7 @@ async def test_a_broker_records_what_it_hands_its_local_clients(chain3, tmp_path
             sent = time.time_ns()
             # no publish time given: the client library stamps its clock
             await pub_client.publish([m.Event({"n": i}, b"x" * i) for i in range(20)])
-            got = 0
-            with trio.fail_after(5):
-                async for _ in sub:
-                    got += 1
-                    if got == 15:
-                        break
+            await receive(sub, 15, within=5)
         nursery.cancel_scope.cancel()
     lines = (records / "b3.records.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]
