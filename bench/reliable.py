@@ -70,7 +70,6 @@ exactly once (and the simulator's checker found no violation), 1 otherwise, 2 fo
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shutil
@@ -720,13 +719,7 @@ def main() -> int:
     report["warnings"] = warnings(report)
     report["errors"] = errors
     report["wall_seconds"] = round(time.perf_counter() - started, 1)
-    console = tp.console if args.json else Console(highlight=False, width=tp._width(sys.stdout))
-    render(report, console)
-    if args.json:
-        sys.stdout.write(json.dumps(report) + "\n")
-    for problem in errors:
-        tp.console.print(f"[bold red]error:[/bold red] {problem}", soft_wrap=True)
-    return 1 if errors else 0
+    return tp.finish(report, errors, render, args.json)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ asserts a timing. Exit code 0 when every run completed and agreed, 1 otherwise, 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -296,11 +295,7 @@ def main() -> int:
     report["warnings"] = warnings(report)
     report["errors"] = errors
     report["wall_seconds"] = round(time.perf_counter() - started, 1)
-    console = tp.console if args.json else Console(highlight=False, width=tp._width(sys.stdout))
-    render(report, console)
-    if args.json:
-        sys.stdout.write(json.dumps(report) + "\n")
-    return 1 if errors else 0
+    return tp.finish(report, errors, render, args.json, show_errors=False)  # render shows them
 
 
 if __name__ == "__main__":

@@ -121,6 +121,18 @@ def _width(stream) -> int | None:
 console = Console(stderr=True, highlight=False, width=_width(sys.stderr))
 
 
+def finish(report: dict, errors: list[str], render, as_json: bool, *, show_errors=True) -> int:
+    """The end of a bench: the tables (on stderr with ``as_json``, which prints the report as
+    one JSON line on stdout), each error as a line, and the exit code (1 if any error)."""
+    render(report, console if as_json else Console(highlight=False, width=_width(sys.stdout)))
+    if as_json:
+        sys.stdout.write(json.dumps(report) + "\n")
+    if show_errors:
+        for problem in errors:
+            console.print(f"[bold red]error:[/bold red] {problem}", soft_wrap=True)
+    return 1 if errors else 0
+
+
 class BenchError(Exception):
     """A run could not be completed (a process died, a timeout); exit code 1."""
 
@@ -1077,13 +1089,7 @@ def main() -> int:
         kids.stop_all()
         shutil.rmtree(tmp, ignore_errors=True)
     report = build_report(results, sizes, size, args, started)
-    render(report, console if args.json else Console(highlight=False, width=_width(sys.stdout)))
-    if args.json:
-        sys.stdout.write(json.dumps(report) + "\n")
-    problems = _failures(results)
-    for problem in problems:
-        console.print(f"[bold red]error:[/bold red] {problem}", soft_wrap=True)
-    return 1 if problems else 0
+    return finish(report, _failures(results), render, args.json)
 
 
 if __name__ == "__main__":
