@@ -35,7 +35,8 @@ def simulate(
         False,
         "--no-sufficiency",
         help="Switch off the rule that a keeper sends every event to a child whose profile it "
-        "lacks (seed 000's sufficiency test), to see what it prevents.",
+        "lacks — not synced since it started, or behind the event's V_m (seed 000's "
+        "sufficiency test) — to see what it prevents.",
     ),
     as_json: bool = typer.Option(
         False, "--json", help="Print one JSON object: ok, seeds, violations, published, …"

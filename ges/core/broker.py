@@ -45,8 +45,9 @@ from ges.reliable.claims import Claims
 from ges.reliable.log import MAX_READ, MemoryLog, PubendLog
 from ges.reliable.repair import EventCache, NackBoard
 from ges.reliable.subend import MAX_NACK_RANGES, Subend
+from ges.reliable.vt import VirtualTime
 from ges.routing import ContentRouter, Hierarchy
-from ges.routing.table import MAX_RESENDS
+from ges.routing.table import MAX_RESENDS, RESEND_AFTER
 from ges.topology import Topology, broker_order_key
 from ges.wire import messages as m
 
@@ -126,6 +127,14 @@ class BrokerCore:
             log = MemoryLog(incarnation)
         self.log = log if reliable else None
         self.pubend = f"{broker_id}~{incarnation if self.log is None else self.log.epoch}"
+        #: VT vectors (seed 000): the leaf clocks heard of (this pubend's V_m), other pubends'
+        #: vectors, what each link has had
+        self.vt = VirtualTime(
+            broker_id,
+            self.pubend,
+            frozenset(topology.brokers),
+            getattr(self.log, "clocks", None),
+        )
         self.neighbours = frozenset(topology.neighbours[broker_id])
         self.unit = topology.brokers[broker_id].unit
         self.graph = ConnectivityGraph(
@@ -178,6 +187,13 @@ class BrokerCore:
         #: spreads). Each profile but the last comes with the starting point of the one that
         #: replaced it, per level (None: not known then): above it, it is not needed any more.
         self._changing: dict[tuple[int, int], tuple[tuple, dict[str, int], set]] = {}
+        #: subscriptions started on a level where a keeper was given up before it had their
+        #: profile: there each pubend starts only at the first frame whose V_m has this
+        #: broker's clock at the subscription's vst (seed 000 §3.6), as the keeper that lacks
+        #: the profile floods from then on. (conn, sub_id) -> {level: (vst, pubends started)}
+        self._vgate: dict[tuple[int, int], dict[int, tuple[tuple[int, int], set[str]]]] = {}
+        #: origin -> when this keeper last asked it for a sync (its profile here was behind)
+        self._wants: dict[str, float] = {}
         self._last_publish = float("-inf")
         # a pubend restarting with a log announces its last tick: events logged (and
         # acknowledged) just before a crash may never have left this broker
@@ -275,6 +291,8 @@ class BrokerCore:
         known = self.graph.reports_for(peer_unit)
         if known:
             out.append((PEER, peer, m.Connectivity([_to_wire(r) for r in known])))
+        if self.reliable and self.vt.table:  # and every clock (it may have missed a flood)
+            out.append((PEER, peer, m.Clocks(self.vt.entries())))
         return out + self._notices(update) + self._routes_changed((self.id, peer), now, downs=False)
 
     def link_down(self, peer: str, now: float) -> list:
@@ -283,6 +301,7 @@ class BrokerCore:
         self.detector.down(peer)
         for key in [k for k in self._path_prev if k[0] == peer]:
             del self._path_prev[key]
+        self.vt.link_down(peer)
         if not was_up:
             return []
         report, update = self._observe(peer, up=False)
@@ -297,7 +316,7 @@ class BrokerCore:
         kind = type(msg)
         if kind is m.Events:
             if self.reliable:
-                return self._on_reliable_events(peer, msg.pubend, msg.items, now)
+                return self._on_reliable_events(peer, msg.pubend, msg.items, now, msg.vm)
             return self._on_events(peer, msg.pubend, msg.items)
         if kind is m.Heartbeat:
             return []
@@ -317,6 +336,20 @@ class BrokerCore:
             return self._on_ack(msg)
         if kind is m.Connectivity:
             return self._on_connectivity(peer, msg.reports, now)
+        if kind is m.Clocks or kind is m.Vector or kind is m.ProfileWant:
+            if not self.reliable:
+                raise ProtocolError(f"{kind.__name__} from {peer}, but delivery is best effort")
+            try:
+                if kind is m.Clocks:
+                    return self._on_clocks(peer, msg.clocks)
+                if kind is m.Vector:
+                    if len(msg.clocks) > len(self.topology.brokers):
+                        raise ValueError("a vector longer than the broker list")
+                    self.vt.learn(msg)
+                    return []
+                return self._to_peers(self.router.on_want(msg, now))
+            except ValueError as exc:
+                raise ProtocolError(f"bad {kind.__name__} from {peer}: {exc}") from None
         if kind is m.Profiles or kind is m.ProfileAck:
             if self.router is None:
                 raise ProtocolError(f"profile message from {peer}, but this broker floods")
@@ -329,6 +362,71 @@ class BrokerCore:
                 raise ProtocolError(f"bad profile message from {peer}: {exc}") from None
             return self._to_peers(sends) + self._release_waits(now)
         raise ProtocolError(f"unexpected {kind.__name__} from broker {peer}")
+
+    # -- VT vectors (seed 000 §3–5; see ges.reliable.vt) ---------------------------------------
+
+    def _on_clocks(self, peer: str | None, clocks) -> list:
+        """Leaf clocks heard (from ``peer``, or this broker's own): the news go on to every
+        other neighbour, and into this pubend's V_m."""
+        if len(clocks) > len(self.topology.brokers):
+            raise ValueError("more clocks than brokers")
+        news = self.vt.merge(clocks)
+        if not news:
+            return []
+        if self.log is not None:
+            self.log.clocks = self.vt.snapshot()
+        return [(PEER, p, m.Clocks(news)) for p in sorted(self.links_up) if p != peer]
+
+    def _want_profiles(self, now: float) -> list:
+        """Ask each origin whose profile was found behind an event's V_m for a sync (seed 000
+        §4, non-leaf liveness), at most once per RESEND_AFTER."""
+        out: list = []
+        wants = self._wants
+        for origin in sorted(self.router.lagging):
+            if now < wants.get(origin, -RESEND_AFTER) + RESEND_AFTER:
+                continue
+            wants[origin] = now
+            out += self._relay(
+                origin, [], 0, lambda h, d, o=origin: m.ProfileWant(o, self.id, h, d)
+            )
+        self.router.lagging.clear()
+        return out
+
+    def _vm_observe(self, pubend: str, digest: int, below: int) -> None:
+        """A frame of ``pubend`` stamped with ``digest`` arrived, and every tick above
+        ``below`` was stamped no lower: a subscription waiting for its V_m start on this
+        pubend starts above it once V_m has this broker's clock at its vst (seed 000 §3.6) —
+        and never below what this broker already knows or has promised of the pubend."""
+        clock = self.vt.lower(pubend, digest).get(self.id)
+        if clock is None:
+            return
+        level = self._level(pubend)
+        floor = below
+        sub = self._subends.get(pubend)
+        if sub is not None:
+            floor = max(floor, sub.stream.known_to)
+        promised = None if self.log is None else self.log.promised().get(pubend.partition("~")[0])
+        if promised is not None:
+            promised = promised[1] if promised[0] == pubend else None
+        for dest, vgate in self._vgate.items():
+            waiting = vgate.get(level)
+            if waiting is None or pubend in waiting[1] or clock < waiting[0]:
+                continue
+            waiting[1].add(pubend)
+            start = self._gate[dest][level]
+            at = max(floor, start.get(pubend, 0))
+            if promised is not None:
+                at = max(at, promised)
+            if at > 0:
+                start[pubend] = at
+
+    def _held_back(self, dest: tuple[int, int], level: int, pubend: str) -> bool:
+        """``dest`` waits for its V_m start on ``pubend`` (see :attr:`_vgate`)."""
+        vgate = self._vgate.get(dest)
+        if vgate is None:
+            return False
+        waiting = vgate.get(level)
+        return waiting is not None and pubend not in waiting[1]
 
     # -- connection information (seed 004 §2.2) ---------------------------------------------------
 
@@ -413,6 +511,7 @@ class BrokerCore:
         for dest in [d for d in self._gate if d[0] == conn]:
             del self._gate[dest]
             self._changing.pop(dest, None)
+            self._vgate.pop(dest, None)
         return self._local_change((), gone, now)[0]
 
     def _local_change(self, add, remove, now: float) -> tuple[list, frozenset[int]]:
@@ -441,6 +540,7 @@ class BrokerCore:
             if profile is not None:
                 self._gate.pop((conn, msg.sub_id), None)
                 self._changing.pop((conn, msg.sub_id), None)
+                self._vgate.pop((conn, msg.sub_id), None)
                 self.profiles.remove(profile, (conn, msg.sub_id))
                 self._n_subs -= 1
                 out += self._local_change((), profile.effective, now)[0]
@@ -472,7 +572,8 @@ class BrokerCore:
                 self._change(dest, old)
             # nothing delivered until its starting point is known, level by level
             self._gate[dest] = [None] * (len(self._chain) + 1)
-            self._start(dest, waits)
+            self._vgate.pop(dest, None)
+            sends += self._start(dest, waits)
         if waits and not self.router.confirmed(waits):
             self._waits.append([conn, msg.sub_id, waits, now + SUBACK_WAIT, msg.req])
             return acks + sends
@@ -483,6 +584,10 @@ class BrokerCore:
         it still changing) matches too, unless it had not started."""
         changing = self._changing.get(dest)
         levels = self._gate.get(dest)
+        vgate = self._vgate.get(dest)
+        if levels is not None and vgate:
+            # a level waiting for its V_m start counts as not started for the old profile
+            levels = [None if i in vgate else start for i, start in enumerate(levels)]
         if changing is not None:
             # the profile before ``old`` is needed only up to where ``old`` started; the newest
             # MAX_CHANGING profiles are kept (beyond that, what the oldest matched is no longer
@@ -541,27 +646,61 @@ class BrokerCore:
                 self._levels[broker] = level
         return level
 
-    def _start(self, dest: tuple[int, int], seqs) -> None:
+    def _start(self, dest: tuple[int, int], seqs) -> list:
         """Open a subscription's gate on every level whose deciding keepers all have its
         profile (reliable delivery): its pubends there start after the last tick any of its
         keepers had routed before applying it (their acks say), after anything this broker
         routed as a keeper, and after what its subend already knows — every later tick is
         routed with the subscription in place. Until then it gets nothing from them. So a
         subscription starts at once on its own broker's pubend, and on its cluster's pubends
-        as soon as the cluster's keepers have it, even while a keeper further off is cut off."""
+        as soon as the cluster's keepers have it, even while a keeper further off is cut off.
+
+        A keeper given up before it acknowledged (:meth:`ContentRouter._waive`) routes with
+        an old profile: on its level each pubend starts only where its V_m has this broker's
+        clock at the subscription's vst (seed 000 §3.6), from where that keeper fails the
+        sufficiency test and floods. This broker's clock is flooded for it. Once the keeper
+        acknowledges, the pubends not started yet start after its last tick too, as usual."""
         levels = self._gate.get(dest)
         if levels is None:
-            return
-        settled = self.router.settled
+            return []
+        router = self.router
+        settled = router.settled
+        vgate = self._vgate.get(dest)
         start = None
+        out: list = []
         for i, got in enumerate(levels):
-            if got is not None or not settled(seqs, self._deciders[i]):
+            if got is not None:
+                if (
+                    vgate is not None
+                    and i in vgate
+                    and not router.waived_by(seqs, self._deciders[i])
+                ):
+                    # the keeper came back with the profile: the rest start as usual
+                    if start is None:
+                        start = self._start_map(seqs)
+                    started = vgate.pop(i)[1]
+                    level = self._level
+                    got.update(
+                        (p, t) for p, t in start.items() if level(p) == i and p not in started
+                    )
+                continue
+            if not settled(seqs, self._deciders[i]):
                 continue
             if start is None:
                 start = self._start_map(seqs)
             level = self._level
             levels[i] = {p: t for p, t in start.items() if level(p) == i}
+            if router.waived_by(seqs, self._deciders[i]):
+                vst = (router.inc, max(router.waited(seqs)))
+                if vgate is None:
+                    vgate = self._vgate[dest] = {}
+                vgate[i] = (vst, set())
+                if self.vt.table.get(self.id, (0, 0)) < vst:
+                    out += self._on_clocks(None, [(self.id, *router.clock())])
+        if vgate is not None and not vgate:
+            del self._vgate[dest]
         self._gate_passed(dest, levels)
+        return out
 
     def _pass_gates(self, pubend: str, floor: int) -> None:
         """Every tick of ``pubend`` up to ``floor`` is final at its subend (delivered or not
@@ -576,7 +715,7 @@ class BrokerCore:
 
     def _gate_passed(self, dest: tuple[int, int], levels: list) -> None:
         """Drop the gate once every level is open and past its starting point."""
-        if all(start is not None and not start for start in levels):
+        if dest not in self._vgate and all(start is not None and not start for start in levels):
             del self._gate[dest]
             self._changing.pop(dest, None)
 
@@ -609,7 +748,7 @@ class BrokerCore:
         out, keep = [], []
         confirmed = self.router.confirmed
         for w in self._waits:
-            self._start((w[0], w[1]), w[2])
+            out += self._start((w[0], w[1]), w[2])
             if confirmed(w[2]):
                 # complete; a client told it was not gets a second SubAck saying it now is
                 out.append((CLIENT, w[0], m.SubAck(w[1], req=w[4])))
@@ -680,7 +819,9 @@ class BrokerCore:
             self.counters["published"] += len(items)
             self.counters["events_in"] += len(items)
             if self.router.initial_routes:  # a one-broker system has nowhere else to send
-                out += self._route_claimed(self.pubend, [(it, None) for it in items], now)
+                out += self._route_claimed(
+                    self.pubend, [(it, None) for it in items], now, self.vt.digest
+                )
             out += self._deliver(self.pubend, items)
             if self._silence_due == float("inf") or self._silence_idle:
                 # the first event after a quiet round: silence follows it soon
@@ -704,11 +845,14 @@ class BrokerCore:
             for r in self.router.initial_routes
         ]
 
-    def _route_claimed(self, pubend: str, todo: list, now: float) -> list:
+    def _route_claimed(self, pubend: str, todo: list, now: float, vm: int = 0) -> list:
         """Route ``(item, routes)`` pairs one tick at a time, each route the claims make carrying
-        its own (routes None: the publisher's own); routes to this broker feed its subend."""
+        its own (routes None: the publisher's own); routes to this broker feed its subend.
+        ``vm``: the digest of the V_m the pubend stamped them with; it goes on with them."""
         route = self.router.route_event
         claims = self.claims
+        vt = self.vt
+        bound = vt.upper(pubend, vm)
         routed_before = claims.highest(pubend)
         per_hop: dict[str, list] = {}
         item_type = m.EventItem
@@ -720,7 +864,13 @@ class BrokerCore:
             if routes is None:
                 routes = self._root_routes(tick)
             hops = route(
-                it.event.attributes, routes, claims=claims, pubend=pubend, tick=tick, mine=mine
+                it.event.attributes,
+                routes,
+                claims=claims,
+                pubend=pubend,
+                tick=tick,
+                mine=mine,
+                vm=bound,
             )
             if mine:
                 local.append((it, mine))
@@ -734,11 +884,19 @@ class BrokerCore:
                     got.append(fwd)
         out = []
         up = self.links_up
+        frames = 0
         for peer, items in per_hop.items():
             if peer in up:
-                out.append((PEER, peer, m.Events(pubend, items)))
+                if vm:
+                    vector = vt.before(peer, pubend, vm)
+                    if vector is not None:
+                        out.append((PEER, peer, vector))
+                out.append((PEER, peer, m.Events(pubend, items, vm)))
                 self.counters["events_out"] += len(items)
-        self.counters["event_frames"] += len(out)
+                frames += 1
+        self.counters["event_frames"] += frames
+        if self.router.lagging:
+            out += self._want_profiles(now)
         if self.router.kept and pubend != self.pubend:
             self._cache.add(pubend, [it for it, _ in todo], routed_before=routed_before)
         if local and pubend != self.pubend:
@@ -790,9 +948,12 @@ class BrokerCore:
         none has started on its level): 0 for one that started before this pubend was routed
         anywhere (it wants the whole stream)."""
         level = self._level(pubend)
+        held = self._held_back
         started = [
             0 if levels is None else levels[level].get(pubend, 0)
-            for levels in (self._gate.get(d) for d in self._started_dests(level))
+            for d in self._started_dests(level)
+            if not held(d, level, pubend)
+            for levels in (self._gate.get(d),)
         ]
         # a changing subscription still gets what its old profiles match from their start
         started += [
@@ -811,8 +972,12 @@ class BrokerCore:
                 if dest not in gate or gate[dest][level] is not None:
                     yield dest
 
-    def _on_reliable_events(self, peer: str, pubend: str, items: list, now: float) -> list:
-        return self._route_claimed(pubend, self._checked(peer, items), now)
+    def _on_reliable_events(
+        self, peer: str, pubend: str, items: list, now: float, vm: int = 0
+    ) -> list:
+        if vm and self._vgate and items:
+            self._vm_observe(pubend, vm, min(it.tick for it in items) - 1)
+        return self._route_claimed(pubend, self._checked(peer, items), now, vm)
 
     def _on_silence(self, peer: str, msg: m.Silence, now: float) -> list:
         if msg.hops >= MAX_HOPS:
@@ -821,19 +986,31 @@ class BrokerCore:
             self.router.check_routes(msg.to)
         except ValueError as exc:
             raise ProtocolError(f"bad silence route from {peer}: {exc}") from None
-        return self._silence(msg.pubend, msg.tick, msg.to, msg.hops, now)
+        if msg.vm and self._vgate:
+            self._vm_observe(msg.pubend, msg.vm, msg.tick)
+        return self._silence(msg.pubend, msg.tick, msg.to, msg.hops, now, msg.vm)
 
-    def _silence(self, pubend: str, tick: int, routes, hops: int, now: float) -> list:
+    def _silence(self, pubend: str, tick: int, routes, hops: int, now: float, vm: int = 0) -> list:
         mine: list = []
+        vt = self.vt
         per_hop = self.router.route_event(
-            None, routes, claims=self.claims, pubend=pubend, tick=tick, mine=mine
+            None,
+            routes,
+            claims=self.claims,
+            pubend=pubend,
+            tick=tick,
+            mine=mine,
+            vm=vt.upper(pubend, vm),
         )
-        out = [
-            (PEER, peer, m.Silence(pubend, tick, rs, hops + 1))
-            for peer, rs in per_hop.items()
-            if peer in self.links_up
-        ]
-        self.counters["silences"] += len(out)
+        out: list = []
+        for peer, rs in per_hop.items():
+            if peer in self.links_up:
+                if vm:
+                    vector = vt.before(peer, pubend, vm)
+                    if vector is not None:
+                        out.append((PEER, peer, vector))
+                out.append((PEER, peer, m.Silence(pubend, tick, rs, hops + 1, vm)))
+                self.counters["silences"] += 1
         if mine and pubend != self.pubend:
             prev = min(r.prev for r in mine)
             sub = self._subend(pubend, min(prev, tick))
@@ -1216,7 +1393,9 @@ class BrokerCore:
             self._gather_due = min((g.due for g in gathers.values()), default=float("inf"))
         if now >= self._silence_due:
             tick = self._next_tick - 1 - sum(len(h[4]) for h in self._held)
-            out += self._silence(self.pubend, tick, self._root_silence(tick), 0, now)
+            out += self._silence(
+                self.pubend, tick, self._root_silence(tick), 0, now, self.vt.digest
+            )
             if self._previous is not None:
                 old, last = self._previous
                 routes = [m.Route(r.unit, r.skip, prev=last) for r in self.router.initial_routes]
@@ -1411,9 +1590,12 @@ class BrokerCore:
         gate = self._gate
         changing = self._changing
         level = self._level(pubend)
+        vgate = self._vgate
         for dest in [d for d in per if d in gate]:
             levels = gate[dest]
             start = levels[level]
+            if vgate and self._held_back(dest, level, pubend):
+                start = None  # not started on this pubend yet
             first = None if start is None else start.get(pubend)
             if start is not None and first is None:
                 continue

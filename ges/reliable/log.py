@@ -22,6 +22,10 @@ MAX_MEMORY_EVENTS = 1_000_000
 
 class PubendLog(Protocol):
     epoch: int
+    #: the pubend's V_m digest and clock table as of the last change (:mod:`ges.reliable.vt`);
+    #: a log whose epoch goes on across restarts keeps it, one that opens a new epoch at each
+    #: start (a new stream) may start it empty
+    clocks: tuple[int, dict]
 
     @property
     def last(self) -> int:
@@ -61,6 +65,9 @@ class MemoryLog:
 
     def __init__(self, epoch: int = 1, *, max_events: int = MAX_MEMORY_EVENTS):
         self.epoch = epoch
+        #: the pubend's V_m digest and clock table (:mod:`ges.reliable.vt`): its stream goes on
+        #: across restarts, so the V_m it stamps must not shrink
+        self.clocks: tuple[int, dict] = (0, {})
         self.max_events = max_events
         self._ticks: list[int] = []
         self._events: list = []

@@ -40,7 +40,9 @@ handling a route:
   replaces the route by one per matching child (except ``skip``), handled the same way. A keeper
   that has not yet had a sync from every reachable broker of the unit (it has just started, or
   the unit just came back) sends the event to every child instead: flooding a sub-unit is safe,
-  dropping an event a subscriber wants is not;
+  dropping an event a subscriber wants is not. With reliable delivery a child also gets every
+  event when the event's V_m knows a newer clock of one of its brokers than this keeper's V_b
+  (seed 000 §3.5; :mod:`ges.reliable.vt`);
 * for a unit it is inside but does not keep: forwards the route to the nearest reachable keeper.
 
 Every hop is the connectivity graph's hierarchical next hop, which avoids suspected nodes and
@@ -73,6 +75,8 @@ from ges.wire import messages as m
 
 SYNC = 0
 
+#: (unit, pubend) sufficiency results cached (seed 000 §5.1); beyond it the cache starts over.
+MAX_SUFFICIENCY = 16_384
 #: Removed change ids remembered so a late copy of their add is not applied.
 MAX_TOMBSTONES = 65_536
 #: Changes one ``Profiles`` message may carry (a sync of a broker with many subscriptions is
@@ -95,6 +99,8 @@ MAX_TICKS_PER_ACK = 1_024
 MAX_DETOUR = 32
 #: The detour of a route whose detour could not be followed: it takes no other.
 GAVE_UP = ("",)
+#: ``route_event``'s ``vm`` for the empty V_m
+NO_VECTOR: tuple[int, dict] = (0, {})
 
 EntryId = tuple[str, int, int]
 
@@ -170,7 +176,22 @@ class ContentRouter:
             for u in hierarchy.chain(broker_id)
             if len(hierarchy.children[u]) > 1
         )
-        self.counters = {"routes_dropped": 0, "resyncs": 0, "keepers_given_up": 0}
+        #: V_b (seed 000 §3.4): per origin of a kept unit, [inc, seq] such that every add of
+        #: the origin's incarnation ``inc`` up to ``seq`` is applied or known gone
+        self.vb: dict[str, list[int]] = {}
+        #: sufficiency test results: (unit, pubend) -> (vector key, children that fail it)
+        self._sufficient: dict[tuple[UnitPath, str], tuple[int, tuple[str, ...]]] = {}
+        #: origins whose profile here was found behind an event's V_m since the core last
+        #: looked (it asks them for a sync: seed 000 §4, non-leaf liveness)
+        self.lagging: set[str] = set()
+        #: keeper -> when a ProfileWant last made this broker send it a sync
+        self._wanted: dict[str, float] = {}
+        self.counters = {
+            "routes_dropped": 0,
+            "resyncs": 0,
+            "keepers_given_up": 0,
+            "insufficient": 0,
+        }
 
     # -- introspection -----------------------------------------------------------------------------
 
@@ -212,11 +233,13 @@ class ContentRouter:
             for op, seq, conj in ops
         ]
         if self._placements(self.id):  # this broker keeps a unit around itself
+            self._inc[self.id] = self.inc
             for op, seq, conj in ops:
                 if op == ADD:
                     self._apply_add(self.id, self.inc, seq, conj)
                 else:
                     self._apply_remove(self.id, self.inc, seq)
+            self._advance(self.id)
         expect = {k for k in self._keepers if self._path_to(k) is not None}
         owe = set(self._keepers) if self.wait_for_all else expect
         added = tuple(seq for op, seq, _ in ops if op == ADD and owe)
@@ -285,6 +308,16 @@ class ContentRouter:
 
     def acked(self, seqs: Iterable[int]) -> bool:
         return not any(s in self.pending for s in self.waited(seqs))
+
+    def waived_by(self, seqs: Iterable[int], keepers: frozenset[str]) -> bool:
+        """Some of ``keepers`` was given up before acknowledging the adds a subscription
+        waiting on ``seqs`` waits for."""
+        waived = self.waived
+        return any(waived[s] & keepers for s in self.waited(seqs) if s in waived)
+
+    def clock(self) -> tuple[int, int]:
+        """This broker's virtual clock (seed 000 §3.3): its newest exported add."""
+        return self.inc, self.exporter.last_seq
 
     # -- profile messages ------------------------------------------------------------------------------
 
@@ -467,6 +500,9 @@ class ContentRouter:
                 raise ValueError(f"profile change with unknown op {c.op}")
             if new and c.origin not in synced:
                 fresh.setdefault(c.origin, []).append(c)
+        for origin in {c.origin for c in changes}:
+            if origin in self._inc:
+                self._advance(origin)
         out = []
         for origin, cs in fresh.items():
             out += self._send(self.h.next_targets(self.id, origin), cs)
@@ -478,6 +514,28 @@ class ContentRouter:
                 ack = m.ProfileAck(origin, self.id, inc, seqs, 0, removed, list(detour), ticks)
                 out.append((hop, ack))
         return out
+
+    def _advance(self, origin: str) -> None:
+        """Move ``origin``'s V_b over every add now applied or known gone (seed 000 §3.4: a
+        change is applied only on a complete prefix — its constraint vector is the origin's
+        clock just before it)."""
+        inc = self._inc[origin]
+        v = self.vb.get(origin)
+        if v is None or v[0] != inc:
+            v = self.vb[origin] = [inc, 0]
+        entries, tombs = self._entries, self._tombs
+        floor = self._floor.get(origin)
+        if floor is not None and floor[0] != inc:
+            floor = None
+        gone = (
+            (lambda n: False) if floor is None else (lambda n: n <= floor[1] and n not in floor[2])
+        )
+        seq = v[1]
+        while (origin, inc, seq + 1) in entries or (origin, inc, seq + 1) in tombs or gone(seq + 1):
+            seq += 1
+        if seq != v[1]:
+            v[1] = seq
+            self._sufficient.clear()
 
     def _placements(self, origin: str) -> tuple[tuple[UnitPath, str], ...]:
         h = self.h
@@ -525,6 +583,8 @@ class ContentRouter:
         for eid in [e for e in self._entries if e[0] == origin and e[1] < below]:
             self._drop(eid)
         self._floor.pop(origin, None)
+        self.vb.pop(origin, None)
+        self._sufficient.clear()
 
     def _apply_sync(self, c: m.ProfileChange) -> None:
         floor = self._floor.get(c.origin)
@@ -768,6 +828,7 @@ class ContentRouter:
         pubend: str = "",
         tick: int = 0,
         mine: list | None = None,
+        vm: tuple[int, dict] | None = NO_VECTOR,
     ) -> dict[str, list[m.Route]]:
         """Where an event goes next: {next hop: routes to pass on}.
 
@@ -775,9 +836,10 @@ class ContentRouter:
         its own matching subscribers (the core does that), so a keeper never sends it back to a
         broker it has ``been`` to. Reliable (``claims`` given, :mod:`ges.reliable.claims`): only
         a route to a broker delivers there, routes to this broker are appended to ``mine``, and
-        every route a keeper makes carries its claim for ``tick`` of ``pubend``. With
-        ``attributes`` None the routes are silence up to ``tick``: a keeper passes them on to
-        every child (see :meth:`_resolve`).
+        every route a keeper makes carries its claim for ``tick`` of ``pubend``, and ``vm`` is
+        ``(key, vector)``, an upper bound of the V_m the pubend stamped (None: not known; see
+        :mod:`ges.reliable.vt`). With ``attributes`` None the routes are silence up to
+        ``tick``: a keeper passes them on to every child (see :meth:`_resolve`).
 
         Routes with no reachable next hop are counted in ``routes_dropped`` and forgotten.
         """
@@ -826,7 +888,7 @@ class ContentRouter:
                 if snapshot is not None:
                     skip = r.skip
                     if claims is not None:
-                        stack += self._resolve(snapshot, attributes, r, claims, pubend, tick)
+                        stack += self._resolve(snapshot, attributes, r, claims, pubend, tick, vm)
                         continue
                     complete = self._complete.get(path)
                     if complete is None:
@@ -875,36 +937,98 @@ class ContentRouter:
         claims: Claims,
         pubend: str,
         tick: int,
+        vm: tuple[int, dict] | None,
     ) -> list[m.Route]:
         """A kept unit's routes for one tick, each with its claim (:mod:`ges.reliable.claims`):
-        the matching children for data (and every child with a broker whose profile this
-        keeper lacks), every child for silence."""
+        the matching children for data (and every child that fails the sufficiency test),
+        every child for silence."""
         path = r.unit
         kids = self.h.children[path]
         st = claims.learn(pubend, path, r.prev, tick)
         skip = r.skip
         claim = claims.claim
+        # the sufficiency test (seed 000 §3.5): a child with a broker whose profile this keeper
+        # lacks — it has not synced since this keeper started (it may be unreachable now), or
+        # the event's V_m knows a newer clock of it than V_b — gets the event whatever it
+        # wants: no claim may say a tick was not for a subscriber the keeper does not know
+        extra: tuple[str, ...] | set[str] = ()
+        if self.sufficiency:
+            extra = self._unsynced_kids(path)
+            if vm is None or vm[1]:
+                failed = self._insufficient(path, pubend, vm)
+                if failed:
+                    extra = {*extra, *failed}
         if attributes is None:
-            # silence goes to every child with a subscriber (or one this keeper may not know
-            # of: an unsynced broker): one whose last data or silence was lost, even with a
-            # failed link, learns from the next round that it is missing something; a child
-            # with no subscriber has no subend to tell
+            # silence goes to every child with a subscriber (or one failing the test): one
+            # whose last data or silence was lost, even with a failed link, learns from the
+            # next round that it is missing something; a child with no subscriber has no
+            # subend to tell
             dests = snapshot.destinations
-            extra = self._unsynced_kids(path) if self.sufficiency else ()
             return [
                 m.Route((*path, k), prev=claim(st, k, tick))
                 for k in kids
                 if k != skip and (k in dests or k in extra)
             ]
-        # a child with a broker whose profile this keeper does not have (it has not synced
-        # since this keeper started; it may be unreachable now) gets the event whatever it
-        # wants: no claim may say a tick was not for a subscriber the keeper does not know
         wanted = set(snapshot.match(attributes))
-        if self.sufficiency:
-            wanted.update(self._unsynced_kids(path))
+        wanted.update(extra)
         return [
             m.Route((*path, k), prev=claim(st, k, tick)) for k in kids if k in wanted and k != skip
         ]
+
+    def _insufficient(
+        self, unit: UnitPath, pubend: str, vm: tuple[int, dict] | None
+    ) -> tuple[str, ...]:
+        """The children of ``unit`` for which V_b sliced to their brokers is behind ``vm``
+        (seed 000 §3.5; every child when the vector is not known). Cached per (unit, pubend)
+        for the newest vector (§5.1) until V_b moves."""
+        kids = self.h.children[unit]
+        if vm is None:
+            self.counters["insufficient"] += 1
+            return kids
+        key = (unit, pubend)
+        got = self._sufficient.get(key)
+        if got is not None and got[0] == vm[0]:
+            return got[1]
+        h = self.h
+        vb = self.vb
+        failed: set[str] = set()
+        for leaf, clock in vm[1].items():
+            if not h.contains(unit, leaf):
+                continue
+            v = vb.get(leaf)
+            if v is None or (v[0], v[1]) < clock:
+                failed.add(h.child_of(unit, leaf))
+                self.lagging.add(leaf)
+        result = tuple(k for k in kids if k in failed)
+        if len(self._sufficient) >= MAX_SUFFICIENCY:
+            self._sufficient.clear()
+        self._sufficient[key] = (vm[0], result)
+        if result:
+            self.counters["insufficient"] += 1
+        return result
+
+    def on_want(self, msg: m.ProfileWant, now: float) -> list:
+        """Relay a :class:`ProfileWant` towards its origin; at the origin, send the keeper a
+        sync (at most once per RESEND_AFTER)."""
+        brokers = self.h.topology.brokers
+        if msg.origin not in brokers or msg.keeper not in brokers:
+            raise ValueError("profile want names an unknown broker")
+        if msg.detour:
+            self.check_detour(msg.detour)
+        if msg.origin != self.id:
+            step = self.relay_step(msg.origin, msg.detour, msg.hops)
+            if step is None:
+                return []
+            hop, detour = step
+            return [(hop, m.ProfileWant(msg.origin, msg.keeper, msg.hops + 1, list(detour)))]
+        keeper = msg.keeper
+        if keeper not in self._keepers or now < self._wanted.get(keeper, -RESEND_AFTER) + (
+            RESEND_AFTER
+        ):
+            return []
+        self._wanted[keeper] = now
+        self.counters["resyncs"] += 1
+        return self._resync([keeper], now)
 
     def _unsynced_kids(self, unit: UnitPath) -> tuple[str, ...]:
         got = self._unsynced.get(unit)

@@ -112,6 +112,8 @@ class SqliteLog:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
         self._last = self._committed = 0
         self._written = 0
+        #: V_m of this epoch (a new stream: it starts empty; see PubendLog.clocks)
+        self.clocks: tuple[int, dict] = (0, {})
         #: enough was written since the last look at the bound that the log task looks again
         self.trim_pending = False
         #: events a trim in progress has still to delete (counted once, when it starts)

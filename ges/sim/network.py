@@ -121,6 +121,9 @@ class Sim:
         self._down_links: set[tuple[str, str]] = set()
         self._last_arrival: dict[tuple[str, str], float] = {}
         self._timer_at: dict[str, float] = {}
+        #: crafted faults (tests): a frame ``blocked(src, dst, message)`` returns True for is
+        #: lost, whatever its kind
+        self.blocked: Callable[[str, str, object], bool] | None = None
         self.frames = 0
         self.data_frames = 0
         #: frames delivered, by message type name
@@ -291,6 +294,9 @@ class Sim:
         key = _key(src, dst)
         gen = self._gen.get(key)
         if gen is None:
+            return
+        if self.blocked is not None and self.blocked(src, dst, msg):
+            self.stats["dropped"] += 1
             return
         body = m.encode(msg)[HEADER_SIZE:]
         f, rng = self.faults, self.rng

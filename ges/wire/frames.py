@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 
 #: Bump on any incompatible change to the frame layout or the message set.
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 #: Largest frame accepted or produced. A batch of events is split below this; 16 MiB leaves room
 #: for large payloads while keeping one bad peer from making a broker allocate gigabytes.
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024

@@ -179,10 +179,15 @@ class ProfileAck(_Msg):
 
 
 class Events(_Msg):
-    """A batch of one pubend's events forwarded between brokers."""
+    """A batch of one pubend's events forwarded between brokers.
+
+    ``vm`` is the digest of the VT vector V_m the pubend stamped these events with (seed 000
+    §5.1; 0: the empty vector). A :class:`Vector` with the digest precedes the first frame
+    carrying it on each link."""
 
     pubend: str
     items: list[EventItem]
+    vm: int = 0
 
 
 class Silence(_Msg):
@@ -193,6 +198,8 @@ class Silence(_Msg):
     tick: int
     to: list[Route]
     hops: int = 0
+    #: the digest of the pubend's V_m when it sent this silence, as in :class:`Events`
+    vm: int = 0
 
 
 class Nack(_Msg):
@@ -249,6 +256,34 @@ class Ack(_Msg):
     pubend: str
     acks: list[tuple[str, int]]
     asked: int = 0
+    hops: int = 0
+    detour: list[str] = []
+
+
+class Clocks(_Msg):
+    """Leaf virtual clocks (seed 000 §3.2–3.3), flooded to every broker: each ``(broker, inc,
+    seq)`` says that broker's clock has reached ``(inc, seq)``. A broker passes on only the
+    entries that were news to it."""
+
+    clocks: list[tuple[str, int, int]]
+
+
+class Vector(_Msg):
+    """The VT vector V_m that digest ``digest`` of ``pubend`` stands for (seed 000 §5.1): per leaf
+    broker, the clock ``(inc, seq)`` the pubend knew. Sent on a link before the first frame of
+    the pubend that carries a new digest."""
+
+    pubend: str
+    digest: int
+    clocks: list[tuple[str, int, int]]
+
+
+class ProfileWant(_Msg):
+    """A keeper found its profile of ``origin`` behind an event's V_m (seed 000 §4, non-leaf
+    liveness): relayed to ``origin``, which sends ``keeper`` a sync."""
+
+    origin: str
+    keeper: str
     hops: int = 0
     detour: list[str] = []
 
@@ -383,6 +418,9 @@ Message = (
     | Ack
     | Profiles
     | ProfileAck
+    | Clocks
+    | Vector
+    | ProfileWant
     | Subscribe
     | SubAck
     | Unsubscribe

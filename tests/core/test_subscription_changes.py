@@ -372,6 +372,85 @@ def test_a_keeper_given_up_that_comes_back_completes_the_subscription():
     assert net.ticks(key, after=259.0) == net.due(lambda n: True, 259.0)
 
 
+def cut_off_profiles(net: Net, keeper: str, until: float) -> None:
+    """Until ``until``, ``keeper`` gets none of SUB's profile changes — while it stays up and
+    routes events (seed 000 §3.1: a subscription that reaches one redundant gatekeeper and not
+    the other)."""
+
+    def blocked(src, dst, msg):
+        return (
+            dst == keeper
+            and type(msg) is m.Profiles
+            and net.now < until
+            and any(c.origin == SUB for c in msg.changes)
+        )
+
+    net.sim.blocked = blocked
+
+
+@pytest.mark.parametrize("sufficiency", [True, False])
+def test_a_keeper_given_up_without_the_profile_floods_where_v_m_says_it_is_behind(sufficiency):
+    """b6, the level-3 gatekeeper on b1's path to b20, never gets b20's new subscription and
+    is given up. Its old profile of b20's cluster (LOW, n < 60) would let it claim the other
+    ticks as silence. With VT vectors b20's clock reaches b1, b1's events carry it in their
+    V_m, b6 fails the sufficiency test for b20's child and floods it, and the subscription
+    starts at the first such event and misses nothing. Without the test it misses every
+    event LOW does not match."""
+    net = settled()
+    for core in net.sim.cores.values():
+        core.router.sufficiency = sufficiency
+    net.subscribe(LOW, conn=1)
+    net.run(0.6)
+    cut_off_profiles(net, FAR_KEEPER, 200.0)
+    key = net.subscribe(ALL, conn=2)
+    net.run(170.0)
+    core = net.sim.cores[SUB]
+    assert core.router.counters["keepers_given_up"] == 1
+    clock = core.router.clock()
+    assert net.sim.cores[PUB].vt.table == {SUB: clock}  # b20's clock was flooded
+    net.stream(170.0, 171.0)
+    net.run(172.0)
+    want = net.due(lambda n: True, 169.0)
+    if sufficiency:
+        assert net.ticks(key) == want
+        assert net.sim.cores[FAR_KEEPER].router.counters["insufficient"] >= 1
+    else:
+        assert net.ticks(key) == net.due(lambda n: n < 60, 169.0)  # b6's old profile
+    net.run(260.0)  # b6 gets the profile at last: the subscription is complete
+    assert [complete for _, complete in net.subacks[key]] == [False, True]
+    net.checker.finish(net.now)
+    assert net.checker.ok is sufficiency
+    if not sufficiency:
+        assert all("gap" in str(v) for v in net.checker.violations)
+
+
+def test_a_v_m_start_waits_for_the_first_frame_that_carries_the_clock():
+    """Events published before b1 has heard b20's clock are not for the subscription on a
+    level whose keeper was given up (b6 may have filtered them); from the first one stamped
+    with the clock everything arrives. Where every keeper answers, no clock travels at all."""
+    net = settled()
+    net.subscribe(LOW, conn=1)
+    net.run(0.6)
+    net.stream(0.6, 1.0)
+    net.run(1.5)
+    assert not {"Clocks", "Vector"} & set(net.sim.frame_types)  # V_m stays empty
+    assert all(not c.vt.table for c in net.sim.cores.values())
+    cut_off_profiles(net, FAR_KEEPER, 10_000.0)
+    key = net.subscribe(ALL, conn=2)
+    heard = net.when(lambda: net.sim.cores[PUB].vt.table, 100.0, 200.0)
+    net.stream(100.0, 200.0, every=0.01)
+    net.run(201.0)
+    assert heard, "b20's clock never reached b1"
+    got = net.ticks(key)
+    assert got and got == [t for t in net.due(lambda n: True, 0.0) if t >= got[0]]
+    assert got[0] in net.due(lambda n: True, heard[0] - 0.01)[:3]  # right after b1 heard it
+    assert net.sim.frame_types["Vector"] >= 1
+    net.checker.finish(net.now, start_by=heard[0] + 0.1)
+    assert [str(v) for v in net.checker.violations] == [
+        f"t={net.now:.3f}s {SUB}/2/1 -: never completed: no complete SubAck by the end"
+    ]
+
+
 # -- a second request for a subscription before the first is acknowledged ------------------
 
 

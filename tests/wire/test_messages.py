@@ -40,6 +40,7 @@ EXAMPLES = [
     ),
     m.Events(pubend="b1~1", items=[ITEM, m.EventItem(8, 7, 2, m.Event({}))]),
     m.Events(pubend="b1~1", items=[]),
+    m.Events(pubend="b1~1", items=[ITEM], vm=3),
     m.Events(
         pubend="b1~1",
         items=[
@@ -68,6 +69,10 @@ EXAMPLES = [
     m.Recovered(pubend="b1~1", to="b7", lo=3, hi=5, items=[], lost=True, unit=("SSC-A", "SC-1")),
     m.AckAsk(pubend="b1~1", to=["b7", "b9"], tick=40, hops=2),
     m.Ack(pubend="b1~1", acks=[("b7", 38), ("b9", 40)], asked=40, detour=["b3"]),
+    m.Clocks(clocks=[("b20", 7, 3), ("b4", 2, 11)]),
+    m.Vector(pubend="b1~1", digest=4, clocks=[("b20", 7, 3)]),
+    m.ProfileWant(origin="b20", keeper="b6", hops=1, detour=["b3"]),
+    m.Silence(pubend="b1~1", tick=9, to=[m.Route(("c1",), prev=4)], vm=4),
     m.Subscribe(
         sub_id=3,
         conjunctions=[
