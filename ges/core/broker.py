@@ -152,6 +152,8 @@ class BrokerCore:
         self._waits: list[list] = []
         self.links_up: set[str] = set()
         self._next_tick = 1 if self.log is None else self.log.last + 1
+        #: the last tick of this pubend routed (a clock heard now is stamped from the next)
+        self._routed = self._next_tick - 1
         #: reliable delivery: claim chains, subends, publishes waiting for their log commit
         self.claims = Claims()
         #: nack repair near the loss: recent events this keeper routed, nacks held back
@@ -370,7 +372,7 @@ class BrokerCore:
         other neighbour, and into this pubend's V_m."""
         if len(clocks) > len(self.topology.brokers):
             raise ValueError("more clocks than brokers")
-        news = self.vt.merge(clocks)
+        news = self.vt.merge(clocks, self._routed + 1)
         if not news:
             return []
         if self.log is not None:
@@ -392,16 +394,18 @@ class BrokerCore:
         self.router.lagging.clear()
         return out
 
-    def _vm_observe(self, pubend: str, digest: int, below: int) -> None:
-        """A frame of ``pubend`` stamped with ``digest`` arrived, and every tick above
-        ``below`` was stamped no lower: a subscription waiting for its V_m start on this
-        pubend starts above it once V_m has this broker's clock at its vst (seed 000 §3.6) —
-        and never below what this broker already knows or has promised of the pubend."""
-        clock = self.vt.lower(pubend, digest).get(self.id)
-        if clock is None:
+    def _vm_observe(self, pubend: str, digest: int) -> None:
+        """A frame of ``pubend`` stamped with ``digest`` arrived: a subscription waiting for its
+        V_m start on this pubend starts at the first tick stamped with this broker's clock
+        once that clock is at its vst (seed 000 §3.6) — never below what this broker already
+        knows or has promised of the pubend. Ticks between that one and this frame that were
+        lost are asked for like any other."""
+        got = self.vt.lower(pubend, digest, self.id)
+        if got is None:
             return
+        clock, since = got
         level = self._level(pubend)
-        floor = below
+        floor = since - 1
         sub = self._subends.get(pubend)
         if sub is not None:
             floor = max(floor, sub.stream.known_to)
@@ -816,6 +820,7 @@ class BrokerCore:
             if not events:
                 continue
             items = [m.EventItem(first + i, 0, 0, ev) for i, ev in enumerate(events)]
+            self._routed = items[-1].tick
             self.counters["published"] += len(items)
             self.counters["events_in"] += len(items)
             if self.router.initial_routes:  # a one-broker system has nowhere else to send
@@ -975,8 +980,8 @@ class BrokerCore:
     def _on_reliable_events(
         self, peer: str, pubend: str, items: list, now: float, vm: int = 0
     ) -> list:
-        if vm and self._vgate and items:
-            self._vm_observe(pubend, vm, min(it.tick for it in items) - 1)
+        if vm and self._vgate:
+            self._vm_observe(pubend, vm)
         return self._route_claimed(pubend, self._checked(peer, items), now, vm)
 
     def _on_silence(self, peer: str, msg: m.Silence, now: float) -> list:
@@ -987,7 +992,7 @@ class BrokerCore:
         except ValueError as exc:
             raise ProtocolError(f"bad silence route from {peer}: {exc}") from None
         if msg.vm and self._vgate:
-            self._vm_observe(msg.pubend, msg.vm, msg.tick)
+            self._vm_observe(msg.pubend, msg.vm)
         return self._silence(msg.pubend, msg.tick, msg.to, msg.hops, now, msg.vm)
 
     def _silence(self, pubend: str, tick: int, routes, hops: int, now: float, vm: int = 0) -> list:

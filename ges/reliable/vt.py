@@ -29,9 +29,12 @@ new digest on a link is preceded by a :class:`~ges.wire.messages.Vector`. A rece
 newest vector of each pubend it has heard of: for a frame with a digest up to that one the
 vector is an upper bound of its V_m (enough for the sufficiency test: a keeper passing it for
 the larger vector passes it for the smaller), and for a frame with that digest or a larger one
-it is a lower bound (enough for a starting point: V_m never shrinks along a stream). A pubend's
-table survives a restart with its log when the stream goes on (the simulator's), so its V_m
-never shrinks; a new epoch is a new stream.
+it is a lower bound (enough for a starting point: V_m never shrinks along a stream). A vector
+also says, per clock, the first tick the pubend stamped with it, so a subscriber's broker
+knows its starting point exactly from any frame that reaches it — the frames before may have
+been lost — and asks for the ticks it has not seen. A pubend's table survives a restart with
+its log when the stream goes on (the simulator's), so its V_m never shrinks; a new epoch is a
+new stream.
 
 **Which clocks travel.** GES starts a subscription from its keepers' acknowledgements
 (:mod:`ges.routing.table`): everything published after its complete ``SubAck`` arrives, a
@@ -65,21 +68,24 @@ class VirtualTime:
         self._brokers = brokers
         digest, table = kept if kept else (0, {})
         #: every leaf clock heard of: this pubend's V_m
-        self.table: dict[str, Clock] = dict(table)
+        self.table: dict[str, Clock] = {b: (inc, seq) for b, (inc, seq, _) in table.items()}
+        #: per clock in :attr:`table`, the first tick of this pubend stamped with it
+        self.since: dict[str, int] = {b: since for b, (_, _, since) in table.items()}
         #: the digest of :attr:`table` (0: empty)
         self.digest = digest
-        self._known: OrderedDict[str, tuple[int, dict[str, Clock]]] = OrderedDict()
+        self._known: OrderedDict[str, tuple[int, dict[str, Clock], dict[str, int]]] = OrderedDict()
         self._sent: dict[tuple[str, str], int] = {}
 
     def snapshot(self) -> tuple[int, dict]:
         """What a log keeps so that a restarted pubend's V_m does not shrink."""
-        return self.digest, dict(self.table)
+        since = self.since
+        return self.digest, {b: (inc, seq, since[b]) for b, (inc, seq) in self.table.items()}
 
     # -- the clock table (flooded) --------------------------------------------------------------
 
-    def merge(self, clocks) -> list[tuple[str, int, int]]:
-        """Clocks heard; returns those that were news (to pass on). An unknown broker or a
-        malformed entry raises ValueError."""
+    def merge(self, clocks, since: int = 0) -> list[tuple[str, int, int]]:
+        """Clocks heard, stamped from tick ``since`` of this pubend on; returns those that were
+        news (to pass on). An unknown broker or a malformed entry raises ValueError."""
         news = []
         table = self.table
         for entry in clocks:
@@ -90,6 +96,7 @@ class VirtualTime:
                 raise ValueError(f"bad clock {entry!r}")
             if table.get(broker, NO_CLOCK) < (inc, seq):
                 table[broker] = (inc, seq)
+                self.since[broker] = since
                 news.append((broker, inc, seq))
         if news:
             self.digest += 1
@@ -108,18 +115,20 @@ class VirtualTime:
         if got is not None and got[0] >= msg.digest:
             return
         vector: dict[str, Clock] = {}
-        for broker, inc, seq in msg.clocks:
+        since: dict[str, int] = {}
+        for broker, inc, seq, first in msg.clocks:
             if broker not in self._brokers:
                 raise ValueError(f"vector names unknown broker {broker!r}")
             vector[broker] = (inc, seq)
-        self._known[msg.pubend] = (msg.digest, vector)
+            since[broker] = first
+        self._known[msg.pubend] = (msg.digest, vector, since)
         self._known.move_to_end(msg.pubend)
         if len(self._known) > MAX_VECTORS:
             self._known.popitem(last=False)
 
-    def _held(self, pubend: str) -> tuple[int, dict[str, Clock]] | None:
+    def _held(self, pubend: str) -> tuple[int, dict[str, Clock], dict[str, int]] | None:
         if pubend == self.pubend:
-            return self.digest, self.table
+            return self.digest, self.table, self.since
         return self._known.get(pubend)
 
     def upper(self, pubend: str, digest: int) -> tuple[int, dict[str, Clock]] | None:
@@ -130,14 +139,15 @@ class VirtualTime:
         got = self._held(pubend)
         if got is None or got[0] < digest:
             return None
-        return got
+        return got[0], got[1]
 
-    def lower(self, pubend: str, digest: int) -> dict[str, Clock]:
-        """A vector no larger than the V_m of ``digest`` (for starting points)."""
+    def lower(self, pubend: str, digest: int, broker: str) -> tuple[Clock, int] | None:
+        """From a vector no larger than the V_m of ``digest`` (for starting points):
+        ``broker``'s clock and the first tick stamped with it (None: not known)."""
         got = self._held(pubend)
-        if got is None or digest == 0 or got[0] > digest:
-            return {}
-        return got[1]
+        if got is None or digest == 0 or got[0] > digest or broker not in got[1]:
+            return None
+        return got[1][broker], got[2][broker]
 
     # -- per link -----------------------------------------------------------------------------------
 
@@ -156,7 +166,8 @@ class VirtualTime:
         if len(self._sent) >= MAX_SENT:
             self._sent.clear()
         self._sent[key] = got[0]
-        return m.Vector(pubend, got[0], [(b, i, s) for b, (i, s) in got[1].items()])
+        since = got[2]
+        return m.Vector(pubend, got[0], [(b, i, s, since[b]) for b, (i, s) in got[1].items()])
 
     def link_down(self, peer: str) -> None:
         for key in [k for k in self._sent if k[0] == peer]:

@@ -270,12 +270,13 @@ class Clocks(_Msg):
 
 class Vector(_Msg):
     """The VT vector V_m that digest ``digest`` of ``pubend`` stands for (seed 000 §5.1): per leaf
-    broker, the clock ``(inc, seq)`` the pubend knew. Sent on a link before the first frame of
-    the pubend that carries a new digest."""
+    broker ``(broker, inc, seq, since)``, the clock the pubend knew and the first of its ticks
+    it stamped with that clock. Sent on a link before the first frame of the pubend that
+    carries a new digest."""
 
     pubend: str
     digest: int
-    clocks: list[tuple[str, int, int]]
+    clocks: list[tuple[str, int, int, int]]
 
 
 class ProfileWant(_Msg):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import random
 from pathlib import Path
 
 import pytest
@@ -449,6 +450,30 @@ def test_a_v_m_start_waits_for_the_first_frame_that_carries_the_clock():
     assert [str(v) for v in net.checker.violations] == [
         f"t={net.now:.3f}s {SUB}/2/1 -: never completed: no complete SubAck by the end"
     ]
+
+
+@pytest.mark.parametrize("seed", range(1, 9))
+def test_v_m_starts_hold_with_frames_lost_duplicated_and_reordered_and_the_pubend_crashing(seed):
+    """The same keeper cut off, then 1,000 events from b1 while 5 % of data frames are lost and
+    others are duplicated, delayed and reordered (a Vector can arrive after the frames it
+    describes), and on even seeds b1 crashes mid-stream (its V_m must not shrink)."""
+    net = settled()
+    net.subscribe(LOW, conn=1)
+    net.run(0.6)
+    cut_off_profiles(net, FAR_KEEPER, 200.0)
+    key = net.subscribe(ALL, conn=2)
+    net.run(165.0)
+    net.sim.rng = random.Random(seed)
+    net.sim.faults = Faults(frozenset({"drop", "dup", "delay", "reorder"}), drop=0.05)
+    if seed % 2 == 0:
+        net.sim.at(170.5, net.sim.crash, PUB, 0.3)
+    net.stream(170.0, 172.0, every=0.002)
+    net.run(175.0)
+    net.sim.faults = Faults(frozenset())
+    net.run(260.0)
+    assert len(net.ticks(key)) > 500
+    assert [complete for _, complete in net.subacks[key]] == [False, True]
+    net.finish()
 
 
 # -- a second request for a subscription before the first is acknowledged ------------------

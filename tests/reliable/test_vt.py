@@ -52,11 +52,11 @@ def test_a_kept_table_goes_on_with_its_digest():
     """A pubend whose stream goes on across a restart starts from what its log kept, so its
     V_m never shrinks and its digests keep growing."""
     t = vt()
-    t.merge([("6", 1, 3)])
+    t.merge([("6", 1, 3)], since=40)
     again = VirtualTime("1", "1~1", BROKERS, t.snapshot())
-    assert again.table == {"6": (1, 3)} and again.digest == 1
-    again.merge([("5", 1, 1)])
-    assert again.digest == 2
+    assert again.table == {"6": (1, 3)} and again.since == {"6": 40} and again.digest == 1
+    again.merge([("5", 1, 1)], since=90)
+    assert again.digest == 2 and again.since == {"6": 40, "5": 90}
 
 
 # -- vectors of other pubends -----------------------------------------------------------------
@@ -64,35 +64,37 @@ def test_a_kept_table_goes_on_with_its_digest():
 
 def test_a_vector_bounds_the_v_m_of_digests_around_it():
     t = vt()
-    t.learn(m.Vector("2~1", 5, [("6", 1, 3)]))
-    t.learn(m.Vector("2~1", 4, [("6", 1, 1)]))  # older: ignored
+    t.learn(m.Vector("2~1", 5, [("6", 1, 3, 70)]))
+    t.learn(m.Vector("2~1", 4, [("6", 1, 1, 20)]))  # older: ignored
     # up to digest 5 it is an upper bound (for the sufficiency test), above it unknown
     assert t.upper("2~1", 3) == (5, {"6": (1, 3)})
     assert t.upper("2~1", 5) == (5, {"6": (1, 3)})
     assert t.upper("2~1", 6) is None
     assert t.upper("2~1", 0) == (0, {})  # the empty V_m
     assert t.upper("3~1", 1) is None  # never heard of
-    # from digest 5 up it is a lower bound (for starting points), below it tells nothing
-    assert t.lower("2~1", 5) == {"6": (1, 3)}
-    assert t.lower("2~1", 9) == {"6": (1, 3)}
-    assert t.lower("2~1", 4) == {}
+    # from digest 5 up it is a lower bound (for starting points: the clock, and the first tick
+    # stamped with it), below it tells nothing
+    assert t.lower("2~1", 5, "6") == ((1, 3), 70)
+    assert t.lower("2~1", 9, "6") == ((1, 3), 70)
+    assert t.lower("2~1", 4, "6") is None
+    assert t.lower("2~1", 5, "5") is None
     with pytest.raises(ValueError, match="unknown broker"):
-        t.learn(m.Vector("2~1", 9, [("nope", 1, 1)]))
+        t.learn(m.Vector("2~1", 9, [("nope", 1, 1, 1)]))
 
 
 def test_each_link_gets_a_vector_once_before_the_first_frame_with_its_digest():
     t = vt()
     assert t.before("2", "1~1", 0) is None  # the empty V_m needs none
-    t.merge([("6", 1, 3)])
-    assert t.before("2", "1~1", 1) == m.Vector("1~1", 1, [("6", 1, 3)])
+    t.merge([("6", 1, 3)], since=12)
+    assert t.before("2", "1~1", 1) == m.Vector("1~1", 1, [("6", 1, 3, 12)])
     assert t.before("2", "1~1", 1) is None  # already had it
     assert t.before("3", "1~1", 1) is not None  # another link
     t.link_down("2")
     assert t.before("2", "1~1", 1) is not None  # a new connection has had nothing
     # a relay passes on what it knows; a digest it has no vector for goes without one
     assert t.before("2", "2~1", 1) is None
-    t.learn(m.Vector("2~1", 7, [("5", 1, 1)]))
-    assert t.before("2", "2~1", 6) == m.Vector("2~1", 7, [("5", 1, 1)])
+    t.learn(m.Vector("2~1", 7, [("5", 1, 1, 3)]))
+    assert t.before("2", "2~1", 6) == m.Vector("2~1", 7, [("5", 1, 1, 3)])
 
 
 # -- V_b and the sufficiency test at a keeper -------------------------------------------------

@@ -70,7 +70,7 @@ EXAMPLES = [
     m.AckAsk(pubend="b1~1", to=["b7", "b9"], tick=40, hops=2),
     m.Ack(pubend="b1~1", acks=[("b7", 38), ("b9", 40)], asked=40, detour=["b3"]),
     m.Clocks(clocks=[("b20", 7, 3), ("b4", 2, 11)]),
-    m.Vector(pubend="b1~1", digest=4, clocks=[("b20", 7, 3)]),
+    m.Vector(pubend="b1~1", digest=4, clocks=[("b20", 7, 3, 120)]),
     m.ProfileWant(origin="b20", keeper="b6", hops=1, detour=["b3"]),
     m.Silence(pubend="b1~1", tick=9, to=[m.Route(("c1",), prev=4)], vm=4),
     m.Subscribe(
