@@ -192,8 +192,12 @@ class BrokerCore:
         #: subscriptions started on a level where a keeper was given up before it had their
         #: profile: there each pubend starts only at the first frame whose V_m has this
         #: broker's clock at the subscription's vst (seed 000 §3.6), as the keeper that lacks
-        #: the profile floods from then on. (conn, sub_id) -> {level: (vst, pubends started)}
-        self._vgate: dict[tuple[int, int], dict[int, tuple[tuple[int, int], set[str]]]] = {}
+        #: the profile floods from then on. (conn, sub_id) -> {level: (vst, {broker: the pubend
+        #: started on})} (one per broker: an older epoch's stream has nothing new for it)
+        self._vgate: dict[tuple[int, int], dict[int, tuple[tuple[int, int], dict[str, str]]]] = {}
+        #: changing subscriptions whose old profile had a level waiting for its V_m start:
+        #: dest -> {level: the pubends it had started on there}
+        self._vchanging: dict[tuple[int, int], dict[int, frozenset[str]]] = {}
         #: origin -> when this keeper last asked it for a sync (its profile here was behind)
         self._wants: dict[str, float] = {}
         self._last_publish = float("-inf")
@@ -384,14 +388,15 @@ class BrokerCore:
         §4, non-leaf liveness), at most once per RESEND_AFTER."""
         out: list = []
         wants = self._wants
-        for origin in sorted(self.router.lagging):
+        lagging = self.router.lagging
+        for origin in sorted(lagging):
             if now < wants.get(origin, -RESEND_AFTER) + RESEND_AFTER:
-                continue
+                continue  # asked lately: again on a later frame, once the wait is over
             wants[origin] = now
+            lagging.discard(origin)
             out += self._relay(
                 origin, [], 0, lambda h, d, o=origin: m.ProfileWant(o, self.id, h, d)
             )
-        self.router.lagging.clear()
         return out
 
     def _vm_observe(self, pubend: str, digest: int) -> None:
@@ -412,11 +417,14 @@ class BrokerCore:
         promised = None if self.log is None else self.log.promised().get(pubend.partition("~")[0])
         if promised is not None:
             promised = promised[1] if promised[0] == pubend else None
+        broker = pubend.partition("~")[0]
+        if broker not in self.topology.brokers:
+            return
         for dest, vgate in self._vgate.items():
             waiting = vgate.get(level)
-            if waiting is None or pubend in waiting[1] or clock < waiting[0]:
+            if waiting is None or waiting[1].get(broker) == pubend or clock < waiting[0]:
                 continue
-            waiting[1].add(pubend)
+            waiting[1][broker] = pubend
             start = self._gate[dest][level]
             at = max(floor, start.get(pubend, 0))
             if promised is not None:
@@ -430,7 +438,7 @@ class BrokerCore:
         if vgate is None:
             return False
         waiting = vgate.get(level)
-        return waiting is not None and pubend not in waiting[1]
+        return waiting is not None and waiting[1].get(pubend.partition("~")[0]) != pubend
 
     # -- connection information (seed 004 §2.2) ---------------------------------------------------
 
@@ -515,6 +523,7 @@ class BrokerCore:
         for dest in [d for d in self._gate if d[0] == conn]:
             del self._gate[dest]
             self._changing.pop(dest, None)
+            self._vchanging.pop(dest, None)
             self._vgate.pop(dest, None)
         return self._local_change((), gone, now)[0]
 
@@ -544,6 +553,7 @@ class BrokerCore:
             if profile is not None:
                 self._gate.pop((conn, msg.sub_id), None)
                 self._changing.pop((conn, msg.sub_id), None)
+                self._vchanging.pop((conn, msg.sub_id), None)
                 self._vgate.pop((conn, msg.sub_id), None)
                 self.profiles.remove(profile, (conn, msg.sub_id))
                 self._n_subs -= 1
@@ -588,24 +598,32 @@ class BrokerCore:
         it still changing) matches too, unless it had not started."""
         changing = self._changing.get(dest)
         levels = self._gate.get(dest)
-        vgate = self._vgate.get(dest)
-        if levels is not None and vgate:
-            # a level waiting for its V_m start counts as not started for the old profile
-            levels = [None if i in vgate else start for i, start in enumerate(levels)]
+        # on a level waiting for its V_m start, ``old`` started only on the pubends whose V_m
+        # start came (:attr:`_vchanging`); where it is not known, its replaced profile is
+        # needed without a limit
+        vgate = self._vgate.get(dest) or {}
+        held = {i: frozenset(w[1].values()) for i, w in vgate.items()}
         if changing is not None:
             # the profile before ``old`` is needed only up to where ``old`` started; the newest
             # MAX_CHANGING profiles are kept (beyond that, what the oldest matched is no longer
             # held back)
             *earlier, (last, _) = changing[0]
-            upto = [None if start is None else dict(start) for start in levels]
+            upto = [
+                None if start is None or i in held else dict(start)
+                for i, start in enumerate(levels)
+            ]
             olds = (*earlier, (last, upto), (old, None))[-MAX_CHANGING:]
             # where ``old`` started and the ones before it had not, it goes on from its start
             ahead, started = dict(changing[1]), set(changing[2])
+            vchanging = dict(self._vchanging.get(dest, {}))
             for i, start in enumerate(levels):
                 if start is not None and i not in started:
                     started.add(i)
                     ahead.update(start)
+                    if i in held:
+                        vchanging[i] = held[i]
             self._changing[dest] = olds, ahead, started
+            self._set_vchanging(dest, vchanging)
             return
         if levels is None:  # it had started everywhere
             self._changing[dest] = ((old, None),), {}, set(range(len(self._chain) + 1))
@@ -614,6 +632,19 @@ class BrokerCore:
         if started:
             ahead = {p: t for i in started for p, t in levels[i].items()}
             self._changing[dest] = ((old, None),), ahead, started
+            self._set_vchanging(dest, {i: p for i, p in held.items() if i in started})
+
+    def _set_vchanging(self, dest: tuple[int, int], held: dict) -> None:
+        if held:
+            self._vchanging[dest] = held
+        else:
+            self._vchanging.pop(dest, None)
+
+    def _old_started(self, dest: tuple[int, int], level: int, pubend: str) -> bool:
+        """The profiles ``dest`` is changing from had started on ``pubend`` (its level is
+        among the started ones)."""
+        held = self._vchanging.get(dest)
+        return held is None or level not in held or pubend in held[level]
 
     def _supersede(self, conn: int, sub_id: int) -> list:
         """A new request for a subscription ends the wait of an earlier one still waiting for
@@ -682,7 +713,7 @@ class BrokerCore:
                     # the keeper came back with the profile: the rest start as usual
                     if start is None:
                         start = self._start_map(seqs)
-                    started = vgate.pop(i)[1]
+                    started = set(vgate.pop(i)[1].values())
                     level = self._level
                     got.update(
                         (p, t) for p, t in start.items() if level(p) == i and p not in started
@@ -698,7 +729,7 @@ class BrokerCore:
                 vst = (router.inc, max(router.waited(seqs)))
                 if vgate is None:
                     vgate = self._vgate[dest] = {}
-                vgate[i] = (vst, set())
+                vgate[i] = (vst, {})
                 if self.vt.table.get(self.id, (0, 0)) < vst:
                     out += self._on_clocks(None, [(self.id, *router.clock())])
         if vgate is not None and not vgate:
@@ -722,6 +753,7 @@ class BrokerCore:
         if dest not in self._vgate and all(start is not None and not start for start in levels):
             del self._gate[dest]
             self._changing.pop(dest, None)
+            self._vchanging.pop(dest, None)
 
     def _start_map(self, seqs) -> dict[str, int]:
         """Every pubend's starting point for a subscription waiting on ``seqs`` (its own adds,
@@ -963,8 +995,8 @@ class BrokerCore:
         # a changing subscription still gets what its old profiles match from their start
         started += [
             ahead.get(pubend, 0)
-            for _, ahead, old_levels in self._changing.values()
-            if level in old_levels
+            for d, (_, ahead, old_levels) in self._changing.items()
+            if level in old_levels and self._old_started(d, level, pubend)
         ]
         return min(started) if started else None
 
@@ -980,9 +1012,10 @@ class BrokerCore:
     def _on_reliable_events(
         self, peer: str, pubend: str, items: list, now: float, vm: int = 0
     ) -> list:
+        todo = self._checked(peer, items)
         if vm and self._vgate:
             self._vm_observe(pubend, vm)
-        return self._route_claimed(pubend, self._checked(peer, items), now, vm)
+        return self._route_claimed(pubend, todo, now, vm)
 
     def _on_silence(self, peer: str, msg: m.Silence, now: float) -> list:
         if msg.hops >= MAX_HOPS:
@@ -1016,6 +1049,8 @@ class BrokerCore:
                         out.append((PEER, peer, vector))
                 out.append((PEER, peer, m.Silence(pubend, tick, rs, hops + 1, vm)))
                 self.counters["silences"] += 1
+        if self.router.lagging:
+            out += self._want_profiles(now)
         if mine and pubend != self.pubend:
             prev = min(r.prev for r in mine)
             sub = self._subend(pubend, min(prev, tick))
@@ -1605,7 +1640,9 @@ class BrokerCore:
             if start is not None and first is None:
                 continue
             was = changing.get(dest)
-            if was is not None and level not in was[2]:
+            if was is not None and (
+                level not in was[2] or not self._old_started(dest, level, pubend)
+            ):
                 was = None  # the old profile had not started here either
             if first is None:
                 items = [] if was is None else per[dest]

@@ -86,14 +86,11 @@ class VirtualTime:
     def merge(self, clocks, since: int = 0) -> list[tuple[str, int, int]]:
         """Clocks heard, stamped from tick ``since`` of this pubend on; returns those that were
         news (to pass on). An unknown broker or a malformed entry raises ValueError."""
+        for entry in clocks:  # all checked before any is taken
+            _check(self._brokers, entry[0], entry[1:])
         news = []
         table = self.table
-        for entry in clocks:
-            broker, inc, seq = entry
-            if broker not in self._brokers:
-                raise ValueError(f"clock of unknown broker {broker!r}")
-            if not isinstance(inc, int) or not isinstance(seq, int) or inc < 0 or seq < 0:
-                raise ValueError(f"bad clock {entry!r}")
+        for broker, inc, seq in clocks:
             if table.get(broker, NO_CLOCK) < (inc, seq):
                 table[broker] = (inc, seq)
                 self.since[broker] = since
@@ -111,14 +108,15 @@ class VirtualTime:
         """A vector of another pubend arrived: kept if newer than the one held."""
         if msg.pubend == self.pubend:
             return
+        if msg.digest < 1 or msg.digest >= 1 << 63:
+            raise ValueError(f"bad digest {msg.digest}")
         got = self._known.get(msg.pubend)
         if got is not None and got[0] >= msg.digest:
             return
         vector: dict[str, Clock] = {}
         since: dict[str, int] = {}
         for broker, inc, seq, first in msg.clocks:
-            if broker not in self._brokers:
-                raise ValueError(f"vector names unknown broker {broker!r}")
+            _check(self._brokers, broker, (inc, seq, first))
             vector[broker] = (inc, seq)
             since[broker] = first
         self._known[msg.pubend] = (msg.digest, vector, since)
@@ -129,7 +127,10 @@ class VirtualTime:
     def _held(self, pubend: str) -> tuple[int, dict[str, Clock], dict[str, int]] | None:
         if pubend == self.pubend:
             return self.digest, self.table, self.since
-        return self._known.get(pubend)
+        got = self._known.get(pubend)
+        if got is not None:
+            self._known.move_to_end(pubend)  # the least recently used goes first
+        return got
 
     def upper(self, pubend: str, digest: int) -> tuple[int, dict[str, Clock]] | None:
         """``(key, vector)``: a vector no smaller than the V_m of ``digest`` (for the sufficiency
@@ -172,3 +173,10 @@ class VirtualTime:
     def link_down(self, peer: str) -> None:
         for key in [k for k in self._sent if k[0] == peer]:
             del self._sent[key]
+
+
+def _check(brokers, broker: str, values) -> None:
+    if broker not in brokers:
+        raise ValueError(f"clock of unknown broker {broker!r}")
+    if any(not isinstance(v, int) or v < 0 or v >= 1 << 63 for v in values):
+        raise ValueError(f"bad clock {broker!r} {tuple(values)!r}")

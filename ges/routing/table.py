@@ -253,7 +253,7 @@ class ContentRouter:
                         self.waived[seq] = owe & self._silent
                     waits.add(seq)
             else:
-                if seq in self.pending and added:
+                if (seq in self.pending or seq in self.waived) and added:
                     self._replaced[seq] = added
                     if len(self._replaced) > MAX_REPLACED:
                         self._replaced.popitem(last=False)
@@ -382,7 +382,7 @@ class ContentRouter:
             keeper = msg.keeper
             if msg.ticks:
                 for seq in msg.seqs:
-                    if seq in self.pending or seq in self.starts:
+                    if seq in self.pending or seq in self.waived or seq in self.starts:
                         got = self.starts.setdefault(seq, {})
                         for pubend, tick in msg.ticks[:MAX_TICKS_PER_ACK]:
                             if got.get(pubend, 0) < tick:
@@ -524,14 +524,20 @@ class ContentRouter:
         if v is None or v[0] != inc:
             v = self.vb[origin] = [inc, 0]
         entries, tombs = self._entries, self._tombs
-        floor = self._floor.get(origin)
-        if floor is not None and floor[0] != inc:
-            floor = None
-        gone = (
-            (lambda n: False) if floor is None else (lambda n: n <= floor[1] and n not in floor[2])
-        )
         seq = v[1]
-        while (origin, inc, seq + 1) in entries or (origin, inc, seq + 1) in tombs or gone(seq + 1):
+        floor = self._floor.get(origin)
+        if floor is not None and floor[0] == inc and seq < floor[1]:
+            # up to the sync's seq every add is gone but the live ones: V_b reaches the first
+            # live one not applied yet (in one step, however far the sync's seq is)
+            missing = [
+                n
+                for n in floor[2]
+                if seq < n <= floor[1]
+                and (origin, inc, n) not in entries
+                and (origin, inc, n) not in tombs
+            ]
+            seq = min(missing) - 1 if missing else floor[1]
+        while (origin, inc, seq + 1) in entries or (origin, inc, seq + 1) in tombs:
             seq += 1
         if seq != v[1]:
             v[1] = seq

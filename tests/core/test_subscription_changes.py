@@ -452,6 +452,55 @@ def test_a_v_m_start_waits_for_the_first_frame_that_carries_the_clock():
     ]
 
 
+def test_a_change_of_a_profile_started_by_v_m_keeps_what_both_profiles_match():
+    """A subscription started on b1 by V_m (b6 given up) changes from n ≥ 70 to n ≥ 65: what
+    both match goes on arriving across the change (a level waiting for V_m had counted as not
+    started for the old profile, and those events were dropped until the new start)."""
+    net = settled()
+    net.subscribe(LOW, conn=1)
+    net.run(0.6)
+    cut_off_profiles(net, FAR_KEEPER, 10_000.0)
+    key = net.subscribe(where("mid", ("n", "ge", 70)), conn=2)
+    net.run(170.0)
+    net.stream(170.0, 173.0)
+    net.run(172.0)
+    assert net.ticks(key)  # started by V_m
+    net.subscribe(where("wider", ("n", "ge", 65)), conn=2)
+    net.run(174.0)
+    both = net.due(lambda n: n >= 70, 169.0)
+    got = net.ticks(key)
+    assert [t for t in both if t >= got[0]] == [t for t in got if t in both]
+    net.checker.finish(net.now)
+    assert all("never completed" in str(v) for v in net.checker.violations)
+
+
+def test_a_subscription_waiting_on_a_given_up_keeper_is_not_completed_by_a_covering_one():
+    """A second subscription whose add covers the first one's replaces that add upstream; the
+    first one still waits for the given-up keeper (it is not told it is complete, nor started
+    from acks that keeper never sent), even while b1 has not heard the clock."""
+    net = settled()
+    net.subscribe(LOW, conn=1)
+    net.run(0.6)
+
+    def blocked(src, dst, msg):
+        if dst == FAR_KEEPER and type(msg) is m.Profiles:
+            return any(c.origin == SUB for c in msg.changes)
+        return dst == PUB and type(msg) is m.Clocks
+
+    net.sim.blocked = blocked
+    key = net.subscribe(where("mid", ("n", "ge", 70)), conn=2)
+    net.run(170.0)
+    wider = net.subscribe(where("wider", ("n", "ge", 65)), conn=3)
+    net.stream(170.1, 171.0)
+    net.run(172.0)
+    assert [complete for _, complete in net.subacks[key]] == [False]
+    assert wider not in net.subacks  # waiting for its keepers too (b6 was given up on)
+    assert key[1:] in net.sim.cores[SUB]._vgate
+    assert net.ticks(key) == [] and net.ticks(wider) == []  # b1 never stamped the clock
+    net.checker.finish(net.now)
+    assert all("never completed" in str(v) for v in net.checker.violations)
+
+
 @pytest.mark.parametrize("seed", range(1, 9))
 def test_v_m_starts_hold_with_frames_lost_duplicated_and_reordered_and_the_pubend_crashing(seed):
     """The same keeper cut off, then 1,000 events from b1 while 5 % of data frames are lost and

@@ -48,6 +48,17 @@ def test_a_bad_clock_is_refused(entry):
         vt().merge([entry])
 
 
+def test_a_clocks_message_with_one_bad_entry_changes_nothing():
+    t = vt()
+    with pytest.raises(ValueError, match="unknown broker"):
+        t.merge([("6", 1, 7), ("nope", 1, 1)])
+    assert t.table == {} and t.digest == 0
+    with pytest.raises(ValueError, match="bad digest"):
+        t.learn(m.Vector("2~1", 0, []))
+    with pytest.raises(ValueError, match="bad clock"):
+        t.learn(m.Vector("2~1", 3, [("6", 1, -1, 0)]))
+
+
 def test_a_kept_table_goes_on_with_its_digest():
     """A pubend whose stream goes on across a restart starts from what its log kept, so its
     V_m never shrinks and its digests keep growing."""
@@ -128,6 +139,11 @@ def test_v_b_moves_only_over_a_complete_prefix_of_an_origins_adds():
     assert k.vb["6"] == [1, 9]  # 9 itself was not live at the sync
     apply(k, m.ProfileChange("6", 2, 0, SYNC))  # 6 restarted
     assert k.vb["6"] == [2, 0]
+    # a sync of a long-lived origin moves V_b in one step, not one seq at a time
+    apply(k, m.ProfileChange("6", 2, 1 << 62, SYNC, seqs=[5]))
+    assert k.vb["6"] == [2, 4]
+    apply(k, change(5, inc=2))
+    assert k.vb["6"] == [2, 1 << 62]
 
 
 def test_the_sufficiency_test_floods_the_child_whose_clock_v_m_knows_newer():
