@@ -360,24 +360,14 @@ class ContentRouter:
     def on_ack(self, msg: m.ProfileAck) -> list:
         if msg.origin not in self.h.topology.brokers:
             raise ValueError(f"profile ack for unknown broker {msg.origin!r}")
-        if msg.detour:
-            self.check_detour(msg.detour)
-        if msg.origin != self.id:
-            step = self.relay_step(msg.origin, msg.detour, msg.hops)
-            if step is None:
-                return []
-            hop, detour = step
-            ack = m.ProfileAck(
-                msg.origin,
-                msg.keeper,
-                msg.inc,
-                msg.seqs,
-                msg.hops + 1,
-                msg.removed,
-                list(detour),
-                msg.ticks,
-            )
-            return [(hop, ack)]
+        relayed = self._to_origin(
+            msg,
+            lambda hops, detour: m.ProfileAck(
+                msg.origin, msg.keeper, msg.inc, msg.seqs, hops, msg.removed, detour, msg.ticks
+            ),
+        )
+        if relayed is not None:
+            return relayed
         if msg.inc == self.inc:
             keeper = msg.keeper
             if msg.ticks:
@@ -398,6 +388,19 @@ class ContentRouter:
             if keeper in self._retry and not self._owed(keeper):
                 del self._retry[keeper]
         return []
+
+    def _to_origin(self, msg, make) -> list | None:
+        """A message for ``msg.origin`` one hop on (``make(hops, detour)`` builds the copy;
+        ``[]`` when it can go no further), or None at the origin itself."""
+        if msg.detour:
+            self.check_detour(msg.detour)
+        if msg.origin == self.id:
+            return None
+        step = self.relay_step(msg.origin, msg.detour, msg.hops)
+        if step is None:
+            return []
+        hop, detour = step
+        return [(hop, make(msg.hops + 1, list(detour)))]
 
     def steps(
         self, targets: Iterable[str], detour, hops: int
@@ -1019,14 +1022,11 @@ class ContentRouter:
         brokers = self.h.topology.brokers
         if msg.origin not in brokers or msg.keeper not in brokers:
             raise ValueError("profile want names an unknown broker")
-        if msg.detour:
-            self.check_detour(msg.detour)
-        if msg.origin != self.id:
-            step = self.relay_step(msg.origin, msg.detour, msg.hops)
-            if step is None:
-                return []
-            hop, detour = step
-            return [(hop, m.ProfileWant(msg.origin, msg.keeper, msg.hops + 1, list(detour)))]
+        relayed = self._to_origin(
+            msg, lambda hops, detour: m.ProfileWant(msg.origin, msg.keeper, hops, detour)
+        )
+        if relayed is not None:
+            return relayed
         keeper = msg.keeper
         if keeper not in self._keepers or now < self._wanted.get(keeper, -RESEND_AFTER) + (
             RESEND_AFTER
