@@ -411,15 +411,13 @@ class BrokerCore:
         clock, since = got
         level = self._level(pubend)
         floor = since - 1
-        sub = self._subends.get(pubend)
-        if sub is not None:
-            floor = max(floor, sub.stream.known_to)
-        promised = None if self.log is None else self.log.promised().get(pubend.partition("~")[0])
-        if promised is not None:
-            promised = promised[1] if promised[0] == pubend else None
         broker = pubend.partition("~")[0]
         if broker not in self.topology.brokers:
             return
+        sub = self._subends.get(pubend)
+        if sub is not None:
+            floor = max(floor, sub.stream.known_to)
+        floor = max(floor, self._promised(pubend))
         for dest, vgate in self._vgate.items():
             waiting = vgate.get(level)
             if waiting is None or waiting[1].get(broker) == pubend or clock < waiting[0]:
@@ -427,10 +425,21 @@ class BrokerCore:
             waiting[1][broker] = pubend
             start = self._gate[dest][level]
             at = max(floor, start.get(pubend, 0))
-            if promised is not None:
-                at = max(at, promised)
             if at > 0:
                 start[pubend] = at
+
+    def _promised(self, pubend: str) -> int:
+        """The tick of ``pubend`` up to which this broker acknowledged it needs nothing (0)."""
+        got = None if self.log is None else self.log.promised().get(pubend.partition("~")[0])
+        return got[1] if got is not None and got[0] == pubend else 0
+
+    def _stamped(self, peer: str, pubend: str, vm: int, frame) -> list:
+        """``frame`` (of ``pubend``, V_m digest ``vm``) for ``peer``, after the vector the link
+        has not had yet (:meth:`VirtualTime.before`)."""
+        vector = self.vt.before(peer, pubend, vm) if vm else None
+        if vector is None:
+            return [(PEER, peer, frame)]
+        return [(PEER, peer, vector), (PEER, peer, frame)]
 
     def _held_back(self, dest: tuple[int, int], level: int, pubend: str) -> bool:
         """``dest`` waits for its V_m start on ``pubend`` (see :attr:`_vgate`)."""
@@ -924,11 +933,7 @@ class BrokerCore:
         frames = 0
         for peer, items in per_hop.items():
             if peer in up:
-                if vm:
-                    vector = vt.before(peer, pubend, vm)
-                    if vector is not None:
-                        out.append((PEER, peer, vector))
-                out.append((PEER, peer, m.Events(pubend, items, vm)))
+                out += self._stamped(peer, pubend, vm, m.Events(pubend, items, vm))
                 self.counters["events_out"] += len(items)
                 frames += 1
         self.counters["event_frames"] += frames
@@ -968,10 +973,7 @@ class BrokerCore:
             if start is not None:
                 floor = min(floor, start)
             # never below what this broker acknowledged (see :meth:`_promise`)
-            log = self.log
-            promised = None if log is None else log.promised().get(pubend.partition("~")[0])
-            if promised is not None and promised[0] == pubend:
-                floor = max(floor, promised[1])
+            floor = max(floor, self._promised(pubend))
             sub = self._subends[pubend] = Subend(floor)
             if len(self._subends) > MAX_SUBENDS:
                 gone, _ = self._subends.popitem(last=False)
@@ -1043,11 +1045,7 @@ class BrokerCore:
         out: list = []
         for peer, rs in per_hop.items():
             if peer in self.links_up:
-                if vm:
-                    vector = vt.before(peer, pubend, vm)
-                    if vector is not None:
-                        out.append((PEER, peer, vector))
-                out.append((PEER, peer, m.Silence(pubend, tick, rs, hops + 1, vm)))
+                out += self._stamped(peer, pubend, vm, m.Silence(pubend, tick, rs, hops + 1, vm))
                 self.counters["silences"] += 1
         if self.router.lagging:
             out += self._want_profiles(now)
