@@ -33,20 +33,30 @@ as silence on that path.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Generator
 
 import msgspec
 
 from ges.connectivity import ConnectivityError, ConnectivityGraph, LinkReport, Update
 from ges.core.dedup import TickWindow
 from ges.core.failure import FailureDetector
+from ges.core.work import WORK_SLICE, Job, JobBody, Jobs
 from ges.matching.graph import ProfileGraph
-from ges.matching.model import Profile, profile_from_wire
+from ges.matching.model import (
+    MAX_CONJUNCTIONS,
+    MAX_PROFILE_WEIGHT,
+    Conjunction,
+    Profile,
+    conjunction_from_wire,
+    weight,
+)
 from ges.reliable.claims import Claims
 from ges.reliable.log import MAX_READ, MemoryLog, PubendLog
 from ges.reliable.repair import EventCache, NackBoard
 from ges.reliable.subend import MAX_NACK_RANGES, Subend
 from ges.reliable.vt import VirtualTime
 from ges.routing import ContentRouter, Hierarchy
+from ges.routing.acks import Ticket
 from ges.routing.table import MAX_RESENDS, RESEND_AFTER
 from ges.topology import Topology, broker_order_key
 from ges.wire import messages as m
@@ -62,6 +72,18 @@ NOTICE = 3
 MAX_PUBENDS = 16_384
 #: Subscriptions one client connection may hold.
 MAX_SUBSCRIPTIONS_PER_CLIENT = 1_024
+#: The weight (constraints plus ``in`` values, ges.matching.model) of all the subscriptions one
+#: client may hold, and of all this broker's local subscriptions: what they cost in memory
+#: (roughly a kilobyte per unit, with the keepers' copies) and in matching time.
+MAX_CLIENT_WEIGHT = 262_144
+MAX_LOCAL_WEIGHT = 4_194_304
+#: Work units (ges.core.work) per unit of weight of a conjunction entered in or taken out of
+#: the profile graph and the exporter.
+COST_PER_WEIGHT = 4
+#: A changing profile of more conjunctions than this (old or new) is indexed for the events
+#: tested against it while it changes (testing each conjunction of a large profile per event
+#: would be slow).
+INDEX_OLD_PROFILES = 16
 #: Events one Publish frame may carry (the client library batches well below this).
 MAX_PUBLISH_BATCH = 65_536
 #: Seconds a SubAck waits for the keepers' acknowledgements before it is sent anyway.
@@ -233,6 +255,18 @@ class BrokerCore:
         # conn_id -> {sub_id: Profile}
         self._clients: dict[int, dict[int, Profile]] = {}
         self._client_names: dict[int, str] = {}
+        #: large requests in progress (ges.core.work), and how many closed clients had jobs
+        self._jobs = Jobs()
+        self._closings = 0
+        #: changing subscriptions whose new profile is being entered: the new profile's test
+        #: (ges.core.broker._indexed)
+        self._entering: dict[tuple[int, int], object] = {}
+        #: per subscription, the conjunctions the profile graph and the exporter hold for it
+        #: (while a job runs, more or other than its profile's), with their copies
+        self._entered: dict[tuple[int, int], dict[Conjunction, int]] = {}
+        #: the weight of each client's subscriptions, and of all of them
+        self._weights: dict[int, int] = {}
+        self._local_weight = 0
         #: every local subscription's profile, destination (conn, sub_id) (seed 004 §3.1)
         self.profiles = ProfileGraph()
         self._n_subs = 0
@@ -519,31 +553,41 @@ class BrokerCore:
     def client_open(self, conn: int, client_id: str) -> None:
         self._clients[conn] = {}
         self._client_names[conn] = client_id
+        self._weights[conn] = 0
 
     def client_closed(self, conn: int, now: float) -> list:
-        """A client connection ended: its subscriptions go; returns the profile changes to send."""
-        gone = []
-        for sub_id, profile in self._clients.pop(conn, {}).items():
-            self.profiles.remove(profile, (conn, sub_id))
-            self._n_subs -= 1
-            gone += profile.effective
+        """A client connection ended: its subscriptions go — a job, whose profile changes come
+        out of this call and of :meth:`work`."""
+        for job in self._jobs.of(conn):
+            self._jobs.drop(job)  # what it entered so far is in _entered, and goes below
+        subs = self._clients.pop(conn, {})
+        self._n_subs -= len(subs)
+        self._local_weight -= self._weights.pop(conn, 0)
         self._client_names.pop(conn, None)
-        self._waits = [w for w in self._waits if w[0] != conn]
+        self._drop_waits(lambda w: w[0] == conn)
         for dest in [d for d in self._gate if d[0] == conn]:
             del self._gate[dest]
             self._changing.pop(dest, None)
             self._vchanging.pop(dest, None)
             self._vgate.pop(dest, None)
-        return self._local_change((), gone, now)[0]
+        for dest in [d for d in self._entering if d[0] == conn]:
+            del self._entering[dest]
+        held = [(d, self._entered.pop(d)) for d in [d for d in self._entered if d[0] == conn]]
+        if not held:
+            return []
+        out: list = []
+        self._closings += 1
+
+        def body() -> JobBody:
+            for dest, counts in held:
+                yield from self._apply(dest, (), _copies(counts), out, now)
+
+        return self._jobs.start(Job(("closed", conn, self._closings), body(), out))
 
     def _local_change(self, add, remove, now: float) -> tuple[list, frozenset[int]]:
         if self.router is None:
             return [], frozenset()
         sends, waits = self.router.local_change(add, remove, now)
-        if self._waits:  # an add waited for may have been replaced by a covering one
-            waited = self.router.waited
-            for w in self._waits:
-                w[2] = frozenset(waited(w[2]))
         return self._to_peers(sends), waits
 
     def client_name(self, conn: int) -> str:
@@ -557,54 +601,194 @@ class BrokerCore:
         if kind is m.Subscribe:
             return self._on_subscribe(conn, msg, now)
         if kind is m.Unsubscribe:
-            profile = self._clients[conn].pop(msg.sub_id, None)
-            out = self._supersede(conn, msg.sub_id)
-            if profile is not None:
-                self._gate.pop((conn, msg.sub_id), None)
-                self._changing.pop((conn, msg.sub_id), None)
-                self._vchanging.pop((conn, msg.sub_id), None)
-                self._vgate.pop((conn, msg.sub_id), None)
-                self.profiles.remove(profile, (conn, msg.sub_id))
-                self._n_subs -= 1
-                out += self._local_change((), profile.effective, now)[0]
-            return [*out, (CLIENT, conn, m.SubAck(msg.sub_id, req=msg.req))]
+            return self._on_unsubscribe(conn, msg, now)
         if kind is m.StatsRequest:
             return [(CLIENT, conn, self.stats())]
         raise ProtocolError(f"unexpected {kind.__name__} from a client")
+
+    # -- large requests in slices (ges.core.work) -------------------------------------------
+
+    @property
+    def has_work(self) -> bool:
+        """A job or a removal's steps are in progress: the driver calls :meth:`work`."""
+        return bool(self._jobs) or (self.router is not None and self.router.busy)
+
+    def busy(self, conn: int) -> bool:
+        """A request of client ``conn`` is still in progress: its next message must wait."""
+        return self._jobs.busy(conn)
+
+    def work(self, now: float) -> list:
+        """One slice (:data:`WORK_SLICE` units) of what is in progress; the outputs."""
+        out, left = self._jobs.run(WORK_SLICE)
+        router = self.router
+        if router is not None and router.busy and left > 0:
+            out += self._to_peers(router.background(now, left))
+        return out + self._release_waits(now)
+
+    def _apply(self, dest, add, remove, out: list, now: float, waits=None) -> JobBody:
+        """Enter ``add`` and take out ``remove`` (conjunctions) for ``dest``, in the profile
+        graph (local matching) and the exporter (the keepers) alike, a chunk at a time; each
+        chunk's profile changes go to ``out``, and the adds to wait for into ``waits``. Yields
+        the work of each chunk; between chunks the graph and the exporter agree, and
+        ``self._entered`` says what they hold for ``dest``."""
+        held = self._entered.setdefault(dest, {})
+        graph = self.profiles
+        router = self.router
+        work = router.exporter.work if router is not None else 0
+        chunk_add: list = []
+        chunk_remove: list = []
+        cost = 0
+        todo = [(True, c) for c in add] + [(False, c) for c in remove]
+        for i, (adding, conj) in enumerate(todo):
+            if adding:
+                graph.add(conj, dest)
+                held[conj] = held.get(conj, 0) + 1
+                chunk_add.append(conj)
+            else:
+                graph.remove(conj, dest)
+                n = held.get(conj, 0) - 1
+                if n > 0:
+                    held[conj] = n
+                else:
+                    held.pop(conj, None)
+                chunk_remove.append(conj)
+            cost += COST_PER_WEIGHT * weight(conj)
+            if cost >= WORK_SLICE or i == len(todo) - 1:
+                if router is not None:
+                    sends, added = self._local_change(chunk_add, chunk_remove, now)
+                    out += sends
+                    if waits is not None:
+                        waits |= added
+                    cost += router.exporter.work - work
+                    work = router.exporter.work
+                chunk_add, chunk_remove = [], []
+                yield cost
+                cost = 0
+        if not held and self._entered.get(dest) is held:
+            del self._entered[dest]
+
+    # -- subscriptions ------------------------------------------------------------------------
+
+    def _on_unsubscribe(self, conn: int, msg: m.Unsubscribe, now: float) -> list:
+        profile = self._clients[conn].pop(msg.sub_id, None)
+        out = self._supersede(conn, msg.sub_id)
+        done = (CLIENT, conn, m.SubAck(msg.sub_id, req=msg.req))
+        if profile is None:
+            return [*out, done]
+        dest = (conn, msg.sub_id)
+        self._gate.pop(dest, None)
+        self._changing.pop(dest, None)
+        self._vchanging.pop(dest, None)
+        self._vgate.pop(dest, None)
+        self._n_subs -= 1
+        self._set_weight(conn, -profile.weight)
+        held = _copies(self._entered.get(dest, {}))
+
+        def body() -> JobBody:
+            yield from self._apply(dest, (), held, out, now)
+            out.append(done)
+
+        return self._jobs.start(Job(("sub", conn, msg.sub_id), body(), out, conn=conn))
 
     def _on_subscribe(self, conn: int, msg: m.Subscribe, now: float) -> list:
         subs = self._clients[conn]
         if msg.sub_id not in subs and len(subs) >= MAX_SUBSCRIPTIONS_PER_CLIENT:
             return [(CLIENT, conn, m.Error(f"over {MAX_SUBSCRIPTIONS_PER_CLIENT} subscriptions"))]
+        if len(msg.conjunctions) > MAX_CONJUNCTIONS:
+            reason = f"subscription {msg.sub_id}: over {MAX_CONJUNCTIONS} conjunctions"
+            return [(CLIENT, conn, m.Error(reason))]
+        out: list = []
+        job = Job(("sub", conn, msg.sub_id), self._subscribe(conn, msg, out, now), out, conn=conn)
+        return self._jobs.start(job)
+
+    def _subscribe(self, conn: int, msg: m.Subscribe, out: list, now: float) -> JobBody:
+        """A new or changed subscription, in slices: parse the profile, enter it (the old one
+        goes on delivering meanwhile), take out the old one, then answer."""
+        conjunctions = []
+        total = 0
+        cost = 0
         try:
-            profile = profile_from_wire(msg.profile_id, msg.conjunctions)
+            for items in msg.conjunctions:
+                conj = conjunction_from_wire(items)
+                total += weight(conj)
+                if total > MAX_PROFILE_WEIGHT:
+                    raise ValueError(
+                        f"weight over {MAX_PROFILE_WEIGHT} (constraints plus in-values)"
+                    )
+                conjunctions.append(conj)
+                cost += weight(conj)
+                if cost >= WORK_SLICE:
+                    yield cost
+                    cost = 0
         except ValueError as exc:
-            return [(CLIENT, conn, m.Error(f"subscription {msg.sub_id}: {exc}"))]
+            out.append((CLIENT, conn, m.Error(f"subscription {msg.sub_id}: {exc}")))
+            return
+        profile = Profile.parsed(msg.profile_id, tuple(conjunctions) or (Conjunction(),), total)
         dest = (conn, msg.sub_id)
+        subs = self._clients[conn]
         old = subs.get(msg.sub_id)
-        acks = self._supersede(conn, msg.sub_id)
-        if old is not None:  # a changed profile replaces the old one
-            self.profiles.remove(old, dest)
-            self._n_subs -= 1
-        subs[msg.sub_id] = profile
-        self.profiles.add(profile, dest)
-        self._n_subs += 1
-        sends, waits = self._local_change(profile.effective, old.effective if old else (), now)
+        grow = profile.weight - (old.weight if old is not None else 0)
+        refusal = self._over_weight(conn, grow)
+        if refusal is not None:
+            out.append((CLIENT, conn, m.Error(f"subscription {msg.sub_id}: {refusal}")))
+            return
+        self._set_weight(conn, grow)
+        out += self._supersede(conn, msg.sub_id)
+        if old is not None:
+            # while the new profile is entered (and the old taken out) the graph holds some of
+            # both: what it matches is delivered only if the new profile matches it too
+            entering = yield from _indexed(profile)
+            if self.reliable:
+                yield from self._change(dest, old)
+            self._entering[dest] = entering
         if self.reliable:
-            if old is not None:
-                self._change(dest, old)
-            # nothing delivered until its starting point is known, level by level
+            # nothing new delivered until its starting point is known, level by level
             self._gate[dest] = [None] * (len(self._chain) + 1)
             self._vgate.pop(dest, None)
-            sends += self._start(dest, waits)
-        if waits and not self.router.confirmed(waits):
-            self._waits.append([conn, msg.sub_id, waits, now + SUBACK_WAIT, msg.req])
-            return acks + sends
-        return [*acks, (CLIENT, conn, m.SubAck(msg.sub_id, req=msg.req)), *sends]
+        added: set[int] = set()
+        old_held = _copies(self._entered.get(dest, {}))  # the old profile goes after the new is in
+        yield from self._apply(dest, profile.effective, old_held, out, now, added)
+        self._entering.pop(dest, None)
+        if old is None:
+            self._n_subs += 1
+        subs[msg.sub_id] = profile
+        ticket = self.router.ticket(added) if self.router is not None else None
+        if self.reliable:
+            out += self._start(dest, ticket)
+        if ticket is not None and not ticket.confirmed():
+            self._waits.append([conn, msg.sub_id, ticket, now + SUBACK_WAIT, msg.req])
+            return
+        if ticket is not None:
+            self.router.book.close(ticket)
+        out.insert(0, (CLIENT, conn, m.SubAck(msg.sub_id, req=msg.req)))
 
-    def _change(self, dest: tuple[int, int], old: Profile) -> None:
+    def _over_weight(self, conn: int, grow: int) -> str | None:
+        """Why a client may not grow its subscriptions by ``grow`` weight (None: it may)."""
+        if grow <= 0:
+            return None
+        if self._weights.get(conn, 0) + grow > MAX_CLIENT_WEIGHT:
+            return (
+                f"the client's subscriptions would weigh over {MAX_CLIENT_WEIGHT} "
+                "(constraints plus in-values)"
+            )
+        if self._local_weight + grow > MAX_LOCAL_WEIGHT:
+            return (
+                f"this broker's subscriptions would weigh over {MAX_LOCAL_WEIGHT} "
+                "(constraints plus in-values)"
+            )
+        return None
+
+    def _set_weight(self, conn: int, grow: int) -> None:
+        if conn in self._weights:
+            self._weights[conn] += grow
+        self._local_weight += grow
+
+    def _change(self, dest: tuple[int, int], profile: Profile) -> JobBody:
         """``dest``'s profile is replaced: it goes on getting what the old one (and any before
-        it still changing) matches too, unless it had not started."""
+        it still changing) matches too, unless it had not started. A large old profile is
+        indexed first (in slices), so that testing an event against it costs a match, not a
+        test of every conjunction."""
+        old = yield from _indexed(profile)
         changing = self._changing.get(dest)
         levels = self._gate.get(dest)
         # on a level waiting for its V_m start, ``old`` started only on the pubends whose V_m
@@ -658,18 +842,20 @@ class BrokerCore:
     def _supersede(self, conn: int, sub_id: int) -> list:
         """A new request for a subscription ends the wait of an earlier one still waiting for
         its keepers: it is answered now, as incomplete (only the newest one starts delivery)."""
-        if not any(w[0] == conn and w[1] == sub_id for w in self._waits):
-            return []
-        out = []
-        keep = []
-        for w in self._waits:
-            if w[0] == conn and w[1] == sub_id:
-                if w[3] is not None:  # its client has not had its SubAck yet
-                    out.append((CLIENT, conn, m.SubAck(sub_id, complete=False, req=w[4])))
-            else:
-                keep.append(w)
-        self._waits = keep
-        return out
+        return [
+            (CLIENT, conn, m.SubAck(sub_id, complete=False, req=w[4]))
+            for w in self._drop_waits(lambda w: w[0] == conn and w[1] == sub_id)
+            if w[3] is not None  # its client has not had its SubAck yet
+        ]
+
+    def _drop_waits(self, which) -> list:
+        """Stop waiting for the keepers on the SubAcks ``which(w)`` picks; returns them."""
+        gone = [w for w in self._waits if which(w)]
+        if gone:
+            self._waits = [w for w in self._waits if not which(w)]
+            for w in gone:
+                self.router.book.close(w[2])
+        return gone
 
     def _level(self, pubend: str) -> int:
         """Which keepers decide whether a pubend's events come here: the level ``i`` such that
@@ -690,7 +876,7 @@ class BrokerCore:
                 self._levels[broker] = level
         return level
 
-    def _start(self, dest: tuple[int, int], seqs) -> list:
+    def _start(self, dest: tuple[int, int], ticket: Ticket) -> list:
         """Open a subscription's gate on every level whose deciding keepers all have its
         profile (reliable delivery): its pubends there start after the last tick any of its
         keepers had routed before applying it (their acks say), after anything this broker
@@ -708,34 +894,29 @@ class BrokerCore:
         if levels is None:
             return []
         router = self.router
-        settled = router.settled
         vgate = self._vgate.get(dest)
         start = None
         out: list = []
         for i, got in enumerate(levels):
             if got is not None:
-                if (
-                    vgate is not None
-                    and i in vgate
-                    and not router.waived_by(seqs, self._deciders[i])
-                ):
+                if vgate is not None and i in vgate and not ticket.waived_by(self._deciders[i]):
                     # the keeper came back with the profile: the rest start as usual
                     if start is None:
-                        start = self._start_map(seqs)
+                        start = self._start_map(ticket)
                     started = set(vgate.pop(i)[1].values())
                     level = self._level
                     got.update(
                         (p, t) for p, t in start.items() if level(p) == i and p not in started
                     )
                 continue
-            if not settled(seqs, self._deciders[i]):
+            if not ticket.settled(self._deciders[i]):
                 continue
             if start is None:
-                start = self._start_map(seqs)
+                start = self._start_map(ticket)
             level = self._level
             levels[i] = {p: t for p, t in start.items() if level(p) == i}
-            if router.waived_by(seqs, self._deciders[i]):
-                vst = (router.inc, max(router.waited(seqs)))
+            if ticket.waived_by(self._deciders[i]):
+                vst = (router.inc, max(ticket.seqs))
                 if vgate is None:
                     vgate = self._vgate[dest] = {}
                 vgate[i] = (vst, {})
@@ -764,12 +945,13 @@ class BrokerCore:
             self._changing.pop(dest, None)
             self._vchanging.pop(dest, None)
 
-    def _start_map(self, seqs) -> dict[str, int]:
-        """Every pubend's starting point for a subscription waiting on ``seqs`` (its own adds,
-        or the covering ones), as of now."""
+    def _start_map(self, ticket: Ticket) -> dict[str, int]:
+        """Every pubend's starting point for a subscription waiting on ``ticket`` (its own
+        adds, or the covering ones), as of now."""
         start: dict[str, int] = {}
-        for seq in self.router.waited(seqs):
-            for pubend, tick in self.router.starts.get(seq, {}).items():
+        starts = self.router.starts
+        for seq in ticket.seqs:
+            for pubend, tick in starts.get(seq, {}).items():
                 if start.get(pubend, 0) < tick:
                     start[pubend] = tick
         for pubend, tick in self.claims.latest():
@@ -791,12 +973,12 @@ class BrokerCore:
         if not self._waits:
             return []
         out, keep = [], []
-        confirmed = self.router.confirmed
         for w in self._waits:
             out += self._start((w[0], w[1]), w[2])
-            if confirmed(w[2]):
+            if w[2].confirmed():
                 # complete; a client told it was not gets a second SubAck saying it now is
                 out.append((CLIENT, w[0], m.SubAck(w[1], req=w[4])))
+                self.router.book.close(w[2])
             else:
                 if w[3] is not None and now >= w[3]:
                     # the client is told; reliable delivery still starts only once every
@@ -1607,10 +1789,22 @@ class BrokerCore:
                         got.append(it)
         if self._gate:
             self._filter_gated(pubend, per)
+        if self._entering:
+            for dest in [d for d in per if d in self._entering]:
+                test = self._entering[dest].matches
+                kept = [it for it in per[dest] if test(it.event.attributes)]
+                if kept:
+                    per[dest] = kept
+                else:
+                    del per[dest]
         out = []
         shared: dict[tuple[int, int], m.Deliver] = {}
         delivered = 0
+        clients = self._clients
         for (conn, sub_id), matched in per.items():
+            subs = clients.get(conn)
+            if subs is None or sub_id not in subs:
+                continue  # a subscription still being entered, or one going away
             key = (sub_id, id(matched))
             msg = shared.get(key)
             if msg is None:
@@ -1758,6 +1952,42 @@ class _Gather:
 def _hop(msg, hops: int, detour: list):
     """A unicast message one hop further on (every field kept but these)."""
     return msgspec.structs.replace(msg, hops=hops, detour=detour)
+
+
+class _Indexed:
+    """A profile in a graph of its own, for testing events against while it changes (see
+    :func:`_indexed`)."""
+
+    __slots__ = ("graph",)
+
+    def __init__(self) -> None:
+        self.graph = ProfileGraph()
+
+    def matches(self, attributes) -> bool:
+        return bool(self.graph.match(attributes))
+
+
+def _indexed(profile: Profile) -> Generator[int, None, Profile | _Indexed]:
+    """Something with ``matches(attributes)`` for ``profile``: the profile itself when it is
+    small, else the profile indexed in a graph of its own (built a slice at a time), so that
+    testing an event costs a match, not a test of every conjunction."""
+    if len(profile.effective) <= INDEX_OLD_PROFILES:
+        return profile
+    indexed = _Indexed()
+    cost = 0
+    for conj in profile.effective:
+        indexed.graph.add(conj, 0)
+        cost += COST_PER_WEIGHT * weight(conj)
+        if cost >= WORK_SLICE:
+            yield cost
+            cost = 0
+    yield cost
+    return indexed
+
+
+def _copies(counts: dict) -> list:
+    """The conjunctions of a ``{conjunction: copies}`` count, each as often as it is held."""
+    return [conj for conj, n in counts.items() for _ in range(n)]
 
 
 def _old_match(olds: tuple, level: int, pubend: str, it: m.EventItem) -> bool:

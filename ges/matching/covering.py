@@ -46,9 +46,9 @@ import math
 import sys
 from collections.abc import Iterable
 
-from ges.matching.model import BOOLEAN, NUMBER, STRING, Conjunction, Constraint
+from ges.matching.model import BOOLEAN, NUMBER, STRING, Conjunction, Constraint, weight
 
-__all__ = ["covers", "witness"]
+__all__ = ["Analysis", "analyse", "covers", "covers_analysed", "witness"]
 
 _KINDS = (NUMBER, STRING, BOOLEAN)
 _INF = math.inf
@@ -62,30 +62,86 @@ def covers(c1: Conjunction, c2: Conjunction) -> bool:
     Exact for every operator: True iff every event matching ``c2`` matches ``c1``. An
     unsatisfiable ``c2`` is covered by everything; the empty conjunction covers everything.
     """
-    return _counterexample(c1, c2) is None
+    return _counterexample(analyse(c1), analyse(c2)) is None
+
+
+def covers_analysed(a1: Analysis, a2: Analysis) -> bool:
+    """:func:`covers` on conjunctions analysed once (an index asks about each many times)."""
+    return _counterexample(a1, a2) is None
 
 
 def witness(c1: Conjunction, c2: Conjunction) -> dict | None:
     """An event (attribute dict) matching ``c2`` but not ``c1``; None iff ``c1`` covers ``c2``."""
-    event = _counterexample(c1, c2)
+    event = _counterexample(analyse(c1), analyse(c2))
     if event is not None and not (c2.matches(event) and not c1.matches(event)):
         raise AssertionError(f"covering: bad witness {event!r} for {c1} / {c2}")
     return event
 
 
-def _counterexample(c1: Conjunction, c2: Conjunction) -> dict | None:
-    sets2 = _value_sets(c2)
-    members = {}
-    for attr, parts in sets2.items():
-        value = _any_member(parts)
-        if value is _NOTHING:
-            return None  # c2 is unsatisfiable: M(c2) is empty
-        members[attr] = value
-    sets1 = _value_sets(c1)
-    for attr, parts1 in sets1.items():
+class Analysis:
+    """What covering needs to know of one conjunction, worked out once.
+
+    ``sets``: per constrained attribute, its allowed value set (one part per kind); ``members``:
+    one allowed value per attribute, or None when the conjunction is unsatisfiable; ``attrs``:
+    the constrained attributes; ``pins``: the attributes whose set is one value, as
+    ``attr -> (kind, value)`` (a conjunction pinning ``a`` covers another only if that one pins
+    ``a`` to the same value, which is what makes an index on pins possible); ``weight``: its
+    size — constraints plus ``in`` values — which is what analysing and comparing it costs.
+    """
+
+    __slots__ = ("conj", "sets", "members", "attrs", "pins", "weight")
+
+    def __init__(self, conj: Conjunction) -> None:
+        self.conj = conj
+        self.sets = _value_sets(conj)
+        members: dict | None = {}
+        pins: dict[str, tuple] = {}
+        for attr, parts in self.sets.items():
+            value = _any_member(parts)
+            if value is _NOTHING:
+                members = None  # unsatisfiable: M(conj) is empty
+                break
+            members[attr] = value
+            pin = _pin(parts)
+            if pin is not None:
+                pins[attr] = pin
+        self.members = members
+        self.attrs = frozenset(self.sets)
+        self.pins = pins
+        self.weight = weight(conj)
+
+
+def analyse(conj: Conjunction) -> Analysis:
+    return Analysis(conj)
+
+
+def _pin(parts: dict[str, _Part]) -> tuple | None:
+    """``(kind, value)`` if the value set is that one value (as far as an only-set shows it;
+    a singleton written as a closed range is not recognised, which costs an index a hit, not
+    a wrong answer)."""
+    if len(parts) != 1:
+        return None
+    ((kind, part),) = parts.items()
+    if part.only is None:
+        return None
+    found = None
+    for value in part.only:
+        if value in part:
+            if found is not None:
+                return None
+            found = (kind, value)
+    return found
+
+
+def _counterexample(a1: Analysis, a2: Analysis) -> dict | None:
+    members = a2.members
+    if members is None:
+        return None  # c2 is unsatisfiable: M(c2) is empty
+    sets2 = a2.sets
+    for attr, parts1 in a1.sets.items():
         parts2 = sets2.get(attr)
         if parts2 is None:
-            return members  # c2 lets attr be absent, c1 does not
+            return dict(members)  # c2 lets attr be absent, c1 does not
         value = _difference(parts2, parts1)
         if value is not _NOTHING:
             return {**members, attr: value}

@@ -42,10 +42,15 @@ ALIASES = {"=": "eq", "==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", 
 
 STRING, NUMBER, BOOLEAN = "string", "number", "bool"
 
-#: Bounds on one profile (a broker admits nothing larger).
-MAX_CONJUNCTIONS = 1024
+#: Bounds on one profile (a broker admits nothing larger). A profile's *weight* — its
+#: constraints plus the values of its ``in`` tests, summed over its conjunctions — is what
+#: storing, matching and covering it cost; it is bounded per conjunction and per profile, and a
+#: broker bounds the total weight of each client's subscriptions (``ges.core``).
+MAX_CONJUNCTIONS = 16_384
 MAX_CONSTRAINTS = 256
 MAX_IN_VALUES = 4096
+MAX_CONJUNCTION_WEIGHT = 8_192
+MAX_PROFILE_WEIGHT = 65_536
 MAX_NAME = 256
 MAX_STRING = 65536
 #: Integers are signed 64-bit, as on the wire.
@@ -106,7 +111,7 @@ def _value_key(value):
     return (kind(value), value)
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Constraint:
     """``attr op value``; ``in`` takes a tuple of values, ``exists`` none. Validated on creation."""
 
@@ -188,7 +193,12 @@ def test(op: str, want, have) -> bool:
     raise AssertionError(op)
 
 
-@attrs.frozen
+def weight(conj: Conjunction) -> int:
+    """A conjunction's size: one per constraint and one per value of an ``in`` test."""
+    return sum(len(c.value) + 1 if c.op == "in" else 1 for c in conj.constraints)
+
+
+@attrs.frozen(cache_hash=True)
 class Conjunction:
     """Constraints that must all hold; the empty conjunction matches every event."""
 
@@ -197,6 +207,11 @@ class Conjunction:
     def __attrs_post_init__(self) -> None:
         if len(self.constraints) > MAX_CONSTRAINTS:
             raise ValueError(f"conjunction of over {MAX_CONSTRAINTS} constraints")
+        if weight(self) > MAX_CONJUNCTION_WEIGHT:
+            raise ValueError(
+                f"conjunction of weight {weight(self)} (constraints plus in-values) over "
+                f"{MAX_CONJUNCTION_WEIGHT}"
+            )
 
     def matches(self, attributes: Mapping[str, Value]) -> bool:
         get = attributes.get
@@ -217,6 +232,8 @@ class Profile:
     id: str
     conjunctions: tuple[Conjunction, ...] = attrs.field(default=(Conjunction(),), converter=tuple)
     event_type: str | None = None
+    #: the weight, worked out once
+    _weight: int | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.conjunctions:
@@ -225,6 +242,38 @@ class Profile:
             raise ValueError(f"profile {self.id!r}: an event type must not be empty")
         if len(self.conjunctions) > MAX_CONJUNCTIONS:
             raise ValueError(f"profile {self.id!r}: over {MAX_CONJUNCTIONS} conjunctions")
+        total = sum(map(weight, self.conjunctions))
+        object.__setattr__(self, "_weight", total)
+        if total > MAX_PROFILE_WEIGHT:
+            raise ValueError(
+                f"profile {self.id!r}: weight {total} (constraints plus in-values) over "
+                f"{MAX_PROFILE_WEIGHT}"
+            )
+
+    @property
+    def weight(self) -> int:
+        """Constraints plus ``in`` values over every conjunction (see MAX_PROFILE_WEIGHT)."""
+        total = self._weight
+        if total is None:
+            total = sum(map(weight, self.conjunctions))
+            object.__setattr__(self, "_weight", total)
+        return total
+
+    @classmethod
+    def parsed(
+        cls, profile_id: str, conjunctions: tuple[Conjunction, ...], total_weight: int
+    ) -> Profile:
+        """A profile whose conjunctions were checked one by one as they were parsed (their
+        count and ``total_weight`` within the bounds): made without going over them again,
+        which for the largest profiles would take longer than a broker may spend at once."""
+        if len(conjunctions) > MAX_CONJUNCTIONS or total_weight > MAX_PROFILE_WEIGHT:
+            raise ValueError(f"profile {profile_id!r}: over the bounds")
+        profile = object.__new__(cls)
+        object.__setattr__(profile, "id", profile_id)
+        object.__setattr__(profile, "conjunctions", conjunctions)
+        object.__setattr__(profile, "event_type", None)
+        object.__setattr__(profile, "_weight", total_weight)
+        return profile
 
     @property
     def effective(self) -> tuple[Conjunction, ...]:

@@ -63,10 +63,10 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 
 from ges.connectivity import ConnectivityGraph, GraphNode
-from ges.matching.covering import covers
 from ges.matching.graph import ProfileGraph
 from ges.matching.model import Conjunction, conjunction_from_wire, conjunction_to_wire
 from ges.reliable.claims import Claims
+from ges.routing.acks import PENDING, REMOVING, WAIVED, AckBook, Ticket
 from ges.routing.export import ADD, REMOVE, Exporter
 from ges.routing.hierarchy import Hierarchy
 from ges.topology import broker_order_key
@@ -79,9 +79,11 @@ SYNC = 0
 MAX_SUFFICIENCY = 16_384
 #: Removed change ids remembered so a late copy of their add is not applied.
 MAX_TOMBSTONES = 65_536
-#: Changes one ``Profiles`` message may carry (a sync of a broker with many subscriptions is
-#: split into several messages).
+#: Changes one ``Profiles`` message may carry, and their weight (constraints plus ``in``
+#: values: what applying them costs a keeper, which does it in one go) — a sync of a broker
+#: with many subscriptions is split into several messages.
 MAX_CHANGES_PER_MESSAGE = 4_096
+MAX_MESSAGE_WEIGHT = 512
 #: Relays after which a profile message is dropped (the origin's next sync repairs it).
 MAX_RELAY_HOPS = 64
 #: Seconds an origin waits for a keeper's acks before sending it a sync again; the wait doubles
@@ -127,8 +129,9 @@ class ContentRouter:
         self._inc: dict[str, int] = {}
         self._floor: dict[str, tuple[int, int, frozenset[int]]] = {}
         self._tombs: OrderedDict[EntryId, None] = OrderedDict()
-        #: adds of this broker not yet acknowledged: seq -> keepers still to ack
-        self.pending: dict[int, set[str]] = {}
+        #: the acknowledgements this broker's changes are owed, and the subscriptions waiting
+        #: on them (:mod:`ges.routing.acks`)
+        self.book = AckBook()
         #: reliable delivery: the keepers' claim chains (set by the core), and per live add the
         #: last tick of each pubend routed before its keepers applied it (from their acks)
         self.claims: Claims | None = None
@@ -142,10 +145,6 @@ class ContentRouter:
         #: may take this broker for reachable and synced.
         self.wait_for_all = False
         self.starts: dict[int, dict[str, int]] = {}
-        #: wait_for_all: adds a keeper was given up on before it acknowledged them (seq ->
-        #: keepers); it is still sent a sync every RESEND_MAX seconds until it does, and only
-        #: then is the subscription complete
-        self.waived: dict[int, set[str]] = {}
         #: keepers given up since the core last looked (it logs them)
         self.given_up: list[str] = []
         #: keepers given up and not heard from since: what they owe is waived, not pending
@@ -153,8 +152,6 @@ class ContentRouter:
         #: an add removed, still unacknowledged, because a new one covers it: seq -> the new
         #: adds (a subscription waiting for the old one waits for these instead; bounded)
         self._replaced: OrderedDict[int, tuple[int, ...]] = OrderedDict()
-        #: removals of this broker not yet acknowledged: seq -> keepers still to ack
-        self._removing: dict[int, set[str]] = {}
         #: when each seq in pending or _removing was first sent
         self._sent_at: dict[int, float] = {}
         #: keeper -> [when to look again, current wait, resends so far] while it owes acks
@@ -196,6 +193,23 @@ class ContentRouter:
     # -- introspection -----------------------------------------------------------------------------
 
     @property
+    def pending(self) -> dict[int, set[str]]:
+        """Adds of this broker not yet acknowledged: seq -> keepers still to ack."""
+        return self.book.tables[PENDING]
+
+    @property
+    def waived(self) -> dict[int, set[str]]:
+        """wait_for_all: adds a keeper was given up on before it acknowledged them (seq ->
+        keepers); it is still sent a sync every RESEND_MAX seconds until it does, and only
+        then is the subscription complete."""
+        return self.book.tables[WAIVED]
+
+    @property
+    def _removing(self) -> dict[int, set[str]]:
+        """Removals of this broker not yet acknowledged: seq -> keepers still to ack."""
+        return self.book.tables[REMOVING]
+
+    @property
     def entries(self) -> int:
         """Profile entries held for the units this broker keeps."""
         return len(self._entries)
@@ -216,16 +230,32 @@ class ContentRouter:
     ) -> tuple[list, frozenset[int]]:
         """Local conjunctions added and removed at time ``now`` (adds first, so a replaced
         profile never leaves a gap upstream). Returns the sends and the seqs of adds to wait for
-        acks on."""
+        acks on. A removal may leave work for :meth:`background`."""
+        exporter = self.exporter
         ops: list[tuple[int, int, Conjunction]] = []
         add = list(add)
         for conj in add:
-            ops += self.exporter.add(conj)
+            ops += exporter.add(conj)
         for conj in remove:
-            ops += self.exporter.remove(conj)
+            ops += exporter.remove(conj)
         # an add that an exported conjunction covers starts where that one started, and waits
         # for its acks if still owed
-        waits = self._covering(add)
+        waits = {seq for seq in map(exporter.seq_for, add) if seq is not None}
+        return self._exported(ops, waits, now)
+
+    @property
+    def busy(self) -> bool:
+        """A removal still has conjunctions to export again (:meth:`background`)."""
+        return self.exporter.pending
+
+    def background(self, now: float, budget: int) -> list:
+        """About ``budget`` work of what removals left (:meth:`Exporter.step`): the sends."""
+        sends, _ = self._exported(self.exporter.step(budget), set(), now)
+        return sends
+
+    def _exported(self, ops: list, waits: set[int], now: float) -> tuple[list, frozenset[int]]:
+        """Tell the keepers about the exporter's ``ops``; ``waits`` grows by the adds to wait
+        for."""
         if not ops:
             return [], frozenset(waits)
         changes = [
@@ -242,26 +272,25 @@ class ContentRouter:
             self._advance(self.id)
         expect = {k for k in self._keepers if self._path_to(k) is not None}
         owe = set(self._keepers) if self.wait_for_all else expect
-        added = tuple(seq for op, seq, _ in ops if op == ADD and owe)
+        book = self.book
         for op, seq, _ in ops:
             if op == ADD:
                 if owe:
-                    self.pending[seq] = set(owe) - self._silent
-                    if not self.pending[seq]:
-                        del self.pending[seq]
-                    if owe & self._silent:
-                        self.waived[seq] = owe & self._silent
+                    book.owe(PENDING, seq, sorted(owe - self._silent))
+                    book.owe(WAIVED, seq, sorted(owe & self._silent))
                     waits.add(seq)
             else:
-                if (seq in self.pending or seq in self.waived) and added:
-                    self._replaced[seq] = added
+                replaced = self.exporter.replaced.pop(seq, ())
+                if (seq in self.pending or seq in self.waived) and replaced:
+                    self._replaced[seq] = replaced
                     if len(self._replaced) > MAX_REPLACED:
                         self._replaced.popitem(last=False)
-                self.pending.pop(seq, None)
-                self.waived.pop(seq, None)
+                    book.replace(seq, self.waited(replaced))
+                book.drop(PENDING, seq)
+                book.drop(WAIVED, seq)
                 self.starts.pop(seq, None)
                 if expect:
-                    self._removing[seq] = set(expect)
+                    book.owe(REMOVING, seq, sorted(expect))
             if expect:
                 self._sent_at[seq] = now
             else:
@@ -271,14 +300,6 @@ class ContentRouter:
             self._retry.setdefault(k, [now + RESEND_AFTER, RESEND_AFTER, 0])
         targets = self.h.next_targets(self.id, self.id)
         return self._send(targets, changes), frozenset(waits)
-
-    def _covering(self, conjs: list[Conjunction]) -> set[int]:
-        """The seqs of the exported conjunctions covering any of ``conjs``."""
-        if not conjs:
-            return set()
-        return {
-            seq for e, seq in self.exporter.exported.items() if any(covers(e, c) for c in conjs)
-        }
 
     def waited(self, seqs: Iterable[int]) -> set[int]:
         """The adds that subscriptions waiting for ``seqs`` wait for now: each one replaced by
@@ -293,27 +314,14 @@ class ContentRouter:
             todo += self._replaced.get(seq, ())
         return out
 
-    def settled(self, seqs: Iterable[int], keepers: frozenset[str]) -> bool:
-        """None of ``keepers`` owes an ack for the adds a subscription waiting on ``seqs``
-        waits for."""
-        if not keepers:
-            return True
-        pending = self.pending
-        return not any(pending[s] & keepers for s in self.waited(seqs) if s in pending)
-
-    def confirmed(self, seqs: Iterable[int]) -> bool:
-        """Every keeper has acknowledged the adds (none was given up on)."""
-        waited = self.waited(seqs)
-        return not any(s in self.pending or s in self.waived for s in waited)
+    def ticket(self, seqs: Iterable[int]) -> Ticket:
+        """A :class:`Ticket` for a subscription waiting on the adds ``seqs`` (and those that
+        replaced them): which keepers still owe it, kept up to date. Close it with
+        :meth:`AckBook.close` when the subscription no longer waits."""
+        return self.book.ticket(self.waited(seqs))
 
     def acked(self, seqs: Iterable[int]) -> bool:
         return not any(s in self.pending for s in self.waited(seqs))
-
-    def waived_by(self, seqs: Iterable[int], keepers: frozenset[str]) -> bool:
-        """Some of ``keepers`` was given up before acknowledging the adds a subscription
-        waiting on ``seqs`` waits for."""
-        waived = self.waived
-        return any(waived[s] & keepers for s in self.waited(seqs) if s in waived)
 
     def clock(self) -> tuple[int, int]:
         """This broker's virtual clock (seed 000 §3.3): its newest exported add."""
@@ -377,15 +385,15 @@ class ContentRouter:
                         for pubend, tick in msg.ticks[:MAX_TICKS_PER_ACK]:
                             if got.get(pubend, 0) < tick:
                                 got[pubend] = tick
-            for table, seqs in (
-                (self.pending, msg.seqs),
-                (self.waived, msg.seqs),
-                (self._removing, msg.removed),
+            for which, seqs in (
+                (PENDING, msg.seqs),
+                (WAIVED, msg.seqs),
+                (REMOVING, msg.removed),
             ):
                 for seq in seqs:
-                    self._settle(table, seq, keeper)
+                    self._settle(which, seq, keeper)
             self._silent.discard(keeper)  # heard from again: waited for like any other
-            if keeper in self._retry and not self._owed(keeper):
+            if keeper in self._retry and not self.book.owes(keeper):
                 del self._retry[keeper]
         return []
 
@@ -431,39 +439,26 @@ class ContentRouter:
             step = self._path_to(to, gave_up=gave_up)
         return step
 
-    def _settle(self, table: dict[int, set[str]], seq: int, keeper: str) -> None:
-        """``keeper`` owes nothing more for ``seq`` in ``table`` (pending, waived or
-        _removing)."""
-        waiting = table.get(seq)
-        if waiting is None:
-            return
-        waiting.discard(keeper)
-        if not waiting:
-            del table[seq]
-            if seq not in self.pending and seq not in self._removing:
-                self._sent_at.pop(seq, None)
+    def _settle(self, which: int, seq: int, keeper: str) -> None:
+        """``keeper`` owes nothing more for ``seq`` in table ``which`` (PENDING, WAIVED or
+        REMOVING)."""
+        last = self.book.settle(which, seq, keeper)
+        if last and seq not in self.pending and seq not in self._removing:
+            self._sent_at.pop(seq, None)
 
     def _waive(self, keeper: str, now: float) -> None:
         """wait_for_all: stop holding subscriptions back for ``keeper`` (it has not acknowledged
         through MAX_RESENDS rounds); its adds stay owed (:attr:`waived`) and it is sent a sync
         every RESEND_MAX seconds until it acknowledges them."""
-        for seq in [s for s, w in self.pending.items() if keeper in w]:
-            self._settle(self.pending, seq, keeper)
-            self.waived.setdefault(seq, set()).add(keeper)
-        for seq in [s for s, w in self._removing.items() if keeper in w]:
-            self._settle(self._removing, seq, keeper)
+        book = self.book
+        for seq in sorted(book.seqs_of(PENDING, keeper)):
+            book.owe(WAIVED, seq, (keeper,))
+            self._settle(PENDING, seq, keeper)
+        for seq in sorted(book.seqs_of(REMOVING, keeper)):
+            self._settle(REMOVING, seq, keeper)
         self._retry[keeper] = [now + RESEND_MAX, RESEND_MAX, MAX_RESENDS]
         self._silent.add(keeper)
         self.given_up.append(keeper)
-
-    def _owed(self, keeper: str) -> list[int]:
-        """The seqs of this broker's changes ``keeper`` has still to acknowledge."""
-        return [
-            s
-            for t in (self.pending, self.waived, self._removing)
-            for s, w in t.items()
-            if keeper in w
-        ]
 
     def _apply(self, changes: list[m.ProfileChange], resend: bool = False) -> list:
         brokers = self.h.topology.brokers
@@ -630,7 +625,7 @@ class ContentRouter:
             hop = self._path_to(k)
             if hop is None:
                 if self.wait_for_all:  # unreachable: its adds stay owed until it gives up
-                    if self._owed(k):
+                    if self.book.owes(k):
                         self._retry.setdefault(k, [now + RESEND_AFTER, RESEND_AFTER, 0])
                 else:
                     self._forget_keeper(k)  # unreachable: do not wait for it
@@ -646,11 +641,11 @@ class ContentRouter:
         live = self.exporter.exported.values()
         silent = self._silent.intersection(keepers)
         heard = set(keepers) - silent
+        book = self.book
+        heard_keepers, silent_keepers = sorted(heard), sorted(silent)
         for seq in live:
-            if heard:
-                self.pending.setdefault(seq, set()).update(heard)
-            if silent:
-                self.waived.setdefault(seq, set()).update(silent)
+            book.owe(PENDING, seq, heard_keepers)
+            book.owe(WAIVED, seq, silent_keepers)
             self._sent_at.setdefault(seq, now)
         for k in keepers:
             self._retry.setdefault(k, [now + RESEND_AFTER, RESEND_AFTER, 0])
@@ -659,9 +654,9 @@ class ContentRouter:
     def _forget_keeper(self, keeper: str) -> None:
         """Stop waiting for ``keeper`` (unreachable, or silent too long): what it owes is
         settled; it gets a sync when a route to it appears."""
-        for table in (self.pending, self._removing):
-            for seq in [s for s, w in table.items() if keeper in w]:
-                self._settle(table, seq, keeper)
+        for which in (PENDING, REMOVING):
+            for seq in sorted(self.book.seqs_of(which, keeper)):
+                self._settle(which, seq, keeper)
         self._retry.pop(keeper, None)
 
     def on_timer(self, now: float) -> list:
@@ -670,11 +665,11 @@ class ContentRouter:
         for k, (due, wait, tries) in list(self._retry.items()):
             if due > now:
                 continue
-            owed = self._owed(k)
+            owed = self.book.owed_by(k)
             if not owed:
                 del self._retry[k]
             elif self.wait_for_all and tries >= MAX_RESENDS:
-                if any(k in self.pending.get(s, ()) for s in owed):
+                if self.book.seqs_of(PENDING, k):
                     self.counters["keepers_given_up"] += 1
                     self._waive(k, now)
                 else:
@@ -743,9 +738,9 @@ class ContentRouter:
             if step is not None:
                 by_hop.setdefault(step, []).append(t)
         out = []
+        chunks = _chunks(changes) if by_hop else []
         for (hop, detour), tos in by_hop.items():
-            for i in range(0, len(changes), MAX_CHANGES_PER_MESSAGE):
-                chunk = changes[i : i + MAX_CHANGES_PER_MESSAGE]
+            for chunk in chunks:
                 out.append((hop, m.Profiles(tos, chunk, hops, list(detour), resend)))
         return out
 
@@ -1127,3 +1122,28 @@ class ContentRouter:
             for b in detour:
                 if b not in brokers:
                     raise ValueError(f"detour through unknown broker {b!r}")
+
+
+def _chunks(changes: list[m.ProfileChange]) -> list[list[m.ProfileChange]]:
+    """``changes`` split into messages of at most MAX_CHANGES_PER_MESSAGE changes and
+    MAX_MESSAGE_WEIGHT weight (one change more if a single one weighs more)."""
+    out: list[list[m.ProfileChange]] = []
+    chunk: list[m.ProfileChange] = []
+    load = 0
+    for c in changes:
+        w = _weight(c)
+        if chunk and (load + w > MAX_MESSAGE_WEIGHT or len(chunk) >= MAX_CHANGES_PER_MESSAGE):
+            out.append(chunk)
+            chunk, load = [], 0
+        chunk.append(c)
+        load += w
+    if chunk:
+        out.append(chunk)
+    return out
+
+
+def _weight(c: m.ProfileChange) -> int:
+    """What applying a change costs a keeper, in the unit of a conjunction's weight."""
+    if c.op == ADD:
+        return sum(len(k.value) + 1 if type(k.value) is list else 1 for k in c.conjunction)
+    return 1 + len(c.seqs) // 64

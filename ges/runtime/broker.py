@@ -44,6 +44,8 @@ CONNECT_TIMEOUT = 3.0
 TIMER_MAX_SLEEP = 0.25
 #: Seconds a closed client's profile retraction may wait for room on peer links.
 CLOSE_SEND_WAIT = 1.0
+#: Seconds of handling one connection's messages before the event loop serves others.
+SLICE_SECONDS = 0.002
 #: Why a cut link's connection was closed, and the start of the Refuse a cut link's Hello gets
 #: (the dialler logs that one quietly: it is the operator's doing, not a fault).
 LINK_CUT_REASON = "link cut by an operator"
@@ -105,6 +107,10 @@ class BrokerServer:
         # neighbours whose link an operator cut -> set when it is restored (wakes the dialler);
         # only neighbours get in, so it is bounded by the topology
         self._cut: dict[str, trio.Event] = {}
+        #: set when the core has large work in progress (ges.core.work): wakes the worker
+        self._work_wakeup = trio.Event()
+        #: clients whose next message waits for their request in progress -> set when done
+        self._waiting: dict[int, trio.Event] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -126,6 +132,7 @@ class BrokerServer:
         for listener in listeners:
             nursery.start_soon(self._serve_listener, listener)
         nursery.start_soon(self._timer)
+        nursery.start_soon(self._worker)
         if self.pubend_log is not None:
             nursery.start_soon(self._log_task)
         for peer in self.core.neighbours:
@@ -168,6 +175,32 @@ class BrokerServer:
             self._logged_later()  # an ack round may have released log entries
             if outs:
                 await self._dispatch(outs)
+
+    async def _worker(self) -> None:
+        """Large requests in slices (ges.core.work): one slice, then everything else that is
+        ready runs before the next."""
+        core = self.core
+        while True:
+            await self._work_wakeup.wait()
+            self._work_wakeup = trio.Event()
+            while core.has_work:
+                outs = core.work(trio.current_time())
+                self._logged_later()
+                if outs:
+                    await self._dispatch(outs)
+                for conn_id, done in list(self._waiting.items()):
+                    if not core.busy(conn_id):
+                        del self._waiting[conn_id]
+                        done.set()
+                await trio.sleep(0)
+
+    async def _wait_for_work(self, conn_id: int) -> None:
+        """Hold a client's next message until its request in progress is done."""
+        if not self.core.busy(conn_id):
+            return
+        done = self._waiting.setdefault(conn_id, trio.Event())
+        self._work_wakeup.set()
+        await done.wait()
 
     async def _log_task(self) -> None:
         """Group commit: write everything appended since the last group in one transaction (in
@@ -397,26 +430,46 @@ class BrokerServer:
             return [(CLIENT, conn_id, stats)]
         return self.core.client_message(conn_id, msg, now)
 
-    async def _pump(self, conn: Connection, handle) -> None:
+    async def _pump(self, conn: Connection, handle, client: int | None = None) -> None:
         """Feed every message read from ``conn`` to ``handle(msg, now)`` and perform its outputs.
 
-        A bad frame or a protocol violation closes this one connection with a logged reason.
+        Messages read together are handled together, but not for longer than
+        :data:`SLICE_SECONDS` before what is ready elsewhere gets its turn; a client's message
+        that started a large request (ges.core.work) holds its next one back until the request
+        is done. A bad frame or a protocol violation closes this one connection with a logged
+        reason.
         """
         counters = self.core.counters
+        core = self.core
         try:
             async for batch in conn.read_messages():
-                now = trio.current_time()
                 counters["frames_in"] += len(batch)
-                outs = []
+                started = trio.current_time()
+                outs: list = []
                 for msg in batch:
+                    now = trio.current_time()
                     outs += handle(msg, now)
-                self._logged_later()
-                if outs:
-                    counters["frames_out"] += len(outs)
-                    await self._dispatch(outs)
+                    busy = client is not None and core.busy(client)
+                    if busy or now - started > SLICE_SECONDS:
+                        await self._flush(outs)
+                        outs = []
+                        if busy:
+                            await self._wait_for_work(client)
+                        else:
+                            await trio.lowlevel.checkpoint()
+                        started = trio.current_time()
+                await self._flush(outs)
         except (FrameError, ProtocolError) as exc:
             self.log.warning("closing %s: %s", conn.label, exc)
             conn.close(str(exc))
+
+    async def _flush(self, outs: list) -> None:
+        self._logged_later()
+        if self.core.has_work:
+            self._work_wakeup.set()
+        if outs:
+            self.core.counters["frames_out"] += len(outs)
+            await self._dispatch(outs)
 
     # -- clients -----------------------------------------------------------------------------
 
@@ -431,12 +484,17 @@ class BrokerServer:
             with conn.cancel_scope:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(conn.writer)
-                    await self._pump(conn, functools.partial(self._client_message, conn_id))
+                    await self._pump(
+                        conn, functools.partial(self._client_message, conn_id), conn_id
+                    )
                     nursery.cancel_scope.cancel()
         finally:
             del self._clients[conn_id]
             # the client's profile leaves with it; a slow peer cannot hold up shutdown for
             # longer than this (a retraction that does not go now is resent by the router)
+            self._waiting.pop(conn_id, None)
             with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_SEND_WAIT):
                 await self._dispatch(self.core.client_closed(conn_id, trio.current_time()))
+            if self.core.has_work:  # the rest of a large profile's removal
+                self._work_wakeup.set()
             self.log.debug("%s gone: %s", conn.label, conn.close_reason or "cancelled")

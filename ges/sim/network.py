@@ -262,6 +262,8 @@ class Sim:
     def _feed(self, broker: str, fn: Callable) -> None:
         core = self.cores[broker]
         self._handle(broker, fn(core))
+        while core.has_work:  # a large request's slices, at the same simulated moment
+            self._handle(broker, core.work(self.now))
         deadline = core.next_deadline()
         if deadline < float("inf"):
             deadline = max(deadline, self.now)

@@ -123,6 +123,12 @@ class Net:
     # -- the network -------------------------------------------------------------------------------
 
     def handle(self, src: str, outputs: list) -> None:
+        self._handle(src, outputs)
+        core = self.cores.get(src)
+        while core is not None and core.has_work:  # large requests finish before the next step
+            self._handle(src, core.work(self.now))
+
+    def _handle(self, src: str, outputs: list) -> None:
         for kind, dest, msg in outputs:
             if kind == PEER:
                 assert dest in self.cores[src].links_up, (src, dest)

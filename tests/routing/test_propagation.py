@@ -65,18 +65,54 @@ def c(*constraints: tuple) -> Conjunction:
 
 def test_exporter_sends_only_what_changes_the_aggregate():
     e = Exporter()
-    narrow, wide = c(("x", "gt", 10)), c(("x", "gt", 5))
+    narrow, wide, middle = c(("x", "gt", 10)), c(("x", "gt", 5)), c(("x", "gt", 7))
     assert e.add(narrow) == [(ADD, 1, narrow)]
     assert e.add(narrow) == []  # a second local copy
     assert e.add(wide) == [(REMOVE, 1, narrow), (ADD, 2, wide)]  # wide covers narrow
-    assert e.add(c(("x", "gt", 7))) == []  # covered
-    assert e.remove(wide) == [(REMOVE, 2, wide), (ADD, 3, c(("x", "gt", 7)))]
-    assert e.remove(c(("x", "gt", 7))) == [(REMOVE, 3, c(("x", "gt", 7))), (ADD, 4, narrow)]
+    assert e.replaced == {1: (2,)}  # a subscription waiting for narrow's acks waits for wide's
+    e.replaced.clear()
+    assert e.add(middle) == []  # covered
+    assert e.seq_for(middle) == 2
+    # wide leaves in steps: what it stood for goes up first, then wide is retracted
+    assert e.remove(wide) == []
+    assert e.pending and e.exported[wide] == 2
+    ops = e.step(budget=1_000)
+    assert not e.pending
+    assert ops[-1] == (REMOVE, 2, wide)
+    assert set(e.exported) == {middle}  # the wider of the two is exported, the other under it
+    assert e.seq_for(narrow) == e.exported[middle]
+    assert e.replaced[2] == (e.exported[middle],)
+    assert e.remove(middle) == []  # what it stood for (narrow) goes up, then it goes
+    ops = e.step(budget=1_000)
+    assert [op for op, _, _ in ops] == [ADD, REMOVE] and ops[1][2] == middle
+    assert set(e.exported) == {narrow}
     assert e.remove(narrow) == []
-    assert e.remove(narrow) == [(REMOVE, 4, narrow)]
-    assert len(e) == 0
+    assert e.remove(narrow)[0][0] == REMOVE
+    assert len(e) == 0 and not e.pending
     with pytest.raises(KeyError):
         e.remove(narrow)
+
+
+def test_exporter_a_conjunction_back_before_it_left_stays():
+    e = Exporter()
+    wide, narrow = c(("x", "gt", 5)), c(("x", "gt", 10))
+    e.add(wide)
+    e.add(narrow)
+    assert e.remove(wide) == [] and e.pending
+    assert e.add(wide) == []  # back: nothing changed upstream
+    assert not e.pending and e.exported == {wide: 1} and e.seq_for(narrow) == 1
+    assert e.step(budget=1_000) == []
+
+
+def test_exporter_a_dependent_removed_while_its_coverer_leaves():
+    e = Exporter()
+    wide, a, b = c(("x", "gt", 5)), c(("x", "gt", 10)), c(("x", "gt", 20))
+    for conj in (wide, a, b):
+        e.add(conj)
+    e.remove(wide)
+    e.remove(a)  # not placed yet: it just goes
+    e.remove(b)  # the last one: wide goes with it
+    assert e.exported == {} and not e.pending
 
 
 def keeper(broker: str = "4") -> ContentRouter:

@@ -1,0 +1,143 @@
+"""Large requests in slices (ges.core.work): a subscription of thousands of conjunctions is
+entered, changed and removed a slice at a time, with other clients served in between, and a
+client that goes away half way leaves nothing behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ges.core import CLIENT, PEER, BrokerCore
+from ges.core.work import WORK_SLICE
+from ges.matching.model import Conjunction, Constraint, Profile
+from ges.topology import Topology
+from ges.wire import messages as m
+from tests.core.test_reliable_core import World
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = Topology.from_yaml(ROOT / "topologies/demo.yaml")
+
+
+def quotes(n: int, start: int = 0) -> list[list[m.Constraint]]:
+    return [
+        [m.Constraint("sym", "eq", f"S{i}"), m.Constraint("price", "gt", float(i))]
+        for i in range(start, start + n)
+    ]
+
+
+def kinds(out, conn=None) -> list[type]:
+    return [type(msg) for kind, dest, msg in out if kind == CLIENT and conn in (None, dest)]
+
+
+def core(broker: str = "b3", reliable: bool = False) -> BrokerCore:
+    c = BrokerCore(DEMO, broker, incarnation=1, reliable=reliable)
+    c.client_open(1, "subscriber")
+    c.client_open(2, "publisher")
+    return c
+
+
+@pytest.mark.parametrize("n", [1024, 4096])
+def test_a_large_subscription_is_entered_in_slices_while_others_are_served(n):
+    c = core()
+    out = c.client_message(1, m.Subscribe(1, quotes(n)), 0.0)
+    assert m.SubAck not in kinds(out) and c.busy(1) and not c.busy(2)
+    slices, publishes = 0, 0
+    while c.has_work:
+        # another client's publish is answered at once, between two slices
+        got = c.client_message(2, m.Publish(slices + 1, [m.Event({"sym": "S1", "price": 5.0})]), 0)
+        assert m.PubAck in kinds(got, 2)
+        publishes += 1
+        before = c.router.exporter.work
+        out = c.work(0.0)
+        # a slice is bounded: a chunk of conjunctions at most, whatever the profile's size
+        assert c.router.exporter.work - before < 4 * WORK_SLICE
+        slices += 1
+        if m.SubAck in kinds(out, 1):
+            break
+    assert slices > n // 100 and not c.busy(1)
+    assert c.stats().subscriptions == 1
+    # the last conjunction matches: the whole profile is in
+    out = c.client_message(2, m.Publish(99_999, [m.Event({"sym": f"S{n - 1}", "price": 1e9})]), 0)
+    assert m.Deliver in kinds(out, 1)
+    # and the keepers were told about every one, a bounded message at a time
+    profiles = [msg for kind, _, msg in out if kind == PEER and type(msg) is m.Profiles]
+    assert profiles == []  # nothing new for a publish
+    assert len(c.router.exporter) == n
+
+
+def test_a_subscription_being_entered_delivers_nothing_until_it_is_in():
+    c = core()
+    c.client_message(1, m.Subscribe(1, quotes(2000)), 0.0)
+    assert c.busy(1)
+    out = c.client_message(2, m.Publish(1, [m.Event({"sym": "S0", "price": 5.0})]), 0.0)
+    assert m.Deliver not in kinds(out, 1)  # S0 is in the graph, but the SubAck is not out yet
+
+
+def test_a_client_closed_half_way_through_leaves_nothing_behind():
+    c = core()
+    c.client_message(1, m.Subscribe(1, quotes(3000)), 0.0)
+    for _ in range(5):
+        c.work(0.0)
+    assert c.busy(1)
+    c.client_closed(1, 1.0)
+    assert not c.busy(1)
+    while c.has_work:
+        c.work(1.0)
+    assert c.router.is_empty() and not c.profiles
+    assert c.stats().subscriptions == 0 and c.stats().clients == 1
+
+
+def test_a_large_unsubscribe_answers_once_its_profile_is_gone():
+    c = core()
+    c.client_message(1, m.Subscribe(1, quotes(2000)), 0.0)
+    while c.has_work:
+        c.work(0.0)
+    out = c.client_message(1, m.Unsubscribe(1, req=7), 1.0)
+    assert m.SubAck not in kinds(out, 1) and c.busy(1)
+    # it no longer gets anything, though its conjunctions are still being taken out
+    out = c.client_message(2, m.Publish(1, [m.Event({"sym": "S0", "price": 5.0})]), 1.0)
+    assert m.Deliver not in kinds(out, 1)
+    acks = []
+    while c.has_work:
+        acks += [msg for kind, _, msg in c.work(1.0) if type(msg) is m.SubAck]
+    assert acks == [m.SubAck(1, req=7)]
+    assert c.router.is_empty() and not c.profiles
+
+
+def test_a_profile_over_the_weight_bound_is_refused_before_anything_changes():
+    c = core()
+    big = [
+        [m.Constraint("n", "in", list(range(4000))), m.Constraint("m", "eq", i)] for i in range(20)
+    ]
+    out = c.client_message(1, m.Subscribe(1, big), 0.0)
+    while c.has_work:
+        out += c.work(0.0)
+    (error,) = [msg for kind, _, msg in out if type(msg) is m.Error]
+    assert "weight over 65536" in error.reason
+    assert c.router.is_empty() and not c.profiles
+
+
+def test_a_large_profile_changes_with_no_gap_in_what_both_match():
+    """The replaced profile is indexed (it is large), and the events both profiles match keep
+    arriving while the change spreads: the checker follows every delivery."""
+    w = World(faults="drop,dup,delay,reorder")
+    w.sim.run_until(0.5)
+    old = Profile("old", [Conjunction((Constraint("n", "eq", i),)) for i in range(0, 60)])
+    new = Profile("new", [Conjunction((Constraint("n", "eq", i),)) for i in range(30, 90)])
+    key = w.subscribe("b20", 1, old)
+    for i in range(300):
+        w.publish_at(1.0 + i * 0.01, "b1", i % 100)
+
+    def change():
+        w.checker.subscribe(key, new)
+        w.sim.client(
+            "b20", 1, m.Subscribe(1, [[m.Constraint("n", "eq", i)] for i in range(30, 90)])
+        )
+
+    w.sim.at(2.0, change)
+    w.sim.run_until(12.0)
+    w.checker.finish(w.sim.now, start_by=0.5)
+    assert w.checker.ok, w.checker.violations[:3]
+    got = [t for ticks in w.checker.subs[key].got.values() for t in ticks]
+    assert len(got) > 100
