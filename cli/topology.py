@@ -42,14 +42,18 @@ def _command(fn):
 def check(
     files: list[Path] = typer.Argument(..., help="Topology YAML files to validate."),
     as_json: bool = typer.Option(
-        False, "--json", help="Print one JSON object on stdout: per file ok/brokers/links/…/error."
+        False,
+        "--json",
+        help="Print one JSON object on stdout: per file ok/brokers/links/…/digest/error.",
     ),
 ) -> None:
     """Validate topology files.
 
     Every file is checked; a bad one gets one line naming the file, the line, the broker, unit or
     link and the problem, and the exit code is 2. Warnings (a unit not connected inside itself)
-    go to stderr and do not fail the check.
+    go to stderr and do not fail the check. Each good file's line ends with the first 16 hex
+    digits of its digest: a SHA-256 of the network's content (brokers, links, costs,
+    replicators), the same however the file is written.
     """
     results = []
     for path in files:
@@ -72,13 +76,15 @@ def check(
                 "units": sum(1 for u in t.units if u),
                 "replicators": len(t.replicators),
                 "warnings": list(t.warnings),
+                "digest": t.digest,
             }
         )
         if not as_json:
             out.print(
                 f"{path}: ok — {len(t.brokers)} brokers, {len(t.links)} links, depth {t.depth}, "
                 f"{len(t.gateways())} gateways"
-                + (f", {len(t.warnings)} warnings" if t.warnings else ""),
+                + (f", {len(t.warnings)} warnings" if t.warnings else "")
+                + f", digest {t.short_digest}",
                 soft_wrap=True,
             )
     ok = all(r["ok"] for r in results)
@@ -193,7 +199,12 @@ def show(
     _grow(root, t, (), depth, replicated)
     out.print(root)
     drawn = f"drawn to depth {depth} of {full}" if depth < full else "drawn in full"
-    out.print(Text(f"{summary(t)} · {len(t.warnings)} warnings · {drawn}{note}"), soft_wrap=True)
+    out.print(
+        Text(
+            f"{summary(t)} · {len(t.warnings)} warnings · digest {t.short_digest} · {drawn}{note}"
+        ),
+        soft_wrap=True,
+    )
 
 
 # -- generate -------------------------------------------------------------------------------------

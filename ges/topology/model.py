@@ -11,10 +11,16 @@ A unit is identified by its full path (a tuple of names), so ``SSC-A/SC-1/c1`` a
 
 Everything here is a frozen value; build one with :meth:`Topology.from_yaml` or
 :meth:`Topology.from_dict`, which validate, so a ``Topology`` that exists is valid.
+
+A topology's *digest* (:attr:`Topology.digest`) is its identity as a network: a SHA-256 of its
+content in a canonical form, so two files describing the same brokers, links and replicators
+have the same digest whatever their name, path, comments or order.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from functools import cached_property
@@ -26,6 +32,11 @@ UnitPath = tuple[str, ...]
 #: Seed 004 §2: "This limit, the block-limit, is set at 64."
 DEFAULT_BLOCK_LIMIT = 64
 DEFAULT_HOST = "127.0.0.1"
+#: Names the canonical form the digest hashes; change it whenever that form changes, so a digest
+#: never means two different things.
+DIGEST_FORMAT = "ges-topology-digest/1"
+#: Hex digits of :attr:`Topology.short_digest`: 64 bits, plenty to tell networks apart by eye.
+SHORT_DIGEST_CHARS = 16
 
 _NATURAL_SPLIT = re.compile(r"(\d+)")
 
@@ -93,6 +104,19 @@ class LinkCostMatrix:
         if unit_level < len(self.rows) and link_level < len(self.rows[unit_level]):
             return self.rows[unit_level][link_level]
         return float(1 + unit_level + link_level)
+
+    def overrides(self) -> tuple[tuple[int, int, float], ...]:
+        """``(x, ℓ, cost)`` for every entry that differs from the default, in order.
+
+        Two matrices with the same overrides price every link the same: writing a default out
+        (or leaving it off) changes nothing.
+        """
+        return tuple(
+            (x, lv, float(c))
+            for x, row in enumerate(self.rows)
+            for lv, c in enumerate(row)
+            if float(c) != float(1 + x + lv)
+        )
 
 
 @attrs.frozen
@@ -205,6 +229,37 @@ class Topology:
 
     def link_between(self, a: str, b: str) -> LinkSpec | None:
         return self.link_index.get(link_key(a, b))
+
+    # -- identity -------------------------------------------------------------------------------
+
+    @cached_property
+    def digest(self) -> str:
+        """The network's identity: SHA-256 (64 hex digits) of its content in canonical form.
+
+        Hashed: ``block_limit``; every broker's id, unit path, host and port; every link as its
+        canonical (lower, higher) pair with its cost override; the link cost matrix's entries
+        that differ from the default; every replicator's unit and broker — each list sorted.
+        Not hashed: the name, the file it came from, warnings, and the order or spelling of the
+        YAML (key order, comments, the order of brokers, links, link ends and replicators).
+        """
+        content = {
+            "format": DIGEST_FORMAT,
+            "block_limit": self.block_limit,
+            "brokers": sorted([b.id, list(b.unit), b.host, b.port] for b in self.brokers.values()),
+            "links": sorted(
+                [*link_key(link.a, link.b), None if link.cost is None else float(link.cost)]
+                for link in self.links
+            ),
+            "link_costs": [list(entry) for entry in self.link_costs.overrides()],
+            "replicators": sorted([list(r.unit), r.broker] for r in self.replicators),
+        }
+        text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    @property
+    def short_digest(self) -> str:
+        """The first 16 hex digits of :attr:`digest`, for tables and log lines."""
+        return self.digest[:SHORT_DIGEST_CHARS]
 
     @cached_property
     def units(self) -> Mapping[UnitPath, tuple[str, ...]]:

@@ -13,6 +13,8 @@ import textwrap
 
 import pytest
 
+from ges.topology import Topology
+
 GOOD = """\
 name: small
 brokers:
@@ -276,6 +278,7 @@ def test_check_json(ges, write):
         "units": 8,
         "replicators": 1,
         "warnings": [],
+        "digest": Topology.from_yaml(good).digest,
     }
     assert len(second["warnings"]) == 1 and "SSC-A/SC-1/c1" in second["warnings"][0]
 
