@@ -9,6 +9,7 @@ from pathlib import Path
 import trio
 import typer
 from rich.logging import RichHandler
+from rich.text import Text
 
 from cli._common import err, load_topology, one_line_errors, out, parse_tags, resolve_broker
 from ges.core.broker import ROUTINGS
@@ -215,7 +216,13 @@ async def _run_up(
                     **options,
                 )
                 check = None
-            await wait_ready(topology, timeout=ready_timeout, check=check)
+            await wait_ready(
+                topology,
+                pids=network.pids,
+                timeout=ready_timeout,
+                check=check,
+                report=_ForeignReport(),
+            )
             if supervisor is not None:
                 supervisor.ready = True
             path = network.write_run_json()
@@ -233,6 +240,22 @@ async def _run_up(
             with trio.CancelScope(shield=True):
                 await supervisor.stop_all()
     err.print("stopped", highlight=False)
+
+
+class _ForeignReport:
+    """Warns about the first broker that answers from a process this ``ges up`` did not start.
+
+    One line, not one per broker: a second ``ges up`` of a running topology meets every broker
+    of the first, and the error that ends start-up says how many there were.
+    """
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def __call__(self, broker_id: str, line: str) -> None:
+        self.seen += 1
+        if self.seen == 1:
+            err.print(Text.assemble(("warning: ", "yellow"), line), soft_wrap=True)
 
 
 def broker(

@@ -9,7 +9,8 @@ Two modes:
   so no broker outlives a killed ``ges up``.
 
 Readiness is the same in both modes: every broker answers a stats request over the client
-protocol and reports all of its links up.
+protocol, from the process this ``ges up`` started for it (the pid in its Stats), and reports all
+of its links up. Another network already on the same ports answers too; its answers do not count.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import attrs
@@ -70,6 +71,7 @@ class Network:
         return {
             "topology": self.topology.name,
             "source": self.topology.source,
+            "digest": self.topology.digest,
             "mode": "processes" if self.processes else "embedded",
             "supervisor_pid": os.getpid(),
             "brokers": [
@@ -94,22 +96,47 @@ class Network:
         return path
 
 
+def foreign_pid_line(topology: Topology, broker_id: str, pid: int) -> str:
+    """What to say about a broker that answers from a process ``ges up`` did not start."""
+    spec = topology.brokers[broker_id]
+    return (
+        f"broker {broker_id} at {spec.host}:{spec.port} answers with pid {pid}, not the process "
+        "this ges up started (another network on the same ports?)"
+    )
+
+
 async def wait_ready(
     topology: Topology,
     *,
+    pids: Mapping[str, int] | None = None,
     timeout: float = READY_TIMEOUT,
     check: Callable[[], None] | None = None,
     progress: Callable[[int, int, int, int], None] | None = None,
+    report: Callable[[str, str], None] | None = None,
 ) -> None:
     """Poll every broker until it answers and all its links are up.
 
-    ``check`` is called between polls and may raise to abort (a child died during start-up).
-    ``progress(listening, brokers, links_up, links)`` reports how far it got.
+    Args:
+        pids: the pid of the process serving each broker, as started (read at every poll, so a
+            live mapping such as ``Network.pids`` may change). A broker counts only once its
+            Stats come from that pid: another network on the same ports answers too, and its
+            brokers are not ours. ``None`` counts any answer (tests of a network already known
+            to be the only one).
+        check: called between polls; may raise to abort (a child died during start-up).
+        progress: ``progress(listening, brokers, links_up, links)`` says how far it got.
+        report: ``report(broker_id, line)`` is called once per broker that answers from another
+            pid, with a line saying so.
+
+    Error handling:
+        OperationError after ``timeout`` naming the brokers not ready. When brokers answered from
+        other pids, that error — and one that ``check`` raises — starts with the first of them
+        (:func:`foreign_pid_line`), so the cause of a failed start-up is on its one line.
     """
     pending = set(topology.brokers)
     links_total = 2 * len(topology.links)
     up_counts: dict[str, int] = {}
     listening: set[str] = set()
+    foreign: dict[str, int] = {}  # broker -> the pid that answered for it
     deadline = trio.current_time() + timeout
 
     async def poll(bid: str) -> None:
@@ -118,14 +145,33 @@ async def wait_ready(
             stats = await broker_stats(spec.host, spec.port, topology=topology.name)
         except OperationError:
             return
+        if pids is not None and stats.pid != pids.get(bid):
+            if bid not in foreign:
+                foreign[bid] = stats.pid
+                if report is not None:
+                    report(bid, foreign_pid_line(topology, bid, stats.pid))
+            return
         listening.add(bid)
         up_counts[bid] = len(stats.links_up)
         if len(stats.links_up) >= stats.links_expected:
             pending.discard(bid)
 
+    def failure(reason: str) -> OperationError:
+        if not foreign:
+            return OperationError(reason)
+        first = min(foreign, key=broker_order_key)
+        more = len(foreign) - 1
+        also = f", and so do {more} more brokers" if more else ""
+        return OperationError(
+            f"{foreign_pid_line(topology, first, foreign[first])}{also}; {reason}"
+        )
+
     while pending:
         if check is not None:
-            check()
+            try:
+                check()
+            except OperationError as exc:
+                raise failure(str(exc)) from None
         async with trio.open_nursery() as nursery:
             for bid in list(pending):
                 nursery.start_soon(poll, bid)
@@ -136,7 +182,7 @@ async def wait_ready(
         if trio.current_time() > deadline:
             waiting = sorted(pending, key=broker_order_key)
             shown = ", ".join(waiting[:6]) + (", …" if len(waiting) > 6 else "")
-            raise OperationError(
+            raise failure(
                 f"topology {topology.name} not ready after {timeout:.0f}s: "
                 f"brokers {shown} are not listening or miss links"
             )

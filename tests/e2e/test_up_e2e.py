@@ -209,6 +209,61 @@ def test_up_with_a_port_in_use_fails_in_one_line_and_starts_nothing(tmp_path, mo
     assert all(_port_free(p) for p in ports), "a broker was left running"
 
 
+#: Three brokers in two clusters: enough for links and gateways, quick to start.
+SMALL = {
+    "name": "small3",
+    "brokers": {
+        "b1": {"unit": "S/c1", "port": 1},
+        "b2": {"unit": "S/c1", "port": 2},
+        "b3": {"unit": "S/c2", "port": 3},
+    },
+    "links": [["b1", "b2"], ["b2", "b3"]],
+}
+
+
+def processes_mentioning(needle: str) -> list[int]:
+    """Live processes whose command line contains ``needle`` (Linux /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if needle.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:  # gone meanwhile
+            pass
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
+def test_second_up_on_the_ports_of_a_running_network_fails_and_stops_its_brokers(tmp_path):
+    """The running network's brokers answer on every port, but not from the second ges up's
+    processes: no ready line, one error naming the other pid and the port in use, no child
+    left, and the first network untouched."""
+    topology = tmp_path / "small3.yaml"
+    topology.write_text(yaml.safe_dump(on_free_ports(SMALL)))
+    ports = [spec["port"] for spec in yaml.safe_load(topology.read_text())["brokers"].values()]
+    first = Up(topology, tmp_path / "first")
+    try:
+        second_dir = tmp_path / "second"
+        started = time.monotonic()
+        result = ges("up", topology, "--no-live", "--processes", "--data-dir", second_dir)
+        took = time.monotonic() - started
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "ready:" not in result.stdout and not (second_dir / "run.json").exists()
+        errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+        assert (
+            f"answers with pid {first.proc.pid}, not the process this ges up started" in (errors[0])
+        )
+        assert "address already in use" in errors[0]
+        assert any(f"127.0.0.1:{port}" in errors[0] for port in ports)
+        assert took < 20, f"took {took:.1f}s to give up"
+        assert processes_mentioning(str(second_dir)) == [], "a broker of the second ges up lives"
+        for bid in SMALL["brokers"]:
+            assert stats_of(topology, bid).pid == first.proc.pid
+    finally:
+        assert first.stop() == 0
+
+
 def test_bad_inputs_are_one_line_each(tmp_path):
     topology = demo_on_free_ports(tmp_path)
     broken = tmp_path / "broken.yaml"
