@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
@@ -20,8 +20,34 @@ try:  # recent typer releases carry their own copy of click; older ones use clic
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click.exceptions import UsageError
 
+#: Width of results written to a file or a pipe: wide enough that no table is folded (a folded
+#: number is unreadable and splits a row over lines a script cannot join); tables still take only
+#: the width their cells need.
+FILE_WIDTH = 10_000
+
+
+class ResultConsole(Console):
+    """A console that wraps to the terminal on a terminal and never wraps in a file or a pipe.
+
+    Rich takes the terminal's width even when stdout is redirected (it asks stdin and stderr),
+    or 80 columns, and folds tables to fit: ``ges stats latency > file`` split numbers across
+    lines.
+    """
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = Console.size.fget(self)
+        if self.is_terminal:
+            return size
+        return ConsoleDimensions(max(size.width, FILE_WIDTH), size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)
+
+
 #: Results (tables, JSON) go to stdout; progress, logs and errors to stderr.
-out = Console(highlight=False)
+out = ResultConsole(highlight=False)
 err = Console(stderr=True, highlight=False)
 
 

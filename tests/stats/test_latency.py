@@ -12,6 +12,7 @@ import csv
 import json
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -379,6 +380,16 @@ def test_cli_table_and_plot_without_tags(inputs, tmp_path):
     assert result.exit_code == 0, result.output
     assert "latency in µs" in result.stdout and "p99" in result.stdout
     assert png.exists()
+    # one line per group, every cell whole: no column folds when output is a pipe
+    rows = [ln for ln in result.stdout.splitlines() if re.match(r"│ *\d+ *│", ln)]
+    assert [int(r.split("│")[1]) for r in rows] == [1, 2, 3, 4, 5, 6]
+    header = next(ln for ln in result.stdout.splitlines() if "p99" in ln)
+    names = [c.strip() for c in header.split("┃")[1:-1]]
+    whole = re.compile(r"-?\d{1,3}(,\d{3})*\.\d")  # a folded "1,234,5" / "67.8" is not
+    for r in rows:
+        cells = dict(zip(names, (c.strip() for c in r.split("│")[1:-1]), strict=True))
+        for name in ("mean", "stddev", "min", "p50", "p95", "p99", "max"):
+            assert whole.fullmatch(cells[name]), (name, r)
 
 
 def test_cli_malformed_line_is_one_error(tmp_path):

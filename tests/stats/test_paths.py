@@ -9,6 +9,7 @@ shortest-path counts), which share no code with the Spark job or with each other
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -316,6 +317,9 @@ def test_cli_table_names_sampled_sources(spark, chain_file):
     for title_word in ("Path lengths", "Hop", "Gateway"):  # the three tables (titles may wrap)
         assert title_word in result.stdout
     assert "seed 1" in result.stdout  # the note naming the sampled sources
+    # a row of the first table is one line, however wide: no cell folds when output is a pipe
+    row = re.compile(r"\s*chain +6 +[\d.]+ +[\d.]+\* +≥ \d+ +[\d.]+ +[\d.]+ +[\d.]+\s*")
+    assert sum(1 for line in result.stdout.splitlines() if row.fullmatch(line)) == 1
 
 
 def test_cli_malformed_yaml_is_one_line_exit_2(tmp_path):
