@@ -28,11 +28,15 @@ from ges.runtime.up import (
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
+def _check_log_level(level: str) -> str:
+    """--log-level in lower case; anything else is one ``error:`` line (exit 2)."""
+    if level.lower() not in LOG_LEVELS:
+        raise UserInputError(f"--log-level: {level!r} is not one of {', '.join(LOG_LEVELS)}")
+    return level.lower()
+
+
 def _setup_logging(level: str, *, console=None) -> None:
-    if level not in LOG_LEVELS:
-        raise typer.BadParameter(
-            f"must be one of {', '.join(LOG_LEVELS)}", param_hint="--log-level"
-        )
+    level = _check_log_level(level)
     handler = RichHandler(console=console or err, show_path=False, rich_tracebacks=False)
     logging.basicConfig(
         level=level.upper(), handlers=[handler], format="%(name)s: %(message)s", force=True
@@ -147,6 +151,7 @@ def _up(
     record=None,
     tag=(),
 ) -> None:
+    log_level = _check_log_level(log_level)
     _check_routing(routing)
     reliable = _check_delivery(delivery, routing)
     tags = parse_tags(tag)
@@ -280,6 +285,7 @@ def broker(
 def _broker(
     topology_file, broker_id, data_dir, log_level, routing, delivery, strict_log, record, tag
 ) -> None:
+    log_level = _check_log_level(log_level)
     _check_routing(routing)
     reliable = _check_delivery(delivery, routing)
     tags = parse_tags(tag)
