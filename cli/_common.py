@@ -135,6 +135,12 @@ def is_tty() -> bool:
 
 
 def _usage_line(exc: UsageError, info_name: str) -> typer.Exit:
+    # a group given nothing shows its help (typer prints it; without rich it is the message)
+    # and exits 2 like click, with no empty error line after it
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        if exc.format_message().strip():
+            typer.echo(exc.format_message())
+        return typer.Exit(2)
     where = exc.ctx.command_path if exc.ctx is not None else info_name
     return fail(f"{where}: {exc.format_message()}", 2)
 

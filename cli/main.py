@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib import metadata
+
 import typer
 
 from cli import link, network, profile, pubsub, simulate, stats
@@ -26,6 +28,32 @@ command(app)(network.broker)
 command(app)(pubsub.publish)
 command(app)(pubsub.subscribe)
 command(app)(simulate.simulate)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("ges")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"ges {_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Print the version of ges and exit.",
+    ),
+) -> None:
+    """GES, the Grid Event Service: content-based publish/subscribe over a hierarchy of brokers."""
 
 
 def main() -> None:

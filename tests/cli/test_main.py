@@ -1,7 +1,8 @@
-"""The ``ges`` command itself: bad --log-level."""
+"""The ``ges`` command itself: --version, bad --log-level, no arguments."""
 
 from __future__ import annotations
 
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,13 @@ def ges(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
+def test_version_prints_the_installed_version():
+    result = ges("--version")
+    assert result.exit_code == 0
+    assert result.stdout == f"ges {metadata.version('ges')}\n"
+    assert result.stderr == ""
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -30,3 +38,11 @@ def test_bad_log_level_is_one_error_line(args):
     assert result.exit_code == 2
     assert result.stderr == "error: --log-level: 'loud' is not one of debug, info, warning, error\n"
     assert result.stdout == ""
+
+
+def test_no_arguments_show_help_without_an_error_line():
+    for args in ([], ["topology"]):
+        result = ges(*args)
+        assert result.exit_code == 2
+        assert "Usage:" in result.stdout
+        assert "error:" not in result.output
