@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +15,11 @@ from rich.table import Table
 from cli._common import err, is_tty, load_topology, one_line_errors, out
 from ges.errors import UserInputError
 from ges.sim import FAULT_KINDS, Faults, run_seed
+
+#: Seconds between progress lines on stderr when it is not a terminal (a log file, CI): a line
+#: per seed would swamp the log of a thousand-seed run, none would leave it silent for minutes.
+#: The first seed, every failed seed and the last seed get a line regardless.
+PROGRESS_LINE_EVERY = 10.0
 
 
 def simulate(
@@ -49,6 +55,9 @@ def simulate(
     and go, heals, waits, and checks that
     every subscription got exactly the matching events after its starting point, in order, once
     each. Exits 1 if any seed has a violation, printing the command that replays it.
+
+    Progress goes to stderr, also with --json: a bar on a terminal; otherwise a line for the
+    first seed, each failed seed, the last seed, and one every 10 s in between.
     """
     one_line_errors(_simulate)(
         topology_file,
@@ -103,6 +112,7 @@ def _simulate(
         disable=not is_tty(),
         transient=True,
     )
+    lines = None if is_tty() else _ProgressLines(seeds)
     with progress:
         task = progress.add_task("seeds", total=seeds, bad=0)
         bad = 0
@@ -120,6 +130,8 @@ def _simulate(
             outcomes.append(o)
             bad += not o.ok
             progress.update(task, advance=1, bad=bad)
+            if lines is not None:
+                lines.seed_done(o)
     failed = [o for o in outcomes if not o.ok]
     extra = " --no-sufficiency" if no_sufficiency else ""
     replay = {
@@ -155,6 +167,36 @@ def _simulate(
         _render(summary, topology, faults_spec)
     if failed:
         raise typer.Exit(1)
+
+
+class _ProgressLines:
+    """Progress on a stderr that is not a terminal: a line for the first seed, each failed seed,
+    the last seed, and otherwise at most one every PROGRESS_LINE_EVERY seconds."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.failed = 0
+        self.started = time.monotonic()
+        self.last_line: float | None = None
+
+    def seed_done(self, outcome) -> None:
+        self.done += 1
+        self.failed += not outcome.ok
+        now = time.monotonic()
+        due = self.last_line is None or now - self.last_line >= PROGRESS_LINE_EVERY
+        if not (due or not outcome.ok or self.done == self.total):
+            return
+        self.last_line = now
+        n = len(outcome.violations)
+        verdict = "ok" if outcome.ok else f"FAILED ({n} violation{'' if n == 1 else 's'})"
+        err.print(
+            f"seed {outcome.seed} {verdict} · {self.done}/{self.total} seeds, "
+            f"{self.failed} failed, {now - self.started:.1f} s",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _render(summary: dict, topology, faults_spec: str) -> None:

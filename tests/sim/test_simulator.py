@@ -9,8 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
+from typer.testing import CliRunner
 
+from cli import simulate
+from cli.main import app
 from ges.matching.model import Conjunction, Profile
 from ges.matching.syntax import parse_where
 from ges.sim import Checker, Faults, run_seed
@@ -217,3 +221,46 @@ def test_checker_accepts_a_change_that_lost_nothing():
     c.deliver(key, "b2~1", [(3, {"bucket": 20}), (4, {"bucket": 30})], 1.2)
     c.finish(2.0)
     assert c.ok, c.violations
+
+
+# -- ges simulate's progress on stderr --------------------------------------------------------
+
+
+def simulate_cli(*args: str):
+    topology_file = ROOT / "topologies/figure2.yaml"
+    return CliRunner().invoke(app, ["simulate", str(topology_file), "--events", "20", *args])
+
+
+def progress_lines(result) -> list[str]:
+    return [ln for ln in result.stderr.splitlines() if ln.startswith("seed ")]
+
+
+def test_simulate_json_shows_progress_on_stderr_and_one_object_on_stdout(monkeypatch):
+    monkeypatch.setattr(simulate, "PROGRESS_LINE_EVERY", 0.0)  # a line for every seed
+    result = simulate_cli("--seed", "5", "--seeds", "3", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["seeds"] == 3  # stdout: the one JSON object, nothing else
+    lines = progress_lines(result)
+    assert [ln.split(" · ")[0] for ln in lines] == ["seed 5 ok", "seed 6 ok", "seed 7 ok"]
+    assert lines[-1].split(" · ")[1].startswith("3/3 seeds, 0 failed, ")
+
+
+def test_simulate_progress_lines_are_sparse_but_name_every_failed_seed(monkeypatch):
+    real = simulate.run_seed
+
+    def seed_6_fails(topology, seed, **options):
+        outcome = real(topology, seed, **options)
+        if seed == 6:
+            return attrs.evolve(outcome, ok=False, violations=("made up for the test",))
+        return outcome
+
+    monkeypatch.setattr(simulate, "run_seed", seed_6_fails)
+    result = simulate_cli("--seed", "5", "--seeds", "4", "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["failed_seeds"] == [6]
+    # the first seed, the failed one and the last; the others fall within 10 s of a line
+    assert [ln.split(" · ")[0] for ln in progress_lines(result)] == [
+        "seed 5 ok",
+        "seed 6 FAILED (1 violation)",
+        "seed 8 ok",
+    ]
