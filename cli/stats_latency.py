@@ -19,10 +19,12 @@ from ges.stats import _spark
 from ges.stats.latency import (
     STATS,
     LatencyStats,
+    check_tags,
     key_order,
     latency_stats,
     parse_by,
     record_sources,
+    scan_tags,
 )
 
 #: Panels a plot may have (one per combination of the keys that are neither x nor the lines);
@@ -42,8 +44,9 @@ def latency(
         "--by",
         metavar="KEY,…",
         help="Group by record fields (hops, size, client, subscriber_broker, publisher_broker, "
-        "pubend, …) or tags: tags.NAME, or a bare NAME that is no field (matching_rate); rate "
-        "is tag rate, else publish_rate. Repeatable. None: one group of everything.",
+        "pubend, …) or tags: tags.NAME, or a bare NAME that is no field (matching_rate), which "
+        "some record must have as a tag; rate is tag rate, else publish_rate. Repeatable. "
+        "None: one group of everything.",
     ),
     as_json: bool = typer.Option(
         False, "--json", help="Print one JSON object (by, unit, records, groups) on stdout."
@@ -91,7 +94,10 @@ def latency(
 def _latency(records, by, as_json, csv_file, parquet_dir, plot_file, approx, master, conf):
     keys = parse_by(by)
     settings = parse_spark_conf(conf)
-    record_sources(records)  # a missing path fails before the JVM starts
+    sources = record_sources(records)  # a missing path fails before the JVM starts
+    tags = scan_tags(keys, sources)  # so does a bare --by name that no record has as a tag
+    if tags is not None:
+        check_tags(keys, tags)
     if plot_file is not None and not keys:
         raise UserInputError("--plot: nothing to plot against without --by (e.g. --by rate)")
     if parquet_dir is not None:

@@ -31,6 +31,7 @@ name its first bad line.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -59,6 +60,13 @@ MANTISSA_BITS = 8
 #: ``--by`` aliases: a name that reads the first of these tags a record has. Seed 004's "publish
 #: rate" is tagged ``rate`` by bench/routing.py; other tools may say ``publish_rate``.
 TAG_ALIASES = {"rate": ("rate", "publish_rate")}
+#: Characters of JSON lines (bytes, for ASCII) read before Spark starts to find the tags a bare
+#: ``--by`` name means: the scan stops at the first record with each such tag (at once, for
+#: records that share their tags), and only a name no record has reads this much; beyond it (or
+#: with Parquet inputs) the first Spark pass decides.
+TAG_SCAN_BYTES = 32 * 1024 * 1024
+#: Tag names an error lists before "…".
+TAGS_LISTED = 12
 #: File names read as JSON lines when found in a directory (any named file that does not end in
 #: .parquet is read as JSON lines).
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -79,11 +87,16 @@ class GroupKey:
     record without it, ``publish_rate``; any other name is the tag of that name (so
     ``matching_rate`` is ``tags.matching_rate``; write ``tags.size`` for a tag that shares a
     field's name).
+
+    A bare name read as a tag (``implied``) must be a tag some record has: otherwise it is more
+    likely a misspelt field than a wish for one group of nulls, and :func:`check_tags` refuses
+    it. ``tags.NAME`` is taken as written, present or not.
     """
 
     name: str
     field: str | None = None
     tags: tuple[str, ...] = ()
+    implied: bool = False
 
     @classmethod
     def parse(cls, name: str) -> GroupKey:
@@ -101,7 +114,7 @@ class GroupKey:
             )
         if name in records.FIELD_NAMES:
             return cls(name, field=name)
-        return cls(name, tags=TAG_ALIASES.get(name, (name,)))
+        return cls(name, tags=TAG_ALIASES.get(name, (name,)), implied=True)
 
     def column(self):
         from pyspark.sql import functions as F
@@ -134,6 +147,69 @@ def parse_by(specs: Iterable[str]) -> tuple[GroupKey, ...]:
         if names.count(name) > 1:
             raise UserInputError(f"--by {name}: given twice")
     return tuple(keys)
+
+
+def check_tags(keys: Sequence[GroupKey], present: Iterable[str]) -> None:
+    """Refuse a bare ``--by`` name none of whose tags is in ``present`` (every record's tags).
+
+    Raises:
+        UserInputError: naming the key, the record fields, the tags there are, and ``tags.NAME``.
+    """
+    present = set(present)
+    for key in keys:
+        if key.implied and not present.intersection(key.tags):
+            raise _no_such_key(key, present)
+
+
+def _no_such_key(key: GroupKey, present: set[str]) -> UserInputError:
+    tags = " or ".join(repr(t) for t in key.tags)
+    fields = ", ".join(n for n in records.FIELD_NAMES if n != "tags")
+    names = sorted(present)
+    if names:
+        shown = ", ".join(names[:TAGS_LISTED]) + (", …" if len(names) > TAGS_LISTED else "")
+        have = f"tags in these records: {shown}"
+    else:
+        have = "these records have no tags"
+    return UserInputError(
+        f"--by {key.name}: not a record field, and no record has the tag {tags} "
+        f"(fields: {fields}; {have}; tags.NAME groups by a tag even where no record has it)"
+    )
+
+
+def scan_tags(
+    keys: Sequence[GroupKey], sources: Sequence[RecordSource], *, limit: int = TAG_SCAN_BYTES
+) -> set[str] | None:
+    """The tag names of the records, read before Spark starts, as far as ``keys`` need them.
+
+    Only bare names read as tags need them. Reading stops once each of those has a tag found
+    (the tags seen so far are returned); it reads every record only to show that one has none,
+    and gives up — returns None, leaving it to :func:`latency_stats` — past ``limit`` characters or
+    at a Parquet input. Lines that are not JSON objects are skipped: the Spark pass names them.
+    """
+    wanted = [k for k in keys if k.implied]
+    seen: set[str] = set()
+    if not wanted:
+        return seen
+    if any(s.format != "json" for s in sources):
+        return None
+    budget = limit
+    for source in sources:  # JSON sources are files (record_sources lists a directory's)
+        with _open_text(source.path) as stream:
+            for line in stream:
+                budget -= len(line)
+                if budget < 0:
+                    return None
+                if '"tags"' not in line:
+                    continue
+                try:
+                    tags = json.loads(line).get("tags")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(tags, dict) and not tags.keys() <= seen:
+                    seen.update(tags)
+                    if all(seen.intersection(k.tags) for k in wanted):
+                        return seen
+    return seen
 
 
 @attrs.frozen
@@ -515,6 +591,7 @@ def _latency_stats(spark, paths, by, exact, stage) -> LatencyStats:
         groups = _histograms(frame, names, sources, stage)
         if not groups:
             raise UserInputError(f"{', '.join(str(p) for p in paths)}: no delivery records")
+        _check_implied_tags(records_frame, keys, groups, stage)
         values = _percentiles(spark, again, names, groups, exact=exact, stage=stage)
     finally:
         if cache:
@@ -581,6 +658,21 @@ def _histograms(
     for buckets in groups.values():
         buckets.sort(key=lambda b: b.bucket)
     return dict(groups)
+
+
+def _check_implied_tags(records_frame, keys, groups: dict, stage: Stage) -> None:
+    """:func:`check_tags` on what pass 1 found: a bare name's tag null in every group may be
+    absent from every record; only then does a small job list the tags there are."""
+    from pyspark.sql import functions as F
+
+    suspect = [
+        k for i, k in enumerate(keys) if k.implied and all(group[i] is None for group in groups)
+    ]
+    if not suspect:
+        return
+    names = records_frame.select(F.explode(F.map_keys("tags")).alias("tag")).distinct()
+    rows = _spark_action(stage, "latency: listing tags", names.collect)
+    check_tags(suspect, (row["tag"] for row in rows))
 
 
 def _percentiles(

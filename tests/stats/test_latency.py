@@ -27,9 +27,12 @@ from ges.stats._latency_reference import reference_latency
 from ges.stats.latency import (
     MANTISSA_BITS,
     GroupKey,
+    check_tags,
     latency_stats,
     nearest_rank,
     parse_by,
+    record_sources,
+    scan_tags,
     tag_value,
 )
 
@@ -152,6 +155,68 @@ def test_group_keys():
             parse_by(bad)
     assert tag_value("100") == 100 and tag_value("0.50") == 0.5 and tag_value("1e3") == 1000.0
     assert tag_value("01") == "01" and tag_value("content") == "content"
+
+
+# --- --by names that are neither fields nor tags ---------------------------------------------
+
+
+def test_bare_names_are_implied_tags_that_must_exist(tmp_path):
+    assert GroupKey.parse("matching_rate").implied and GroupKey.parse("rate").implied
+    assert not GroupKey.parse("tags.nosuch").implied and not GroupKey.parse("hops").implied
+    rows = make_records(5, 30)
+    for row in rows:
+        row.pop("tags", None)
+    rows[20]["tags"] = {"matching_rate": 50, "publish_rate": 10}
+    path = write_jsonl(tmp_path / "r.jsonl", rows)
+    sources = record_sources([path])
+    keys = parse_by(["matching_rate,rate,tags.nosuch,hops"])
+    assert scan_tags(keys, sources) == {"matching_rate", "publish_rate"}
+    check_tags(keys, {"matching_rate", "publish_rate"})  # rate is publish_rate here
+    with pytest.raises(UserInputError) as caught:
+        check_tags(parse_by(["hop"]), scan_tags(parse_by(["hop"]), sources))
+    assert str(caught.value) == (
+        "--by hop: not a record field, and no record has the tag 'hop' (fields: event_id, "
+        "pubend, tick, publisher_broker, subscriber_broker, client, published_at, received_at, "
+        "size, hops; tags in these records: matching_rate, publish_rate; tags.NAME groups by a "
+        "tag even where no record has it)"
+    )
+    with pytest.raises(UserInputError, match="'rate' or 'publish_rate'.*have no tags"):
+        check_tags(parse_by(["rate"]), set())
+
+
+def test_scan_tags_stops_early_and_gives_up_where_spark_must_decide(tmp_path, inputs):
+    keys = parse_by(["matching_rate"])
+    rows = make_records(6, 40)
+    path = tmp_path / "r.jsonl"
+    # a broken line after the first record: found before it, so never read
+    path.write_text(json.dumps(rows[0]) + "\n{broken\n", encoding="utf-8")
+    assert "matching_rate" in scan_tags(keys, record_sources([path]))
+    assert scan_tags(parse_by(["hops"]), record_sources([path])) == set()  # nothing to look for
+    big = write_jsonl(tmp_path / "big.jsonl", rows)
+    assert scan_tags(parse_by(["nosuch"]), record_sources([big]), limit=1000) is None
+    assert scan_tags(keys, record_sources([inputs["b_parquet"]])) is None
+
+
+def test_cli_unknown_by_name_is_one_error_before_spark(inputs, monkeypatch):
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark started for a --by name the records could have refused")
+
+    monkeypatch.setattr(stats_latency._spark, "session", no_spark)
+    result = run(inputs["a"], "--by", "hops,nosuchfield")
+    assert result.exit_code == 2, result.output
+    (line,) = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert line.startswith("error: --by nosuchfield: not a record field, and no record has")
+    assert "fields: event_id, pubend" in line and "tags.NAME" in line
+    assert "tags in these records: matching_rate, publish_rate, rate, routing, size" in line
+    assert result.stdout == ""
+
+
+def test_spark_refuses_an_unknown_by_name_in_parquet(spark, inputs):
+    with pytest.raises(UserInputError) as caught:
+        latency_stats(spark, [inputs["b_parquet"]], by=parse_by(["hops,nosuchfield"]))
+    message = str(caught.value)
+    assert message.startswith("--by nosuchfield: not a record field, and no record has")
+    assert "tags in these records: matching_rate, publish_rate, rate, routing, size" in message
 
 
 @pytest.mark.parametrize(
