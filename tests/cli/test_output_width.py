@@ -1,4 +1,4 @@
-"""Results written to a file or a pipe are not wrapped: each table row and tree line stays one line."""
+"""Results written to a file or a pipe are not wrapped: a table row or tree line stays one line."""
 
 from __future__ import annotations
 
