@@ -114,7 +114,7 @@ async def _control(topology: Topology, broker: str, peer: str, up_: bool, timeou
         async with connect(
             spec.host,
             spec.port,
-            topology=topology.name,
+            topology=topology,
             client_id=f"link-{broker}-{peer}",
             timeout=timeout,
         ) as client:

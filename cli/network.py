@@ -16,6 +16,7 @@ from ges.core.broker import ROUTINGS
 from ges.errors import UserInputError
 from ges.monitor import Monitor
 from ges.runtime import BrokerServer
+from ges.runtime.broker import MAX_CLIENTS
 from ges.runtime.up import (
     Network,
     ProcessSupervisor,
@@ -70,6 +71,12 @@ TAGS = typer.Option(
     "--tag",
     help="KEY=VALUE experiment tag for the delivery records (repeatable).",
 )
+MAX_CLIENTS_OPTION = typer.Option(
+    MAX_CLIENTS,
+    "--max-clients",
+    help="Clients a broker serves at once; one more is refused with a reason (each costs "
+    "about 20 KB idle and one file descriptor).",
+)
 
 
 def default_data_dir(topology_name: str) -> Path:
@@ -100,6 +107,7 @@ def up(
     strict_log: bool = STRICT_LOG,
     record: Path = RECORD,
     tag: list[str] = TAGS,
+    max_clients: int = MAX_CLIENTS_OPTION,
 ) -> None:
     """Start every broker of a topology on this host and show them live.
 
@@ -118,7 +126,14 @@ def up(
         strict_log,
         record,
         tag,
+        max_clients,
     )
+
+
+def _check_max_clients(max_clients: int) -> int:
+    if max_clients < 1:
+        raise UserInputError(f"--max-clients {max_clients}: must be at least 1")
+    return max_clients
 
 
 def _check_routing(routing: str) -> str:
@@ -150,8 +165,10 @@ def _up(
     strict_log=False,
     record=None,
     tag=(),
+    max_clients=MAX_CLIENTS,
 ) -> None:
     log_level = _check_log_level(log_level)
+    _check_max_clients(max_clients)
     _check_routing(routing)
     reliable = _check_delivery(delivery, routing)
     tags = parse_tags(tag)
@@ -170,7 +187,12 @@ def _up(
         log_level,
         routing,
         reliable,
-        {"strict_log": strict_log, "record_dir": record, "record_tags": tags},
+        {
+            "strict_log": strict_log,
+            "record_dir": record,
+            "record_tags": tags,
+            "max_clients": _check_max_clients(max_clients),
+        },
     )
 
 
@@ -275,17 +297,37 @@ def broker(
     strict_log: bool = STRICT_LOG,
     record: Path = RECORD,
     tag: list[str] = TAGS,
+    max_clients: int = MAX_CLIENTS_OPTION,
 ) -> None:
     """Run one broker of a topology (for deployments across hosts)."""
     one_line_errors(_broker)(
-        topology_file, broker_id, data_dir, log_level, routing, delivery, strict_log, record, tag
+        topology_file,
+        broker_id,
+        data_dir,
+        log_level,
+        routing,
+        delivery,
+        strict_log,
+        record,
+        tag,
+        max_clients,
     )
 
 
 def _broker(
-    topology_file, broker_id, data_dir, log_level, routing, delivery, strict_log, record, tag
+    topology_file,
+    broker_id,
+    data_dir,
+    log_level,
+    routing,
+    delivery,
+    strict_log,
+    record,
+    tag,
+    max_clients=MAX_CLIENTS,
 ) -> None:
     log_level = _check_log_level(log_level)
+    _check_max_clients(max_clients)
     _check_routing(routing)
     reliable = _check_delivery(delivery, routing)
     tags = parse_tags(tag)
@@ -308,6 +350,7 @@ def _broker(
                 strict_log=strict_log,
                 record_dir=record,
                 record_tags=tags,
+                max_clients=max_clients,
             )
             await nursery.start(server.run)
             spec = topology.brokers[broker_id]

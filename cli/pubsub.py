@@ -14,10 +14,12 @@ import typer
 from cli._common import err, load_topology, one_line_errors, out, parse_tags, resolve_broker
 from ges.client import connect
 from ges.client.records import RecordWriter
+from ges.core.broker import MAX_PUBLISHER_ID
 from ges.errors import OperationError, UserInputError
 from ges.matching.model import TYPE_ATTR, Conjunction, Profile
 from ges.matching.syntax import parse_attr, parse_where
 from ges.matching.xml import load_event, load_profile
+from ges.wire import MAX_EVENT_BYTES, event_size
 from ges.wire import messages as m
 
 #: Events per Publish frame when publishing as fast as possible.
@@ -35,7 +37,15 @@ def publish(
         help="name=value (true/false, else int, else float, else string); name:str=value forces a string (also :int :float :bool).",
     ),
     count: int = typer.Option(
-        1, "--count", "-n", help="Events to publish; each gets int attribute n=0..N-1."
+        1, "--count", "-n", help="Events to publish; each gets int attribute n=START..START+N-1."
+    ),
+    start: int = typer.Option(0, "--start", help="The n of the first event (default 0)."),
+    client: str = typer.Option(
+        None,
+        "--client",
+        help="Publish idempotently as NAME: event n is NAME's event number n+1, and one the "
+        "broker already published is not published again — run the same command again after a "
+        "failure and only what was not acknowledged goes out.",
     ),
     rate: float = typer.Option(
         0.0, "--rate", "-r", help="Events per second (0: as fast as possible)."
@@ -51,23 +61,53 @@ def publish(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
-    """Publish events at a broker; returns once the broker acknowledged every one."""
+    """Publish events at a broker; returns once the broker acknowledged every one.
+
+    On success and on failure it says how many events the broker acknowledged; with --client
+    the unacknowledged ones can be sent again without any being published twice.
+    """
     one_line_errors(_publish)(
-        topology_file, broker, attr, count, rate, size, payload, event_type, event_file, as_json
+        topology_file,
+        broker,
+        attr,
+        count,
+        start,
+        client,
+        rate,
+        size,
+        payload,
+        event_type,
+        event_file,
+        as_json,
     )
 
 
 def _publish(
-    topology_file, broker, attrs_, count, rate, size, payload, event_type, event_file, as_json
+    topology_file,
+    broker,
+    attrs_,
+    count,
+    start,
+    client_name,
+    rate,
+    size,
+    payload,
+    event_type,
+    event_file,
+    as_json,
 ) -> None:
     topology = load_topology(topology_file)
     resolve_broker(topology, broker)
     if count < 1:
         raise UserInputError(f"--count {count}: must be at least 1")
+    if start < 0:
+        raise UserInputError(f"--start {start}: must be ≥ 0")
     if rate < 0:
         raise UserInputError(f"--rate {rate}: must be ≥ 0")
     if size < 0:
         raise UserInputError(f"--size {size}: must be ≥ 0")
+    if client_name is not None and not 0 < len(client_name) <= MAX_PUBLISHER_ID:
+        raise UserInputError(f"--client: a name of 1 to {MAX_PUBLISHER_ID} characters")
     attributes: dict = {}
     body = b"x" * size
     if event_file is not None:
@@ -82,47 +122,98 @@ def _publish(
         attributes[TYPE_ATTR] = event_type
     if payload is not None:
         body = payload.encode()
+    biggest = m.Event({**attributes, "n": start + count - 1}, body, time.time_ns())
+    if event_size(biggest) > MAX_EVENT_BYTES - 1024:
+        raise UserInputError(
+            f"an event of {event_size(biggest)} bytes (attributes and payload) is over the "
+            f"{MAX_EVENT_BYTES}-byte limit of one event"
+        )
     spec = topology.brokers[broker]
+    failure: OperationError | None = None
+    done = {"acknowledged": 0, "duplicates": 0}
 
     async def main():
-        started = time.perf_counter()
-        async with connect(spec.host, spec.port, topology=topology.name) as client:
+        nonlocal failure
+        async with connect(
+            spec.host, spec.port, topology=topology, client_id=client_name
+        ) as client:
 
             def make(i: int) -> m.Event:
                 attrs_i = dict(attributes)
                 attrs_i.setdefault("n", i)
                 return m.Event(attrs_i, body, time.time_ns())
 
-            async def send(events):
-                await client.publish_nowait(events)
+            async def send(lo: int, hi: int):
+                first = lo + 1 if client_name is not None else None
+                await client.publish_nowait([make(i) for i in range(lo, hi)], first=first)
 
-            if rate <= 0:
-                for start in range(0, count, PUBLISH_BATCH):
-                    await send([make(i) for i in range(start, min(count, start + PUBLISH_BATCH))])
-            else:
-                t0 = trio.current_time()
-                i = 0
-                while i < count:
-                    due = min(count, int((trio.current_time() - t0) * rate) + 1)
-                    if due > i:
-                        await send([make(j) for j in range(i, due)])
-                        i = due
-                    else:
-                        await trio.sleep_until(t0 + i / rate)
-            await client.flush()
-        return time.perf_counter() - started
+            try:
+                end = start + count
+                if rate <= 0:
+                    for lo in range(start, end, PUBLISH_BATCH):
+                        await send(lo, min(end, lo + PUBLISH_BATCH))
+                else:
+                    t0 = trio.current_time()
+                    i = start
+                    while i < end:
+                        due = min(end, start + int((trio.current_time() - t0) * rate) + 1)
+                        if due > i:
+                            await send(i, due)
+                            i = due
+                        else:
+                            await trio.sleep_until(t0 + (i - start) / rate)
+                await client.flush()
+            except OperationError as exc:
+                failure = exc
+            finally:
+                done["acknowledged"] = client.acknowledged
+                done["duplicates"] = client.duplicates
 
-    elapsed = trio.run(main)
+    started = time.perf_counter()
+    try:
+        trio.run(main)
+    except OperationError as exc:  # could not connect at all
+        failure = exc
+    elapsed = time.perf_counter() - started
+    acked, duplicates = done["acknowledged"], done["duplicates"]
     summary = {
         "broker": broker,
-        "published": count,
+        "requested": count,
+        "acknowledged": acked,
+        "published": acked - duplicates,
+        "duplicates": duplicates,
+        "first_unacknowledged": start + acked if acked < count else None,
+        "client": client_name,
         "seconds": round(elapsed, 4),
-        "events_per_second": round(count / elapsed, 1) if elapsed > 0 else None,
+        "events_per_second": round(acked / elapsed, 1) if elapsed > 0 else None,
     }
+    if failure is not None:
+        summary["error"] = str(failure)
     if as_json:
         out.print_json(json.dumps(summary))
+    if failure is not None:
+        raise OperationError(f"{failure}; {_acknowledged(summary, start, client_name)}")
+    if not as_json:
+        before = f" ({duplicates} of them published before, not again)" if duplicates else ""
+        err.print(
+            f"published {count} events at {broker} in {elapsed:.3f}s{before}", highlight=False
+        )
+
+
+def _acknowledged(summary: dict, start: int, client_name: str | None) -> str:
+    """What a failed publish says about what the broker has: how many events it acknowledged
+    and how to send the rest."""
+    acked, count = summary["acknowledged"], summary["requested"]
+    got = f"n = {start}..{start + acked - 1}" if acked else "none"
+    rest = f"n = {start + acked}..{start + count - 1}"
+    if client_name is not None:
+        how = f"run the same command again: with --client {client_name} none is published twice"
     else:
-        err.print(f"published {count} events at {broker} in {elapsed:.3f}s", highlight=False)
+        how = (
+            "with --client NAME they can be sent again without being published twice "
+            f"(--start {start + acked} --count {count - acked})"
+        )
+    return f"{acked} of {count} events acknowledged ({got}); {rest} were not: {how}"
 
 
 def subscribe(
@@ -201,7 +292,7 @@ def _subscribe(
         )
         stdout = sys.stdout
         async with connect(
-            spec.host, spec.port, topology=topology.name, client_id=client_name
+            spec.host, spec.port, topology=topology, client_id=client_name
         ) as client:
             sub = await client.subscribe(profile)
             shown = str(profile)
@@ -223,7 +314,10 @@ def _subscribe(
                 received += len(batch)
                 if count and received >= count:
                     return True
-            raise OperationError(f"broker {broker} closed the subscription after {received} events")
+            why = client.closed_reason or "it ended the subscription"
+            raise OperationError(
+                f"broker {broker} closed the subscription after {received} events: {why}"
+            )
 
     try:
         result = trio.run(_with_timeout, main, timeout) if timeout else trio.run(main)

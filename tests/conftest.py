@@ -8,7 +8,7 @@ import trio
 from ges.runtime.ports import free_ports, on_free_ports
 from ges.topology import Topology
 
-__all__ = ["DIAMOND", "free_ports", "on_free_ports", "receive", "topology_on_free_ports"]
+__all__ = ["CHAIN3", "DIAMOND", "free_ports", "on_free_ports", "receive", "topology_on_free_ports"]
 
 #: a - b, a - c, b - d, c - d in two clusters: every link has a way round it
 DIAMOND = {
@@ -38,17 +38,19 @@ def topology_on_free_ports(data: dict) -> Topology:
     return Topology.from_dict(on_free_ports(data), source="<test>")
 
 
+#: b1 - b2 - b3 in two clusters of one super-cluster
+CHAIN3 = {
+    "name": "chain3",
+    "brokers": {
+        "b1": {"unit": "S/c1", "port": 1},
+        "b2": {"unit": "S/c1", "port": 2},
+        "b3": {"unit": "S/c2", "port": 3},
+    },
+    "links": [["b1", "b2"], ["b2", "b3"]],
+}
+
+
 @pytest.fixture
 def chain3() -> Topology:
     """b1 - b2 - b3 in two clusters of one super-cluster."""
-    return topology_on_free_ports(
-        {
-            "name": "chain3",
-            "brokers": {
-                "b1": {"unit": "S/c1", "port": 1},
-                "b2": {"unit": "S/c1", "port": 2},
-                "b3": {"unit": "S/c2", "port": 3},
-            },
-            "links": [["b1", "b2"], ["b2", "b3"]],
-        }
-    )
+    return topology_on_free_ports(CHAIN3)

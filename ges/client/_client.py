@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 
 import attrs
+import msgspec
 import trio
 
 from ges.errors import BrokerUnreachable, OperationError
@@ -19,16 +20,25 @@ from ges.matching.model import (
     conjunction_to_wire,
 )
 from ges.runtime.connection import Connection, ConnectionClosed
-from ges.wire import FrameError, encode
+from ges.topology import Topology
+from ges.wire import MAX_EVENT_BYTES, FrameError, encode, event_size
 from ges.wire import messages as m
+from ges.wire.frames import HEADER_SIZE
+from ges.wire.messages import hello_for
 
-#: Unacknowledged publish batches in flight per client: deep enough to keep a broker busy
+_encode_event = msgspec.msgpack.Encoder().encode
+
+#: Unacknowledged publish frames in flight per client: deep enough to keep a broker busy
 #: across a round trip, shallow enough that a stalled broker stops the publisher quickly.
 DEFAULT_WINDOW = 16
-#: Delivered batches buffered per subscription before the client stops reading its socket
-#: (and the broker, seeing its queue fill, treats it as a slow consumer).
-SUBSCRIPTION_BUFFER = 1_024
+#: Bytes of deliveries (about: ges.wire.event_size) buffered per subscription before the
+#: client stops reading its socket (and the broker, seeing its queue fill, treats it as a slow
+#: consumer).
+SUBSCRIPTION_BUFFER_BYTES = 64 * 1024 * 1024
 CONNECT_TIMEOUT = 5.0
+#: Seconds between keepalives: a broker disconnects a client it has heard nothing from for
+#: three of these (ges.runtime.broker.CLIENT_IDLE_TIMEOUT).
+KEEPALIVE = 10.0
 
 
 @attrs.frozen
@@ -67,8 +77,11 @@ class Subscription:
         #: unreachable; with reliable delivery, events from beyond that keeper start only once
         #: it has the profile (a later SubAck sets this)
         self.complete = False
-        self._send, self._receive = trio.open_memory_channel[list](SUBSCRIPTION_BUFFER)
+        # batches with their size; bounded in bytes by the reader (SUBSCRIPTION_BUFFER_BYTES)
+        self._send, self._receive = trio.open_memory_channel[tuple[list, int]](float("inf"))
         self._ready: deque[Delivery] = deque()
+        self._buffered = 0
+        self._room = trio.Event()
 
     def __aiter__(self) -> AsyncIterator[Delivery]:
         return self
@@ -76,7 +89,7 @@ class Subscription:
     async def __anext__(self) -> Delivery:
         if not self._ready:
             try:
-                batch = await self._receive.receive()
+                batch = await self._next_batch()
             except trio.EndOfChannel:
                 raise StopAsyncIteration from None
             self._ready.extend(batch)
@@ -88,21 +101,47 @@ class Subscription:
             batch = list(self._ready)
             self._ready.clear()
             yield batch
-        async for batch in self._receive:
+        while True:
+            try:
+                batch = await self._next_batch()
+            except trio.EndOfChannel:
+                return
             yield batch
+
+    async def _next_batch(self) -> list[Delivery]:
+        batch, size = await self._receive.receive()
+        self._buffered -= size
+        if self._buffered <= SUBSCRIPTION_BUFFER_BYTES:
+            self._room.set()
+        return batch
+
+    async def _put(self, batch: list[Delivery], size: int) -> None:
+        """The reader hands a batch over; it waits while the subscription holds too much."""
+        self._send.send_nowait((batch, size))
+        self._buffered += size
+        while self._buffered > SUBSCRIPTION_BUFFER_BYTES:
+            self._room = trio.Event()
+            await self._room.wait()
 
 
 class Client:
     """A connection to one broker. Create it with :func:`connect`."""
 
-    def __init__(self, conn: Connection, *, broker: str, window: int):
+    def __init__(self, conn: Connection, *, broker: str, window: int, client_id: str = ""):
         self.conn = conn
         self.broker = broker
+        #: the id this client gave the broker; with idempotent publishing (``first=``), the
+        #: publisher's id, under which the pubend remembers its event numbers
+        self.id = client_id
+        #: events the broker acknowledged so far (new ones, and duplicates of ones it already
+        #: had), and of those the duplicates (idempotent publishing)
+        self.acknowledged = 0
+        self.duplicates = 0
         self._seq = itertools.count(1)
         self._sub_ids = itertools.count(1)
         self._window = trio.Semaphore(window)
         self._window_size = window
-        self._acks: dict[int, list] = {}  # seq -> [trio.Event, PubAck | None]
+        self._acks: dict[int, list] = {}  # seq -> [trio.Event, PubAck | None, events]
         #: (sub_id, req) -> set when that request's SubAck came
         self._subacks: dict[tuple[int, int], trio.Event] = {}
         self._reqs = itertools.count(1)
@@ -116,14 +155,35 @@ class Client:
 
     # -- publishing --------------------------------------------------------------------------
 
-    async def publish(self, events: Sequence[m.Event]) -> m.PubAck:
-        """Publish a batch and wait for the broker to acknowledge it."""
-        seq = await self._send_publish(events)
-        return await self._wait_ack(seq)
+    async def publish(self, events: Sequence[m.Event], *, first: int | None = None) -> m.PubAck:
+        """Publish a batch and wait for the broker to acknowledge it.
 
-    async def publish_nowait(self, events: Sequence[m.Event]) -> int:
-        """Queue a batch; waits only while ``window`` batches are unacknowledged."""
-        return await self._send_publish(events)
+        A batch too large for one frame goes as several (then the acknowledgement spans them:
+        ``first_tick`` of the first, ``last_tick`` of the last, the duplicates of all — other
+        publishers' events may lie in between). ``first``: idempotent publishing — event ``i``
+        of the batch is this client's event number ``first + i`` (numbers from 1, kept by the
+        publisher across connections; see :class:`ges.wire.messages.Publish`): one the pubend
+        already published is acknowledged as a duplicate, not published again.
+
+        Raises:
+            ValueError: an event is over MAX_EVENT_BYTES (nothing of the batch is sent).
+            OperationError: the connection was lost before the broker acknowledged the batch
+                (``acknowledged`` says how many events were).
+        """
+        seqs = await self._send_publish(events, first)
+        acks = [await self._wait_ack(seq) for seq in seqs]
+        return m.PubAck(
+            acks[-1].seq,
+            acks[-1].pubend,
+            acks[0].first_tick,
+            acks[-1].last_tick,
+            sum(a.duplicates for a in acks),
+        )
+
+    async def publish_nowait(self, events: Sequence[m.Event], *, first: int | None = None) -> int:
+        """Queue a batch (as :meth:`publish`); waits only while ``window`` frames are
+        unacknowledged. Returns the seq of its last frame."""
+        return (await self._send_publish(events, first))[-1]
 
     async def flush(self) -> None:
         """Wait until every published batch has been acknowledged."""
@@ -133,16 +193,23 @@ class Client:
             self._window.release()
         self._raise_if_closed()
 
-    async def _send_publish(self, events: Sequence[m.Event]) -> int:
+    async def _send_publish(self, events: Sequence[m.Event], first: int | None) -> list[int]:
         self._raise_if_closed()
-        await self._window.acquire()
-        if self._closed is not None:
-            self._window.release()
-            self._raise_if_closed()
-        seq = next(self._seq)
-        self._acks[seq] = [trio.Event(), None]
-        await self._send(m.Publish(seq, _stamped(events)))
-        return seq
+        if first is not None and (first < 1 or not self.id):
+            raise ValueError("idempotent publishing needs a client id and numbers from 1")
+        events = _stamped(events)
+        publisher = self.id if first is not None else ""
+        seqs = []
+        for chunk, number in _frames_of(events, first):
+            await self._window.acquire()
+            if self._closed is not None:
+                self._window.release()
+                self._raise_if_closed()
+            seq = next(self._seq)
+            self._acks[seq] = [trio.Event(), None, len(chunk)]
+            await self._send(m.Publish(seq, chunk, publisher, number or 0))
+            seqs.append(seq)
+        return seqs
 
     async def _wait_ack(self, seq: int) -> m.PubAck:
         waiter = self._acks.get(seq)
@@ -247,6 +314,20 @@ class Client:
         if self._closed is not None:
             raise OperationError(f"connection to broker {self.broker} lost: {self._closed}")
 
+    @property
+    def closed_reason(self) -> str | None:
+        """Why the connection ended (None while it is open)."""
+        return self._closed
+
+    async def _keepalive(self) -> None:
+        """A frame every KEEPALIVE seconds, so the broker knows an idle client is there."""
+        while True:
+            await trio.sleep(KEEPALIVE)
+            try:
+                await self.conn.send(encode(m.Heartbeat()))
+            except ConnectionClosed:
+                return
+
     async def _reader(self) -> None:
         try:
             async for batch in self.conn.read_messages():
@@ -261,13 +342,16 @@ class Client:
                                 Delivery(pubend, it.tick, it.hops, it.event, now)
                                 for it in msg.items
                             ]
+                            size = sum(event_size(it.event) for it in msg.items)
                             with suppress(trio.ClosedResourceError):
-                                await sub._send.send(deliveries)
+                                await sub._put(deliveries, size)
                     elif kind is m.PubAck:
                         waiter = self._acks.pop(msg.seq, None)
                         if waiter is not None:
                             waiter[1] = msg
                             waiter[0].set()
+                            self.acknowledged += waiter[2]
+                            self.duplicates += msg.duplicates
                             self._window.release()
                     elif kind is m.SubAck:
                         # only the answer to the latest request says how the subscription stands
@@ -319,12 +403,15 @@ async def connect(
     host: str,
     port: int,
     *,
-    topology: str = "",
+    topology: Topology | str | None = None,
     client_id: str | None = None,
     window: int = DEFAULT_WINDOW,
     timeout: float = CONNECT_TIMEOUT,
 ) -> AsyncIterator[Client]:
     """Connect to a broker and run the client's reader until the block exits.
+
+    ``topology``: the Topology the caller runs (the broker refuses a client of another
+    network: its name and content digest must match), or a name alone, or None (anonymous).
 
     Raises:
         BrokerUnreachable: nothing answered at ``host:port`` within ``timeout``.
@@ -339,7 +426,7 @@ async def connect(
         raise BrokerUnreachable(f"cannot reach broker at {host}:{port}: {why}") from None
     conn = Connection(stream, label=f"broker {host}:{port}")
     try:
-        await stream.send_all(encode(m.Hello(role="client", id=client_id, topology=topology)))
+        await stream.send_all(encode(hello_for(topology, "client", client_id)))
         reply = await conn.receive_one(timeout=timeout)
     except (ConnectionClosed, FrameError, trio.BrokenResourceError, OSError) as exc:
         await conn.aclose()
@@ -354,10 +441,11 @@ async def connect(
         raise OperationError(
             f"broker at {host}:{port} answered {type(reply).__name__}, not Welcome"
         )
-    client = Client(conn, broker=reply.broker, window=window)
+    client = Client(conn, broker=reply.broker, window=window, client_id=client_id)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(conn.writer)
+            nursery.start_soon(client._keepalive)
             nursery.start_soon(client._reader)
             try:
                 yield client
@@ -376,7 +464,12 @@ _client_numbers = itertools.count(1)
 
 
 async def broker_stats(
-    host: str, port: int, *, topology: str = "", timeout: float = 2.0, client_id: str = "stats"
+    host: str,
+    port: int,
+    *,
+    topology: Topology | str | None = None,
+    timeout: float = 2.0,
+    client_id: str = "stats",
 ) -> m.Stats:
     """One broker's counters over a short-lived connection.
 
@@ -393,6 +486,34 @@ async def broker_stats(
         raise OperationError(
             f"broker at {host}:{port} did not answer within {timeout:g}s"
         ) from None
+
+
+def _frames_of(events: list[m.Event], first: int | None) -> list[tuple[list, int | None]]:
+    """A batch as the parts that fit a frame each, with the number of each part's first event
+    (idempotent publishing; None otherwise). One part unless the batch is over the frame limit.
+
+    Raises:
+        ValueError: an event is over MAX_EVENT_BYTES.
+    """
+    size = HEADER_SIZE + 64 + sum(len(ev.payload) for ev in events)
+    if size <= MAX_EVENT_BYTES // 2:  # the usual case: nothing near any limit, no encoding
+        return [(events, first)]
+    sizes = [len(_encode_event(ev)) for ev in events]
+    for i, n in enumerate(sizes):
+        if n > MAX_EVENT_BYTES:
+            raise ValueError(
+                f"event {i} of the batch is {n} bytes encoded, over the {MAX_EVENT_BYTES}-byte "
+                "limit of one event"
+            )
+    parts: list[tuple[list, int | None]] = []
+    start, load = 0, 0
+    for i, n in enumerate(sizes):
+        if i > start and load + n > MAX_EVENT_BYTES:  # a frame's worth, leaving its headroom
+            parts.append((events[start:i], None if first is None else first + start))
+            start, load = i, 0
+        load += n + 8
+    parts.append((events[start:], None if first is None else first + start))
+    return parts
 
 
 def as_profile(profile: Profile | Conjunction | Sequence[Constraint | m.Constraint]) -> Profile:

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Generator
 
+import attrs
 import msgspec
 
 from ges.connectivity import ConnectivityError, ConnectivityGraph, LinkReport, Update
@@ -51,7 +52,8 @@ from ges.matching.model import (
     weight,
 )
 from ges.reliable.claims import Claims
-from ges.reliable.log import MAX_READ, MemoryLog, PubendLog
+from ges.reliable.knowledge import HeldBytes
+from ges.reliable.log import MAX_READ, MemoryLog, PubendLog, remember
 from ges.reliable.repair import EventCache, NackBoard
 from ges.reliable.subend import MAX_NACK_RANGES, Subend
 from ges.reliable.vt import VirtualTime
@@ -86,6 +88,8 @@ COST_PER_WEIGHT = 4
 INDEX_OLD_PROFILES = 16
 #: Events one Publish frame may carry (the client library batches well below this).
 MAX_PUBLISH_BATCH = 65_536
+#: Characters of an idempotent publisher's id.
+MAX_PUBLISHER_ID = 256
 #: Seconds a SubAck waits for the keepers' acknowledgements before it is sent anyway.
 SUBACK_WAIT = 5.0
 #: Broker-to-broker hops after which a routed event is dropped (only views that disagree for a
@@ -117,6 +121,10 @@ MAX_GATHERS = 1_024
 MAX_CHANGING = 8
 #: Subends (pubends whose streams a subscriber-hosting broker follows); least recently used go.
 MAX_SUBENDS = 16_384
+#: Bytes of events all subends together hold beyond their doubt horizons (each holds at most
+#: ges.reliable.knowledge.MAX_DATA_BYTES); beyond it the highest become Q again, asked for
+#: once the stream has caught up — so a recovery reaches a subscriber in bursts of at most this.
+MAX_HELD_BYTES = 64 * 1024 * 1024
 
 
 class BrokerCore:
@@ -173,6 +181,8 @@ class BrokerCore:
         #: SubAcks waiting for keepers: [conn, sub_id, seqs, deadline, the request's req]
         self._waits: list[list] = []
         self.links_up: set[str] = set()
+        #: neighbours that said they are stopping (m.Bye): their link going down is no alarm
+        self._stopped: set[str] = set()
         self._next_tick = 1 if self.log is None else self.log.last + 1
         #: the last tick of this pubend routed (a clock heard now is stamped from the next)
         self._routed = self._next_tick - 1
@@ -195,9 +205,15 @@ class BrokerCore:
                 for i in range(1, len(self._chain) + 1)
             ]
         self._subends: OrderedDict[str, Subend] = OrderedDict()
+        #: the bytes of events all subends hold beyond their doubt horizons, and their bound
+        self._held_bytes = HeldBytes(MAX_HELD_BYTES)
         #: pubends whose subend has a gap (a nack may come due): the timer looks only at these
         self._doubtful: set[str] = set()
-        self._held: list[tuple[int, int, int, int, list]] = []
+        #: publishes waiting for their log commit (reliable delivery)
+        self._held: list[_Held] = []
+        #: idempotent publishing: per publisher its last event number published (the log's,
+        #: which keeps it across restarts; in memory with best-effort delivery)
+        self._publishers: dict = self.log.publishers() if self.log is not None else {}
         #: subscriptions not delivering from the start of every stream (reliable delivery):
         #: (conn, sub_id) -> per *level* (see :meth:`_level`) None until the starting point of
         #: its pubends is known, then {pubend: last tick not for it}
@@ -288,6 +304,7 @@ class BrokerCore:
                 "recovered",
                 "lost",
                 "silences",
+                "duplicates_published",
             ),
             0,
         )
@@ -302,11 +319,19 @@ class BrokerCore:
             return m.Refuse(
                 f"protocol {hello.proto} not supported (this broker speaks {m.PROTOCOL_VERSION})"
             )
-        if hello.topology != self.topology.name and not (
-            hello.role == "client" and not hello.topology
-        ):
+        mine = self.topology
+        if hello.topology != mine.name and not (hello.role == "client" and not hello.topology):
             return m.Refuse(
-                f"topology {hello.topology!r} does not match this broker's {self.topology.name!r}"
+                f"topology {hello.topology!r} does not match this broker's {mine.name!r} "
+                f"({_runs(mine.source, mine.short_digest)})"
+            )
+        # the network is its content, not its name: brokers always say which they run, and a
+        # client that names one must run the same (an anonymous client names none)
+        if (hello.digest or hello.role == "broker") and hello.digest != mine.digest:
+            yours = _runs(hello.source or "a file not named", hello.digest[:16] or "none")
+            return m.Refuse(
+                f"not the same network: {self.id} runs {mine.name} from "
+                f"{_runs(mine.source, mine.short_digest)}, this connection {yours}"
             )
         if hello.role == "broker":
             if hello.id not in self.neighbours:
@@ -322,6 +347,7 @@ class BrokerCore:
     # -- links ----------------------------------------------------------------------------------
 
     def link_up(self, peer: str, now: float) -> list:
+        self._stopped.discard(peer)
         self.links_up.add(peer)
         self.detector.up(peer, now)
         report, update = self._observe(peer, up=True)
@@ -345,11 +371,11 @@ class BrokerCore:
         if not was_up:
             return []
         report, update = self._observe(peer, up=False)
-        return (
-            self._disseminate([report], exclude=peer)
-            + self._notices(update)
-            + self._routes_changed((), now)
-        )
+        notices = self._notices(update)
+        if peer in self._stopped:  # it said it was stopping: an operator's doing, no alarm
+            self._stopped.discard(peer)
+            notices = [(NOTICE, "info", f"{peer} stopped: {text}") for _, _, text in notices]
+        return self._disseminate([report], exclude=peer) + notices + self._routes_changed((), now)
 
     def peer_message(self, peer: str, msg, now: float) -> list:
         self.detector.heard(peer, now)
@@ -359,6 +385,9 @@ class BrokerCore:
                 return self._on_reliable_events(peer, msg.pubend, msg.items, now, msg.vm)
             return self._on_events(peer, msg.pubend, msg.items)
         if kind is m.Heartbeat:
+            return []
+        if kind is m.Bye:  # the link goes down next: a planned stop, not a failure
+            self._stopped.add(peer)
             return []
         if kind is m.Silence or kind is m.Nack or kind is m.Recovered:
             if not self.reliable:
@@ -604,6 +633,8 @@ class BrokerCore:
             return self._on_unsubscribe(conn, msg, now)
         if kind is m.StatsRequest:
             return [(CLIENT, conn, self.stats())]
+        if kind is m.Heartbeat:  # a keepalive: the client is there
+            return []
         raise ProtocolError(f"unexpected {kind.__name__} from a client")
 
     # -- large requests in slices (ges.core.work) -------------------------------------------
@@ -962,7 +993,7 @@ class BrokerCore:
             if start.get(pubend, 0) < known:
                 start[pubend] = known
         # this broker's own pubend: from its next event (local delivery needs no keeper)
-        own = self._next_tick - 1 - sum(len(h[4]) for h in self._held)
+        own = self._next_tick - 1 - sum(len(h.events) for h in self._held)
         if own > 0:
             start[self.pubend] = max(start.get(self.pubend, 0), own)
         return start
@@ -996,14 +1027,28 @@ class BrokerCore:
         events = msg.events
         if len(events) > MAX_PUBLISH_BATCH:
             return [(CLIENT, conn, m.Error(f"publish batch over {MAX_PUBLISH_BATCH} events"))]
+        duplicates, wait = 0, 0
+        if msg.publisher:
+            if len(msg.publisher) > MAX_PUBLISHER_ID or msg.first < 1:
+                reason = (
+                    f"publisher id of at most {MAX_PUBLISHER_ID} characters, with event "
+                    "numbers from 1"
+                )
+                return [(CLIENT, conn, m.Error(f"idempotent publish needs a {reason}"))]
+            duplicates, wait = self._published_before(msg)
+            events = events[duplicates:]
         if self.reliable:
-            return self._publish_logged(conn, msg, now)
+            return self._publish_logged(conn, msg, events, duplicates, wait, now)
         first = self._next_tick
         items = [m.EventItem(first + i, first + i - 1, 0, ev) for i, ev in enumerate(events)]
         self._next_tick = first + len(events)
+        if msg.publisher and events:
+            remember(self._publishers, msg.publisher, (msg.first + len(msg.events) - 1, 0, 0))
         self.counters["published"] += len(events)
         self.counters["events_in"] += len(events)
-        out = [(CLIENT, conn, m.PubAck(msg.seq, self.pubend, first, self._next_tick - 1))]
+        self.counters["duplicates_published"] += duplicates
+        ack = m.PubAck(msg.seq, self.pubend, first, self._next_tick - 1, duplicates)
+        out = [(CLIENT, conn, ack)]
         if items:
             self._window(self.pubend).add_range(first, self._next_tick - 1)
             if self.router is None:
@@ -1017,15 +1062,34 @@ class BrokerCore:
 
     # -- reliable delivery (seed 002 §2, seed 001 §2) ---------------------------------------------
 
-    def _publish_logged(self, conn: int, msg: m.Publish, now: float) -> list:
+    def _published_before(self, msg: m.Publish) -> tuple[int, int]:
+        """Idempotent publishing: how many leading events of ``msg`` its publisher published
+        before (their numbers are at or below the highest the pubend published for it), and
+        the tick of this epoch the acknowledgement must wait for (0: none — they are durable)."""
+        state = self._publishers.get(msg.publisher)
+        if state is None:
+            return 0, 0
+        seq, epoch, tick = state
+        duplicates = min(max(seq - msg.first + 1, 0), len(msg.events))
+        log = self.log
+        wait = tick if duplicates and log is not None and epoch == log.epoch else 0
+        return duplicates, wait
+
+    def _publish_logged(
+        self, conn: int, msg: m.Publish, events: list, duplicates: int, wait: int, now: float
+    ) -> list:
         """Give the events the next ticks and append them to the pubend's log; they are
-        acknowledged and sent on once the log has committed them (:meth:`on_logged`)."""
-        events = msg.events
+        acknowledged and sent on once the log has committed them (:meth:`on_logged`) — and
+        the duplicates of an idempotent publish once what they duplicate is committed."""
         first = self._next_tick
         self._next_tick = first + len(events)
         if events:
-            self.log.append(first, events)
-        self._held.append((conn, msg.seq, first, self._next_tick - 1, events))
+            publisher = None
+            if msg.publisher:
+                publisher = (msg.publisher, msg.first + len(msg.events) - 1)
+            self.log.append(first, events, publisher)
+        last = self._next_tick - 1
+        self._held.append(_Held(conn, msg.seq, first, last, events, max(last, wait), duplicates))
         self._last_publish = now
         return self.on_logged(now)
 
@@ -1035,13 +1099,19 @@ class BrokerCore:
         committed = self.log.committed
         held = self._held
         n = 0
-        while n < len(held) and held[n][3] <= committed:
-            conn, seq, first, last, events = held[n]
+        passed = 0
+        while n < len(held) and held[n].wait <= committed:
+            h = held[n]
             n += 1
-            if conn in self._clients:
-                out.append((CLIENT, conn, m.PubAck(seq, self.pubend, first, last)))
+            if h.conn in self._clients:
+                ack = m.PubAck(h.seq, self.pubend, h.first, h.last, h.duplicates)
+                out.append((CLIENT, h.conn, ack))
+            self.counters["duplicates_published"] += h.duplicates
+            events = h.events
             if not events:
                 continue
+            first = h.first
+            passed = h.last
             items = [m.EventItem(first + i, 0, 0, ev) for i, ev in enumerate(events)]
             self._routed = items[-1].tick
             self.counters["published"] += len(items)
@@ -1060,8 +1130,8 @@ class BrokerCore:
             if self._ack_due == float("inf"):
                 self._ack_due = now + ACK_EVERY
         if n:
-            if self._gate:  # own events past a starting point: nothing at or below it comes
-                self._pass_gates(self.pubend, held[n - 1][3])
+            if self._gate and passed:  # own events past a starting point: none below it comes
+                self._pass_gates(self.pubend, passed)
             del held[:n]
         return out
 
@@ -1156,9 +1226,10 @@ class BrokerCore:
                 floor = min(floor, start)
             # never below what this broker acknowledged (see :meth:`_promise`)
             floor = max(floor, self._promised(pubend))
-            sub = self._subends[pubend] = Subend(floor)
+            sub = self._subends[pubend] = Subend(floor, self._held_bytes)
             if len(self._subends) > MAX_SUBENDS:
-                gone, _ = self._subends.popitem(last=False)
+                gone, old = self._subends.popitem(last=False)
+                old.stream.release()
                 self._doubtful.discard(gone)
         else:
             self._subends.move_to_end(pubend)
@@ -1612,7 +1683,7 @@ class BrokerCore:
                 out += self._gathered(pubend, gathers.pop(pubend))
             self._gather_due = min((g.due for g in gathers.values()), default=float("inf"))
         if now >= self._silence_due:
-            tick = self._next_tick - 1 - sum(len(h[4]) for h in self._held)
+            tick = self._next_tick - 1 - sum(len(h.events) for h in self._held)
             out += self._silence(
                 self.pubend, tick, self._root_silence(tick), 0, now, self.vt.digest
             )
@@ -1927,10 +1998,28 @@ class ProtocolError(Exception):
     """A peer or client sent a message that is not valid at this point; close its connection."""
 
 
+def _runs(source: str, digest: str) -> str:
+    return f"{source} (digest {digest})"
+
+
 def _epoch(pubend: str) -> int:
     """A pubend's epoch (``<broker>~<epoch>``); -1 if it names none."""
     epoch = pubend.partition("~")[2]
     return int(epoch) if epoch.isascii() and epoch.isdigit() and len(epoch) <= 18 else -1
+
+
+@attrs.define(eq=False)
+class _Held:
+    """A publish waiting for the log: acknowledged once the log has committed up to ``wait``
+    (its last tick, or the earlier one its duplicates went in)."""
+
+    conn: int
+    seq: int
+    first: int
+    last: int
+    events: list
+    wait: int
+    duplicates: int
 
 
 class _Gather:

@@ -62,7 +62,7 @@ class Monitor:
         spec = self.topology.brokers[view.id]
         try:
             stats = await broker_stats(
-                spec.host, spec.port, topology=self.topology.name, client_id="monitor"
+                spec.host, spec.port, topology=self.topology, client_id="monitor"
             )
         except OperationError as exc:
             view.error = str(exc)

@@ -29,7 +29,7 @@ curiosity (nacks) when they persist.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 Q = 0
@@ -38,20 +38,56 @@ F = 2
 
 #: Disjoint final ranges a stream may hold above its floor (holes between them are gaps).
 MAX_RANGES = 4_096
-#: Data ticks a stream may hold at once.
+#: Data ticks a stream may hold at once, and their bytes (with a ``size`` function).
 MAX_DATA = 65_536
+MAX_DATA_BYTES = 16 * 1024 * 1024
 
 
 class StreamFull(Exception):
     """The stream is at one of its bounds and would have to grow to take this knowledge."""
 
 
+class HeldBytes:
+    """Bytes of data held by several streams together, and their limit (a broker's subends)."""
+
+    __slots__ = ("used", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.used = 0
+        self.limit = limit
+
+
 class KnowledgeStream:
-    """Knowledge about one pubend's ticks ``1, 2, …`` at one node (see the module docstring)."""
+    """Knowledge about one pubend's ticks ``1, 2, …`` at one node (see the module docstring).
 
-    __slots__ = ("floor", "_los", "_his", "_data", "_data_ticks", "max_ranges", "max_data")
+    With ``size`` (a payload's bytes), the data held is bounded in bytes too: ``max_bytes`` for
+    this stream, and ``shared.limit`` for all the streams sharing ``shared``."""
 
-    def __init__(self, *, floor: int = 0, max_ranges: int = MAX_RANGES, max_data: int = MAX_DATA):
+    __slots__ = (
+        "floor",
+        "_los",
+        "_his",
+        "_data",
+        "_data_ticks",
+        "max_ranges",
+        "max_data",
+        "max_bytes",
+        "_size",
+        "_sizes",
+        "_bytes",
+        "_shared",
+    )
+
+    def __init__(
+        self,
+        *,
+        floor: int = 0,
+        max_ranges: int = MAX_RANGES,
+        max_data: int = MAX_DATA,
+        max_bytes: int = MAX_DATA_BYTES,
+        size: Callable[[Any], int] | None = None,
+        shared: HeldBytes | None = None,
+    ):
         #: every tick <= floor is final
         self.floor = floor
         self._los: list[int] = []  # final ranges above the floor, sorted and disjoint
@@ -60,6 +96,33 @@ class KnowledgeStream:
         self._data_ticks: list[int] = []  # sorted keys of _data
         self.max_ranges = max_ranges
         self.max_data = max_data
+        self.max_bytes = max_bytes
+        self._size = size
+        self._sizes: dict[int, int] = {}  # tick -> bytes (with a size function)
+        self._bytes = 0
+        self._shared = shared
+
+    @property
+    def held_bytes(self) -> int:
+        return self._bytes
+
+    def release(self) -> None:
+        """The stream is dropped: what it holds no longer counts against the shared bound."""
+        if self._shared is not None:
+            self._shared.used -= self._bytes
+        self._bytes = 0
+        self._sizes.clear()
+        self._data.clear()
+        self._data_ticks.clear()
+
+    def _forget(self, tick: int) -> Any:
+        """Take a data tick out, with its bytes."""
+        if self._size is not None:
+            n = self._sizes.pop(tick, 0)
+            self._bytes -= n
+            if self._shared is not None:
+                self._shared.used -= n
+        return self._data.pop(tick)
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -128,6 +191,18 @@ class KnowledgeStream:
             return False
         if len(self._data) >= self.max_data:
             raise StreamFull(f"{self.max_data} data ticks held")
+        if self._size is not None:
+            n = self._size(payload)
+            shared = self._shared
+            if self._data and (
+                self._bytes + n > self.max_bytes
+                or (shared is not None and shared.used + n > shared.limit)
+            ):
+                raise StreamFull(f"{self._bytes} bytes of data held")
+            self._sizes[tick] = n
+            self._bytes += n
+            if shared is not None:
+                shared.used += n
         self._data[tick] = payload
         d = self._data_ticks
         if not d or tick > d[-1]:
@@ -155,7 +230,7 @@ class KnowledgeStream:
         a, b = bisect_left(d, lo), bisect_right(d, hi)
         if a < b:
             for t in d[a:b]:
-                del self._data[t]
+                self._forget(t)
             del d[a:b]
         self._compact()
 
@@ -178,7 +253,7 @@ class KnowledgeStream:
         n = bisect_left(d, h)
         if not n:
             return []
-        out = [(t, self._data.pop(t)) for t in d[:n]]
+        out = [(t, self._forget(t)) for t in d[:n]]
         del d[:n]
         # everything below the horizon is now final
         self.add_final(self.floor + 1, h - 1)
@@ -205,5 +280,5 @@ class KnowledgeStream:
         if not self._data_ticks:
             return None
         t = self._data_ticks.pop()
-        del self._data[t]
+        self._forget(t)
         return t

@@ -13,11 +13,21 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Protocol
 
+from ges.wire.messages import held_size
+
 #: Events a Recovered answer carries at most (the nacker asks again for the rest).
 MAX_READ = 512
-#: Events an in-memory log holds; the oldest are dropped beyond it, and a nack for them is
-#: answered as lost (the subscriber's broker logs a warning; nothing is passed off as silence).
+#: Events an in-memory log holds, and their bytes (roughly, ges.wire.event_size); the oldest
+#: are dropped beyond either, and a nack for them is answered as lost (the subscriber's broker
+#: logs a warning; nothing is passed off as silence).
 MAX_MEMORY_EVENTS = 1_000_000
+MAX_MEMORY_BYTES = 256 * 1024 * 1024
+#: Publishers whose last event number a pubend remembers for idempotent publishing (the least
+#: recently active is forgotten first: its resent events would be published again).
+MAX_PUBLISHERS = 65_536
+
+#: A publisher's state: the highest event number published, and the epoch and tick it went in.
+PublisherState = tuple[int, int, int]
 
 
 class PubendLog(Protocol):
@@ -35,7 +45,14 @@ class PubendLog(Protocol):
     def committed(self) -> int:
         """The highest tick that is durable."""
 
-    def append(self, first: int, events: list) -> None: ...
+    def append(self, first: int, events: list, publisher: tuple[str, int] | None = None) -> None:
+        """Log events at ticks ``first``..; ``publisher``: ``(id, number of the last event)`` of
+        an idempotent publisher, kept with them (see :meth:`publishers`)."""
+
+    def publishers(self) -> dict[str, PublisherState]:
+        """Idempotent publishing: per publisher, the highest event number published and the
+        epoch and tick it went in, the most recently active last (the live dict; at most
+        MAX_PUBLISHERS). A log that survives restarts keeps it with the events."""
 
     def read(self, lo: int, hi: int, limit: int = MAX_READ) -> list[tuple[int, object]]:
         """``(tick, event)`` for the ticks of ``lo..hi`` held, at most ``limit``, in order."""
@@ -63,17 +80,27 @@ class MemoryLog:
     """A log in memory. It survives a simulated broker crash when the simulator keeps the object
     (its stable storage) and hands it to the restarted core."""
 
-    def __init__(self, epoch: int = 1, *, max_events: int = MAX_MEMORY_EVENTS):
+    def __init__(
+        self,
+        epoch: int = 1,
+        *,
+        max_events: int = MAX_MEMORY_EVENTS,
+        max_bytes: int = MAX_MEMORY_BYTES,
+    ):
         self.epoch = epoch
         #: the pubend's V_m digest and clock table (:mod:`ges.reliable.vt`): its stream goes on
         #: across restarts, so the V_m it stamps must not shrink
         self.clocks: tuple[int, dict] = (0, {})
         self.max_events = max_events
+        self.max_bytes = max_bytes
         self._ticks: list[int] = []
         self._events: list = []
+        self._sizes: list[int] = []
+        self._bytes = 0
         self._released = 0
         self._last = 0
         self._promises: dict[str, tuple[str, int]] = {}
+        self._publishers: dict[str, PublisherState] = {}
 
     @property
     def last(self) -> int:
@@ -83,16 +110,32 @@ class MemoryLog:
     def committed(self) -> int:
         return self.last
 
-    def append(self, first: int, events: list) -> None:
+    def append(self, first: int, events: list, publisher: tuple[str, int] | None = None) -> None:
         if events and first <= self.last:
             raise ValueError(f"tick {first} appended after {self.last}")
         self._ticks.extend(range(first, first + len(events)))
         self._events.extend(events)
+        sizes = [held_size(e) for e in events]
+        self._sizes.extend(sizes)
+        self._bytes += sum(sizes)
         if events:
             self._last = first + len(events) - 1
-        over = len(self._ticks) - self.max_events
-        if over > 0:  # beyond the bound the oldest go (a nack for them is answered as lost)
-            del self._ticks[:over], self._events[:over]
+            if publisher is not None:
+                remember(self._publishers, publisher[0], (publisher[1], self.epoch, self._last))
+        over = max(len(self._ticks) - self.max_events, 0)
+        excess = self._bytes - sum(self._sizes[:over]) - self.max_bytes
+        while excess > 0 and over < len(self._sizes):
+            excess -= self._sizes[over]
+            over += 1
+        if over:  # beyond a bound the oldest go (a nack for them is answered as lost)
+            self._drop(over)
+
+    def _drop(self, n: int) -> None:
+        self._bytes -= sum(self._sizes[:n])
+        del self._ticks[:n], self._events[:n], self._sizes[:n]
+
+    def publishers(self) -> dict[str, PublisherState]:
+        return self._publishers
 
     def read(self, lo: int, hi: int, limit: int = MAX_READ) -> list[tuple[int, object]]:
         i = bisect_left(self._ticks, lo)
@@ -112,8 +155,7 @@ class MemoryLog:
         if upto <= self._released:
             return
         self._released = upto
-        n = bisect_left(self._ticks, upto + 1)
-        del self._ticks[:n], self._events[:n]
+        self._drop(bisect_left(self._ticks, upto + 1))
 
     def promised(self) -> dict[str, tuple[str, int]]:
         return self._promises
@@ -123,3 +165,12 @@ class MemoryLog:
 
     def __len__(self) -> int:
         return len(self._ticks)
+
+
+def remember(publishers: dict[str, PublisherState], publisher: str, state: PublisherState) -> None:
+    """Note ``publisher``'s newest state, the most recently active last; beyond MAX_PUBLISHERS
+    the least recently active is forgotten."""
+    publishers.pop(publisher, None)
+    publishers[publisher] = state
+    if len(publishers) > MAX_PUBLISHERS:
+        del publishers[next(iter(publishers))]

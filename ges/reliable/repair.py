@@ -26,9 +26,14 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import Any
 
-#: Events kept per pubend, and pubends kept (the least recently routed goes first).
+from ges.wire.messages import held_size
+
+#: Events kept per pubend, and pubends kept (the least recently routed goes first); and the
+#: bytes of those events (ges.wire.event_size), per pubend and in all.
 MAX_CACHED_EVENTS = 4_096
 MAX_CACHED_PUBENDS = 128
+MAX_CACHED_BYTES = 8 * 1024 * 1024
+MAX_CACHE_BYTES = 64 * 1024 * 1024
 #: Seconds a relay holds back a nack covered by one it sent on.
 HOLD = 0.25
 #: Nacks held per pubend, and origins waiting on one (more are sent on as they come).
@@ -37,15 +42,16 @@ MAX_WAITERS = 64
 
 
 class _Recent:
-    __slots__ = ("items", "order", "floor")
+    __slots__ = ("items", "order", "floor", "bytes")
 
     def __init__(self):
-        #: tick -> the event item routed at it
-        self.items: dict[int, Any] = {}
+        #: tick -> (the event item routed at it, its bytes)
+        self.items: dict[int, tuple[Any, int]] = {}
         #: ticks in the order they were added (the oldest is dropped first)
         self.order: deque[int] = deque()
         #: every tick above this one that was routed here is in ``items``
         self.floor = 0
+        self.bytes = 0
 
 
 class EventCache:
@@ -56,10 +62,15 @@ class EventCache:
         *,
         max_events: int = MAX_CACHED_EVENTS,
         max_pubends: int = MAX_CACHED_PUBENDS,
+        max_bytes: int = MAX_CACHED_BYTES,
+        max_total: int = MAX_CACHE_BYTES,
     ):
         self.max_events = max_events
         self.max_pubends = max_pubends
+        self.max_bytes = max_bytes
+        self.max_total = max_total
         self._pubends: OrderedDict[str, _Recent] = OrderedDict()
+        self._bytes = 0
 
     def add(self, pubend: str, items, *, routed_before: int = 0) -> None:
         """Items (``.tick`` set) this broker routed for ``pubend``; ``routed_before``: the
@@ -72,7 +83,7 @@ class EventCache:
             got = self._pubends[pubend] = _Recent()
             got.floor = max(routed_before, min(it.tick for it in items) - 1)
             if len(self._pubends) > self.max_pubends:
-                self._pubends.popitem(last=False)
+                self._bytes -= self._pubends.popitem(last=False)[1].bytes
         else:
             self._pubends.move_to_end(pubend)
         cached, order = got.items, got.order
@@ -80,13 +91,25 @@ class EventCache:
             tick = it.tick
             if tick <= got.floor or tick in cached:
                 continue
-            cached[tick] = it
+            size = held_size(it)
+            cached[tick] = (it, size)
+            got.bytes += size
+            self._bytes += size
             order.append(tick)
-        while len(order) > self.max_events:
-            gone = order.popleft()
-            del cached[gone]
-            if gone > got.floor:
-                got.floor = gone
+        while order and (len(order) > self.max_events or got.bytes > self.max_bytes):
+            self._drop_oldest(got)
+        while self._bytes > self.max_total and len(self._pubends) > 1:
+            self._bytes -= self._pubends.popitem(last=False)[1].bytes  # the least recent
+        while order and self._bytes > self.max_total:
+            self._drop_oldest(got)
+
+    def _drop_oldest(self, got: _Recent) -> None:
+        gone = got.order.popleft()
+        _, size = got.items.pop(gone)
+        got.bytes -= size
+        self._bytes -= size
+        if gone > got.floor:
+            got.floor = gone
 
     def read(self, pubend: str, lo: int, hi: int) -> list | None:
         """Every item routed here in ``lo..hi``, in tick order; None if some may have been
@@ -96,8 +119,10 @@ class EventCache:
             return None
         cached = got.items
         if hi - lo < len(cached):
-            return [cached[t] for t in range(lo, hi + 1) if t in cached]
-        return sorted((it for t, it in cached.items() if lo <= t <= hi), key=lambda it: it.tick)
+            return [cached[t][0] for t in range(lo, hi + 1) if t in cached]
+        return sorted(
+            (it for t, (it, _) in cached.items() if lo <= t <= hi), key=lambda it: it.tick
+        )
 
 
 class NackBoard:

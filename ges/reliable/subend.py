@@ -16,7 +16,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ges.reliable.knowledge import KnowledgeStream, StreamFull
+from ges.reliable.knowledge import HeldBytes, KnowledgeStream, StreamFull
+from ges.wire.messages import held_size
 
 #: Seconds a gap waits before the first nack, until answers give a better estimate.
 NACK_AFTER = 0.1
@@ -31,8 +32,10 @@ class Subend:
 
     __slots__ = ("stream", "top", "doubt_since", "next_nack", "backoff", "srtt", "_asked_at")
 
-    def __init__(self, floor: int = 0):
-        self.stream = KnowledgeStream(floor=floor)
+    def __init__(self, floor: int = 0, held: HeldBytes | None = None):
+        # the events held beyond the doubt horizon are bounded in bytes (each subend's, and
+        # with ``held`` all of a broker's together): at the bound the highest become Q again
+        self.stream = KnowledgeStream(floor=floor, size=held_size, shared=held)
         #: the highest tick heard of (silence may name ticks it claims nothing about)
         self.top = floor
         #: when the doubt horizon last got stuck below known data (None: no gap)

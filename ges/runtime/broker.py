@@ -14,6 +14,7 @@ only, so a restarted broker has every link back.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
@@ -27,12 +28,20 @@ import trio
 
 from ges.core import CLIENT, DROP_PEER, NOTICE, PEER, BrokerCore, ProtocolError
 from ges.errors import OperationError
-from ges.runtime.connection import Connection, ConnectionClosed
+from ges.runtime.connection import (
+    FRAME_DEADLINE,
+    MAX_QUEUED_BYTES,
+    Budget,
+    Connection,
+    ConnectionClosed,
+)
+from ges.runtime.notes import RateLimitedLog
 from ges.runtime.pubend_log import SqliteLog
 from ges.runtime.recording import BrokerRecorder
 from ges.topology import Topology, broker_order_key
-from ges.wire import FrameError, encode
+from ges.wire import DEFAULT_MAX_FRAME, FrameError, FrameTooLarge, encode, encode_frames
 from ges.wire import messages as m
+from ges.wire.messages import hello_for
 
 #: Reconnect backoff: first retry after 50 ms, doubling to at most 2 s, with ±25 % jitter so
 #: brokers restarted together do not dial in lockstep.
@@ -46,6 +55,24 @@ TIMER_MAX_SLEEP = 0.25
 CLOSE_SEND_WAIT = 1.0
 #: Seconds of handling one connection's messages before the event loop serves others.
 SLICE_SECONDS = 0.002
+#: Bytes queued towards all clients together; over it, the client with the most queued is
+#: disconnected as a slow consumer (each client also has its own bound, MAX_QUEUED_BYTES).
+MAX_CLIENT_QUEUES_BYTES = 1024 * 1024 * 1024
+#: Seconds a client's writer may go without getting any byte into the kernel while it has
+#: something to send before the client counts as a slow consumer.
+CLIENT_WRITE_DEADLINE = 10.0
+#: Seconds a client may send nothing at all before it is disconnected as idle; the client
+#: library sends a keepalive every ges.client.KEEPALIVE seconds (a third of this).
+CLIENT_IDLE_TIMEOUT = 30.0
+#: Clients one broker serves at once (``--max-clients``); one more is refused with a reason.
+#: Each costs a connection, two tasks and its buffers (about 20 KB idle).
+MAX_CLIENTS = 4_096
+#: Connections that have not completed their handshake yet; more are refused at once. Each may
+#: hold at most MAX_HELLO_FRAME bytes, for at most HANDSHAKE_TIMEOUT seconds.
+MAX_OPENING = 512
+MAX_HELLO_FRAME = 64 * 1024
+#: Seconds a refusal (or a Welcome) may take to be written before the connection is dropped.
+REFUSE_WAIT = 2.0
 #: Why a cut link's connection was closed, and the start of the Refuse a cut link's Hello gets
 #: (the dialler logs that one quietly: it is the operator's doing, not a fault).
 LINK_CUT_REASON = "link cut by an operator"
@@ -68,6 +95,7 @@ class BrokerServer:
         strict_log: bool = False,
         record_dir: Path | None = None,
         record_tags: dict | None = None,
+        max_clients: int = MAX_CLIENTS,
     ):
         self.topology = topology
         self.spec = topology.brokers[broker_id]
@@ -111,6 +139,21 @@ class BrokerServer:
         self._work_wakeup = trio.Event()
         #: clients whose next message waits for their request in progress -> set when done
         self._waiting: dict[int, trio.Event] = {}
+        #: bytes queued towards all clients together
+        self._client_budget = Budget()
+        self.max_clients = max_clients
+        #: per-client bounds (the constants above; tests and --max-clients change them)
+        self.client_queue_bytes = MAX_QUEUED_BYTES
+        self.client_idle_timeout = CLIENT_IDLE_TIMEOUT
+        self.client_write_deadline = CLIENT_WRITE_DEADLINE
+        self.frame_deadline = FRAME_DEADLINE
+        #: connections accepted that have not completed their handshake, and clients admitted
+        self._opening = 0
+        self._admitted = 0
+        #: warnings that may repeat, each cause logged once and then summarised
+        self.notes = RateLimitedLog(self.log)
+        #: what the runtime itself counts (Stats)
+        self.counters = {"slow_consumers": 0, "clients_refused": 0}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -159,10 +202,32 @@ class BrokerServer:
                 try:
                     stream = await listener.accept()
                 except OSError as exc:  # EMFILE and friends: back off, keep serving
-                    self.log.warning("accept failed: %s", exc)
+                    self.notes.warning(
+                        f"accept {exc.errno}", "accept failed: %s", exc.strerror or exc
+                    )
                     await trio.sleep(0.1)
                     continue
+                if self._opening >= MAX_OPENING:
+                    self._nursery.start_soon(
+                        self._refuse,
+                        stream,
+                        f"broker {self.id}: {MAX_OPENING} connections are already opening; "
+                        "try again later",
+                    )
+                    continue
+                self._opening += 1
                 self._nursery.start_soon(self._handle_incoming, stream)
+
+    async def _refuse(self, stream: trio.SocketStream, reason: str) -> None:
+        """Tell a connection it is refused (without waiting long for a slow reader), and close
+        it; logged once per reason, then summarised."""
+        self.counters["clients_refused"] += 1
+        self.notes.warning(reason, "refused a connection from %s: %s", _peer_of(stream), reason)
+        with trio.move_on_after(REFUSE_WAIT):
+            with contextlib.suppress(trio.BrokenResourceError, OSError):
+                await stream.send_all(encode(m.Refuse(reason)))
+        with trio.CancelScope(shield=True), trio.move_on_after(REFUSE_WAIT):
+            await stream.aclose()
 
     # -- time --------------------------------------------------------------------------------
 
@@ -246,7 +311,7 @@ class BrokerServer:
     # -- outputs -----------------------------------------------------------------------------
 
     async def _dispatch(self, outs: list) -> None:
-        encoded: dict[int, bytes] = {}
+        encoded: dict[int, list[bytes]] = {}
         now = trio.current_time()
         recorder = self.recorder
         # delivery records: the broker's clock before it hands anything on
@@ -261,15 +326,20 @@ class BrokerServer:
                     self.log.warning("link %s suspected: %s", dest, msg)
                     conn.close(msg)
                 continue
-            data = encoded.get(id(msg))
-            if data is None:
-                data = encoded[id(msg)] = encode(msg)
+            frames = encoded.get(id(msg))
+            if frames is None:
+                try:
+                    frames = encoded[id(msg)] = encode_frames(msg)
+                except FrameTooLarge as exc:  # a bound missed somewhere: say so, drop it
+                    self.log.error("dropped a message to %s: %s", dest, exc)
+                    frames = encoded[id(msg)] = []
             if kind == PEER:
                 conn = self._peers.get(dest)
                 if conn is None:
                     continue
                 try:
-                    await conn.send(data)
+                    for data in frames:
+                        await conn.send(data)
                 except ConnectionClosed:
                     continue
                 self.core.note_sent(dest, now)
@@ -278,16 +348,33 @@ class BrokerServer:
                 if conn is None:
                     continue
                 try:
-                    if not conn.send_nowait(data):
-                        self.log.warning("%s: slow consumer, disconnecting", conn.label)
-                        conn.close("slow consumer: send queue full")
-                        continue
+                    for data in frames:
+                        if not conn.send_nowait(data):
+                            self._slow_consumer(conn, f"over {conn.max_queued} bytes queued")
+                            break
+                    else:
+                        if self._client_budget.used > MAX_CLIENT_QUEUES_BYTES:
+                            self._over_budget()
                 except ConnectionClosed:
                     continue
                 if recorder is not None and type(msg) is m.Deliver:
                     recorder.deliver(self.core.client_name(dest), msg, wall)
         if recorder is not None:
             recorder.flush()
+
+    def _slow_consumer(self, conn: Connection, why: str) -> None:
+        self.counters["slow_consumers"] += 1
+        self.log.warning("%s: slow consumer (%s), disconnecting", conn.label, why)
+        conn.close(f"slow consumer: {why}")
+
+    def _over_budget(self) -> None:
+        """The clients' queues together are over MAX_CLIENT_QUEUES_BYTES: the largest goes."""
+        largest = max(self._clients.values(), key=lambda c: c.queued)
+        self._slow_consumer(
+            largest,
+            f"{largest.queued} bytes queued, the most of any client while all of them had over "
+            f"{MAX_CLIENT_QUEUES_BYTES}",
+        )
 
     # -- links -------------------------------------------------------------------------------
 
@@ -310,7 +397,7 @@ class BrokerServer:
                 started = trio.current_time()
                 conn = Connection(stream, label=f"link {self.id}->{peer}")
                 try:
-                    hello = m.Hello(role="broker", id=self.id, topology=self.topology.name)
+                    hello = hello_for(self.topology, "broker", self.id)
                     await stream.send_all(encode(hello))  # before the writer task exists
                     reply = await conn.receive_one()
                 except (ConnectionClosed, FrameError, trio.BrokenResourceError, OSError) as exc:
@@ -333,34 +420,68 @@ class BrokerServer:
             backoff = min(backoff * 2, BACKOFF_MAX)
 
     async def _handle_incoming(self, stream: trio.SocketStream) -> None:
-        conn = Connection(stream, label="incoming")
+        # until its Hello, a connection may send one small frame, within HANDSHAKE_TIMEOUT
+        conn = Connection(
+            stream, label="incoming", max_frame=MAX_HELLO_FRAME, frame_deadline=self.frame_deadline
+        )
+        opening = True
+        client = False
         try:
             try:
                 hello = await conn.receive_one()
             except (ConnectionClosed, FrameError, trio.BrokenResourceError, OSError) as exc:
-                self.log.debug("dropped a connection before its handshake: %s", exc)
+                self.notes.warning(
+                    f"handshake {type(exc).__name__}",
+                    "dropped a connection from %s before its handshake: %s",
+                    _peer_of(stream),
+                    exc,
+                )
                 return
             if not isinstance(hello, m.Hello):
-                self.log.warning(
-                    "dropped a connection: first frame was %s, not Hello", type(hello).__name__
+                self.notes.warning(
+                    "not hello",
+                    "dropped a connection from %s: its first frame was %s, not Hello",
+                    _peer_of(stream),
+                    type(hello).__name__,
                 )
                 return
             reply = self.core.hello(hello)
             if hello.role == "broker" and hello.id in self._cut and isinstance(reply, m.Welcome):
                 reply = m.Refuse(f"{LINK_CUT_REASON} at {self.id} (ges link up restores it)")
-            try:
-                await stream.send_all(encode(reply))
-            except (trio.BrokenResourceError, OSError):
-                return
+            client = hello.role == "client" and isinstance(reply, m.Welcome)
+            if client and self._admitted >= self.max_clients:
+                reply = m.Refuse(
+                    f"broker {self.id} has its maximum of {self.max_clients} clients; try again "
+                    "later or at another broker"
+                )
+                client = False
+            self._opening -= 1
+            opening = False
+            if client:
+                self._admitted += 1  # counted now: handshakes in flight cannot all get in
             if isinstance(reply, m.Refuse):
-                self.log.warning("refused %s %s: %s", hello.role, hello.id, reply.reason)
+                await self._refuse(stream, reply.reason)
                 return
+            try:
+                with trio.fail_after(REFUSE_WAIT):
+                    await stream.send_all(encode(reply))
+            except (trio.BrokenResourceError, OSError, trio.TooSlowError):
+                return
+            conn.decoder.max_frame = DEFAULT_MAX_FRAME
             if hello.role == "broker":
                 conn.label = f"link {self.id}<-{hello.id}"
                 await self._run_link(hello.id, conn)
             else:
+                conn.max_queued = self.client_queue_bytes
+                conn.write_deadline = self.client_write_deadline
+                conn.idle_deadline = self.client_idle_timeout
+                conn.budget = self._client_budget
                 await self._run_client(hello.id, conn)
         finally:
+            if opening:
+                self._opening -= 1
+            if client:
+                self._admitted -= 1
             await conn.aclose()
 
     async def _run_link(self, peer: str, conn: Connection) -> None:
@@ -372,19 +493,31 @@ class BrokerServer:
         )
         self._peers[peer] = conn
         self.log.info("link %s up", peer)
+        stopping = False
         try:
-            with conn.cancel_scope:
+            with conn.cancel_scope:  # absorbs the connection's own close
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(conn.writer)
                     await self._dispatch(self.core.link_up(peer, trio.current_time()))
                     await self._pump(conn, functools.partial(self.core.peer_message, peer))
                     nursery.cancel_scope.cancel()
+        except trio.Cancelled:
+            # the broker is stopping: its links go with it, and its neighbours hear why
+            stopping = True
+            with contextlib.suppress(ConnectionClosed):
+                conn.write_last(encode(m.Bye()))
+            raise
         finally:
+            # the connection's own scope may have absorbed the cancellation (it was closed
+            # too): the broker is stopping if the scope around it is cancelled
+            stopping = stopping or trio.current_effective_deadline() == float("-inf")
             if self._peers.get(peer) is conn:
                 del self._peers[peer]
-                with trio.CancelScope(shield=True):
-                    await self._dispatch(self.core.link_down(peer, trio.current_time()))
-            self.log.info("link %s down: %s", peer, conn.close_reason or "cancelled")
+                outs = self.core.link_down(peer, trio.current_time())
+                if not stopping:
+                    with trio.CancelScope(shield=True):
+                        await self._dispatch(outs)
+            self.log.info("link %s down: %s", peer, conn.close_reason or "stopping")
 
     def _drop_link(self, peer: str, reason: str, now: float) -> list:
         """Close the connection to ``peer`` (if any) and tell the core the link is down, as a
@@ -426,7 +559,12 @@ class BrokerServer:
         if kind is m.LinkControl:
             return self._link_control(conn_id, msg, now)
         if kind is m.StatsRequest:
-            stats = msgspec.structs.replace(self.core.stats(), links_cut=sorted(self._cut))
+            stats = msgspec.structs.replace(
+                self.core.stats(),
+                links_cut=sorted(self._cut),
+                slow_consumers=self.counters["slow_consumers"],
+                clients_refused=self.counters["clients_refused"],
+            )
             return [(CLIENT, conn_id, stats)]
         return self.core.client_message(conn_id, msg, now)
 
@@ -498,3 +636,12 @@ class BrokerServer:
             if self.core.has_work:  # the rest of a large profile's removal
                 self._work_wakeup.set()
             self.log.debug("%s gone: %s", conn.label, conn.close_reason or "cancelled")
+
+
+def _peer_of(stream) -> str:
+    """``host:port`` of a socket stream's peer (for the log)."""
+    try:
+        host, port, *_ = stream.socket.getpeername()
+    except (OSError, AttributeError, ValueError):
+        return "an unknown address"
+    return f"{host}:{port}"

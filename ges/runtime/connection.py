@@ -1,35 +1,59 @@
-"""One framed TCP connection: a bounded outbound queue drained by a batching writer task.
+"""One framed TCP connection: a send queue bounded in bytes, drained by a batching writer task.
 
 Writes are batched: the writer takes every frame already queued (up to ``WRITE_BATCH_BYTES``)
 and hands them to the kernel in one ``send_all``. When nothing is queued or being written, a
 frame goes straight to the kernel from the task that produced it (one non-blocking write), which
 saves a task hand-off per frame on a lightly loaded connection; whatever the kernel does not take
-at once is queued for the writer, so frame order never changes. The queue is bounded in frames; a broker link
-that fills it makes the sender wait (backpressure reaches the publisher through TCP), a client
-that fills it is a slow consumer and is disconnected, as NATS does, so one stuck subscriber
-cannot stall a broker.
+at once is queued for the writer, so frame order never changes.
+
+Every bound is in bytes and time, never in frames (a peer chooses their size):
+
+* the send queue holds at most ``max_queued`` bytes. A broker link that fills it makes the
+  sender wait (backpressure reaches the publisher through TCP); a client that fills it is a
+  slow consumer and is disconnected, as NATS does, so one stuck subscriber cannot hold a
+  broker's memory;
+* with ``write_deadline`` set (clients), a connection whose writer has frames to send and has
+  got none of them into the kernel for that long is a slow consumer too, however little it has
+  queued;
+* a frame being received must arrive whole within ``frame_deadline`` of its first bytes, and
+  (``idle_deadline``) a connection that sends nothing at all for that long is closed — clients
+  send keepalives when they have nothing else to say.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections import deque
 
 import trio
 
 from ges.wire import DEFAULT_MAX_FRAME, FrameDecoder, FrameError, decode, encode
 
-#: Frames queued towards one peer before the sender waits / a client counts as slow. 4,096
-#: frames of batched events is tens of MB at most; enough to ride out a scheduling hiccup.
-MAX_QUEUED_FRAMES = 4_096
+#: Bytes queued towards one peer before the sender waits (broker links) or the peer counts as a
+#: slow consumer (clients): NATS's default max_pending. A recovery burst fits in it.
+MAX_QUEUED_BYTES = 64 * 1024 * 1024
 #: Bytes handed to the kernel per write.
 WRITE_BATCH_BYTES = 1 << 20
 #: Bytes asked of the kernel per read.
 READ_SIZE = 1 << 18
 #: Seconds a new connection has to complete its handshake.
 HANDSHAKE_TIMEOUT = 5.0
+#: Seconds a frame may take to arrive whole once its first bytes have (a slow sender of one
+#: large frame would otherwise hold its buffer forever).
+FRAME_DEADLINE = 30.0
 
 log = logging.getLogger("ges.runtime")
+
+
+class Budget:
+    """Bytes queued by several connections together (a broker's clients): each adds what it
+    queues and takes off what it writes; the owner looks at ``used`` against its limit."""
+
+    __slots__ = ("used",)
+
+    def __init__(self) -> None:
+        self.used = 0
 
 
 class ConnectionClosed(Exception):
@@ -37,13 +61,37 @@ class ConnectionClosed(Exception):
 
 
 class Connection:
-    """A framed stream with a bounded send queue. Run ``writer()`` in a task while it is open."""
+    """A framed stream with a send queue bounded in bytes. Run ``writer()`` in a task while it is
+    open."""
 
-    def __init__(self, stream: trio.abc.Stream, *, label: str, max_frame: int = DEFAULT_MAX_FRAME):
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        *,
+        label: str,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        max_queued: int = MAX_QUEUED_BYTES,
+        write_deadline: float | None = None,
+        frame_deadline: float = FRAME_DEADLINE,
+        idle_deadline: float | None = None,
+        budget: Budget | None = None,
+    ):
         self.stream = stream
         self.label = label
         self.decoder = FrameDecoder(max_frame=max_frame)
-        self._send, self._queue = trio.open_memory_channel[bytes](MAX_QUEUED_FRAMES)
+        self.max_queued = max_queued
+        self.write_deadline = write_deadline
+        self.frame_deadline = frame_deadline
+        self.idle_deadline = idle_deadline
+        self.budget = budget
+        self._queue: deque[bytes] = deque()
+        #: bytes handed to the queue and not yet written (including those with the writer)
+        self.queued = 0
+        #: frames handed to the queue and not yet written: a direct write must not overtake them
+        self._unwritten = 0
+        self._ready = trio.Event()  # the writer has something to do
+        self._room = trio.Event()  # a waiting sender may try again
+        self._closed = False
         self.cancel_scope = trio.CancelScope()
         self.close_reason: str | None = None
         # frames read along with the handshake, handed out first by read_messages()
@@ -51,10 +99,6 @@ class Connection:
         # the raw descriptor for direct writes; None for streams that are not sockets
         sock = getattr(stream, "socket", None)
         self._fd = sock.fileno() if sock is not None else None
-        # frames handed to the queue and not yet written: a queued frame may already sit with the
-        # writer task (trio hands items straight to a waiting receiver), so the queue's own
-        # length cannot tell whether a direct write would overtake it
-        self._unwritten = 0
 
     def _write_now(self, data: bytes) -> bytes | None:
         """Write ``data`` directly if nothing is queued or in flight.
@@ -73,41 +117,53 @@ class Connection:
             raise ConnectionClosed(self.label) from None
         return data[written:]
 
+    def _enqueue(self, data: bytes) -> None:
+        self._queue.append(data)
+        self.queued += len(data)
+        if self.budget is not None:
+            self.budget.used += len(data)
+        self._unwritten += 1
+        self._ready.set()
+
     # -- sending -----------------------------------------------------------------------------
 
     async def send(self, data: bytes) -> None:
-        """Send one encoded frame, waiting while the queue is full (backpressure)."""
+        """Send one encoded frame, waiting while the queue is over its bound (backpressure)."""
+        if self._closed:
+            raise ConnectionClosed(self.label)
         rest = self._write_now(data)
         if rest == b"":
             return
-        self._unwritten += 1
-        try:
-            await self._send.send(data if rest is None else rest)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            self._unwritten -= 1
-            raise ConnectionClosed(self.label) from None
-        except BaseException:  # cancelled while waiting for room: the frame never went
-            self._unwritten -= 1
-            if rest is not None and rest is not data:
-                self.close("cancelled mid-frame")
-            raise
+        if rest is not None and rest is not data:
+            self._enqueue(rest)  # part of it is on the wire: the rest must follow at once
+            return
+        while self.queued and self.queued + len(data) > self.max_queued:
+            room = self._room = trio.Event()
+            await room.wait()
+            if self._closed:
+                raise ConnectionClosed(self.label)
+        self._enqueue(data)
 
     def send_nowait(self, data: bytes) -> bool:
-        """Send one frame if there is room; False if the queue is full."""
+        """Send one frame if the queue has room for it; False if it would go over its bound."""
+        if self._closed:
+            raise ConnectionClosed(self.label)
+        if self.queued and self.queued + len(data) > self.max_queued:
+            return False
         rest = self._write_now(data)
         if rest == b"":
             return True
-        try:
-            self._send.send_nowait(data if rest is None else rest)
-            self._unwritten += 1
-        except trio.WouldBlock:
-            if rest is not None and rest is not data:
-                # part of this frame is on the wire already: the rest must follow it
-                self.close("slow consumer: send queue full mid-frame")
-            return False
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise ConnectionClosed(self.label) from None
+        self._enqueue(data if rest is None else rest)
         return True
+
+    def write_last(self, data: bytes) -> None:
+        """A last frame, written now if the kernel takes it whole and nothing is queued before
+        it (a connection about to close; the writer task may be gone already)."""
+        if self._fd is None or self._unwritten or self._closed:
+            return
+        rest = self._write_now(data)
+        if rest:  # part of it went: the connection is closing, the peer will see it cut
+            self.close("closed mid-frame")
 
     async def send_message(self, message) -> None:
         await self.send(encode(message))
@@ -115,19 +171,34 @@ class Connection:
     async def writer(self) -> None:
         queue = self._queue
         stream = self.stream
+        deadline = self.write_deadline
         try:
-            async for first in queue:
-                chunks = [first]
-                size = len(first)
-                while size < WRITE_BATCH_BYTES:
-                    try:
-                        data = queue.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
+            while True:
+                while not queue:
+                    if self._closed:
+                        return
+                    ready = self._ready = trio.Event()
+                    await ready.wait()
+                chunks = []
+                size = 0
+                while queue and size < WRITE_BATCH_BYTES:
+                    data = queue.popleft()
                     chunks.append(data)
                     size += len(data)
-                await stream.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                if deadline is None:
+                    await stream.send_all(data)
+                else:
+                    with trio.move_on_after(deadline) as late:
+                        await stream.send_all(data)
+                    if late.cancelled_caught:
+                        self.close(f"slow consumer: nothing written for {deadline:g}s")
+                        return
+                self.queued -= size
+                if self.budget is not None:
+                    self.budget.used -= size
                 self._unwritten -= len(chunks)
+                self._room.set()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self.close(f"write failed: {exc or type(exc).__name__}")
 
@@ -136,18 +207,37 @@ class Connection:
     async def read_messages(self):
         """Yield lists of decoded messages, one list per read; ends when the peer closes.
 
-        A bad frame (too large, wrong version, undecodable) raises :class:`FrameError`.
+        A bad frame (too large, wrong version, undecodable) raises :class:`FrameError`; so does
+        a frame that does not arrive whole within ``frame_deadline``, and silence longer than
+        ``idle_deadline`` closes the connection.
         """
         stream = self.stream
         decoder = self.decoder
         if self._early:
             early, self._early = self._early, []
             yield [decode(body) for body in early]
+        started = None  # when the partial frame in the decoder began to arrive
         while True:
-            try:
-                data = await stream.receive_some(READ_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                self.close(f"read failed: {exc or type(exc).__name__}")
+            wait = self.idle_deadline if not decoder.buffered else None
+            if decoder.buffered:
+                now = trio.current_time()
+                started = now if started is None else started
+                wait = max(0.0, started + self.frame_deadline - now)
+            else:
+                started = None
+            with trio.move_on_after(wait if wait is not None else float("inf")) as late:
+                try:
+                    data = await stream.receive_some(READ_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    self.close(f"read failed: {exc or type(exc).__name__}")
+                    return
+            if late.cancelled_caught:
+                if decoder.buffered:
+                    raise FrameError(
+                        f"a frame of {decoder.pending_length} bytes not complete "
+                        f"{self.frame_deadline:g}s after it began ({decoder.buffered} received)"
+                    )
+                self.close(f"idle: nothing received for {self.idle_deadline:g}s")
                 return
             if not data:
                 self.close("closed by peer")
@@ -155,6 +245,7 @@ class Connection:
             decoder.feed(data)
             bodies = decoder.frames()
             if bodies:
+                started = None
                 yield [decode(body) for body in bodies]
 
     async def receive_one(self, *, timeout: float = HANDSHAKE_TIMEOUT):
@@ -173,14 +264,27 @@ class Connection:
     # -- closing -----------------------------------------------------------------------------
 
     def close(self, reason: str) -> None:
-        """Ask the task running this connection to stop; idempotent, the first reason wins."""
+        """Ask the task running this connection to stop; idempotent, the first reason wins.
+        What it still had queued is dropped (and given back to its budget)."""
         if self.close_reason is None:
             self.close_reason = reason
-        self._send.close()
+        self._release()
+        self._closed = True
+        self._ready.set()
+        self._room.set()
         self.cancel_scope.cancel()
 
+    def _release(self) -> None:
+        if self.budget is not None and not self._closed:
+            # what the writer has not written goes with the connection
+            self.budget.used -= self.queued
+            self.budget = None
+
     async def aclose(self) -> None:
-        self._send.close()
+        self._release()
+        self._closed = True
+        self._ready.set()
+        self._room.set()
         with trio.CancelScope(shield=True), trio.move_on_after(1):
             await self.stream.aclose()
 

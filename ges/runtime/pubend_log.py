@@ -43,7 +43,7 @@ import msgspec
 import sqlite_utils
 
 from ges.errors import OperationError
-from ges.reliable.log import MAX_READ
+from ges.reliable.log import MAX_PUBLISHERS, MAX_READ, PublisherState, remember
 from ges.wire.messages import Event
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -91,6 +91,12 @@ class SqliteLog:
             if "promises" not in db.table_names():
                 # this broker's acknowledgements of other pubends (BrokerCore._on_ack_ask)
                 db["promises"].create({"broker": str, "pubend": str, "tick": int}, pk="broker")
+            if "publishers" not in db.table_names():
+                # idempotent publishing: per publisher its last event number published, with
+                # the epoch and tick it went in (written with the events, in one transaction)
+                db["publishers"].create(
+                    {"publisher": str, "seq": int, "epoch": int, "tick": int}, pk="publisher"
+                )
             if "events" not in db.table_names():
                 # one row per publish batch: ticks first..last, the events encoded together
                 db["events"].create(
@@ -107,6 +113,11 @@ class SqliteLog:
             self.previous = (old, old_last) if old_last else None
             self.epoch = old + 1
             self._promises = {r["broker"]: (r["pubend"], r["tick"]) for r in db["promises"].rows}
+            self._publishers: dict[str, PublisherState] = {}
+            for row in self._reader.execute(
+                "SELECT publisher, seq, epoch, tick FROM publishers ORDER BY epoch, tick"
+            ):
+                remember(self._publishers, row[0], tuple(row[1:]))
             db["meta"].upsert({"key": "epoch", "value": self.epoch}, pk="key")
         except (sqlite3.Error, OSError) as exc:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
@@ -123,7 +134,9 @@ class SqliteLog:
         #: released ticks of this epoch: done, and asked for (applied by the log task)
         self._done = self._release_to = 0
         self._old_released: dict[int, int] = {}
-        self._pending: list[tuple[int, int, bytes]] = []
+        self._pending: list[tuple[int, int, bytes, tuple | None]] = []
+        #: publishers forgotten (MAX_PUBLISHERS) since the last group: their rows go with it
+        self._forgotten: list[str] = []
         self._n_pending = 0
         self._writer: sqlite3.Connection | None = None
 
@@ -144,15 +157,26 @@ class SqliteLog:
     def committed(self) -> int:
         return self._committed
 
-    def append(self, first: int, events: list) -> None:
+    def append(self, first: int, events: list, publisher: tuple[str, int] | None = None) -> None:
         if events and first <= self._last:
             raise ValueError(f"tick {first} appended after {self._last}")
         if self._n_pending + len(events) > MAX_PENDING:
             raise OperationError(f"pubend log {self.path}: {MAX_PENDING} events wait to commit")
         if events:
             self._last = first + len(events) - 1
-            self._pending.append((first, self._last, _encode(events)))
+            row = None
+            if publisher is not None:
+                name, seq = publisher
+                before = set(self._publishers) if len(self._publishers) >= MAX_PUBLISHERS else ()
+                remember(self._publishers, name, (seq, self.epoch, self._last))
+                if before:
+                    self._forgotten += [p for p in before if p not in self._publishers]
+                row = (name, seq, self.epoch, self._last)
+            self._pending.append((first, self._last, _encode(events), row))
             self._n_pending += len(events)
+
+    def publishers(self) -> dict[str, PublisherState]:
+        return self._publishers
 
     def read(self, lo: int, hi: int, limit: int = MAX_READ) -> list[tuple[int, object]]:
         hi = min(hi, self._committed)
@@ -256,19 +280,23 @@ class SqliteLog:
     def pending(self) -> bool:
         return bool(self._pending)
 
-    def take_group(self) -> list[tuple[int, int, bytes]]:
-        """Everything appended since the last group (the log task writes it next)."""
+    def take_group(self) -> list[tuple]:
+        """Everything appended since the last group (the log task writes it next), and the
+        publishers forgotten meanwhile."""
         group, self._pending = self._pending, []
+        if self._forgotten:
+            group.append((0, 0, b"", ("forget", *self._forgotten)))
+            self._forgotten = []
         self._n_pending = 0
         return group
 
-    def inline(self, group: list[tuple[int, int, bytes]]) -> bool:
+    def inline(self, group: list[tuple]) -> bool:
         """Whether the log task may write ``group`` on the event loop's thread (a small group,
         no fsync): see :data:`INLINE_MAX_BYTES`."""
         if self.strict:
             return False
         size = 0
-        for _, _, body in group:
+        for _, _, body, _ in group:
             size += len(body)
             if size > INLINE_MAX_BYTES:
                 return False
@@ -296,24 +324,38 @@ class SqliteLog:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
         self._wal = 0
 
-    def write_group(self, group: list[tuple[int, int, bytes]]) -> int:
+    def write_group(self, group: list[tuple]) -> int:
         """Write one group in one transaction (from a worker thread, or on the event loop's
-        thread when :meth:`inline`). Returns its last tick."""
+        thread when :meth:`inline`): its events, and what it says of idempotent publishers.
+        Returns its last tick."""
         epoch = self.epoch
+        batches = [g for g in group if g[2]]
+        publishers = [g[3] for g in batches if g[3] is not None]
+        forgotten = [(p,) for g in group if not g[2] for p in g[3][1:]]
 
         def insert(w: sqlite3.Connection) -> None:
             w.executemany(
                 "INSERT INTO events (epoch, first, last, body) VALUES (?, ?, ?, ?)",
-                [(epoch, first, last, body) for first, last, body in group],
+                [(epoch, first, last, body) for first, last, body, _ in batches],
             )
+            if publishers:
+                w.executemany(
+                    "INSERT OR REPLACE INTO publishers (publisher, seq, epoch, tick)"
+                    " VALUES (?, ?, ?, ?)",
+                    publishers,
+                )
+            if forgotten:
+                w.executemany("DELETE FROM publishers WHERE publisher = ?", forgotten)
 
         self._transaction(insert)
-        self._written += group[-1][1] - group[0][0] + 1
+        if not batches:
+            return self._committed
+        self._written += batches[-1][1] - batches[0][0] + 1
         if self._written >= TRIM_EVERY:
             self._written = 0
             self.trim_pending = True
-        self._wal += COMMIT_OVERHEAD + sum(len(body) for _, _, body in group)
-        return group[-1][1]
+        self._wal += COMMIT_OVERHEAD + sum(len(g[2]) for g in batches)
+        return batches[-1][1]
 
     def _transaction(self, work):
         """``work(connection)`` in one transaction on the writer connection; an SQLite error

@@ -31,7 +31,7 @@ import trio
 from ges.client import broker_stats
 from ges.errors import OperationError
 from ges.routing import Hierarchy
-from ges.runtime.broker import BrokerServer
+from ges.runtime.broker import MAX_CLIENTS, BrokerServer
 from ges.topology import Topology, broker_order_key
 
 #: Seconds a topology has to come up (every broker listening, every link up) before ``ges up``
@@ -142,7 +142,7 @@ async def wait_ready(
     async def poll(bid: str) -> None:
         spec = topology.brokers[bid]
         try:
-            stats = await broker_stats(spec.host, spec.port, topology=topology.name)
+            stats = await broker_stats(spec.host, spec.port, topology=topology)
         except OperationError:
             return
         if pids is not None and stats.pid != pids.get(bid):
@@ -203,6 +203,7 @@ async def run_embedded(
     strict_log: bool = False,
     record_dir: Path | None = None,
     record_tags: dict | None = None,
+    max_clients: int = MAX_CLIENTS,
 ) -> dict[str, BrokerServer]:
     """Start every broker as a task in ``nursery``; raises OperationError if one cannot listen."""
     servers = {}
@@ -218,6 +219,7 @@ async def run_embedded(
             strict_log=strict_log,
             record_dir=record_dir,
             record_tags=record_tags,
+            max_clients=max_clients,
         )
         await nursery.start(server.run)
         servers[bid] = server
@@ -240,7 +242,9 @@ class ProcessSupervisor:
         strict_log: bool = False,
         record_dir: Path | None = None,
         record_tags: dict | None = None,
+        max_clients: int = MAX_CLIENTS,
     ):
+        self.max_clients = max_clients
         self.routing = routing
         self.reliable = reliable
         self.strict_log = strict_log
@@ -276,6 +280,8 @@ class ProcessSupervisor:
             *(("--strict-log",) if self.strict_log else ()),
             *(("--record", str(self.record_dir)) if self.record_dir is not None else ()),
             *(a for k, v in self.record_tags.items() for a in ("--tag", f"{k}={v}")),
+            "--max-clients",
+            str(self.max_clients),
         ]
 
     async def start_all(self, nursery: trio.Nursery) -> None:

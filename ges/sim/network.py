@@ -300,7 +300,7 @@ class Sim:
         if self.blocked is not None and self.blocked(src, dst, msg):
             self.stats["dropped"] += 1
             return
-        body = m.encode(msg)[HEADER_SIZE:]
+        frames = [frame[HEADER_SIZE:] for frame in m.encode_frames(msg)]
         f, rng = self.faults, self.rng
         data = isinstance(msg, _DATA)
         if data and f.on("drop") and rng.random() < f.drop:
@@ -317,7 +317,8 @@ class Sim:
             if not (data and f.on("reorder")):  # FIFO per direction
                 when = max(when, self._last_arrival.get((src, dst), 0.0))
                 self._last_arrival[(src, dst)] = when
-            self.at(when, self._arrive, src, dst, gen, body)
+            for body in frames:  # a message over the frame limit goes as several
+                self.at(when, self._arrive, src, dst, gen, body)
 
     def _arrive(self, src: str, dst: str, gen: int, body: bytes) -> None:
         if self._gen.get(_key(src, dst)) != gen or dst not in self.cores:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 
 #: Bump on any incompatible change to the frame layout or the message set.
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 #: Largest frame accepted or produced. A batch of events is split below this; 16 MiB leaves room
 #: for large payloads while keeping one bad peer from making a broker allocate gigabytes.
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
@@ -83,3 +83,11 @@ class FrameDecoder:
     @property
     def buffered(self) -> int:
         return len(self._buf) - self._pos
+
+    @property
+    def pending_length(self) -> int:
+        """The body length the partial frame in the buffer announced (0: none known yet)."""
+        if len(self._buf) - self._pos < HEADER_SIZE:
+            return 0
+        length, _ = _HEADER.unpack_from(self._buf, self._pos)
+        return length - 1

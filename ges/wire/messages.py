@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ges.wire.frames import PROTOCOL_VERSION, FrameError, frame
+from ges.wire.frames import DEFAULT_MAX_FRAME, HEADER_SIZE, PROTOCOL_VERSION, FrameError, frame
 
 Value = str | int | float | bool
 
@@ -84,12 +84,31 @@ class _Msg(msgspec.Struct, tag=True, array_like=True):
 
 
 class Hello(_Msg):
-    """First frame on every connection: who is calling and for which topology."""
+    """First frame on every connection: who is calling and for which network — the topology's
+    name, its content digest (``Topology.digest``: two files describing different networks
+    differ in it even when they share a name), and the file it was read from (named in a
+    refusal, so an operator can tell which side runs what)."""
 
     role: str  # "broker" | "client"
     id: str
     topology: str
     proto: int = PROTOCOL_VERSION
+    digest: str = ""
+    source: str = ""
+
+
+def hello_for(topology, role: str, id: str) -> Hello:
+    """The Hello of a broker or client running ``topology`` (a Topology: its name, digest and
+    file; a name alone; or None for an anonymous client)."""
+    if topology is None or isinstance(topology, str):
+        return Hello(role=role, id=id, topology=topology or "")
+    return Hello(
+        role=role,
+        id=id,
+        topology=topology.name,
+        digest=topology.digest,
+        source=str(topology.source),
+    )
 
 
 class Welcome(_Msg):
@@ -105,7 +124,14 @@ class Refuse(_Msg):
 
 
 class Heartbeat(_Msg):
-    pass
+    """Broker links: sent on an idle link (the failure detector). Clients: a keepalive."""
+
+
+class Bye(_Msg):
+    """A broker stopping (an operator stopped it) tells its neighbours before its links close,
+    so they log the link going down as what it is, not as a failure."""
+
+    reason: str = "stopping"
 
 
 class LinkState(msgspec.Struct, array_like=True, frozen=True):
@@ -321,17 +347,31 @@ class Unsubscribe(_Msg):
 
 
 class Publish(_Msg):
-    """A batch of events from one publisher; acknowledged by ``PubAck`` with the same seq."""
+    """A batch of events from one publisher; acknowledged by ``PubAck`` with the same seq.
+
+    Idempotent publishing: with ``publisher`` (an id the publisher keeps across connections
+    and restarts) and ``first`` > 0, event ``i`` of the batch is that publisher's event number
+    ``first + i``. The pubend remembers the highest number it published per publisher (in its
+    log, across the broker's restarts) and does not publish an event numbered at or below it
+    again: a publisher that lost its connection sends again whatever it has no ``PubAck`` for,
+    and nothing is published twice."""
 
     seq: int
     events: list[Event]
+    publisher: str = ""
+    first: int = 0
 
 
 class PubAck(_Msg):
+    """The batch is in the pubend's log: its new events at ticks ``first_tick..last_tick``
+    (none when ``last_tick < first_tick``), and ``duplicates`` leading events of it that were
+    published before (idempotent publishing) and were not published again."""
+
     seq: int
     pubend: str
     first_tick: int
     last_tick: int
+    duplicates: int = 0
 
 
 class Deliver(_Msg):
@@ -373,6 +413,10 @@ class Stats(_Msg):
     #: (every other broker acknowledged them)
     log_held: int = 0
     log_released: int = 0
+    #: clients disconnected as slow consumers, and connections refused (at the cap, another
+    #: network, a bad handshake), since the broker started
+    slow_consumers: int = 0
+    clients_refused: int = 0
 
 
 class Error(_Msg):
@@ -410,6 +454,7 @@ Message = (
     | Welcome
     | Refuse
     | Heartbeat
+    | Bye
     | Connectivity
     | Events
     | Silence
@@ -438,15 +483,114 @@ Message = (
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)
 
+#: Room a frame leaves around one event: what a forwarded copy adds to it (its tick, routes
+#: and path, the frame's other fields), with a wide margin. An event — attributes and payload,
+#: as encoded — may be at most DEFAULT_MAX_FRAME minus this, so every frame that carries it fits.
+EVENT_HEADROOM = 256 * 1024
+MAX_EVENT_BYTES = DEFAULT_MAX_FRAME - EVENT_HEADROOM
+
+
+class FrameTooLarge(ValueError):
+    """A message that cannot be split into frames within the limit (an event over
+    MAX_EVENT_BYTES, or one of the few messages that are never split)."""
+
 
 def encode(message: _Msg) -> bytes:
-    """One complete frame carrying ``message``."""
+    """One complete frame carrying ``message`` (no size check: see :func:`encode_frames`)."""
     return frame(_encoder.encode(message))
 
 
+def encode_frames(message: _Msg, *, max_frame: int = DEFAULT_MAX_FRAME) -> list[bytes]:
+    """``message`` as frames of at most ``max_frame`` body bytes each — the limit every receiver
+    enforces. A message too large for one frame is split along the list it carries (events,
+    answers, profile changes, link states, clocks, acknowledgements) into messages that mean the
+    same together; an answer is split into answers for consecutive tick ranges.
+
+    Raises:
+        FrameTooLarge: a single event, or a message that is never split, is over the limit.
+    """
+    data = encode(message)
+    if len(data) - HEADER_SIZE <= max_frame:
+        return [data]
+    parts = _halves(message)
+    if parts is None:
+        raise FrameTooLarge(
+            f"{type(message).__name__} of {len(data) - HEADER_SIZE} bytes is over the "
+            f"{max_frame}-byte frame limit and cannot be split"
+        )
+    return [f for part in parts for f in encode_frames(part, max_frame=max_frame)]
+
+
+def _halves(message: _Msg) -> list[_Msg] | None:
+    """``message`` as two messages meaning the same together; None if it cannot be split."""
+    replace = msgspec.structs.replace
+    kind = type(message)
+    if kind is Recovered:
+        items = message.items
+        if len(items) < 2:
+            return None
+        half = len(items) // 2
+        cut = items[half - 1].tick  # every tick of the range is in exactly one of the answers
+        return [
+            replace(message, items=items[:half], hi=cut),
+            replace(message, items=items[half:], lo=cut + 1),
+        ]
+    field = _SPLIT_BY.get(kind)
+    if field is None:
+        return None
+    values = getattr(message, field)
+    if len(values) < 2:
+        return None
+    half = len(values) // 2
+    return [replace(message, **{field: values[:half]}), replace(message, **{field: values[half:]})]
+
+
+#: Messages that carry a list they can be split by, and its field.
+_SPLIT_BY = {
+    Deliver: "items",
+    Events: "items",
+    Profiles: "changes",
+    Connectivity: "reports",
+    Clocks: "clocks",
+    Ack: "acks",
+    AckAsk: "to",
+}
+
+
+def event_size(event: Event) -> int:
+    """About how many bytes ``event`` takes encoded (within a few per attribute): what bounds
+    on held events count."""
+    size = 16 + len(event.payload)
+    for name, value in event.attributes.items():
+        size += len(name) + (len(value) if type(value) is str else 9) + 2
+    return size
+
+
+def held_size(value) -> int:
+    """The bytes a held event, or event item, counts against a bound (:func:`event_size`); a
+    nominal 64 for anything else (tests hold plain values)."""
+    kind = type(value)
+    if kind is EventItem:
+        return event_size(value.event)
+    if kind is Event:
+        return event_size(value)
+    return 64
+
+
 def decode(body) -> Message:
-    """Decode one frame body; an undecodable body raises :class:`FrameError`."""
+    """Decode one frame body; an undecodable body raises :class:`FrameError`, and so does a
+    ``Publish`` carrying an event over MAX_EVENT_BYTES (checked only when the frame itself is
+    that large, so ordinary frames cost nothing more)."""
     try:
-        return _decoder.decode(body)
+        message = _decoder.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         raise FrameError(f"undecodable frame: {exc}") from None
+    if len(body) > MAX_EVENT_BYTES and type(message) is Publish:
+        for i, event in enumerate(message.events):
+            size = len(_encoder.encode(event))
+            if size > MAX_EVENT_BYTES:
+                raise FrameError(
+                    f"event {i} of a publish is {size} bytes, over the {MAX_EVENT_BYTES}-byte "
+                    "event limit"
+                )
+    return message

@@ -18,6 +18,7 @@ from ges.core.failure import FailureDetector
 from ges.topology import Topology
 from ges.wire import messages as m
 from ges.wire.frames import HEADER_SIZE
+from ges.wire.messages import hello_for
 
 # b1 - b2
 #  |    |
@@ -156,15 +157,15 @@ def test_hello_unknown_role_refused():
 
 @pytest.mark.parametrize(("me", "caller"), [("b5", "b1"), ("b1", "b4"), ("b1", "b1"), ("b1", "zz")])
 def test_hello_from_a_broker_that_is_not_a_neighbour_refused(me, caller):
-    got = make(me).hello(m.Hello("broker", caller, "t"))
+    got = make(me).hello(m.Hello("broker", caller, "t", digest=TOPO.digest))
     assert type(got) is m.Refuse
     assert "not a neighbour" in got.reason
 
 
 def test_lower_id_dials():
     # b1 < b3: b1 dials b3, so b3 accepts b1's hello and b1 refuses b3's
-    assert type(make("b3").hello(m.Hello("broker", "b1", "t"))) is m.Welcome
-    got = make("b1").hello(m.Hello("broker", "b3", "t"))
+    assert type(make("b3").hello(m.Hello("broker", "b1", "t", digest=TOPO.digest))) is m.Welcome
+    got = make("b1").hello(m.Hello("broker", "b3", "t", digest=TOPO.digest))
     assert type(got) is m.Refuse
     assert "lower id dials" in got.reason
 
@@ -177,8 +178,27 @@ def test_lower_id_is_natural_order():
             "links": [["b9", "b10"]],
         }
     )
-    assert type(make("b10", topology=topo).hello(m.Hello("broker", "b9", "n"))) is m.Welcome
-    assert type(make("b9", topology=topo).hello(m.Hello("broker", "b10", "n"))) is m.Refuse
+    hello = hello_for(topo, "broker", "b9")
+    assert type(make("b10", topology=topo).hello(hello)) is m.Welcome
+    assert type(make("b9", topology=topo).hello(hello_for(topo, "broker", "b10"))) is m.Refuse
+
+
+def test_a_hello_from_another_network_of_the_same_name_is_refused():
+    """A network is its content, not its name (issue 17, finding 6)."""
+    other = Topology.from_dict(
+        {**TOPO.to_dict(), "links": [link for link in TOPO.to_dict()["links"][:-1]]},
+        source="other.yaml",
+    )
+    assert other.name == TOPO.name and other.digest != TOPO.digest
+    for role in ("broker", "client"):
+        got = make("b3").hello(hello_for(other, role, "b1"))
+        assert type(got) is m.Refuse
+        assert "not the same network" in got.reason and "other.yaml" in got.reason
+        assert TOPO.short_digest in got.reason and other.digest[:16] in got.reason
+    # a broker must say which network it runs; an anonymous client need not
+    assert type(make("b3").hello(m.Hello("broker", "b1", "t"))) is m.Refuse
+    assert type(make("b3").hello(hello_for(TOPO, "client", "c"))) is m.Welcome
+    assert type(make("b3").hello(hello_for(None, "client", "c"))) is m.Welcome
 
 
 # -- publish and local delivery ------------------------------------------------------------------
@@ -365,7 +385,8 @@ def test_unexpected_messages_are_protocol_errors():
     with pytest.raises(ProtocolError):
         core.client_message(1, m.Events("b1~1", []), 0.0)
     with pytest.raises(ProtocolError):
-        core.client_message(1, m.Heartbeat(), 0.0)
+        core.client_message(1, m.Welcome("b3", "1"), 0.0)
+    assert core.client_message(1, m.Heartbeat(), 0.0) == []  # a client's keepalive
 
 
 # -- flooding ----------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ges.reliable import D, F, KnowledgeStream, Q, StreamFull
+from ges.reliable.knowledge import HeldBytes
 
 TOP = 60
 
@@ -141,3 +142,29 @@ def test_bounds_refuse_growth_instead_of_growing():
     with pytest.raises(StreamFull):
         s.add_data(12, 3)
     assert s.add_data(11, 2) is False  # a duplicate is not growth
+
+
+def test_data_held_is_bounded_in_bytes_per_stream_and_shared():
+    """With a size function a stream holds at most max_bytes of data, and streams sharing a
+    HeldBytes at most its limit together (issue 17: every bound in bytes, not items)."""
+    shared = HeldBytes(limit=150)
+    a = KnowledgeStream(size=len, max_bytes=100, shared=shared)
+    b = KnowledgeStream(size=len, max_bytes=100, shared=shared)
+    for t in (2, 3, 4):
+        a.add_data(t, "x" * 30)
+    with pytest.raises(StreamFull):
+        a.add_data(5, "x" * 30)  # 120 bytes in a
+    assert (a.held_bytes, shared.used) == (90, 90)
+    b.add_data(2, "y" * 50)
+    with pytest.raises(StreamFull):
+        b.add_data(3, "y" * 20)  # 160 bytes in all
+    a.add_silence(1, 1)  # tick 1 known: 2..4 go to the subscriber and free their bytes
+    assert [t for t, _ in a.take_deliverable()] == [2, 3, 4]
+    assert (a.held_bytes, shared.used) == (0, 50)
+    b.add_data(3, "y" * 20)
+    assert b.drop_highest_data() == 3 and shared.used == 50
+    b.release()
+    assert shared.used == 0
+    # one datum always fits, however large (else a large event could never be delivered)
+    c = KnowledgeStream(size=len, max_bytes=10)
+    assert c.add_data(1, "z" * 1000)

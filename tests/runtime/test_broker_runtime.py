@@ -16,6 +16,7 @@ from ges.runtime import BrokerServer
 from ges.runtime.up import wait_ready
 from ges.wire import FrameDecoder, decode, encode
 from ges.wire import messages as m
+from ges.wire.messages import hello_for
 from tests.conftest import DIAMOND, free_ports, topology_on_free_ports
 
 
@@ -138,7 +139,7 @@ async def test_a_silent_link_is_suspected_and_dropped(chain3):
         await start_all(nursery, chain3, only=["b2"])
         spec = chain3.brokers["b2"]
         stream = await trio.open_tcp_stream(spec.host, spec.port)
-        await stream.send_all(encode(m.Hello(role="broker", id="b1", topology="chain3")))
+        await stream.send_all(encode(hello_for(chain3, "broker", "b1")))
         await stream.receive_some(1024)
         with trio.fail_after(5):
             while "b1" not in (await stats_of(chain3, "b2")).links_up:
@@ -184,7 +185,7 @@ async def test_a_wrong_topology_or_non_neighbour_is_refused(chain3):
             async with connect(spec.host, spec.port, topology="other"):
                 pass
         stream = await trio.open_tcp_stream(spec.host, spec.port)
-        await stream.send_all(encode(m.Hello(role="broker", id="b1", topology="chain3")))
+        await stream.send_all(encode(hello_for(chain3, "broker", "b1")))
         dec = FrameDecoder()
         with trio.fail_after(5):
             while not (frames := dec.frames()):

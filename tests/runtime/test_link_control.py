@@ -11,6 +11,7 @@ from ges.errors import OperationError
 from ges.runtime.up import wait_ready
 from ges.wire import FrameDecoder, decode, encode
 from ges.wire import messages as m
+from ges.wire.messages import hello_for
 from tests.conftest import DIAMOND, topology_on_free_ports
 from tests.runtime.test_broker_runtime import start_all, stats_of
 
@@ -48,7 +49,7 @@ async def hello_reply(topology, to, sender):
     spec = topology.brokers[to]
     stream = await trio.open_tcp_stream(spec.host, spec.port)
     async with stream:
-        await stream.send_all(encode(m.Hello(role="broker", id=sender, topology=topology.name)))
+        await stream.send_all(encode(hello_for(topology, "broker", sender)))
         dec = FrameDecoder()
         with trio.fail_after(5):
             while not (frames := dec.frames()):

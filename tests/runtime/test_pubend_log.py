@@ -52,7 +52,7 @@ def test_appends_are_committed_by_the_group_and_read_back(tmp_path):
     log.append(3, [ev(3)])
     assert (log.last, log.committed) == (3, 0)  # appended, not yet durable
     group = log.take_group()
-    assert [(a, b) for a, b, _ in group] == [(1, 2), (3, 3)] and not log.pending
+    assert [(a, b) for a, b, _, _ in group] == [(1, 2), (3, 3)] and not log.pending
     log.committed_to(log.write_group(group))
     assert log.committed == 3
     assert log.read(2, 10) == [(2, ev(2)), (3, ev(3))]

@@ -20,9 +20,12 @@ ITEM = m.EventItem(tick=7, prev=5, hops=2, event=EVENT)
 EXAMPLES = [
     m.Hello(role="broker", id="b1", topology="demo", proto=PROTOCOL_VERSION),
     m.Hello(role="client", id="c-1", topology=""),
+    m.Hello("broker", "b1", "demo", digest="ab" * 32, source="topologies/demo.yaml"),
     m.Welcome(broker="b1", incarnation="42"),
     m.Refuse(reason="no"),
     m.Heartbeat(),
+    m.Bye(),
+    m.Bye(reason="an operator stopped it"),
     m.Connectivity(
         reports=[
             m.LinkState(
@@ -94,6 +97,8 @@ EXAMPLES = [
     m.Unsubscribe(sub_id=3, req=5),
     m.Publish(seq=9, events=[EVENT, m.Event({"n": -1})]),
     m.PubAck(seq=9, pubend="b1~1", first_tick=1, last_tick=2),
+    m.Publish(10, [EVENT], publisher="P", first=41),
+    m.PubAck(10, "b1~1", 3, 2, duplicates=1),
     m.Deliver(sub_id=3, pubend="b1~1", items=[ITEM]),
     m.StatsRequest(),
     m.Stats(
@@ -163,7 +168,8 @@ def test_hello_proto_defaults_to_this_version():
 
 
 def test_linkstate_version_is_a_tuple_after_decode():
-    (got, _) = m.decode(body(EXAMPLES[5])).reports
+    (connectivity,) = [e for e in EXAMPLES if type(e) is m.Connectivity]
+    (got, _) = m.decode(body(connectivity)).reports
     assert got.version == (3, 4)
     assert isinstance(got.version, tuple)
 

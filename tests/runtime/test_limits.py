@@ -1,0 +1,203 @@
+"""A broker's per-connection bounds in bytes and time, over real TCP (issue 17, findings 3 and
+4): slow consumers are cut by bytes queued, not frames; clients are capped and refused with a
+reason; idle and half-sent connections are closed; clients that are alive keep their
+connection with keepalives."""
+
+from __future__ import annotations
+
+import resource
+import time
+
+import pytest
+import trio
+
+from ges.client import _client as client_mod
+from ges.client import connect
+from ges.errors import OperationError
+from ges.runtime import BrokerServer
+from ges.runtime.broker import MAX_HELLO_FRAME
+from ges.wire import FrameDecoder, decode, encode
+from ges.wire import messages as m
+from ges.wire.frames import frame
+from ges.wire.messages import hello_for
+from tests.conftest import receive, topology_on_free_ports
+
+ONE = {"name": "one", "brokers": {"b1": {"unit": "S/c1", "port": 1}}, "links": []}
+
+
+@pytest.fixture
+def one():
+    return topology_on_free_ports(ONE)
+
+
+async def raw(spec, topology, client_id="raw"):
+    """A connection that said Hello as a client; returns (stream, reply)."""
+    stream = await trio.open_tcp_stream(spec.host, spec.port)
+    await stream.send_all(encode(hello_for(topology, "client", client_id)))
+    return stream, await read_one(stream)
+
+
+async def read_one(stream, within: float = 5.0):
+    dec = FrameDecoder()
+    with trio.fail_after(within):
+        while not (frames := dec.frames()):
+            data = await stream.receive_some(65536)
+            if not data:
+                return None
+            dec.feed(data)
+    return decode(frames[0])
+
+
+async def closed_by_broker(stream, within: float = 10.0) -> bool:
+    with trio.fail_after(within):
+        while True:
+            try:
+                if not await stream.receive_some(1 << 20):
+                    return True
+            except trio.BrokenResourceError:
+                return True
+
+
+async def test_a_stalled_subscriber_is_cut_by_bytes_queued_and_others_go_on(one):
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(BrokerServer(one, "b1").run)
+        server.client_queue_bytes = 2 * 1024 * 1024
+        spec = one.brokers["b1"]
+        stalled, _ = await raw(spec, one, "stalled")
+        await stalled.send_all(encode(m.Subscribe(1, [])))
+        async with (
+            connect(spec.host, spec.port, topology=one) as pub,
+            connect(spec.host, spec.port, topology=one) as good,
+        ):
+            sub = await good.subscribe([])
+            got = 0
+            # ~8 MB of 1 KB events; the stalled one reads nothing, the good one all of them
+            for i in range(80):
+                await pub.publish([m.Event({"n": i * 100 + j}, b"x" * 1024) for j in range(100)])
+                got += len(await receive(sub, 100))
+            assert got == 8000
+            assert await closed_by_broker(stalled)
+            stats = await pub.stats()
+            assert stats.slow_consumers == 1 and stats.clients == 2
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_burst_of_small_frames_does_not_cut_a_subscriber_that_keeps_up(one):
+    """16,000 events, one per Publish, while the subscriber reads nothing: over the old bound
+    of 4,096 queued frames (it was cut), far below the bound in bytes; then it reads them all."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(BrokerServer(one, "b1").run)
+        spec = one.brokers["b1"]
+        sub, _ = await raw(spec, one, "sub")
+        await sub.send_all(encode(m.Subscribe(1, [])))
+        assert type(await read_one(sub)) is m.SubAck
+        async with connect(spec.host, spec.port, topology=one, window=256) as pub:
+            for i in range(16_000):
+                await pub.publish_nowait([m.Event({"n": i}, b"x" * 1000)])
+            await pub.flush()
+            dec, ticks = FrameDecoder(), []
+            with trio.fail_after(30):
+                while len(ticks) < 16_000:
+                    data = await sub.receive_some(1 << 20)
+                    assert data, "the broker closed the subscriber"
+                    dec.feed(data)
+                    ticks += [it.tick for body in dec.frames() for it in decode(body).items]
+            assert ticks == list(range(1, 16_001))
+            assert (await pub.stats()).slow_consumers == 0
+        nursery.cancel_scope.cancel()
+
+
+def _raise_fd_limit(wanted: int) -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < wanted and hard > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+async def test_idle_hellos_are_refused_at_the_cap_and_the_broker_still_serves(one):
+    """20,000 connections say Hello and nothing else (finding 4: they used up the broker's
+    descriptors and nobody else could connect). Beyond the cap each is refused with a reason;
+    a client connected before keeps being served; the idle ones are closed after the idle
+    timeout, and then a new client gets in."""
+    cap = 100
+    limit = _raise_fd_limit(4 * cap + 1000)
+    assert limit > 2 * cap + 100, f"the test needs more descriptors than {limit}"
+    async with trio.open_nursery() as nursery:
+        server = BrokerServer(one, "b1", max_clients=cap)
+        server.client_idle_timeout = 15.0  # longer than the flood takes
+        await nursery.start(server.run)
+        spec = one.brokers["b1"]
+        async with connect(spec.host, spec.port, topology=one) as pub:
+            sub = await pub.subscribe([])
+            idle, refused, reasons = [], 0, set()
+
+            async def one_hello():
+                nonlocal refused
+                stream, reply = await raw(spec, one)
+                if type(reply) is m.Welcome:
+                    idle.append(stream)
+                else:
+                    refused += 1
+                    reasons.add(reply.reason if reply is not None else "closed")
+                    await stream.aclose()
+
+            for _ in range(20_000 // 200):
+                async with trio.open_nursery() as burst:
+                    for _ in range(200):
+                        burst.start_soon(one_hello)
+                # the client connected before is served all along
+                await pub.publish([m.Event({"n": 1})])
+                await receive(sub, 1)
+            assert len(idle) == cap - 1 and refused == 20_000 - (cap - 1)
+            assert reasons == {
+                f"broker b1 has its maximum of {cap} clients; try again later or at another broker"
+            }
+            with pytest.raises(OperationError, match="maximum of 100 clients"):
+                async with connect(spec.host, spec.port, topology=one):
+                    pass
+            # the idle ones go after the idle timeout (the live client sends keepalives)
+            with trio.fail_after(30):
+                for stream in idle:
+                    assert await closed_by_broker(stream, within=30)
+            async with connect(spec.host, spec.port, topology=one) as late:
+                assert (await late.stats()).clients == 2
+            await pub.publish([m.Event({"n": 2})])
+            await receive(sub, 1)
+            assert (await pub.stats()).clients_refused >= refused
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_client_library_client_that_is_idle_keeps_its_connection(one, monkeypatch):
+    monkeypatch.setattr(client_mod, "KEEPALIVE", 0.2)
+    async with trio.open_nursery() as nursery:
+        server = BrokerServer(one, "b1")
+        server.client_idle_timeout = 0.7
+        await nursery.start(server.run)
+        spec = one.brokers["b1"]
+        async with connect(spec.host, spec.port, topology=one) as quiet:
+            stream, _ = await raw(spec, one, "silent")
+            await trio.sleep(2.0)
+            assert await closed_by_broker(stream)
+            assert (await quiet.stats()).clients == 1  # still here, after 2 s of saying nothing
+        nursery.cancel_scope.cancel()
+
+
+async def test_half_sent_frames_and_oversized_hellos_are_bounded_in_time_and_bytes(one):
+    async with trio.open_nursery() as nursery:
+        server = BrokerServer(one, "b1")
+        server.frame_deadline = 0.5
+        await nursery.start(server.run)
+        spec = one.brokers["b1"]
+        # before its Hello a connection may send one small frame
+        big = await trio.open_tcp_stream(spec.host, spec.port)
+        await big.send_all(frame(b"\x00" * (MAX_HELLO_FRAME + 1))[:100_000])
+        assert await closed_by_broker(big)
+        # after it, the first bytes of a 15 MiB frame and then nothing: closed after the deadline
+        stream, _ = await raw(spec, one)
+        started = time.monotonic()
+        await stream.send_all(frame(b"\x00" * (15 << 20))[: 1 << 20])
+        assert await closed_by_broker(stream)
+        assert time.monotonic() - started < 8
+        async with connect(spec.host, spec.port, topology=one) as ok:
+            assert (await ok.stats()).clients == 1
+        nursery.cancel_scope.cancel()
