@@ -247,6 +247,17 @@ def _own_and_children_cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def _peak_rss_mib(pid: int) -> float | None:
+    """Peak resident set size of a live process (Linux /proc ``VmHWM``), MiB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, IndexError, ValueError):
+        pass
+    return None
+
+
 def run_child(args: list[str], limit: float) -> dict:
     """Run ``_subscription_run.py ARGS``; each phase may last ``limit`` seconds from its start
     line, after which the process is killed and the phase reported as stopped."""
@@ -278,6 +289,7 @@ def run_child(args: list[str], limit: float) -> dict:
         try:
             line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
+            result["end"] = {"max_rss_mib": _peak_rss_mib(proc.pid)}
             proc.kill()
             killed = True
             if phase is None:
@@ -523,13 +535,14 @@ def render_subscriptions(report: dict, console: Console) -> None:
         "profile",
         "conjunctions",
         "request",
-        "time (GC off)",
+        "time",
         "slices",
         "median slice",
-        "longest (GC off)",
-        "time (GC on)",
-        "longest (GC on)",
-        "longest full GC",
+        "longest slice",
+        "time, GC on",
+        "longest, GC on",
+        "full GC pass",
+        "RSS growth",
     ):
         table.add_column(col, justify="right")
     for r in report["core"]:
@@ -547,12 +560,17 @@ def render_subscriptions(report: dict, console: Console) -> None:
             _fmt_phase(on),
             _ms(on["slice_max_ms"]) if ok_on else "–",
             _ms(on["gc_full_max_ms"]) if ok_on and on["gc_full_passes"] else "none",
+            f"{off['rss_growth_mib']} MiB"
+            if ok_off and r["request"] == "subscribe" and off["rss_growth_mib"] is not None
+            else "",
         )
     console.print(table)
     console.print(
-        "GC off: the collector disabled during the request (after gc.collect()); GC on: as a "
-        "broker runs it — a slice that holds a full (generation 2) pass takes that pass longer. "
-        "The first slice runs inside client_message.",
+        "time, slices, median and longest slice: the collector disabled during the request "
+        "(after gc.collect()); GC on: as a broker runs it — a slice that holds a full "
+        "(generation 2) pass takes that pass longer (full GC pass: the longest). "
+        "The first slice runs inside client_message. RSS growth: the measuring process's "
+        "resident memory after the subscribe (b3 keeps c1 and SC-1: three profile graphs).",
         highlight=False,
     )
     if report["other_cpu_percent_max"] is not None:
