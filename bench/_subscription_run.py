@@ -46,6 +46,7 @@ sys.path.insert(0, str(HERE))
 from ges.core import CLIENT, BrokerCore  # noqa: E402
 from ges.core.work import WORK_SLICE  # noqa: E402
 from ges.matching.model import conjunction_from_wire  # noqa: E402
+from ges.runtime.broker import freeze_heap  # noqa: E402
 from ges.topology import Topology  # noqa: E402
 from ges.wire import messages as m  # noqa: E402
 
@@ -148,7 +149,7 @@ def run_exporter(which: str, shape: str, n: int) -> None:
         )
 
 
-def run_core(shape: str, n: int, collect: bool) -> None:
+def run_core(shape: str, n: int, collect: bool, freeze: bool = False) -> None:
     core = BrokerCore(
         Topology.from_yaml(ROOT / "topologies/demo.yaml"), "b3", incarnation=1, reliable=True
     )
@@ -188,6 +189,8 @@ def run_core(shape: str, n: int, collect: bool) -> None:
         while core.has_work:
             s0 = time.perf_counter()
             out = core.work(now)
+            if freeze:  # what the trio runtime does after each slice of a large request
+                freeze_heap()
             slices.append(time.perf_counter() - s0)
             answers += [r for kind, _, r in out if kind == CLIENT]
             progress(len(slices))
@@ -232,8 +235,8 @@ def main() -> int:
     args = sys.argv[1:]
     if len(args) == 4 and args[0] == "exporter" and args[1] in ("new", "old"):
         run_exporter(args[1], args[2], int(args[3]))
-    elif len(args) == 4 and args[0] == "core" and args[3] in ("gc", "nogc"):
-        run_core(args[1], int(args[2]), args[3] == "gc")
+    elif len(args) == 4 and args[0] == "core" and args[3] in ("gc", "nogc", "freeze"):
+        run_core(args[1], int(args[2]), args[3] != "nogc", args[3] == "freeze")
     else:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2

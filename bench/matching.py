@@ -396,6 +396,7 @@ def subscriptions(sizes: list[int], limit: float, progress) -> tuple[dict, list[
         for n in sizes:
             off = child(["core", shape, str(n), "nogc"])
             on = child(["core", shape, str(n), "gc"])
+            frozen = child(["core", shape, str(n), "freeze"])
             for name in ("subscribe", "unsubscribe"):
                 core.append(
                     {
@@ -404,8 +405,9 @@ def subscriptions(sizes: list[int], limit: float, progress) -> tuple[dict, list[
                         "request": name,
                         "gc_off": _phase(off, name),
                         "gc_on": _phase(on, name),
+                        "gc_frozen": _phase(frozen, name),
                         "other_cpu_percent": max(
-                            r.get("other_cpu_percent") or 0.0 for r in (off, on)
+                            r.get("other_cpu_percent") or 0.0 for r in (off, on, frozen)
                         ),
                         "peak_rss_mib": on.get("end", {}).get("max_rss_mib"),
                     }
@@ -542,13 +544,16 @@ def render_subscriptions(report: dict, console: Console) -> None:
         "time, GC on",
         "longest, GC on",
         "full GC pass",
+        "longest, frozen",
         "RSS growth",
     ):
         table.add_column(col, justify="right")
     for r in report["core"]:
         off, on, n = r["gc_off"], r["gc_on"], r["conjunctions"]
+        frozen = r["gc_frozen"]
         ok_off = off is not None and not off.get("stopped")
         ok_on = on is not None and not on.get("stopped")
+        ok_frozen = frozen is not None and not frozen.get("stopped")
         table.add_row(
             r["shape"],
             f"{n:,}",
@@ -560,6 +565,7 @@ def render_subscriptions(report: dict, console: Console) -> None:
             _fmt_phase(on),
             _ms(on["slice_max_ms"]) if ok_on else "–",
             _ms(on["gc_full_max_ms"]) if ok_on and on["gc_full_passes"] else "none",
+            _ms(frozen["slice_max_ms"]) if ok_frozen else "–",
             f"{off['rss_growth_mib']} MiB"
             if ok_off and r["request"] == "subscribe" and off["rss_growth_mib"] is not None
             else "",
@@ -568,7 +574,8 @@ def render_subscriptions(report: dict, console: Console) -> None:
     console.print(
         "time, slices, median and longest slice: the collector disabled during the request "
         "(after gc.collect()); GC on: as a broker runs it — a slice that holds a full "
-        "(generation 2) pass takes that pass longer (full GC pass: the longest). "
+        "(generation 2) pass takes that pass longer (full GC pass: the longest); frozen: GC on, "
+        "and after each slice what is alive is frozen (gc.freeze), as the trio runtime does. "
         "The first slice runs inside client_message. RSS growth: the measuring process's "
         "resident memory after the subscribe (b3 keeps c1 and SC-1: three profile graphs).",
         highlight=False,

@@ -280,6 +280,8 @@ class BrokerCore:
         #: per subscription, the conjunctions the profile graph and the exporter hold for it
         #: (while a job runs, more or other than its profile's), with their copies
         self._entered: dict[tuple[int, int], dict[Conjunction, int]] = {}
+        #: units this broker keeps around itself (its exported conjunctions go into each)
+        self._kept_here = 0 if self.router is None else len(self.router.own_units())
         #: the weight of each client's subscriptions, and of all of them
         self._weights: dict[int, int] = {}
         self._local_weight = 0
@@ -624,9 +626,13 @@ class BrokerCore:
         return self._client_names.get(conn, str(conn))
 
     def client_message(self, conn: int, msg, now: float) -> list:
+        """A client's message. One that starts a large request leaves the client busy
+        (:meth:`busy`): the driver holds its next message back until :meth:`work` is done."""
         kind = type(msg)
         if kind is m.Publish:
             return self._on_publish(conn, msg, now)
+        if (kind is m.Subscribe or kind is m.Unsubscribe) and self._jobs.busy(conn):
+            raise ProtocolError(f"client {conn}: a request while its previous one is in progress")
         if kind is m.Subscribe:
             return self._on_subscribe(conn, msg, now)
         if kind is m.Unsubscribe:
@@ -656,16 +662,19 @@ class BrokerCore:
             out += self._to_peers(router.background(now, left))
         return out + self._release_waits(now)
 
-    def _apply(self, dest, add, remove, out: list, now: float, waits=None) -> JobBody:
+    def _apply(self, dest, add, remove, out: list, now: float, ticket=None) -> JobBody:
         """Enter ``add`` and take out ``remove`` (conjunctions) for ``dest``, in the profile
         graph (local matching) and the exporter (the keepers) alike, a chunk at a time; each
-        chunk's profile changes go to ``out``, and the adds to wait for into ``waits``. Yields
+        chunk's profile changes go to ``out``, and the adds to wait for into ``ticket``. Yields
         the work of each chunk; between chunks the graph and the exporter agree, and
         ``self._entered`` says what they hold for ``dest``."""
         held = self._entered.setdefault(dest, {})
         graph = self.profiles
         router = self.router
         work = router.exporter.work if router is not None else 0
+        # a conjunction goes into the local graph and, exported, into the graph of every unit
+        # this broker keeps around itself
+        per_weight = COST_PER_WEIGHT * (1 + self._kept_here)
         chunk_add: list = []
         chunk_remove: list = []
         cost = 0
@@ -683,13 +692,13 @@ class BrokerCore:
                 else:
                     held.pop(conj, None)
                 chunk_remove.append(conj)
-            cost += COST_PER_WEIGHT * weight(conj)
+            cost += per_weight * weight(conj)
             if cost >= WORK_SLICE or i == len(todo) - 1:
                 if router is not None:
                     sends, added = self._local_change(chunk_add, chunk_remove, now)
                     out += sends
-                    if waits is not None:
-                        waits |= added
+                    if ticket is not None:
+                        router.book.extend(ticket, router.waited(added))
                     cost += router.exporter.work - work
                     work = router.exporter.work
                 chunk_add, chunk_remove = [], []
@@ -729,10 +738,16 @@ class BrokerCore:
             reason = f"subscription {msg.sub_id}: over {MAX_CONJUNCTIONS} conjunctions"
             return [(CLIENT, conn, m.Error(reason))]
         out: list = []
-        job = Job(("sub", conn, msg.sub_id), self._subscribe(conn, msg, out, now), out, conn=conn)
+        tickets: list[Ticket] = []  # the one it opens, closed if the job is dropped
+        body = self._subscribe(conn, msg, out, now, tickets)
+        book = self.router.book if self.router is not None else None
+        cancel = None if book is None else lambda: [book.close(t) for t in tickets]
+        job = Job(("sub", conn, msg.sub_id), body, out, conn=conn, cancel=cancel)
         return self._jobs.start(job)
 
-    def _subscribe(self, conn: int, msg: m.Subscribe, out: list, now: float) -> JobBody:
+    def _subscribe(
+        self, conn: int, msg: m.Subscribe, out: list, now: float, tickets: list
+    ) -> JobBody:
         """A new or changed subscription, in slices: parse the profile, enter it (the old one
         goes on delivering meanwhile), take out the old one, then answer."""
         conjunctions = []
@@ -776,14 +791,16 @@ class BrokerCore:
             # nothing new delivered until its starting point is known, level by level
             self._gate[dest] = [None] * (len(self._chain) + 1)
             self._vgate.pop(dest, None)
-        added: set[int] = set()
+        # what it waits for, kept up to date as acknowledgements come while it is entered
+        ticket = self.router.ticket(()) if self.router is not None else None
+        if ticket is not None:
+            tickets.append(ticket)
         old_held = _copies(self._entered.get(dest, {}))  # the old profile goes after the new is in
-        yield from self._apply(dest, profile.effective, old_held, out, now, added)
+        yield from self._apply(dest, profile.effective, old_held, out, now, ticket)
         self._entering.pop(dest, None)
         if old is None:
             self._n_subs += 1
         subs[msg.sub_id] = profile
-        ticket = self.router.ticket(added) if self.router is not None else None
         if self.reliable:
             out += self._start(dest, ticket)
         if ticket is not None and not ticket.confirmed():

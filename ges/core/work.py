@@ -57,6 +57,8 @@ class Jobs:
 
     def __init__(self) -> None:
         self._jobs: OrderedDict[Hashable, Job] = OrderedDict()
+        #: client -> its jobs in progress (a client's next message waits while it has one)
+        self._busy: dict[int, int] = {}
 
     def __bool__(self) -> bool:
         return bool(self._jobs)
@@ -66,7 +68,7 @@ class Jobs:
 
     def busy(self, conn: int) -> bool:
         """A job of client ``conn`` is in progress."""
-        return any(job.conn == conn for job in self._jobs.values())
+        return conn in self._busy
 
     def of(self, conn: int) -> list[Job]:
         return [job for job in self._jobs.values() if job.conn == conn]
@@ -74,11 +76,13 @@ class Jobs:
     def start(self, job: Job, budget: int = WORK_SLICE) -> list:
         """Run a new job's first slice now (a small request finishes in it); the rest later."""
         self._jobs[job.key] = job
+        if job.conn is not None:
+            self._busy[job.conn] = self._busy.get(job.conn, 0) + 1
         return self._slice(job, budget)[1]
 
     def drop(self, job: Job) -> None:
         """Abandon a job (its client went away); its ``cancel`` undoes what it half did."""
-        if self._jobs.pop(job.key, None) is not None:
+        if self._forget(job):
             job.body.close()
             if job.cancel is not None:
                 job.cancel()
@@ -99,6 +103,17 @@ class Jobs:
             while used < budget:
                 used += next(job.body)
         except StopIteration:
-            self._jobs.pop(job.key, None)
+            self._forget(job)
         out, job.out[:] = list(job.out), []
         return used, out
+
+    def _forget(self, job: Job) -> bool:
+        if self._jobs.pop(job.key, None) is None:
+            return False
+        if job.conn is not None:
+            n = self._busy[job.conn] - 1
+            if n:
+                self._busy[job.conn] = n
+            else:
+                del self._busy[job.conn]
+        return True

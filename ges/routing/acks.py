@@ -122,6 +122,10 @@ class AckBook:
         self._extend(t, seqs)
         return t
 
+    def extend(self, ticket: Ticket, seqs: Iterable[int]) -> None:
+        """The subscription waits on ``seqs`` too (a large one's adds come a chunk at a time)."""
+        self._extend(ticket, seqs)
+
     def replace(self, seq: int, by: Iterable[int]) -> None:
         """``seq`` was retracted for adds ``by`` covering it: tickets waiting on it wait on
         those too (call before dropping ``seq``)."""

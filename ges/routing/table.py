@@ -541,6 +541,10 @@ class ContentRouter:
             v[1] = seq
             self._sufficient.clear()
 
+    def own_units(self) -> tuple[tuple[UnitPath, str], ...]:
+        """The units this broker keeps that hold itself (its own adds go into their graphs)."""
+        return self._placements(self.id)
+
     def _placements(self, origin: str) -> tuple[tuple[UnitPath, str], ...]:
         h = self.h
         return tuple((u, h.child_of(u, origin)) for u in self.kept if h.contains(u, origin))

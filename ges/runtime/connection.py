@@ -138,8 +138,9 @@ class Connection:
             self._enqueue(rest)  # part of it is on the wire: the rest must follow at once
             return
         while self.queued and self.queued + len(data) > self.max_queued:
-            room = self._room = trio.Event()
-            await room.wait()
+            if self._room.is_set():  # every sender waiting waits for the same next write
+                self._room = trio.Event()
+            await self._room.wait()
             if self._closed:
                 raise ConnectionClosed(self.label)
         self._enqueue(data)

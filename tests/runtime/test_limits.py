@@ -6,7 +6,10 @@ connection with keepalives."""
 from __future__ import annotations
 
 import resource
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import trio
@@ -201,3 +204,34 @@ async def test_half_sent_frames_and_oversized_hellos_are_bounded_in_time_and_byt
         async with connect(spec.host, spec.port, topology=one) as ok:
             assert (await ok.stats()).clients == 1
         nursery.cancel_scope.cancel()
+
+
+def test_a_broker_serves_no_more_clients_than_its_descriptors_allow(tmp_path):
+    """With 300 descriptors a broker cannot serve 4,096 clients: it says so once and caps them
+    (else ``accept`` would fail for everyone once they run out)."""
+    script = tmp_path / "fit.py"
+    script.write_text(
+        "import logging, trio\n"
+        "from ges.runtime import BrokerServer\n"
+        "from tests.conftest import topology_on_free_ports\n"
+        "from tests.runtime.test_limits import ONE\n"
+        "logging.basicConfig(level=logging.WARNING, format='%(message)s')\n"
+        "async def main():\n"
+        "    async with trio.open_nursery() as n:\n"
+        "        server = await n.start(BrokerServer(topology_on_free_ports(ONE), 'b1').run)\n"
+        "        print(server.max_clients, server.max_opening)\n"
+        "        n.cancel_scope.cancel()\n"
+        "trio.run(main)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script.read_text()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (300, 300)),
+    )
+    assert done.returncode == 0, done.stderr
+    clients, opening = map(int, done.stdout.split())
+    assert clients + opening <= 300 - 64 and clients > 100
+    assert done.stderr.count("only 300 file descriptors: serving at most") == 1
