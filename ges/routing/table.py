@@ -245,11 +245,16 @@ class ContentRouter:
 
     @property
     def busy(self) -> bool:
-        """A removal still has conjunctions to export again (:meth:`background`)."""
-        return self.exporter.pending
+        """A removal still has conjunctions to export again, or a closed ticket registrations
+        to take out (:meth:`background`)."""
+        return self.exporter.pending or self.book.busy
 
     def background(self, now: float, budget: int) -> list:
-        """About ``budget`` work of what removals left (:meth:`Exporter.step`): the sends."""
+        """About ``budget`` work of what removals left (:meth:`Exporter.step`) and of closing
+        large tickets (:meth:`AckBook.step`): the sends."""
+        budget -= self.book.step(budget)
+        if budget <= 0 or not self.exporter.pending:
+            return []
         sends, _ = self._exported(self.exporter.step(budget), set(), now)
         return sends
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ges.core import CLIENT, PEER, BrokerCore
+from ges.core import CLIENT, PEER, BrokerCore, ProtocolError
 from ges.core.work import WORK_SLICE
 from ges.matching.model import Conjunction, Constraint, Profile
 from ges.topology import Topology
@@ -114,7 +114,7 @@ def test_a_profile_over_the_weight_bound_is_refused_before_anything_changes():
     while c.has_work:
         out += c.work(0.0)
     (error,) = [msg for kind, _, msg in out if type(msg) is m.Error]
-    assert "weight over 65536" in error.reason
+    assert "weight over 32768" in error.reason
     assert c.router.is_empty() and not c.profiles
 
 
@@ -141,3 +141,31 @@ def test_a_large_profile_changes_with_no_gap_in_what_both_match():
     assert w.checker.ok, w.checker.violations[:3]
     got = [t for ticks in w.checker.subs[key].got.values() for t in ticks]
     assert len(got) > 100
+
+
+def test_a_client_and_a_broker_hold_subscriptions_up_to_a_weight():
+    c = core()
+    half = [[m.Constraint("a", "eq", i), m.Constraint("b", "eq", i)] for i in range(16_384)]
+    for sub_id in (1, 2):  # 32,768 each: the client's bound exactly
+        c.client_message(1, m.Subscribe(sub_id, half), 0.0)
+        while c.has_work:
+            c.work(0.0)
+    out = c.client_message(1, m.Subscribe(3, [[m.Constraint("a", "eq", 1)]]), 0.0)
+    (error,) = [msg for _, _, msg in out if type(msg) is m.Error]
+    assert "the client's subscriptions would weigh over 65536" in error.reason
+    assert c.stats().subscriptions == 2
+    # a changed profile counts what it adds, less what it replaces
+    smaller = [[m.Constraint("a", "eq", 1)]]
+    out = c.client_message(1, m.Subscribe(2, smaller), 0.0)
+    while c.has_work:
+        out += c.work(0.0)
+    assert not [msg for _, _, msg in out if type(msg) is m.Error]
+
+
+def test_a_request_while_the_previous_one_is_in_progress_is_a_protocol_error():
+    c = core()
+    c.client_message(1, m.Subscribe(1, quotes(2000)), 0.0)
+    assert c.busy(1)
+    with pytest.raises(ProtocolError, match="in progress"):
+        c.client_message(1, m.Unsubscribe(1), 0.0)
+    c.client_message(1, m.Publish(1, [m.Event({"n": 1})]), 0.0)  # publishing is not a request
