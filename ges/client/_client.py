@@ -495,7 +495,7 @@ def _frames_of(events: list[m.Event], first: int | None) -> list[tuple[list, int
     Raises:
         ValueError: an event is over MAX_EVENT_BYTES.
     """
-    size = HEADER_SIZE + 64 + sum(len(ev.payload) for ev in events)
+    size = HEADER_SIZE + 64 + sum(map(event_size, events))
     if size <= MAX_EVENT_BYTES // 2:  # the usual case: nothing near any limit, no encoding
         return [(events, first)]
     sizes = [len(_encode_event(ev)) for ev in events]

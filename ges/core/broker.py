@@ -63,6 +63,7 @@ from ges.routing.acks import Ticket
 from ges.routing.table import MAX_RESENDS, RESEND_AFTER
 from ges.topology import Topology, broker_order_key
 from ges.wire import messages as m
+from ges.wire.messages import held_size
 
 PEER = 0
 CLIENT = 1
@@ -277,6 +278,10 @@ class BrokerCore:
         #: large requests in progress (ges.core.work), and how many closed clients had jobs
         self._jobs = Jobs()
         self._closings = 0
+        #: the time of the slice running now (a job's slices run at different times)
+        self._now = 0.0
+        #: work units per slice (WORK_SLICE; the simulator makes it tiny to interleave more)
+        self.work_slice = WORK_SLICE
         #: changing subscriptions whose new profile is being entered: the new profile's test
         #: (ges.core.broker._indexed)
         self._entering: dict[tuple[int, int], object] = {}
@@ -320,6 +325,8 @@ class BrokerCore:
 
     def hello(self, hello: m.Hello) -> m.Welcome | m.Refuse:
         """Decide whether to accept a connection from its first frame."""
+        # what the peer chose is quoted and cut short in a reason: the log keys its rate limit
+        # on the reason with the quoted parts left out (ges.runtime.notes)
         if hello.proto != m.PROTOCOL_VERSION:
             return m.Refuse(
                 f"protocol {hello.proto} not supported (this broker speaks {m.PROTOCOL_VERSION})"
@@ -327,26 +334,26 @@ class BrokerCore:
         mine = self.topology
         if hello.topology != mine.name and not (hello.role == "client" and not hello.topology):
             return m.Refuse(
-                f"topology {hello.topology!r} does not match this broker's {mine.name!r} "
+                f"topology {_shown(hello.topology)} does not match this broker's {mine.name!r} "
                 f"({_runs(mine.source, mine.short_digest)})"
             )
         # the network is its content, not its name: brokers always say which they run, and a
         # client that names one must run the same (an anonymous client names none)
         if (hello.digest or hello.role == "broker") and hello.digest != mine.digest:
-            yours = _runs(hello.source or "a file not named", hello.digest[:16] or "none")
+            yours = f"{_shown(hello.source or 'a file not named')} (digest {_shown(hello.digest[:16] or 'none')})"
             return m.Refuse(
                 f"not the same network: {self.id} runs {mine.name} from "
                 f"{_runs(mine.source, mine.short_digest)}, this connection {yours}"
             )
         if hello.role == "broker":
             if hello.id not in self.neighbours:
-                return m.Refuse(f"broker {hello.id!r} is not a neighbour of {self.id}")
+                return m.Refuse(f"broker {_shown(hello.id)} is not a neighbour of {self.id}")
             if broker_order_key(hello.id) > broker_order_key(self.id):
                 return m.Refuse(
                     f"broker {hello.id} should wait for {self.id} to dial (lower id dials)"
                 )
         elif hello.role != "client":
-            return m.Refuse(f"unknown role {hello.role!r}")
+            return m.Refuse(f"unknown role {_shown(hello.role)}")
         return m.Welcome(broker=self.id, incarnation=str(self.incarnation))
 
     # -- links ----------------------------------------------------------------------------------
@@ -592,6 +599,7 @@ class BrokerCore:
     def client_closed(self, conn: int, now: float) -> list:
         """A client connection ended: its subscriptions go — a job, whose profile changes come
         out of this call and of :meth:`work`."""
+        self._now = now
         for job in self._jobs.of(conn):
             self._jobs.drop(job)  # what it entered so far is in _entered, and goes below
         subs = self._clients.pop(conn, {})
@@ -615,9 +623,9 @@ class BrokerCore:
         def body() -> JobBody:
             while held:  # each let go of as it is taken out (see _copies)
                 dest, counts = held.pop()
-                yield from self._apply(dest, (), _copies(counts), out, now, held=counts)
+                yield from self._apply(dest, (), _copies(counts), out, held=counts)
 
-        return self._jobs.start(Job(("closed", conn, self._closings), body(), out))
+        return self._jobs.start(Job(("closed", conn, self._closings), body(), out), self.work_slice)
 
     def _local_change(self, add, remove, now: float) -> tuple[list, frozenset[int]]:
         if self.router is None:
@@ -635,6 +643,7 @@ class BrokerCore:
         kind = type(msg)
         if kind is m.Publish:
             return self._on_publish(conn, msg, now)
+        self._now = now  # a job's first slice runs now; later ones get the time of work()
         if (kind is m.Subscribe or kind is m.Unsubscribe) and self._jobs.busy(conn):
             raise ProtocolError(f"client {conn}: a request while its previous one is in progress")
         if kind is m.Subscribe:
@@ -658,15 +667,21 @@ class BrokerCore:
         """A request of client ``conn`` is still in progress: its next message must wait."""
         return self._jobs.busy(conn)
 
+    def changing(self, conn: int, sub_id: int) -> bool:
+        """Subscription ``(conn, sub_id)`` is being changed and its new profile is going in:
+        from now on it gets only what the new profile matches too."""
+        return (conn, sub_id) in self._entering
+
     def work(self, now: float) -> list:
         """One slice (:data:`WORK_SLICE` units) of what is in progress; the outputs."""
-        out, left = self._jobs.run(WORK_SLICE)
+        self._now = now
+        out, left = self._jobs.run(self.work_slice)
         router = self.router
         if router is not None and router.busy and left > 0:
             out += self._to_peers(router.background(now, left))
         return out + self._release_waits(now)
 
-    def _apply(self, dest, add, remove, out: list, now: float, ticket=None, held=None) -> JobBody:
+    def _apply(self, dest, add, remove, out: list, ticket=None, held=None) -> JobBody:
         """Enter ``add`` and take out ``remove`` (conjunctions) for ``dest``, in the profile
         graph (local matching) and the exporter (the keepers) alike, a chunk at a time; each
         chunk's profile changes go to ``out``, and the adds to wait for into ``ticket``. Yields
@@ -703,9 +718,10 @@ class BrokerCore:
                 chunk_remove.append(conj)
             if adding is not None:
                 cost += per_weight * weight(conj)
-            if cost >= WORK_SLICE or adding is None:
+            if cost >= self.work_slice or adding is None:
                 if router is not None:
-                    sends, added = self._local_change(chunk_add, chunk_remove, now)
+                    # a slice may run well after the request came: it stamps its own time
+                    sends, added = self._local_change(chunk_add, chunk_remove, self._now)
                     out += sends
                     if ticket is not None:
                         router.book.extend(ticket, router.waited(added))
@@ -735,10 +751,11 @@ class BrokerCore:
         held = _copies(self._entered.get(dest, {}))
 
         def body() -> JobBody:
-            yield from self._apply(dest, (), held, out, now)
+            yield from self._apply(dest, (), held, out)
             out.append(done)
 
-        return self._jobs.start(Job(("sub", conn, msg.sub_id), body(), out, conn=conn))
+        job = Job(("sub", conn, msg.sub_id), body(), out, conn=conn)
+        return self._jobs.start(job, self.work_slice)
 
     def _on_subscribe(self, conn: int, msg: m.Subscribe, now: float) -> list:
         subs = self._clients[conn]
@@ -753,7 +770,7 @@ class BrokerCore:
         book = self.router.book if self.router is not None else None
         cancel = None if book is None else lambda: [book.close(t) for t in tickets]
         job = Job(("sub", conn, msg.sub_id), body, out, conn=conn, cancel=cancel)
-        return self._jobs.start(job)
+        return self._jobs.start(job, self.work_slice)
 
     def _subscribe(
         self, conn: int, msg: m.Subscribe, out: list, now: float, tickets: list
@@ -773,7 +790,7 @@ class BrokerCore:
                     )
                 conjunctions.append(conj)
                 cost += weight(conj)
-                if cost >= WORK_SLICE:
+                if cost >= self.work_slice:
                     yield cost
                     cost = 0
         except ValueError as exc:
@@ -793,7 +810,7 @@ class BrokerCore:
         if old is not None:
             # while the new profile is entered (and the old taken out) the graph holds some of
             # both: what it matches is delivered only if the new profile matches it too
-            entering = yield from _indexed(profile)
+            entering = yield from _indexed(profile, self.work_slice)
             if self.reliable:
                 yield from self._change(dest, old)
             self._entering[dest] = entering
@@ -806,7 +823,7 @@ class BrokerCore:
         if ticket is not None:
             tickets.append(ticket)
         old_held = _copies(self._entered.get(dest, {}))  # the old profile goes after the new is in
-        yield from self._apply(dest, profile.effective, old_held, out, now, ticket)
+        yield from self._apply(dest, profile.effective, old_held, out, ticket)
         self._entering.pop(dest, None)
         if old is None:
             self._n_subs += 1
@@ -814,7 +831,7 @@ class BrokerCore:
         if self.reliable:
             out += self._start(dest, ticket)
         if ticket is not None and not ticket.confirmed():
-            self._waits.append([conn, msg.sub_id, ticket, now + SUBACK_WAIT, msg.req])
+            self._waits.append([conn, msg.sub_id, ticket, self._now + SUBACK_WAIT, msg.req])
             return
         if ticket is not None:
             self.router.book.close(ticket)
@@ -846,7 +863,7 @@ class BrokerCore:
         it still changing) matches too, unless it had not started. A large old profile is
         indexed first (in slices), so that testing an event against it costs a match, not a
         test of every conjunction."""
-        old = yield from _indexed(profile)
+        old = yield from _indexed(profile, self.work_slice)
         changing = self._changing.get(dest)
         levels = self._gate.get(dest)
         # on a level waiting for its V_m start, ``old`` started only on the pubends whose V_m
@@ -1045,6 +1062,7 @@ class BrokerCore:
                     if self.reliable:
                         w[3] = None
                     else:
+                        self.router.book.close(w[2])  # best effort waits no longer
                         continue
                 keep.append(w)
         self._waits = keep
@@ -1398,8 +1416,8 @@ class BrokerCore:
                 lo = gone + 1
                 if lo > hi:
                     continue
-            got = read(lo, hi, MAX_READ)
-            if len(got) >= MAX_READ:
+            got, cut = _within_bytes(read(lo, hi, MAX_READ), lambda te: held_size(te[1]))
+            if len(got) >= MAX_READ or cut:
                 hi = got[-1][0]
             items = [m.EventItem(t, 0, 0, ev) for t, ev in got]
             answers.append(m.Recovered(msg.pubend, msg.origin, lo, hi, items))
@@ -1425,8 +1443,9 @@ class BrokerCore:
             if items is None:
                 rest.append((lo, hi))
                 continue
-            if len(items) > MAX_READ:  # one bounded answer; the rest is asked for again
-                items = items[:MAX_READ]
+            bounded, _ = _within_bytes(items[:MAX_READ], held_size)
+            if len(bounded) < len(items):  # one bounded answer; the rest is asked for again
+                items = bounded
                 rest.append((items[-1].tick + 1, hi))
                 hi = items[-1].tick
             items = [m.EventItem(it.tick, 0, 0, it.event) for it in items]
@@ -2025,8 +2044,33 @@ class ProtocolError(Exception):
     """A peer or client sent a message that is not valid at this point; close its connection."""
 
 
+#: Bytes of events one answer to a nack carries at most (besides MAX_READ events): the
+#: subend asks again for the rest.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+
+
+def _within_bytes(items: list, size) -> tuple[list, bool]:
+    """The leading ``items`` within MAX_ANSWER_BYTES (at least one), and whether some were
+    left out (the rest is asked for again)."""
+    total = 0
+    for i, item in enumerate(items):
+        total += size(item)
+        if total > MAX_ANSWER_BYTES and i:
+            return items[:i], True
+    return items, False
+
+
 def _runs(source: str, digest: str) -> str:
     return f"{source} (digest {digest})"
+
+
+#: Characters of a string a peer chose that a reason shows.
+SHOWN = 80
+
+
+def _shown(text: str) -> str:
+    """A peer's string in a reason: quoted, and cut short."""
+    return repr(text if len(text) <= SHOWN else text[: SHOWN - 1] + "…")
 
 
 def _epoch(pubend: str) -> int:
@@ -2083,7 +2127,7 @@ class _Indexed:
         return bool(self.graph.match(attributes))
 
 
-def _indexed(profile: Profile) -> Generator[int, None, Profile | _Indexed]:
+def _indexed(profile: Profile, slice_units: int) -> Generator[int, None, Profile | _Indexed]:
     """Something with ``matches(attributes)`` for ``profile``: the profile itself when it is
     small, else the profile indexed in a graph of its own (built a slice at a time), so that
     testing an event costs a match, not a test of every conjunction."""
@@ -2094,7 +2138,7 @@ def _indexed(profile: Profile) -> Generator[int, None, Profile | _Indexed]:
     for conj in profile.effective:
         indexed.graph.add(conj, 0)
         cost += COST_PER_WEIGHT * weight(conj)
-        if cost >= WORK_SLICE:
+        if cost >= slice_units:
             yield cost
             cost = 0
     yield cost

@@ -43,7 +43,8 @@ ALIASES = {"=": "eq", "==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", 
 STRING, NUMBER, BOOLEAN = "string", "number", "bool"
 
 #: Bounds on one profile (a broker admits nothing larger). A profile's *weight* — its
-#: constraints plus the values of its ``in`` tests, summed over its conjunctions — is what
+#: constraints plus the values of its ``in`` tests (plus a unit per kilobyte of strings),
+#: summed over its conjunctions — is what
 #: storing, matching and covering it cost; it is bounded per conjunction and per profile, and a
 #: broker bounds the total weight of each client's subscriptions (``ges.core``).
 MAX_CONJUNCTIONS = 16_384
@@ -51,6 +52,9 @@ MAX_CONSTRAINTS = 256
 MAX_IN_VALUES = 4096
 MAX_CONJUNCTION_WEIGHT = 4_352
 MAX_PROFILE_WEIGHT = 32_768
+#: Characters of attribute names and string values that weigh as much as a constraint: a
+#: conjunction is bounded in bytes too (at most about 4 MiB: always within a frame).
+BYTES_PER_WEIGHT = 1024
 MAX_NAME = 256
 MAX_STRING = 65536
 #: Integers are signed 64-bit, as on the wire.
@@ -194,8 +198,19 @@ def test(op: str, want, have) -> bool:
 
 
 def weight(conj: Conjunction) -> int:
-    """A conjunction's size: one per constraint and one per value of an ``in`` test."""
-    return sum(len(c.value) + 1 if c.op == "in" else 1 for c in conj.constraints)
+    """A conjunction's size (worked out when it is made): one per constraint, one per value
+    of an ``in`` test, and one per BYTES_PER_WEIGHT characters of its names and strings."""
+    return conj._weight
+
+
+def constraint_weight(op: str, attr: str, value) -> int:
+    """One constraint's part of :func:`weight` (``value`` as in a Constraint, or a list on the
+    wire)."""
+    if op == "in":
+        chars = sum(len(v) for v in value if type(v) is str)
+        return 1 + len(value) + (len(attr) + chars) // BYTES_PER_WEIGHT
+    chars = len(value) if type(value) is str else 0
+    return 1 + (len(attr) + chars) // BYTES_PER_WEIGHT
 
 
 @attrs.frozen(cache_hash=True)
@@ -203,14 +218,18 @@ class Conjunction:
     """Constraints that must all hold; the empty conjunction matches every event."""
 
     constraints: tuple[Constraint, ...] = attrs.field(default=(), converter=tuple)
+    #: its weight (see :func:`weight`)
+    _weight: int = attrs.field(default=0, init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if len(self.constraints) > MAX_CONSTRAINTS:
             raise ValueError(f"conjunction of over {MAX_CONSTRAINTS} constraints")
-        if weight(self) > MAX_CONJUNCTION_WEIGHT:
+        total = sum(constraint_weight(c.op, c.attr, c.value) for c in self.constraints)
+        object.__setattr__(self, "_weight", total)
+        if total > MAX_CONJUNCTION_WEIGHT:
             raise ValueError(
-                f"conjunction of weight {weight(self)} (constraints plus in-values) over "
-                f"{MAX_CONJUNCTION_WEIGHT}"
+                f"conjunction of weight {total} (constraints, in-values and kilobytes of "
+                f"strings) over {MAX_CONJUNCTION_WEIGHT}"
             )
 
     def matches(self, attributes: Mapping[str, Value]) -> bool:

@@ -194,10 +194,12 @@ class KnowledgeStream:
         if self._size is not None:
             n = self._size(payload)
             shared = self._shared
-            if self._data and (
-                self._bytes + n > self.max_bytes
-                or (shared is not None and shared.used + n > shared.limit)
-            ):
+            over = self._bytes + n > self.max_bytes or (
+                shared is not None and shared.used + n > shared.limit
+            )
+            # over a bound only the tick at the doubt horizon still goes in: it is delivered
+            # at once, and without it the stream could never move on
+            if over and tick != self.horizon:
                 raise StreamFull(f"{self._bytes} bytes of data held")
             self._sizes[tick] = n
             self._bytes += n

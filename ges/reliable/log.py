@@ -167,10 +167,15 @@ class MemoryLog:
         return len(self._ticks)
 
 
-def remember(publishers: dict[str, PublisherState], publisher: str, state: PublisherState) -> None:
+def remember(
+    publishers: dict[str, PublisherState], publisher: str, state: PublisherState
+) -> str | None:
     """Note ``publisher``'s newest state, the most recently active last; beyond MAX_PUBLISHERS
-    the least recently active is forgotten."""
+    the least recently active is forgotten: returns it (None if none was)."""
     publishers.pop(publisher, None)
     publishers[publisher] = state
     if len(publishers) > MAX_PUBLISHERS:
-        del publishers[next(iter(publishers))]
+        gone = next(iter(publishers))
+        del publishers[gone]
+        return gone
+    return None

@@ -64,7 +64,12 @@ from collections.abc import Iterable, Mapping
 
 from ges.connectivity import ConnectivityGraph, GraphNode
 from ges.matching.graph import ProfileGraph
-from ges.matching.model import Conjunction, conjunction_from_wire, conjunction_to_wire
+from ges.matching.model import (
+    Conjunction,
+    conjunction_from_wire,
+    conjunction_to_wire,
+    constraint_weight,
+)
 from ges.reliable.claims import Claims
 from ges.routing.acks import PENDING, REMOVING, WAIVED, AckBook, Ticket
 from ges.routing.export import ADD, REMOVE, Exporter
@@ -263,6 +268,9 @@ class ContentRouter:
         for."""
         if not ops:
             return [], frozenset(waits)
+        # the adds go first: the changes may go in several messages, and a keeper routes
+        # events between them — a covering add must be in before what it replaces goes
+        ops = sorted(ops, key=lambda op: op[0] != ADD)
         changes = [
             m.ProfileChange(self.id, self.inc, seq, op, conjunction_to_wire(conj))
             for op, seq, conj in ops
@@ -709,23 +717,21 @@ class ContentRouter:
         return min((r[0] for r in self._retry.values()), default=float("inf"))
 
     def _resync_changes(self) -> list[m.ProfileChange]:
-        """A sync with every live add and every removal still to be acknowledged."""
-        out = self.sync_changes()
-        out[1:1] = [m.ProfileChange(self.id, self.inc, seq, REMOVE) for seq in self._removing]
-        return out
-
-    def sync_changes(self) -> list[m.ProfileChange]:
-        """This broker's complete profile: a sync followed by every live add."""
+        """This broker's complete profile: every live add, then every removal still to be
+        acknowledged, then the sync that retires the rest. In that order, because the changes
+        may go in several messages and a keeper routes events between them: what is wanted is
+        in before anything it replaces goes."""
         live = self.exporter.exported
         out = [
-            m.ProfileChange(
-                self.id, self.inc, self.exporter.last_seq, SYNC, seqs=sorted(live.values())
-            )
-        ]
-        out += [
             m.ProfileChange(self.id, self.inc, seq, ADD, conjunction_to_wire(conj))
             for conj, seq in live.items()
         ]
+        out += [m.ProfileChange(self.id, self.inc, seq, REMOVE) for seq in self._removing]
+        out.append(
+            m.ProfileChange(
+                self.id, self.inc, self.exporter.last_seq, SYNC, seqs=sorted(live.values())
+            )
+        )
         return out
 
     # -- sending -------------------------------------------------------------------------------------
@@ -1152,7 +1158,8 @@ def _chunks(changes: list[m.ProfileChange]) -> list[list[m.ProfileChange]]:
 
 
 def _weight(c: m.ProfileChange) -> int:
-    """What applying a change costs a keeper, in the unit of a conjunction's weight."""
+    """What applying a change costs a keeper, in the unit of a conjunction's weight (which
+    bounds its bytes too: a message stays within a frame)."""
     if c.op == ADD:
-        return sum(len(k.value) + 1 if type(k.value) is list else 1 for k in c.conjunction)
+        return sum(constraint_weight(k.op, k.attr, k.value) for k in c.conjunction)
     return 1 + len(c.seqs) // 64

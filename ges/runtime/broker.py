@@ -21,6 +21,7 @@ import gc
 import logging
 import os
 import random
+import re
 import time
 from pathlib import Path
 
@@ -76,6 +77,8 @@ MAX_HELLO_FRAME = 64 * 1024
 REFUSE_WAIT = 2.0
 #: File descriptors kept for what is not a connection (the log, listeners, the interpreter).
 RESERVED_FDS = 64
+#: Quoted parts of a reason (what a peer chose): left out of the cause a warning is keyed on.
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 #: Descriptor limits already warned about in this process (embedded brokers share one).
 _FD_WARNED: set[int] = set()
 #: Why a cut link's connection was closed, and the start of the Refuse a cut link's Hello gets
@@ -260,7 +263,8 @@ class BrokerServer:
         """Tell a connection it is refused (without waiting long for a slow reader), and close
         it; logged once per reason, then summarised."""
         self.counters["clients_refused"] += 1
-        self.notes.warning(reason, "refused a connection from %s: %s", _peer_of(stream), reason)
+        cause = _QUOTED.sub("…", reason)[:120]  # what the peer chose is no new cause
+        self.notes.warning(cause, "refused a connection from %s: %s", _peer_of(stream), reason)
         with trio.move_on_after(REFUSE_WAIT):
             with contextlib.suppress(trio.BrokenResourceError, OSError):
                 await stream.send_all(encode(m.Refuse(reason)))

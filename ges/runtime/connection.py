@@ -35,6 +35,9 @@ from ges.wire import DEFAULT_MAX_FRAME, FrameDecoder, FrameError, decode, encode
 MAX_QUEUED_BYTES = 64 * 1024 * 1024
 #: Bytes handed to the kernel per write.
 WRITE_BATCH_BYTES = 1 << 20
+#: With a write deadline, bytes written under one deadline: a peer reading slowly but steadily
+#: makes progress within it, one that reads nothing does not.
+PROGRESS_PIECE = 64 * 1024
 #: Bytes asked of the kernel per read.
 READ_SIZE = 1 << 18
 #: Seconds a new connection has to complete its handshake.
@@ -91,6 +94,7 @@ class Connection:
         self._unwritten = 0
         self._ready = trio.Event()  # the writer has something to do
         self._room = trio.Event()  # a waiting sender may try again
+        self._senders = trio.Lock()  # held by the sender waiting for room (FIFO)
         self._closed = False
         self.cancel_scope = trio.CancelScope()
         self.close_reason: str | None = None
@@ -128,22 +132,29 @@ class Connection:
     # -- sending -----------------------------------------------------------------------------
 
     async def send(self, data: bytes) -> None:
-        """Send one encoded frame, waiting while the queue is over its bound (backpressure)."""
+        """Send one encoded frame, waiting while the queue is over its bound (backpressure).
+        Senders that wait go in the order they came: a later, smaller frame that would fit
+        does not overtake a waiting one."""
         if self._closed:
             raise ConnectionClosed(self.label)
-        rest = self._write_now(data)
-        if rest == b"":
-            return
-        if rest is not None and rest is not data:
-            self._enqueue(rest)  # part of it is on the wire: the rest must follow at once
-            return
-        while self.queued and self.queued + len(data) > self.max_queued:
-            if self._room.is_set():  # every sender waiting waits for the same next write
-                self._room = trio.Event()
-            await self._room.wait()
-            if self._closed:
-                raise ConnectionClosed(self.label)
-        self._enqueue(data)
+        if not self._senders.locked():  # nobody waits: nothing to overtake
+            rest = self._write_now(data)
+            if rest == b"":
+                return
+            if rest is not None and rest is not data:
+                self._enqueue(rest)  # part of it is on the wire: the rest must follow at once
+                return
+            if not (self.queued and self.queued + len(data) > self.max_queued):
+                self._enqueue(data)
+                return
+        async with self._senders:  # fair: first come, first served
+            while self.queued and self.queued + len(data) > self.max_queued:
+                if self._room.is_set():
+                    self._room = trio.Event()
+                await self._room.wait()
+                if self._closed:
+                    raise ConnectionClosed(self.label)
+            self._enqueue(data)
 
     def send_nowait(self, data: bytes) -> bool:
         """Send one frame if the queue has room for it; False if it would go over its bound."""
@@ -189,12 +200,14 @@ class Connection:
                 data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 if deadline is None:
                     await stream.send_all(data)
-                else:
-                    with trio.move_on_after(deadline) as late:
-                        await stream.send_all(data)
-                    if late.cancelled_caught:
-                        self.close(f"slow consumer: nothing written for {deadline:g}s")
-                        return
+                else:  # the deadline is for progress: each piece gets it anew
+                    view = memoryview(data)
+                    for at in range(0, len(view), PROGRESS_PIECE):
+                        with trio.move_on_after(deadline) as late:
+                            await stream.send_all(view[at : at + PROGRESS_PIECE])
+                        if late.cancelled_caught:
+                            self.close(f"slow consumer: nothing written for {deadline:g}s")
+                            return
                 self.queued -= size
                 if self.budget is not None:
                     self.budget.used -= size

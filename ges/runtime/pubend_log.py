@@ -43,7 +43,7 @@ import msgspec
 import sqlite_utils
 
 from ges.errors import OperationError
-from ges.reliable.log import MAX_PUBLISHERS, MAX_READ, PublisherState, remember
+from ges.reliable.log import MAX_READ, PublisherState, remember
 from ges.wire.messages import Event
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -136,7 +136,7 @@ class SqliteLog:
         self._old_released: dict[int, int] = {}
         self._pending: list[tuple[int, int, bytes, tuple | None]] = []
         #: publishers forgotten (MAX_PUBLISHERS) since the last group: their rows go with it
-        self._forgotten: list[str] = []
+        self._forgotten: dict[str, None] = {}
         self._n_pending = 0
         self._writer: sqlite3.Connection | None = None
 
@@ -167,10 +167,10 @@ class SqliteLog:
             row = None
             if publisher is not None:
                 name, seq = publisher
-                before = set(self._publishers) if len(self._publishers) >= MAX_PUBLISHERS else ()
-                remember(self._publishers, name, (seq, self.epoch, self._last))
-                if before:
-                    self._forgotten += [p for p in before if p not in self._publishers]
+                gone = remember(self._publishers, name, (seq, self.epoch, self._last))
+                if gone is not None:
+                    self._forgotten[gone] = None
+                self._forgotten.pop(name, None)  # back before its row went: it stays
                 row = (name, seq, self.epoch, self._last)
             self._pending.append((first, self._last, _encode(events), row))
             self._n_pending += len(events)
@@ -286,7 +286,7 @@ class SqliteLog:
         group, self._pending = self._pending, []
         if self._forgotten:
             group.append((0, 0, b"", ("forget", *self._forgotten)))
-            self._forgotten = []
+            self._forgotten = {}
         self._n_pending = 0
         return group
 
@@ -338,14 +338,14 @@ class SqliteLog:
                 "INSERT INTO events (epoch, first, last, body) VALUES (?, ?, ?, ?)",
                 [(epoch, first, last, body) for first, last, body, _ in batches],
             )
+            if forgotten:  # before the new rows: a publisher forgotten and back is kept
+                w.executemany("DELETE FROM publishers WHERE publisher = ?", forgotten)
             if publishers:
                 w.executemany(
                     "INSERT OR REPLACE INTO publishers (publisher, seq, epoch, tick)"
                     " VALUES (?, ?, ?, ?)",
                     publishers,
                 )
-            if forgotten:
-                w.executemany("DELETE FROM publishers WHERE publisher = ?", forgotten)
 
         self._transaction(insert)
         if not batches:

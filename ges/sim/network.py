@@ -81,6 +81,8 @@ class Faults:
 
 
 LATENCY = 0.001  # one link, one way
+#: Simulated seconds between two slices of a core's large requests (Sim.work_slice).
+SLICE_GAP = 0.001
 
 
 class Sim:
@@ -98,6 +100,7 @@ class Sim:
         on_puback: Callable | None = None,
         on_suback: Callable | None = None,
         on_crash: Callable | None = None,
+        work_slice: int | None = None,
     ):
         self.topology = topology
         self.hierarchy = Hierarchy(topology)
@@ -124,6 +127,14 @@ class Sim:
         #: crafted faults (tests): a frame ``blocked(src, dst, message)`` returns True for is
         #: lost, whatever its kind
         self.blocked: Callable[[str, str, object], bool] | None = None
+        #: large requests (ges.core.work): None runs them to the end at the moment they come;
+        #: a number of work units makes every core run them that much at a time, SLICE_GAP
+        #: apart, with frames, timers and faults in between, and holds a busy client's next
+        #: message back until its request is done — as the trio runtime does
+        self.work_slice = work_slice
+        self._held_msgs: dict[tuple[str, int], list] = {}
+        self.slices = 0  # slices run apart from the request that started them
+        self._work_at: dict[str, BrokerCore] = {}
         self.frames = 0
         self.data_frames = 0
         #: frames delivered, by message type name
@@ -150,7 +161,11 @@ class Sim:
         )
         if core.router is not None:
             core.router.sufficiency = self.sufficiency
+        if self.work_slice is not None:
+            core.work_slice = self.work_slice
         self.cores[broker] = core
+        for key in [k for k in self._held_msgs if k[0] == broker]:
+            del self._held_msgs[key]  # the clients went with the crash
         self._timer_at.pop(broker, None)
 
     def crash(self, broker: str, down_for: float) -> None:
@@ -231,14 +246,29 @@ class Sim:
     # -- clients -----------------------------------------------------------------------------------
 
     def client(self, broker: str, conn: int, msg) -> bool:
-        """A client message to ``broker`` (False if it is down)."""
+        """A client message to ``broker`` (False if it is down); one for a client whose request
+        is still in progress waits for it, as the runtime holds it back."""
         core = self.cores.get(broker)
         if core is None:
             return False
         if conn not in core._clients:
             core.client_open(conn, f"client-{conn}")
-        self._feed(broker, lambda c: c.client_message(conn, msg, self.now))
+        held = self._held_msgs.get((broker, conn))
+        if held is not None or core.busy(conn):
+            self._held_msgs.setdefault((broker, conn), []).append(msg)
+            return True
+        self._feed(broker, lambda c: self._client_message(c, conn, msg))
         return True
+
+    def _client_message(self, core: BrokerCore, conn: int, msg) -> list:
+        change = type(msg) is m.Subscribe and msg.sub_id in core._clients.get(conn, {})
+        out = core.client_message(conn, msg, self.now)
+        if change and self.work_slice is not None:
+            # a change takes effect (for the checker, when the message is sent) once its new
+            # profile starts to go in: its parsing and indexing run now, the rest in slices
+            while core.busy(conn) and not core.changing(conn, msg.sub_id):
+                out += core.work(self.now)
+        return out
 
     # -- the clock ---------------------------------------------------------------------------------
 
@@ -262,14 +292,35 @@ class Sim:
     def _feed(self, broker: str, fn: Callable) -> None:
         core = self.cores[broker]
         self._handle(broker, fn(core))
-        while core.has_work:  # a large request's slices, at the same simulated moment
-            self._handle(broker, core.work(self.now))
+        if self.work_slice is None:
+            while core.has_work:  # a large request's slices, at the same simulated moment
+                self._handle(broker, core.work(self.now))
+        elif core.has_work and self._work_at.get(broker) is not core:
+            self._work_at[broker] = core
+            self.at(self.now + SLICE_GAP, self._work, broker, core)
         deadline = core.next_deadline()
         if deadline < float("inf"):
             deadline = max(deadline, self.now)
             if self._timer_at.get(broker, float("inf")) > deadline:
                 self._timer_at[broker] = deadline
                 self.at(deadline, self._timer, broker, deadline)
+
+    def _work(self, broker: str, core: BrokerCore) -> None:
+        """One slice of what ``broker``'s core has in progress; then the messages of clients
+        no longer busy."""
+        if self._work_at.get(broker) is core:
+            del self._work_at[broker]
+        if self.cores.get(broker) is not core:
+            return  # it crashed meanwhile
+        self.slices += 1
+        self._feed(broker, lambda c: c.work(self.now))
+        for key in [k for k in self._held_msgs if k[0] == broker]:
+            conn, queue = key[1], self._held_msgs[key]
+            while queue and not core.busy(conn):
+                msg = queue.pop(0)
+                self._feed(broker, lambda c, m_=msg, c_=conn: self._client_message(c, c_, m_))
+            if not queue:
+                del self._held_msgs[key]
 
     # -- frames ------------------------------------------------------------------------------------
 

@@ -50,6 +50,8 @@ class Outcome:
     held: int = 0
     #: frames delivered, by message type name
     frame_types: dict = attrs.field(factory=dict)
+    #: slices of large requests run apart from the request (with a work_slice)
+    slices: int = 0
 
     def replay(
         self,
@@ -92,6 +94,7 @@ def run_seed(
     churn: int = 6,
     reliable: bool = True,
     sufficiency: bool = True,
+    work_slice: int | None = None,
 ) -> Outcome:
     started = time.perf_counter()
     rng = random.Random(seed)
@@ -132,6 +135,7 @@ def run_seed(
         on_puback=on_puback,
         on_suback=on_suback,
         on_crash=on_crash,
+        work_slice=work_slice,
     )
     brokers = sorted(topology.brokers)
     for i in range(subscribers):
@@ -177,6 +181,7 @@ def run_seed(
         released=sum(log.released() for log in sim.logs.values()),
         held=sum(len(log) for log in sim.logs.values()),
         frame_types=dict(sim.frame_types),
+        slices=sim.slices,
     )
 
 

@@ -553,7 +553,6 @@ _SPLIT_BY = {
     Connectivity: "reports",
     Clocks: "clocks",
     Ack: "acks",
-    AckAsk: "to",
 }
 
 

@@ -97,3 +97,15 @@ def test_a_bad_idempotent_publish_is_refused():
     assert type(out[0][2]) is m.Error and "numbers from 1" in out[0][2].reason
     out = c.client_message(1, m.Publish(1, events(1), "x" * 300, 1), 0.0)
     assert type(out[0][2]) is m.Error
+
+
+def test_a_publisher_forgotten_and_back_before_the_commit_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(log_mod, "MAX_PUBLISHERS", 2)
+    log = SqliteLog(tmp_path / "b1.pubend.db")
+    for tick, p in enumerate("ABCA", start=1):  # A forgotten by C, then active again
+        log.append(tick, events(tick), (p, tick))
+    log.committed_to(log.write_group(log.take_group()))
+    log.close()
+    log = SqliteLog(tmp_path / "b1.pubend.db")
+    assert {p: s[0] for p, s in log.publishers().items()} == {"C": 3, "A": 4}
+    log.close()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ges.client._client import profile_to_wire
 from ges.core import NOTICE, PEER, BrokerCore
+from ges.core.broker import MAX_ANSWER_BYTES
 from ges.matching.model import Profile
 from ges.reliable.log import MAX_READ, MemoryLog
 from ges.sim import Checker, Faults, Sim
@@ -131,6 +132,22 @@ def test_a_nack_gets_one_bounded_answer_per_range():
         (1, MAX_READ, MAX_READ),
         (5, 7, 3),
     ]
+
+
+def test_an_answer_is_bounded_in_bytes_too():
+    """Fifty 200 KB events in the log: one answer carries about 4 MiB of them and says where
+    it stops (its hi), so the subend asks again for the rest."""
+    w = World()
+    w.sim.run_until(0.5)
+    core = w.sim.cores["b1"]
+    core.client_open(900, "p")
+    core.client_message(
+        900, m.Publish(1, [m.Event({"n": i}, b"x" * 200_000) for i in range(50)]), 0.6
+    )
+    out = _nack_at(core, m.Nack(core.pubend, "b20", [(1, 50)]))
+    (answer,) = [msg for kind, _, msg in out if kind == PEER and type(msg) is m.Recovered]
+    assert answer.lo == 1 and answer.hi == len(answer.items) < 50
+    assert sum(len(it.event.payload) for it in answer.items) <= MAX_ANSWER_BYTES
 
 
 def test_ticks_the_logs_bound_dropped_are_answered_as_lost_not_as_silence():

@@ -169,3 +169,19 @@ def test_a_request_while_the_previous_one_is_in_progress_is_a_protocol_error():
     with pytest.raises(ProtocolError, match="in progress"):
         c.client_message(1, m.Unsubscribe(1), 0.0)
     c.client_message(1, m.Publish(1, [m.Event({"n": 1})]), 0.0)  # publishing is not a request
+
+
+def test_each_slice_stamps_its_changes_with_its_own_time():
+    """A slice running a second after the request came sends its profile changes then: the
+    origin waits for their acks from then (stamped with the request's time, a long job made
+    every keeper look late and get full resyncs)."""
+    c = core()
+    for peer in sorted(c.neighbours):  # its keepers are reachable: changes are sent, and timed
+        c.link_up(peer, 0.0)
+    c.client_message(1, m.Subscribe(1, quotes(2000)), 0.0)
+    t = 0.0
+    while c.has_work:
+        t += 1.0
+        c.work(t)
+    last = max(c.router.exporter.exported.values())
+    assert c.router._sent_at[last] == t

@@ -790,3 +790,13 @@ def test_constraint_semantics_model(c, attributes):
             "ge": lambda: have >= want,
         }
         assert got == python[c.op]()
+
+
+def test_a_conjunction_weighs_its_constraints_in_values_and_kilobytes_of_strings():
+    from ges.matching.model import BYTES_PER_WEIGHT, MAX_CONJUNCTION_WEIGHT, weight
+
+    assert weight(J(C("a", "eq", 1), C("b", "in", (1, 2, 3)))) == 1 + 4
+    assert weight(J(C("a", "eq", "x" * (3 * BYTES_PER_WEIGHT)))) == 1 + 3
+    many = [C(f"a{i}", "eq", "y" * 60_000) for i in range(80)]  # 4.8 MB of strings
+    with pytest.raises(ValueError, match=f"over {MAX_CONJUNCTION_WEIGHT}"):
+        Conjunction(many)

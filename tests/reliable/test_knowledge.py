@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -165,6 +167,16 @@ def test_data_held_is_bounded_in_bytes_per_stream_and_shared():
     assert b.drop_highest_data() == 3 and shared.used == 50
     b.release()
     assert shared.used == 0
-    # one datum always fits, however large (else a large event could never be delivered)
+    # over the bounds, only the tick at the doubt horizon still goes in (it leaves at once):
+    # twenty streams each holding one large event beyond it stay within the shared limit
     c = KnowledgeStream(size=len, max_bytes=10)
+    with pytest.raises(StreamFull):
+        c.add_data(2, "z" * 1000)
     assert c.add_data(1, "z" * 1000)
+    assert [t for t, _ in c.take_deliverable()] == [1]
+    pool = HeldBytes(limit=100)
+    streams = [KnowledgeStream(size=len, shared=pool) for _ in range(20)]
+    for s in streams:
+        with contextlib.suppress(StreamFull):
+            s.add_data(5, "w" * 60)
+    assert pool.used <= 100

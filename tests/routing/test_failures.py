@@ -252,3 +252,24 @@ def test_a_covered_subscription_waits_for_the_acks_of_the_one_covering_it():
     assert net.subacks == {("o", 1): [1], ("o", 2): [1]}
     net.subscribe("o", 3, 1, X1)  # covered and acknowledged: at once
     assert net.subacks[("o", 3)] == [1]
+
+
+def test_a_subscription_answered_incomplete_stops_being_waited_for():
+    """Best effort: a SubAck sent after SUBACK_WAIT (a keeper never heard of the profile) ends
+    the wait, and with it the ticket counting the keepers' acks (it stayed registered)."""
+    net = Net(TOPOLOGIES["demo"], seed=1)
+    net.connect_all()
+    net.run()
+    core = net.cores["b1"]
+    for i in range(5):
+        conj = Conjunction((Constraint("sym", "eq", f"S{i}"),))
+        net.subscribe("b1", 100 + i, 1, Profile("p", (conj,)))
+        net.queues[("b1", "b3")].clear()  # b3, a keeper, never hears of it
+        net.run()
+        net.now += 6.0  # SUBACK_WAIT: answered incomplete
+        net.handle("b1", core.on_timer(net.now))
+        net.queues[("b1", "b3")].clear()
+        net.run()
+        net.close_client("b1", 100 + i)
+        net.run()
+    assert not core._waits and not core.router.book._tickets

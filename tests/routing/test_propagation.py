@@ -176,3 +176,27 @@ def test_bad_changes_are_refused():
         k.on_profiles(m.Profiles(["4"], [m.ProfileChange("6", 1, 1, 7)]))
     with pytest.raises(ValueError, match="unknown unit"):
         k.check_routes([m.Route(("SSC-Z",))])
+
+
+def test_a_resync_sends_what_is_wanted_before_what_it_retires():
+    """A resync may go in several messages, and a keeper routes events between them: every live
+    add comes before the removals and the sync that retire what they replace."""
+    k = keeper("6")
+    for peer in ("4", "5"):  # its keepers are reachable: the removal is owed their acks
+        k.graph.observe(peer, FIGURE2.brokers[peer].unit, up=True)
+    for i in range(3):
+        k.local_change([c(("x", "eq", i))], [], 0.0)
+    k.local_change([], [c(("x", "eq", 0))], 0.0)
+    ops = [change.op for change in k._resync_changes()]
+    assert ops == [ADD, ADD, REMOVE, SYNC]
+
+
+def test_profile_messages_stay_within_a_frame_whatever_the_strings():
+    from ges.routing.table import _chunks
+    from ges.wire import DEFAULT_MAX_FRAME, encode
+    from ges.wire.frames import HEADER_SIZE
+
+    big = [m.Constraint(f"a{i}", "eq", "z" * 60_000) for i in range(70)]  # ~4 MB, the most
+    changes = [m.ProfileChange("6", 1, seq, ADD, big) for seq in range(1, 20)]
+    for chunk in _chunks(changes):
+        assert len(encode(m.Profiles(["4"], chunk))) - HEADER_SIZE <= DEFAULT_MAX_FRAME

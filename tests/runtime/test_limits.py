@@ -235,3 +235,21 @@ def test_a_broker_serves_no_more_clients_than_its_descriptors_allow(tmp_path):
     clients, opening = map(int, done.stdout.split())
     assert clients + opening <= 300 - 64 and clients > 100
     assert done.stderr.count("only 300 file descriptors: serving at most") == 1
+
+
+async def test_refusals_a_peer_can_repeat_are_logged_once_and_kept_short(one, caplog):
+    """Fifty clients naming fifty different (long) networks: one line in the log, and the
+    reason each is told quotes their name cut short."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(BrokerServer(one, "b1").run)
+        spec = one.brokers["b1"]
+        for i in range(50):
+            stream = await trio.open_tcp_stream(spec.host, spec.port)
+            hello = m.Hello("client", "c", f"{i}-" + "x" * 60_000)
+            await stream.send_all(encode(hello))
+            reply = await read_one(stream)
+            assert type(reply) is m.Refuse and len(reply.reason) < 300
+            await stream.aclose()
+        lines = [r for r in caplog.records if "refused a connection" in r.getMessage()]
+        assert len(lines) == 1
+        nursery.cancel_scope.cancel()

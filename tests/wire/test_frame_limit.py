@@ -107,3 +107,18 @@ def test_a_publish_frame_carrying_an_event_over_the_limit_is_refused_on_decode()
         decode(body)
     ok = m.Event({"n": 1}, b"x" * (MAX_EVENT_BYTES - 100))
     assert len(decode(encode(m.Publish(1, [ok]))[HEADER_SIZE:]).events[0].payload) > 0
+
+
+def test_the_client_library_splits_a_batch_by_its_size_attributes_included():
+    from ges.client._client import _frames_of
+
+    heavy = [m.Event({"blob": "a" * 10_000, "n": i}) for i in range(2_000)]  # 20 MB, tiny payloads
+    parts = _frames_of(heavy, first=11)
+    assert len(parts) == 2 and [e for p, _ in parts for e in p] == heavy
+    assert parts[0][1] == 11 and parts[1][1] == 11 + len(parts[0][0])  # idempotent numbers
+    for chunk, first in parts:
+        assert len(encode(m.Publish(1, chunk, "P", first))) - HEADER_SIZE <= DEFAULT_MAX_FRAME
+    with pytest.raises(ValueError, match="event 1 of the batch is .* over the"):
+        _frames_of([m.Event({"n": 1}), m.Event({"blob": "b" * (MAX_EVENT_BYTES + 1)})], None)
+    small = [m.Event({"n": 1})]
+    assert _frames_of(small, None) == [(small, None)]

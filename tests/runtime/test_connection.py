@@ -1,0 +1,76 @@
+"""One connection's send queue, in virtual time: bounded in bytes, first come first served
+among the senders that wait for room, and a write deadline that measures progress."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from ges.runtime.connection import Connection
+from ges.wire import FrameDecoder, decode, encode
+from ges.wire import messages as m
+
+
+async def test_a_sender_waiting_for_room_is_not_overtaken_by_a_later_smaller_frame():
+    a, b = trio.testing.memory_stream_pair()
+    conn = Connection(a, label="link", max_queued=1000)
+    first = encode(m.Bye("FIRST " + "y" * 300))
+    second = encode(m.Bye("SECOND"))
+    async with trio.open_nursery() as nursery:
+        await conn.send(encode(m.Bye("x" * 880)))  # queued: the writer is not running yet
+
+        async def later():
+            await trio.sleep(0.01)
+            await conn.send(second)  # it would fit, but one waits before it
+
+        nursery.start_soon(conn.send, first)  # over the bound: waits for room
+        nursery.start_soon(later)
+        await trio.sleep(0.05)
+        assert conn.queued < 1000  # the second has not gone in ahead of the first
+        nursery.start_soon(conn.writer)
+        dec, got = FrameDecoder(), []
+        with trio.fail_after(2):
+            while len(got) < 3:
+                dec.feed(await b.receive_some(1 << 16))
+                got += [decode(f).reason[:6] for f in dec.frames()]
+        assert got == ["xxxxxx", "FIRST ", "SECOND"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_sender_over_the_byte_bound_waits_and_a_client_is_refused():
+    a, _ = trio.testing.memory_stream_pair()
+    conn = Connection(a, label="client", max_queued=100)
+    assert conn.send_nowait(b"x" * 80)
+    assert not conn.send_nowait(b"y" * 30)  # 110 bytes: over the bound
+    assert conn.send_nowait(b"z" * 20)
+    with trio.move_on_after(0.1) as waited:
+        await conn.send(b"w" * 10)  # nothing drains the queue: the sender waits
+    assert waited.cancelled_caught and conn.queued == 100
+
+
+async def test_a_client_reading_slowly_but_steadily_is_not_cut_and_a_stalled_one_is(
+    autojump_clock,
+):
+    for steady in (True, False):
+        a, b = trio.testing.lockstep_stream_pair()
+        conn = Connection(a, label="client", write_deadline=2.0)
+        got = 0
+
+        async def reader(b=b, steady=steady):
+            nonlocal got
+            while steady:
+                data = await b.receive_some(64 * 1024)
+                got += len(data)
+                await trio.sleep(0.5)  # 128 KB/s
+            await trio.sleep_forever()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            nursery.start_soon(conn.writer)
+            await conn.send(b"z" * (1 << 20))
+            await trio.sleep(6)
+            if steady:
+                assert conn.close_reason is None and got > 600_000
+            else:
+                assert conn.close_reason == "slow consumer: nothing written for 2s"
+            nursery.cancel_scope.cancel()
