@@ -20,7 +20,7 @@ import yaml
 from ges.client import broker_stats
 from ges.topology import Topology
 from ges.wire import messages as m
-from tests.conftest import on_free_ports
+from tests.conftest import CHAIN3, on_free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 GES = [sys.executable, "-m", "cli.main"]
@@ -210,15 +210,7 @@ def test_up_with_a_port_in_use_fails_in_one_line_and_starts_nothing(tmp_path, mo
 
 
 #: Three brokers in two clusters: enough for links and gateways, quick to start.
-SMALL = {
-    "name": "small3",
-    "brokers": {
-        "b1": {"unit": "S/c1", "port": 1},
-        "b2": {"unit": "S/c1", "port": 2},
-        "b3": {"unit": "S/c2", "port": 3},
-    },
-    "links": [["b1", "b2"], ["b2", "b3"]],
-}
+SMALL = CHAIN3
 
 
 def processes_mentioning(needle: str) -> list[int]:
