@@ -7,7 +7,7 @@ answers one ``K`` byte once the subscriber is registered, so a harness knows it 
 everything published afterwards). Every chunk read from a publisher, or from the upstream relay
 with ``--upstream``, is copied unchanged to every subscriber: no parsing, no per-event work.
 Each subscriber has a bounded chunk queue drained by a writer task that joins what is queued into
-one ``send_all`` — the same queue-and-batching-writer shape as ``ges.runtime.connection``, minus
+one ``send_all`` — the same queue-and-batching-writer shape as ``ges.transport.connection``, minus
 frames and codecs. A full queue makes the relay wait (backpressure reaches the publisher).
 
 Records on the wire (built by the harness, parsed by ``_subscriber.py --proto raw``) are
@@ -32,7 +32,7 @@ ROLE_SUBSCRIBER = b"S"
 REGISTERED = b"K"
 #: Length prefix and the two fixed fields of a record; the rest of a record is filler.
 RECORD_HEADER = struct.Struct(">Iqq")
-#: The same read size and write batching as ges.runtime.connection.
+#: The same read size and write batching as ges.transport.connection.
 READ_SIZE = 1 << 18
 WRITE_BATCH_BYTES = 1 << 20
 MAX_QUEUED_CHUNKS = 4_096

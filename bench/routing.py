@@ -67,9 +67,9 @@ from throughput import (
 )
 
 from ges.client import connect
-from ges.client.records import RecordWriter
 from ges.errors import OperationError
 from ges.matching import parse_where
+from ges.records import RecordWriter
 from ges.topology import broker_order_key
 from ges.wire import messages as m
 

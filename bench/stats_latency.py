@@ -13,10 +13,10 @@ Parquet (~19 bytes a record). Generating is not timed. Then, timed, wall clock, 
 - **Spark, JSON lines**: ``ges.stats.latency.latency_stats`` on the JSON lines, exact;
 - **Spark, Parquet**: the same on the Parquet copy, exact (two passes), and ``--approx`` (one);
 - **Python** (the baseline): ``ges.stats._latency_reference.reference_latency`` on the JSON lines:
-  one process parses and validates every line (``ges.client.records.parse_record``), keeps every
+  one process parses and validates every line (``ges.records.parse_record``), keeps every
   latency, sorts each group. Skipped above ``--baseline-max`` (default: every size).
 
-Spark runs in local mode on every core (``local[*]``, the defaults of ``ges.stats._spark``);
+Spark runs in local mode on every core (``local[*]``, the defaults of ``ges.stats.spark``);
 one warm-up job on 10 k records before the first timed one keeps JVM start-up and code
 generation out of the figures. Each Spark result is checked against the baseline's (counts,
 min, max and percentiles equal; mean and variance to 1e-9; ``--approx`` percentiles within a
@@ -47,7 +47,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import throughput as tp  # noqa: E402
 
-from ges.stats import _spark  # noqa: E402
+from ges.stats import spark as sparkjob  # noqa: E402
 from ges.stats._latency_reference import reference_latency  # noqa: E402
 from ges.stats.latency import MANTISSA_BITS, latency_stats, parse_by  # noqa: E402
 
@@ -69,7 +69,7 @@ def generate(spark, n: int, where: Path) -> dict:
     """N records as JSON lines and as Parquet under ``where``; returns both paths and sizes."""
     from pyspark.sql import functions as F
 
-    from ges.client import records
+    from ges import records
 
     parts = max(1, math.ceil(n / RECORDS_PER_PART))
     idx = F.col("id")
@@ -344,7 +344,7 @@ def main() -> int:
     report: dict = {"bench": "stats_latency", "mode": "quick" if args.quick else "full", "by": BY}
     try:
         tp.log("starting Spark (local[*])")
-        spark = _spark.session("local[*]")
+        spark = sparkjob.session("local[*]")
         warm = generate(spark, 10_000, root / "warm")
         latency_stats(spark, [warm["jsonl"]], by=parse_by([BY]))
         latency_stats(spark, [warm["parquet"]], by=parse_by([BY]))

@@ -46,7 +46,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import throughput as tp  # noqa: E402
 
-from ges.stats import _spark  # noqa: E402
+from ges.stats import spark as sparkjob  # noqa: E402
 from ges.stats._paths_reference import bfs_counts, clustering  # noqa: E402
 from ges.stats.paths import path_stats, path_stats_many  # noqa: E402
 from ges.topology import Topology  # noqa: E402
@@ -268,7 +268,7 @@ def main() -> int:
     try:
         tp.log(f"starting Spark ({MASTER}) …")
         t0 = time.perf_counter()
-        spark = _spark.session(MASTER)
+        spark = sparkjob.session(MASTER)
         report["spark_session_start_seconds"] = round(time.perf_counter() - t0, 1)
         proc = getattr(spark.sparkContext._gateway, "proc", None)
         jvm_pid = proc.pid if proc is not None else None
@@ -282,11 +282,11 @@ def main() -> int:
         tp.console.print("[bold red]interrupted[/bold red]")
         return 130
     except Exception as exc:  # noqa: BLE001 - a failed run: one line and exit 1
-        errors.append(f"{type(exc).__name__}: {_spark.failure_reason(exc)}")
+        errors.append(f"{type(exc).__name__}: {sparkjob.failure_reason(exc)}")
         report.setdefault("sizes", {})
     report["config"] = {
         "master": MASTER,
-        "spark_defaults": _spark.DEFAULTS,
+        "spark_defaults": sparkjob.DEFAULTS,
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
         "load_average_at_end": list(os.getloadavg()),

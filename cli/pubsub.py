@@ -13,12 +13,12 @@ import typer
 
 from cli._common import err, load_topology, one_line_errors, out, parse_tags, resolve_broker
 from ges.client import connect
-from ges.client.records import RecordWriter
 from ges.core.broker import MAX_PUBLISHER_ID
 from ges.errors import OperationError, UserInputError
 from ges.matching.model import TYPE_ATTR, Conjunction, Profile
 from ges.matching.syntax import parse_attr, parse_where
 from ges.matching.xml import load_event, load_profile
+from ges.records import RecordWriter
 from ges.wire import MAX_EVENT_BYTES, event_size
 from ges.wire import messages as m
 

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from cli._common import SPARK_CONF, SPARK_MASTER, err, one_line_errors, out, parse_spark_conf
 from ges.errors import UserInputError
-from ges.stats import _spark
+from ges.stats import spark as sparkjob
 from ges.stats.latency import (
     STATS,
     LatencyStats,
@@ -106,13 +106,13 @@ def _latency(records, by, as_json, csv_file, parquet_dir, plot_file, approx, mas
         # before the run, not after it
         if path is not None and not path.parent.is_dir():
             raise UserInputError(f"{option} {path}: no directory {path.parent}")
-    spark = _spark.session(master, settings)
+    spark = sparkjob.session(master, settings)
     stats = latency_stats(
         spark,
         records,
         by=keys,
         exact=not approx,
-        stage=lambda description: _spark.progress(spark, err, description),
+        stage=lambda description: sparkjob.progress(spark, err, description),
     )
     if stats.negative:
         err.print(
@@ -225,7 +225,7 @@ def write_parquet(spark, stats: LatencyStats, path: Path) -> None:
         frame.coalesce(1).write.mode("overwrite").parquet(str(path))
     except Exception as exc:  # noqa: BLE001 - Spark's error: one line
         raise UserInputError(
-            f"--parquet {path}: cannot write: {_spark.failure_reason(exc)}"
+            f"--parquet {path}: cannot write: {sparkjob.failure_reason(exc)}"
         ) from None
 
 

@@ -93,12 +93,12 @@ def paths(
         raise UserInputError(f"--sample: must be at least 1, not {sample}")
     if plot is not None and not plot.parent.is_dir():
         raise UserInputError(f"--plot {plot}: no directory {plot.parent}")
-    from ges.stats import _spark
+    from ges.stats import spark as sparkjob
 
     settings = parse_spark_conf(conf)
     topologies = [(path, load_topology(path, show_warnings=not as_json)) for path in topology_files]
-    spark = _spark.session(master, settings)
-    with _spark.progress(spark, err, "paths") as status:
+    spark = sparkjob.session(master, settings)
+    with sparkjob.progress(spark, err, "paths") as status:
         try:
             results = path_stats_many(
                 spark,
@@ -115,7 +115,7 @@ def paths(
         except Exception as exc:  # noqa: BLE001 - a failed Spark job: one line, exit 1
             if not _from_spark(exc):
                 raise
-            raise OperationError(f"Spark job failed: {_spark.failure_reason(exc)}") from None
+            raise OperationError(f"Spark job failed: {sparkjob.failure_reason(exc)}") from None
     if plot is not None:
         write_plot(results, plot)
     if as_json:

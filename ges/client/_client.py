@@ -7,7 +7,6 @@ from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 
-import attrs
 import msgspec
 import trio
 
@@ -17,10 +16,11 @@ from ges.matching.model import (
     Constraint,
     Profile,
     conjunction_from_wire,
-    conjunction_to_wire,
+    profile_to_wire,
 )
-from ges.runtime.connection import Connection, ConnectionClosed
+from ges.records import Delivery
 from ges.topology import Topology
+from ges.transport.connection import Connection, ConnectionClosed
 from ges.wire import MAX_EVENT_BYTES, FrameError, encode, event_size
 from ges.wire import messages as m
 from ges.wire.frames import HEADER_SIZE
@@ -39,17 +39,6 @@ CONNECT_TIMEOUT = 5.0
 #: Seconds between keepalives: a broker disconnects a client it has heard nothing from for
 #: three of these (ges.runtime.broker.CLIENT_IDLE_TIMEOUT).
 KEEPALIVE = 10.0
-
-
-@attrs.frozen
-class Delivery:
-    """One event delivered to a subscription, with where it came from and when it arrived."""
-
-    pubend: str
-    tick: int
-    hops: int
-    event: m.Event
-    received_at: int
 
 
 def _stamped(events: Sequence[m.Event]) -> list[m.Event]:
@@ -526,7 +515,3 @@ def as_profile(profile: Profile | Conjunction | Sequence[Constraint | m.Constrai
     if all(isinstance(c, Constraint) for c in items):
         return Profile("", (Conjunction(items),))
     return Profile("", (conjunction_from_wire(items),))
-
-
-def profile_to_wire(profile: Profile) -> list[list[m.Constraint]]:
-    return [conjunction_to_wire(conj) for conj in profile.effective]

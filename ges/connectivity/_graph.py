@@ -57,7 +57,7 @@ from ges.connectivity._values import (
     express_unit,
     visible_to,
 )
-from ges.topology.model import LinkCostMatrix, UnitPath, broker_order_key, link_key, unit_name
+from ges.topology import LinkCostMatrix, UnitPath, broker_order_key, link_key, unit_name
 
 NodePair = tuple[GraphNode, GraphNode]
 

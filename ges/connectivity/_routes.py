@@ -34,7 +34,7 @@ import attrs
 
 from ges.connectivity._paths import ShortestPathTree, shortest_path_tree
 from ges.connectivity._values import GraphNode
-from ges.topology.model import LinkCostMatrix, UnitPath
+from ges.topology import LinkCostMatrix, UnitPath
 
 
 @attrs.frozen

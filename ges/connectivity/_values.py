@@ -25,7 +25,7 @@ import functools
 
 import attrs
 
-from ges.topology.model import UnitPath, broker_order_key, unit_name
+from ges.topology import UnitPath, broker_order_key, unit_name
 
 LinkKey = tuple[str, str]
 

@@ -331,6 +331,11 @@ def conjunction_to_wire(conj: Conjunction) -> list[wire.Constraint]:
     ]
 
 
+def profile_to_wire(profile: Profile) -> list[list[wire.Constraint]]:
+    """A profile's effective conjunctions as a wire ``Subscribe`` carries them."""
+    return [conjunction_to_wire(conj) for conj in profile.effective]
+
+
 def profile_from_wire(profile_id: str, conjunctions, event_type: str | None = None) -> Profile:
     """From a wire ``Subscribe``'s conjunction lists; anything invalid raises ValueError."""
     if len(conjunctions) > MAX_CONJUNCTIONS:

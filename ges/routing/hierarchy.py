@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from ges.topology import Topology, broker_order_key
-from ges.topology.model import UnitPath
+from ges.topology import Topology, UnitPath, broker_order_key
 
 
 class Hierarchy:

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from ges.connectivity import ConnectivityGraph, GraphNode
 from ges.matching.graph import ProfileGraph
@@ -70,13 +71,26 @@ from ges.matching.model import (
     conjunction_to_wire,
     constraint_weight,
 )
-from ges.reliable.claims import Claims
 from ges.routing.acks import PENDING, REMOVING, WAIVED, AckBook, Ticket
 from ges.routing.export import ADD, REMOVE, Exporter
 from ges.routing.hierarchy import Hierarchy
-from ges.topology import broker_order_key
-from ges.topology.model import UnitPath
+from ges.topology import UnitPath, broker_order_key
 from ges.wire import messages as m
+
+
+class ClaimChains(Protocol):
+    """What routing needs of reliable delivery's claim chains (ges.reliable.claims.Claims, seed
+    002 §2): a keeper records each route it learns and makes a claim per child from it."""
+
+    def learn(self, pubend: str, unit: tuple, prev: int, tick: int) -> object:
+        """A route for ``unit`` claiming ``(prev, tick)`` arrived: the unit's state."""
+
+    def claim(self, st, kid: str, tick: int) -> int:
+        """The claim of the route this broker makes for child ``kid`` at ``tick``."""
+
+    def latest(self) -> list[tuple[str, int]]:
+        """``(pubend, tick)``: the highest tick of each pubend routed here as a keeper."""
+
 
 SYNC = 0
 
@@ -139,7 +153,7 @@ class ContentRouter:
         self.book = AckBook()
         #: reliable delivery: the keepers' claim chains (set by the core), and per live add the
         #: last tick of each pubend routed before its keepers applied it (from their acks)
-        self.claims: Claims | None = None
+        self.claims: ClaimChains | None = None
         #: reliable delivery's sufficiency rule (seed 000 §3.5): a child with a broker whose
         #: profile this keeper lacks gets every event. Off only to show what it prevents.
         self.sufficiency = True
@@ -843,7 +857,7 @@ class ContentRouter:
         routes: Iterable[m.Route],
         been: tuple[str, ...] = (),
         *,
-        claims: Claims | None = None,
+        claims: ClaimChains | None = None,
         pubend: str = "",
         tick: int = 0,
         mine: list | None = None,
@@ -953,7 +967,7 @@ class ContentRouter:
         snapshot: ProfileGraph,
         attributes: Mapping | None,
         r: m.Route,
-        claims: Claims,
+        claims: ClaimChains,
         pubend: str,
         tick: int,
         vm: tuple[int, dict] | None,

@@ -30,17 +30,17 @@ import trio
 
 from ges.core import CLIENT, DROP_PEER, NOTICE, PEER, BrokerCore, ProtocolError
 from ges.errors import OperationError
-from ges.runtime.connection import (
+from ges.runtime.notes import RateLimitedLog
+from ges.runtime.pubend_log import SqliteLog
+from ges.runtime.recording import BrokerRecorder
+from ges.topology import Topology, broker_order_key
+from ges.transport.connection import (
     FRAME_DEADLINE,
     MAX_QUEUED_BYTES,
     Budget,
     Connection,
     ConnectionClosed,
 )
-from ges.runtime.notes import RateLimitedLog
-from ges.runtime.pubend_log import SqliteLog
-from ges.runtime.recording import BrokerRecorder
-from ges.topology import Topology, broker_order_key
 from ges.wire import DEFAULT_MAX_FRAME, FrameError, FrameTooLarge, encode, encode_frames
 from ges.wire import messages as m
 from ges.wire.messages import hello_for

@@ -1,7 +1,7 @@
 """``ges up --record DIR``: delivery records for every broker's local clients.
 
 Each broker appends one record per event it hands to a local subscription to
-``DIR/<broker>.records.jsonl`` (made at its first record), in the format of :mod:`ges.client.records` (what ``ges
+``DIR/<broker>.records.jsonl`` (made at its first record), in the format of :mod:`ges.records` (what ``ges
 subscribe --record`` writes), with ``received_at`` the broker's clock when it handed the event to
 the client's connection (read before the broker writes that batch) — so the latency it records
 leaves out the last hop to the client, which ``ges subscribe --record`` includes. Writes go through the file's buffer and are flushed after
@@ -17,6 +17,7 @@ import logging
 from pathlib import Path
 
 from ges.errors import OperationError
+from ges.records import Delivery, delivery_record
 from ges.wire import messages as m
 
 
@@ -33,11 +34,6 @@ class BrokerRecorder:
         except OSError as exc:
             where = self.path.parent
             raise OperationError(f"--record {where}: cannot make it: {exc.strerror}") from None
-        # the client package imports the runtime's: no import of it at module level
-        from ges.client._client import Delivery
-        from ges.client.records import delivery_record
-
-        self._delivery, self._record = Delivery, delivery_record
         self._file = None
         self._stopped = False
         self._dirty = False
@@ -54,8 +50,8 @@ class BrokerRecorder:
                 return
         lines = [
             json.dumps(
-                self._record(
-                    self._delivery(msg.pubend, it.tick, it.hops, it.event, now_ns),
+                delivery_record(
+                    Delivery(msg.pubend, it.tick, it.hops, it.event, now_ns),
                     subscriber_broker=self.broker,
                     client=client,
                     tags=self.tags,

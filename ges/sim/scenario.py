@@ -20,8 +20,7 @@ import time
 
 import attrs
 
-from ges.client._client import profile_to_wire
-from ges.matching.model import Conjunction, Profile
+from ges.matching.model import Conjunction, Profile, profile_to_wire
 from ges.matching.syntax import parse_where
 from ges.sim.checker import Checker
 from ges.sim.network import Faults, Sim

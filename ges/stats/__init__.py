@@ -4,5 +4,5 @@ Seed 004 (Pallickara & Fox, *The Grid Event Service*) asks two questions of a br
 how path lengths grow with the network (its small-world argument, §3) and how delivery latency
 depends on matching rate, event size, publish rate and hops (its Figure 7 and Table 2).
 ``ges.stats.paths`` answers the first from topologies, ``ges.stats.latency`` the second from
-delivery records (``ges.client.records``). Both run on a Spark session from ``_spark``.
+delivery records (``ges.records``). Both run on a Spark session from ``ges.stats.spark``.
 """

@@ -18,8 +18,8 @@ from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from pathlib import Path
 
-from ges.client.records import FIELD_NAMES, RecordError, parse_record
 from ges.errors import UserInputError
+from ges.records import FIELD_NAMES, RecordError, parse_record
 from ges.stats.latency import LatencyGroup, LatencyStats
 
 _ALIASES = {"rate": ("rate", "publish_rate")}

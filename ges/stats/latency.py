@@ -2,7 +2,7 @@
 
 Seed 004 measures how the latency of a delivery (``received_at − published_at``) depends on the
 matching rate, the event size, the publish rate and the hop count. :func:`latency_stats` reads
-delivery records (``ges.client.records``: JSON lines and/or Parquet), groups them by any record
+delivery records (``ges.records``: JSON lines and/or Parquet), groups them by any record
 field or experiment tag, and gives per group the count, mean, population variance and standard
 deviation, min, the nearest-rank p50, p95 and p99, and max, in microseconds.
 
@@ -25,7 +25,7 @@ aggregation do it instead:
    parsing JSON is most of the work.
 
 Bad records stop the job: the first pass also counts them, a small job names the files that hold
-them, and the driver re-reads the first of those with ``ges.client.records.parse_record`` to
+them, and the driver re-reads the first of those with ``ges.records.parse_record`` to
 name its first bad line.
 """
 
@@ -44,9 +44,9 @@ from urllib.parse import unquote, urlparse
 
 import attrs
 
-from ges.client import records
+from ges import records
 from ges.errors import GesError, OperationError, UserInputError
-from ges.stats._spark import failure_reason
+from ges.stats.spark import failure_reason
 
 #: The statistics of a group, in the order tables and CSV show them (latencies in µs).
 STATS = ("count", "mean", "stddev", "variance", "min", "p50", "p95", "p99", "max", "negative")
@@ -536,7 +536,7 @@ def latency_stats(
     """Latency statistics per group of the delivery records under ``paths``.
 
     Args:
-        spark: a SparkSession (``ges.stats._spark.session``).
+        spark: a SparkSession (``ges.stats.spark.session``).
         paths: record files and directories (see :func:`record_sources`).
         by: group keys (:func:`parse_by`); none gives one group of every record.
         exact: exact nearest-rank percentiles (two passes); False interpolates within the

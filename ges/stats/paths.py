@@ -257,7 +257,7 @@ def path_stats_many(
     growing size cost on a few cores (each step is a Spark job).
 
     Args:
-        spark: the SparkSession to run on (``ges.stats._spark.session``).
+        spark: the SparkSession to run on (``ges.stats.spark.session``).
         topologies: the broker networks.
         exact_up_to: every broker is a source (exact figures) in a topology of up to this many
             brokers.

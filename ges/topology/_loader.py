@@ -10,18 +10,18 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 
 from ges.errors import UserInputError
-from ges.topology.model import (
+from ges.topology.specs import (
     DEFAULT_BLOCK_LIMIT,
     DEFAULT_HOST,
     BrokerSpec,
     LinkCostMatrix,
     LinkSpec,
     ReplicatorSpec,
-    Topology,
     broker_order_key,
     connected_components,
     link_key,
@@ -34,6 +34,9 @@ MAX_TOPOLOGY_BYTES = 64 * 1024 * 1024
 
 _TOP_KEYS = {"name", "block_limit", "brokers", "links", "replicators", "link_costs", "description"}
 _BROKER_KEYS = {"unit", "host", "port"}
+
+#: the class a loaded topology is made as (ges.topology.model.Topology)
+T = TypeVar("T")
 
 
 class _LineDict(dict):
@@ -81,7 +84,7 @@ _LineLoader.add_constructor(
 )
 
 
-def load_yaml_file(path) -> Topology:
+def load_yaml_file(path, make: type[T]) -> T:
     path = Path(path)
     source = os.fspath(path)
     try:
@@ -102,10 +105,10 @@ def load_yaml_file(path) -> Topology:
         raise UserInputError(f"{source}: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise UserInputError(f"{source}: cannot read: {exc.strerror}") from None
-    return load_yaml_text(text, source=source)
+    return load_yaml_text(text, make, source=source)
 
 
-def load_yaml_text(text: str, *, source: str) -> Topology:
+def load_yaml_text(text: str, make: type[T], *, source: str) -> T:
     try:
         data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
@@ -115,7 +118,7 @@ def load_yaml_text(text: str, *, source: str) -> Topology:
         raise UserInputError(f"{where}: malformed YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise UserInputError(f"{source}: malformed YAML: {exc}") from None
-    return build(data, source=source, lines=True)
+    return build(data, make, source=source, lines=True)
 
 
 class _Where:
@@ -152,7 +155,7 @@ def _parse_unit(raw, what: str, w: _Where, container, key) -> tuple[str, ...]:
     return parts
 
 
-def build(data, *, source: str, lines: bool | None) -> Topology:
+def build(data, make: type[T], *, source: str, lines: bool | None) -> T:
     """Validate the YAML form and build a :class:`Topology` (see module docstring)."""
     w = _Where(source, lines)
     if data is None:
@@ -183,7 +186,7 @@ def build(data, *, source: str, lines: bool | None) -> Topology:
     link_costs = _parse_link_costs(data, w)
 
     warnings = _check_structure(data, brokers, links, block_limit, w)
-    return Topology(
+    return make(
         name=name.strip(),
         block_limit=block_limit,
         brokers=brokers,

@@ -21,102 +21,42 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from functools import cached_property
 
 import attrs
 
-UnitPath = tuple[str, ...]
+from ges.topology import _loader
+from ges.topology.specs import (
+    DEFAULT_BLOCK_LIMIT,
+    DEFAULT_HOST,
+    DIGEST_FORMAT,
+    SHORT_DIGEST_CHARS,
+    BrokerSpec,
+    LinkCostMatrix,
+    LinkSpec,
+    ReplicatorSpec,
+    UnitPath,
+    broker_order_key,
+    connected_components,
+    link_key,
+    unit_name,
+)
 
-#: Seed 004 §2: "This limit, the block-limit, is set at 64."
-DEFAULT_BLOCK_LIMIT = 64
-DEFAULT_HOST = "127.0.0.1"
-#: Names the canonical form the digest hashes; change it whenever that form changes, so a digest
-#: never means two different things.
-DIGEST_FORMAT = "ges-topology-digest/1"
-#: Hex digits of :attr:`Topology.short_digest`: 64 bits, plenty to tell networks apart by eye.
-SHORT_DIGEST_CHARS = 16
-
-_NATURAL_SPLIT = re.compile(r"(\d+)")
-
-
-def broker_order_key(broker_id: str) -> tuple:
-    """Natural order on broker ids (``b2`` < ``b10``); the lower broker dials each link."""
-    return tuple(int(part) if part.isdigit() else part for part in _NATURAL_SPLIT.split(broker_id))
-
-
-def unit_name(path: UnitPath) -> str:
-    """The display form of a unit path: ``SSC-A/SC-1/c1``; the whole system is ``/``."""
-    return "/".join(path) if path else "/"
-
-
-@attrs.frozen
-class BrokerSpec:
-    """One broker: its id, its unit path (top level first) and where it listens."""
-
-    id: str
-    unit: UnitPath
-    host: str = DEFAULT_HOST
-    port: int = 0
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return (self.host, self.port)
-
-
-@attrs.frozen
-class LinkSpec:
-    """An undirected link between two brokers; ``a`` is the lower id, the one that dials."""
-
-    a: str
-    b: str
-    cost: float | None = None
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.a, self.b)
-
-    def other(self, broker_id: str) -> str:
-        return self.b if broker_id == self.a else self.a
-
-
-@attrs.frozen
-class ReplicatorSpec:
-    """Stable storage attached to a unit, hosted by one broker inside it (used by later issues)."""
-
-    unit: UnitPath
-    broker: str
-
-
-@attrs.frozen
-class LinkCostMatrix:
-    """Seed 004 §2.2: the cost of traversing a level-ℓ link from a level-x unit.
-
-    The cost rises with both x (a bigger unit takes more internal hops to cross) and ℓ (higher
-    gateways are longer, slower links). ``rows[x][ℓ]`` overrides the default for that pair; the
-    default is ``1 + x + ℓ``.
-    """
-
-    rows: tuple[tuple[float, ...], ...] = ()
-
-    def cost(self, unit_level: int, link_level: int) -> float:
-        if unit_level < len(self.rows) and link_level < len(self.rows[unit_level]):
-            return self.rows[unit_level][link_level]
-        return float(1 + unit_level + link_level)
-
-    def overrides(self) -> tuple[tuple[int, int, float], ...]:
-        """``(x, ℓ, cost)`` for every entry that differs from the default, in order.
-
-        Two matrices with the same overrides price every link the same: writing a default out
-        (or leaving it off) changes nothing.
-        """
-        return tuple(
-            (x, lv, float(c))
-            for x, row in enumerate(self.rows)
-            for lv, c in enumerate(row)
-            if float(c) != float(1 + x + lv)
-        )
+__all__ = [
+    "DEFAULT_BLOCK_LIMIT",
+    "DEFAULT_HOST",
+    "BrokerSpec",
+    "LinkCostMatrix",
+    "LinkSpec",
+    "ReplicatorSpec",
+    "Topology",
+    "UnitPath",
+    "broker_order_key",
+    "connected_components",
+    "link_key",
+    "unit_name",
+]
 
 
 @attrs.frozen
@@ -138,22 +78,16 @@ class Topology:
     @classmethod
     def from_yaml(cls, path) -> Topology:
         """Read and validate a YAML topology file; raises ``UserInputError`` with one line."""
-        from ges.topology._loader import load_yaml_file
-
-        return load_yaml_file(path)
+        return _loader.load_yaml_file(path, cls)
 
     @classmethod
     def from_yaml_text(cls, text: str, *, source: str = "<string>") -> Topology:
-        from ges.topology._loader import load_yaml_text
-
-        return load_yaml_text(text, source=source)
+        return _loader.load_yaml_text(text, cls, source=source)
 
     @classmethod
     def from_dict(cls, data: Mapping, *, source: str = "<dict>") -> Topology:
         """Validate a plain mapping of the YAML form (no line numbers in errors)."""
-        from ges.topology._loader import build
-
-        return build(data, source=source, lines=None)
+        return _loader.build(data, cls, source=source, lines=None)
 
     def to_dict(self) -> dict:
         """The YAML form of this topology; ``from_dict(t.to_dict()) == t``."""
@@ -304,34 +238,3 @@ class Topology:
 
     def replicators_in(self, unit: UnitPath) -> tuple[ReplicatorSpec, ...]:
         return tuple(r for r in self.replicators if r.unit == unit)
-
-
-def link_key(a: str, b: str) -> tuple[str, str]:
-    """The canonical (lower, higher) key of an undirected link."""
-    return (a, b) if broker_order_key(a) <= broker_order_key(b) else (b, a)
-
-
-def connected_components(nodes: Iterable[str], edges: Iterable[tuple[str, str]]) -> list[set[str]]:
-    """Connected components of an undirected graph, largest first."""
-    nodes = list(nodes)
-    adj: dict[str, set[str]] = {n: set() for n in nodes}
-    for a, b in edges:
-        if a in adj and b in adj:
-            adj[a].add(b)
-            adj[b].add(a)
-    seen: set[str] = set()
-    parts: list[set[str]] = []
-    for start in nodes:
-        if start in seen:
-            continue
-        part = {start}
-        stack = [start]
-        while stack:
-            for n in adj[stack.pop()]:
-                if n not in part:
-                    part.add(n)
-                    stack.append(n)
-        seen |= part
-        parts.append(part)
-    parts.sort(key=len, reverse=True)
-    return parts

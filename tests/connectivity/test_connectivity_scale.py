@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ges.topology import Topology
-from ges.topology.model import connected_components
+from ges.topology.specs import connected_components
 
 SEED = 4004  # any seed works; printed in failure messages so a failure replays
 

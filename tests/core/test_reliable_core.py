@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ges.client._client import profile_to_wire
 from ges.core import NOTICE, PEER, BrokerCore
 from ges.core.broker import MAX_ANSWER_BYTES
-from ges.matching.model import Profile
+from ges.matching.model import Profile, profile_to_wire
 from ges.reliable.log import MAX_READ, MemoryLog
 from ges.sim import Checker, Faults, Sim
 from ges.topology import Topology

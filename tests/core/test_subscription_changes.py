@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ges.client._client import profile_to_wire
 from ges.core import CLIENT
 from ges.core.broker import SUBACK_WAIT
-from ges.matching.model import Conjunction, Constraint, Profile
+from ges.matching.model import Conjunction, Constraint, Profile, profile_to_wire
 from ges.sim import Checker, Faults, Sim
 from ges.topology import Topology
 from ges.wire import messages as m

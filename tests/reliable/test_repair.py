@@ -16,9 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ges.sim.scenario as scenario
-from ges.client._client import profile_to_wire
 from ges.core import PEER, BrokerCore
-from ges.matching.model import Conjunction, Constraint, Profile
+from ges.matching.model import Conjunction, Constraint, Profile, profile_to_wire
 from ges.reliable import claims as claims_mod
 from ges.reliable.claims import Claims, Known
 from ges.reliable.repair import HOLD, MAX_HELD, MAX_WAITERS, EventCache, NackBoard

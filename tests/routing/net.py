@@ -10,10 +10,9 @@ import itertools
 import random
 from collections import deque
 
-from ges.client._client import profile_to_wire
 from ges.core import CLIENT, NOTICE, PEER, BrokerCore
 from ges.core.failure import FailureDetector
-from ges.matching.model import Profile
+from ges.matching.model import Profile, profile_to_wire
 from ges.routing import Hierarchy
 from ges.topology import Topology
 from ges.wire import messages as m

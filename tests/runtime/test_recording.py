@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from ges.client import connect
-from ges.client.records import FIELD_NAMES
+from ges.records import FIELD_NAMES
 from ges.runtime import BrokerServer
 from ges.runtime.up import wait_ready
 from ges.wire import messages as m

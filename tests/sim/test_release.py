@@ -56,8 +56,7 @@ def test_a_subscription_made_after_its_broker_acknowledged_never_gets_part_of_th
     between; its keepers had routed nothing of b1, so they route 1..10 to it, and 7 is lost on
     the way. Answering its nack "nothing for you" would leave a gap; b20 acknowledged those
     ticks, so its subend starts above them and they never reach the subscription at all."""
-    from ges.client._client import profile_to_wire
-    from ges.matching.model import Conjunction, Profile
+    from ges.matching.model import Conjunction, Profile, profile_to_wire
     from ges.sim import Checker, Sim
     from ges.wire import messages as m
     from ges.wire.frames import HEADER_SIZE

@@ -1,19 +1,19 @@
 """One Spark session for every ``ges stats`` test: the JVM starts once per test run.
 
 Java 17 is part of what the project needs (README); without it these tests fail with
-``_spark.check_java``'s one line rather than being skipped.
+``ges.stats.spark.check_java``'s one line rather than being skipped.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from ges.stats import _spark
+from ges.stats import spark as sparkjob
 
 
 @pytest.fixture(scope="session")
 def spark():
     """A local SparkSession on two cores."""
-    session = _spark.session("local[2]")
+    session = sparkjob.session("local[2]")
     yield session
     session.stop()

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from cli import stats_latency
 from cli._common import command
-from ges.client import records
+from ges import records
 from ges.errors import UserInputError
 from ges.stats._latency_reference import reference_latency
 from ges.stats.latency import (
@@ -201,7 +201,7 @@ def test_cli_unknown_by_name_is_one_error_before_spark(inputs, monkeypatch):
     def no_spark(*args, **kwargs):
         raise AssertionError("Spark started for a --by name the records could have refused")
 
-    monkeypatch.setattr(stats_latency._spark, "session", no_spark)
+    monkeypatch.setattr(stats_latency.sparkjob, "session", no_spark)
     result = run(inputs["a"], "--by", "hops,nosuchfield")
     assert result.exit_code == 2, result.output
     (line,) = [ln for ln in result.stderr.splitlines() if ln.strip()]

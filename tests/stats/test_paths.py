@@ -351,12 +351,12 @@ def test_cli_bad_flags_are_one_line_exit_2(chain_file, args, flag):
 
 _QUIET = """
 from ges.errors import OperationError
-from ges.stats import _spark
+from ges.stats import spark as sparkjob
 try:
-    _spark.session("nonsense")
+    sparkjob.session("nonsense")
 except OperationError as exc:
     print("error:", exc)
-spark = _spark.session("local[1]")
+spark = sparkjob.session("local[1]")
 print(spark.range(3).count())
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from ges.runtime.connection import Connection
+from ges.transport.connection import Connection
 from ges.wire import FrameDecoder, decode, encode
 from ges.wire import messages as m
 

@@ -36,7 +36,21 @@ from __future__ import annotations
 import json
 from typing import IO
 
-from ges.client._client import Delivery
+import attrs
+
+from ges.wire import messages as m
+
+
+@attrs.frozen
+class Delivery:
+    """One event delivered to a subscription, with where it came from and when it arrived."""
+
+    pubend: str
+    tick: int
+    hops: int
+    event: m.Event
+    received_at: int
+
 
 #: Every field of a delivery record and its kind, in the order records are written.
 FIELDS: tuple[tuple[str, str], ...] = (
