@@ -144,14 +144,20 @@ async def test_idle_hellos_are_refused_at_the_cap_and_the_broker_still_serves(on
                     reasons.add(reply.reason if reply is not None else "closed")
                     await stream.aclose()
 
+            began = trio.current_time()
             for _ in range(20_000 // 200):
                 async with trio.open_nursery() as burst:
                     for _ in range(200):
                         burst.start_soon(one_hello)
-                # the client connected before is served all along
+                # the client connected before is served all along, and the cap holds
                 await pub.publish([m.Event({"n": 1})])
                 await receive(sub, 1)
-            assert len(idle) == cap - 1 and refused == 20_000 - (cap - 1)
+                assert (await pub.stats()).clients <= cap
+            took = trio.current_time() - began
+            assert len(idle) + refused == 20_000
+            # exactly cap - 1 got in, unless the flood outlasted the idle timeout (a loaded
+            # machine): then idle ones were closed meanwhile and as many others got their place
+            assert len(idle) == cap - 1 or (took > server.client_idle_timeout and len(idle) > cap)
             assert reasons == {
                 f"broker b1 has its maximum of {cap} clients; try again later or at another broker"
             }
