@@ -167,7 +167,7 @@ class BrokerCore:
             broker_id,
             self.pubend,
             frozenset(topology.brokers),
-            getattr(self.log, "clocks", None),
+            None if self.log is None else self.log.clocks,
         )
         self.neighbours = frozenset(topology.neighbours[broker_id])
         self.unit = topology.brokers[broker_id].unit
@@ -248,7 +248,7 @@ class BrokerCore:
         restarted = self.log is not None and self.log.last > 0
         # a log that opens a new epoch at each start names the previous one: its last tick
         # is announced too, and nacks for it are answered from the log
-        previous = getattr(self.log, "previous", None)
+        previous = None if self.log is None else self.log.previous
         self._previous = (f"{broker_id}~{previous[0]}", previous[1]) if previous else None
         restarted = restarted or self._previous is not None
         self._silence_due = 0.0 if restarted else float("inf")
@@ -1485,9 +1485,8 @@ class BrokerCore:
         return out
 
     def _old_epoch_answers(self, msg: m.Nack) -> list[m.Recovered]:
-        read = getattr(self.log, "read_epoch", None)
         _, _, epoch = msg.pubend.partition("~")
-        if read is None or _epoch(msg.pubend) < 0:  # a log that does not outlive its broker
+        if _epoch(msg.pubend) < 0:  # a pubend name with no epoch: nothing logged under it
             return [
                 m.Recovered(msg.pubend, msg.origin, lo, hi, [], lost=True)
                 for lo, hi in msg.ranges
@@ -1500,7 +1499,7 @@ class BrokerCore:
             1 << 62,
             log.released(n),
             log.lowest(n),
-            lambda lo, hi, limit: read(n, lo, hi, limit),
+            lambda lo, hi, limit: log.read_epoch(n, lo, hi, limit),
         )
 
     def _on_recovered(self, msg: m.Recovered, now: float) -> list:

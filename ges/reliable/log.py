@@ -31,11 +31,26 @@ PublisherState = tuple[int, int, int]
 
 
 class PubendLog(Protocol):
+    """What the broker core (:class:`ges.core.broker.BrokerCore`) asks of a pubend's log: every
+    member it uses is here, so any log it is given answers all of them. :class:`MemoryLog` and
+    ``ges.runtime.pubend_log.SqliteLog`` implement it; ``tests/reliable/test_log_contract.py``
+    runs the same tests against both."""
+
+    #: the epoch this log appends to: the pubend is ``<broker>~<epoch>``. A log that survives
+    #: its broker's restarts either goes on with the same epoch (its ticks go on after
+    #: :attr:`last`) or opens a higher one (ticks from 1 again; see :attr:`previous`)
     epoch: int
     #: the pubend's V_m digest and clock table as of the last change (:mod:`ges.reliable.vt`);
     #: a log whose epoch goes on across restarts keeps it, one that opens a new epoch at each
     #: start (a new stream) may start it empty
     clocks: tuple[int, dict]
+
+    @property
+    def previous(self) -> tuple[int, int] | None:
+        """The epoch before this one and its last committed tick, when this log opened a new
+        epoch at this start and still holds events of the previous one (the core announces that
+        tick, so subscribers missing the previous epoch's last events nack them, and answers
+        from :meth:`read_epoch`); None otherwise."""
 
     @property
     def last(self) -> int:
@@ -55,7 +70,15 @@ class PubendLog(Protocol):
         MAX_PUBLISHERS). A log that survives restarts keeps it with the events."""
 
     def read(self, lo: int, hi: int, limit: int = MAX_READ) -> list[tuple[int, object]]:
-        """``(tick, event)`` for the ticks of ``lo..hi`` held, at most ``limit``, in order."""
+        """``(tick, event)`` for the committed ticks of ``lo..hi`` held, at most ``limit``, in
+        order."""
+
+    def read_epoch(
+        self, epoch: int, lo: int, hi: int, limit: int = MAX_READ
+    ) -> list[tuple[int, object]]:
+        """:meth:`read` of any epoch (the core answers nacks for an earlier epoch from it): for
+        this one the same as :meth:`read`; for an epoch the log does not hold, nothing (its
+        :meth:`lowest` says the ticks are lost)."""
 
     def lowest(self, epoch: int | None = None) -> int:
         """The lowest tick held of an epoch (this one by default): those below it were
@@ -137,10 +160,21 @@ class MemoryLog:
     def publishers(self) -> dict[str, PublisherState]:
         return self._publishers
 
+    @property
+    def previous(self) -> tuple[int, int] | None:
+        # one epoch only: kept across a simulated restart it goes on, and a new one knows
+        # nothing of the stream before it (a nack for that is answered as lost)
+        return None
+
     def read(self, lo: int, hi: int, limit: int = MAX_READ) -> list[tuple[int, object]]:
         i = bisect_left(self._ticks, lo)
         j = min(bisect_left(self._ticks, hi + 1), i + limit)
         return list(zip(self._ticks[i:j], self._events[i:j], strict=True))
+
+    def read_epoch(
+        self, epoch: int, lo: int, hi: int, limit: int = MAX_READ
+    ) -> list[tuple[int, object]]:
+        return self.read(lo, hi, limit) if epoch == self.epoch else []
 
     def lowest(self, epoch: int | None = None) -> int:
         if epoch is not None and epoch != self.epoch:

@@ -179,7 +179,6 @@ class SqliteLog:
         return self._publishers
 
     def read(self, lo: int, hi: int, limit: int = MAX_READ) -> list[tuple[int, object]]:
-        hi = min(hi, self._committed)
         return self.read_epoch(self.epoch, lo, hi, limit)
 
     def lowest(self, epoch: int | None = None) -> int:
@@ -257,8 +256,13 @@ class SqliteLog:
         if gone < RELEASE_CHUNK:
             self._done = upto
 
-    def read_epoch(self, epoch: int, lo: int, hi: int, limit: int = MAX_READ) -> list:
-        """``(tick, event)`` of an epoch (an earlier one: what it logged before a crash)."""
+    def read_epoch(
+        self, epoch: int, lo: int, hi: int, limit: int = MAX_READ
+    ) -> list[tuple[int, object]]:
+        """``(tick, event)`` of an epoch (an earlier one: what it logged before a crash); of
+        this one only what :attr:`committed` covers, as :meth:`read`."""
+        if epoch == self.epoch:
+            hi = min(hi, self._committed)
         rows = self._read(
             "SELECT first, body FROM events WHERE epoch = ? AND first <= ? AND last >= ?"
             " ORDER BY first LIMIT ?",
