@@ -1,5 +1,6 @@
-"""The in-memory pubend log: appends by consecutive ticks, reads by tick range, and refuses to
-go back."""
+"""What only the in-memory log does. The contract it shares with SqliteLog (appends, reads,
+release, the bound, epochs, promises, publishers, clocks) is tested against both in
+test_log_contract.py; here is MemoryLog's side of where the two differ, and its length."""
 
 from __future__ import annotations
 
@@ -7,14 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ges.reliable.log import MAX_READ, MemoryLog
+from ges.reliable.log import MemoryLog
+from ges.wire import messages as m
+from ges.wire.messages import held_size
 
 
-def test_an_empty_log():
-    log = MemoryLog()
-    assert log.epoch == 1
-    assert log.last == 0 and log.committed == 0 and len(log) == 0
-    assert log.read(1, 100) == []
+def ev(n: int) -> m.Event:
+    return m.Event({"n": n}, b"x" * 100)
 
 
 def test_the_epoch_is_kept():
@@ -22,77 +22,71 @@ def test_the_epoch_is_kept():
     assert MemoryLog(epoch=3).epoch == 3
 
 
-def test_append_gives_consecutive_ticks_from_first():
+def test_a_memory_log_is_durable_as_soon_as_appended():
+    # the simulator has no disk to wait for: an append is committed as it is made (SqliteLog's
+    # commit waits for its group to be written)
     log = MemoryLog()
     log.append(1, ["a", "b", "c"])
     assert log.last == 3 and log.committed == 3 and len(log) == 3
-    assert log.read(1, 3) == [(1, "a"), (2, "b"), (3, "c")]
     log.append(4, ["d"])
     assert log.last == 4 and log.committed == 4
-    assert log.read(1, 4) == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
 
 
-def test_read_is_bounded_by_lo_and_hi_inclusive():
+def test_the_simulator_keeps_a_memory_log_across_a_crash_so_its_stream_goes_on():
+    # the restarted core is given the same object at the same epoch, so its ticks go on after
+    # the last and MemoryLog.previous is always None (SqliteLog opens a new epoch instead)
+    from ges.sim import Sim
+    from tests.sim.test_simulator import topology
+
+    sim = Sim(topology("demo"), seed=1)
+    broker = sorted(sim.cores)[0]
+    before = sim.cores[broker]
+    sim.crash(broker, 0.5)
+    sim.run_until(1.0)
+    after = sim.cores[broker]
+    assert after is not before and after.incarnation != before.incarnation
+    assert after.log is before.log is sim.logs[broker]
+    assert after.pubend == before.pubend and after.log.previous is None
+
+
+def test_the_bounds_drop_single_events_oldest_first_even_inside_a_batch():
+    # no batches in memory: beyond either bound exactly the oldest events go (SqliteLog's
+    # bound deletes whole batches)
+    log = MemoryLog(max_events=3)
+    log.append(1, [ev(1), ev(2)])
+    log.append(3, [ev(3), ev(4)])
+    assert len(log) == 3 and log.lowest() == 2
+    assert log.read(1, 10) == [(t, ev(t)) for t in range(2, 5)]
+    by_bytes = MemoryLog(max_bytes=3 * held_size(ev(1)))
+    by_bytes.append(1, [ev(t) for t in range(1, 6)])
+    assert len(by_bytes) == 3 and by_bytes.lowest() == 3
+    assert by_bytes.released() == 0  # dropped, not released: a nack for them is answered lost
+    # an event larger than the whole bound is not kept either
+    by_bytes.append(6, [m.Event({"n": 6}, b"x" * (4 * held_size(ev(1))))])
+    assert len(by_bytes) == 0 and by_bytes.lowest() == 7 and by_bytes.last == 6
+
+
+def test_a_release_drops_single_events_even_inside_a_batch():
+    # (SqliteLog deletes the batches wholly released and keeps the rest)
     log = MemoryLog()
-    log.append(1, list("abcdef"))
-    assert log.read(2, 4) == [(2, "b"), (3, "c"), (4, "d")]
-    assert log.read(3, 3) == [(3, "c")]
-    assert log.read(0, 2) == [(1, "a"), (2, "b")]
-    assert log.read(5, 100) == [(5, "e"), (6, "f")]
-    assert log.read(7, 9) == []
-    assert log.read(4, 3) == []  # an empty range
+    log.append(1, [ev(t) for t in range(1, 4)])
+    log.append(4, [ev(t) for t in range(4, 7)])
+    log.release(5)
+    assert log.lowest() == 6 and len(log) == 1
 
 
-def test_read_returns_at_most_limit_from_lo():
+def test_len_counts_the_events_held():
     log = MemoryLog()
-    log.append(1, list("abcdef"))
-    assert log.read(2, 6, limit=2) == [(2, "b"), (3, "c")]
-    assert log.read(1, 6, limit=6) == log.read(1, 6)
-    assert log.read(1, 6, limit=0) == []
-
-
-def test_read_defaults_to_max_read():
-    log = MemoryLog()
-    log.append(1, list(range(MAX_READ + 10)))
-    got = log.read(1, MAX_READ + 10)
-    assert len(got) == MAX_READ
-    assert got[0] == (1, 0) and got[-1] == (MAX_READ, MAX_READ - 1)
-
-
-def test_read_skips_ticks_not_held():
-    log = MemoryLog()
+    assert len(log) == 0
     log.append(3, ["c", "d"])
     log.append(10, ["j"])
-    assert log.last == 10 and len(log) == 3
-    assert log.read(1, 20) == [(3, "c"), (4, "d"), (10, "j")]
-    assert log.read(5, 9) == []
-    assert log.read(4, 10, limit=1) == [(4, "d")]
-
-
-@pytest.mark.parametrize("first", [1, 2, 3])
-def test_appending_at_or_below_last_raises(first):
-    log = MemoryLog()
-    log.append(1, ["a", "b", "c"])
+    assert len(log) == 3  # ticks skipped are not held
     with pytest.raises(ValueError):
-        log.append(first, ["x"])
-    # and nothing was appended
-    assert log.last == 3 and len(log) == 3
-    assert log.read(1, 10) == [(1, "a"), (2, "b"), (3, "c")]
-
-
-def test_tick_zero_cannot_be_appended():
-    with pytest.raises(ValueError):
-        MemoryLog().append(0, ["x"])
-
-
-def test_an_empty_batch_is_nothing():
-    log = MemoryLog()
-    log.append(1, ["a"])
-    log.append(1, [])  # appends no tick: not a step back
-    log.append(5, [])
-    assert log.last == 1 and len(log) == 1
-    log.append(2, ["b"])
-    assert log.read(1, 5) == [(1, "a"), (2, "b")]
+        log.append(10, ["x"])
+    log.append(11, [])
+    assert len(log) == 3  # a refused append and an empty batch add nothing
+    log.release(3)
+    assert len(log) == 2
 
 
 batches = st.lists(
@@ -102,17 +96,15 @@ batches = st.lists(
 
 
 @settings(max_examples=200, deadline=None)
-@given(batches, st.integers(0, 60), st.integers(0, 60), st.integers(0, 20))
-def test_the_log_agrees_with_a_dict_of_ticks(script, lo, hi, limit):
+@given(batches)
+def test_len_and_committed_agree_with_a_dict_of_ticks(script):
     log = MemoryLog()
     model: dict[int, object] = {}
     for skip, size in script:
         first = log.last + skip
         events = [(first, i) for i in range(size)]
         log.append(first, events)
-        for i, ev in enumerate(events):
-            model[first + i] = ev
+        for i, e in enumerate(events):
+            model[first + i] = e
         assert log.last == max(model, default=0) == log.committed
         assert len(log) == len(model)
-    want = [(t, model[t]) for t in sorted(model) if lo <= t <= hi][:limit]
-    assert log.read(lo, hi, limit) == want
