@@ -34,6 +34,10 @@ node whose destinations are all already matched is not entered: its edges can ad
 
 Destinations are opaque hashable ids: a subscription at a broker, or a sub-unit at a gatekeeper.
 The graph is sans-I/O and knows nothing of XML.
+
+This module owns the graph: the attribute order, conjunctions written as paths, the counts along
+them, and the walk. What one node holds — its edges indexed by operator, the keys they are found
+by, and the probe codes the walk dispatches on — is ``ges.matching.edge_tables``.
 """
 
 from __future__ import annotations
@@ -41,333 +45,30 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Hashable, Iterator, Mapping
 
-from ges.matching.model import (
-    STRING,
-    TYPE_ATTR,
-    Conjunction,
-    Constraint,
-    Profile,
-    kind,
+from ges.matching.edge_tables import (
+    EQ,
+    FALSE_KEY,
+    GE,
+    IN,
+    LE,
+    LT,
+    NE,
+    PREFIX,
+    RANGE,
+    TRUE_KEY,
+    Eq,
+    Node,
+    Tests,
+    constraint_key,
+    describe_key,
+    merge_ranges,
+    node_probes,
+    sort_key,
 )
-
-# -- keys --------------------------------------------------------------------------------------
-
-# A value's hash key: strings and numbers are their own keys (1 and 1.0 are one key, which is the
-# number semantics); booleans get singletons so they never meet 1 and 0.
-_TRUE = ("bool", True)
-_FALSE = ("bool", False)
-
-#: The order of operators inside one attribute: the most selective first.
-_OP_ORDER = {
-    op: i
-    for i, op in enumerate(("eq", "in", "prefix", "range", "lt", "le", "gt", "ge", "ne", "exists"))
-}
-
+from ges.matching.model import TYPE_ATTR, Conjunction, Profile, kind
 
 #: An ``in`` test is expanded into equality paths while a conjunction has at most this many.
 IN_EXPANSION = 16
-
-
-def _key(value):
-    t = type(value)
-    if t is bool:
-        return _TRUE if value else _FALSE
-    return value
-
-
-class _Range:
-    """``lo <(=) attr <(=) hi``: a conjunction's lower and upper bound on one attribute, kept
-    as one node so that an event inside the range is one hit instead of a hop per bound."""
-
-    __slots__ = ("attr", "value")
-    op = "range"
-
-    def __init__(self, attr: str, lower: Constraint, upper: Constraint):
-        self.attr = attr
-        # (lo, lo_open, hi, hi_closed)
-        self.value = (lower.value, lower.op == "gt", upper.value, upper.op == "le")
-
-
-class _Eq:
-    """One value of an expanded ``in`` test."""
-
-    __slots__ = ("attr", "value")
-    op = "eq"
-
-    def __init__(self, attr: str, value):
-        self.attr = attr
-        self.value = value
-
-
-def _merge_ranges(keyed: dict) -> dict:
-    """Replace each attribute's single lower and single upper bound of one kind by a _Range
-    (``keyed``: {(attr, constraint key): constraint}; returned as is when nothing merges)."""
-    bounds: dict[str, list] = {}
-    for c in keyed.values():
-        if c.op in ("gt", "ge", "lt", "le"):
-            bounds.setdefault(c.attr, []).append(c)
-    merged = {}
-    for attr, cs in bounds.items():
-        lower = [c for c in cs if c.op in ("gt", "ge")]
-        upper = [c for c in cs if c.op in ("lt", "le")]
-        if len(lower) == 1 and len(upper) == 1 and kind(lower[0].value) is kind(upper[0].value):
-            merged[attr] = (lower[0], upper[0])
-    if not merged:
-        return keyed
-    out = {
-        k: c
-        for k, c in keyed.items()
-        if not (c.attr in merged and (c is merged[c.attr][0] or c is merged[c.attr][1]))
-    }
-    for attr, (lo, hi) in merged.items():
-        r = _Range(attr, lo, hi)
-        out[(attr, _ckey(r))] = r
-    return out
-
-
-def _ckey(c: Constraint):
-    """A constraint's identity among a node's edges (equal keys ⇒ equal semantics)."""
-    if c.op == "range":
-        return ("range", kind(c.value[0]), *c.value)
-    if c.op == "in":
-        return ("in", frozenset(_key(v) for v in c.value))
-    if c.op == "exists":
-        return ("exists", None)
-    return (c.op, kind(c.value), _key(c.value))
-
-
-def _sort_key(c: Constraint, rank: int):
-    v = c.value
-    return (rank, _OP_ORDER[c.op], repr(sorted(map(repr, v))) if c.op == "in" else repr(v))
-
-
-# -- structure ---------------------------------------------------------------------------------
-
-
-class _Node:
-    """A constraint in the graph; its counts are those of the edge that leads into it."""
-
-    __slots__ = ("dests", "ends", "probes", "tests")
-
-    def __init__(self) -> None:
-        #: destination -> conjunctions that traverse the edge into this node (predicate counts)
-        self.dests: dict[Hashable, int] = {}
-        #: destination -> conjunctions that end at this node (None: none do)
-        self.ends: dict[Hashable, int] | None = None
-        #: next constrained attribute -> its tests (None: a leaf)
-        self.tests: dict[str, _Tests] | None = None
-        #: the tests flattened for matching: (attr, probe code, table), rebuilt on change
-        self.probes: tuple = ()
-
-
-class _Sorted:
-    """Thresholds of one ordered operator and kind, sorted, with their nodes."""
-
-    __slots__ = ("keys", "nodes")
-
-    def __init__(self) -> None:
-        self.keys: list = []
-        self.nodes: list[_Node] = []
-
-    def insert(self, key, node: _Node) -> None:
-        i = bisect_left(self.keys, key)
-        self.keys.insert(i, key)
-        self.nodes.insert(i, node)
-
-    def delete(self, key) -> None:
-        i = bisect_left(self.keys, key)
-        del self.keys[i]
-        del self.nodes[i]
-
-
-class _Intervals:
-    """Ranges of one kind sorted by lower bound: an event value's candidates are the ranges
-    whose lower bound it passes (a bisection); each is then checked against its upper bound."""
-
-    __slots__ = ("items", "los")
-
-    def __init__(self) -> None:
-        self.los: list = []
-        self.items: list[tuple] = []  # (lo, lo_open, hi, hi_closed, node), parallel to los
-
-    def insert(self, value: tuple, node: _Node) -> None:
-        lo = value[0]
-        i = bisect_right(self.los, lo)
-        self.los.insert(i, lo)
-        self.items.insert(i, (*value, node))
-
-    def delete(self, node: _Node) -> None:
-        for i, item in enumerate(self.items):
-            if item[4] is node:
-                del self.los[i]
-                del self.items[i]
-                return
-        raise KeyError(node)
-
-
-class _Tests:
-    """The edges from one node that test one attribute, indexed by operator."""
-
-    __slots__ = (
-        "by_key",
-        "eq",
-        "exists",
-        "inn",
-        "lt",
-        "le",
-        "gt",
-        "ge",
-        "ne",
-        "plens",
-        "prefix",
-        "rng",
-    )
-
-    # Tables are created on first use: most nodes test one attribute with one operator, and the
-    # graph holds a node per distinct constraint prefix.
-    def __init__(self) -> None:
-        self.by_key: dict = {}  # constraint key -> node (for add and remove)
-        self.eq: dict | None = None  # value key -> node
-        self.inn: dict | None = None  # value key -> [nodes]
-        self.ne: dict | None = None  # kind -> {value key -> node}
-        self.prefix: dict[str, _Node] | None = None
-        self.plens: dict[int, int] | None = None  # prefix length -> prefixes of that length
-        self.lt: dict[str, _Sorted] | None = None  # kind -> thresholds
-        self.le: dict[str, _Sorted] | None = None
-        self.gt: dict[str, _Sorted] | None = None
-        self.ge: dict[str, _Sorted] | None = None
-        self.exists: _Node | None = None
-        self.rng: dict[str, _Intervals] | None = None  # kind -> ranges by lower bound
-
-    def add(self, ckey, c: Constraint) -> tuple[_Node, bool]:
-        """A node for a new constraint; True if that needed a new table (a new probe)."""
-        node = self.by_key[ckey] = _Node()
-        op = c.op
-        if op == "eq":
-            new = self.eq is None
-            if new:
-                self.eq = {}
-            self.eq[_key(c.value)] = node
-        elif op == "in":
-            new = self.inn is None
-            if new:
-                self.inn = {}
-            for k in ckey[1]:
-                self.inn.setdefault(k, []).append(node)
-        elif op == "ne":
-            if self.ne is None:
-                self.ne = {}
-            new = ckey[1] not in self.ne
-            self.ne.setdefault(ckey[1], {})[ckey[2]] = node
-        elif op == "prefix":
-            new = self.prefix is None
-            if new:
-                self.prefix, self.plens = {}, {}
-            self.prefix[c.value] = node
-            n = len(c.value)
-            self.plens[n] = self.plens.get(n, 0) + 1
-        elif op == "exists":
-            new = True
-            self.exists = node
-        elif op == "range":
-            if self.rng is None:
-                self.rng = {}
-            s = self.rng.get(ckey[1])
-            new = s is None
-            if new:
-                s = self.rng[ckey[1]] = _Intervals()
-            s.insert(c.value, node)
-        else:
-            table = getattr(self, op)
-            if table is None:
-                table = {}
-                setattr(self, op, table)
-            s = table.get(ckey[1])
-            new = s is None
-            if new:
-                s = table[ckey[1]] = _Sorted()
-            s.insert(c.value, node)
-        return node, new
-
-    def drop(self, ckey, c: Constraint) -> None:
-        """Remove a constraint's node; a table left empty goes back to None, so that the next
-        ``add`` reports it as new and the owner rebuilds its probes (the caller always does
-        after a drop)."""
-        node = self.by_key.pop(ckey)
-        op = c.op
-        if op == "eq":
-            del self.eq[_key(c.value)]
-            if not self.eq:
-                self.eq = None
-        elif op == "in":
-            for k in ckey[1]:
-                nodes = self.inn[k]
-                nodes.remove(node)
-                if not nodes:
-                    del self.inn[k]
-            if not self.inn:
-                self.inn = None
-        elif op == "ne":
-            table = self.ne[ckey[1]]
-            del table[ckey[2]]
-            if not table:
-                del self.ne[ckey[1]]
-            if not self.ne:
-                self.ne = None
-        elif op == "prefix":
-            del self.prefix[c.value]
-            n = len(c.value)
-            if self.plens[n] == 1:
-                del self.plens[n]
-            else:
-                self.plens[n] -= 1
-            if not self.prefix:
-                self.prefix = self.plens = None
-        elif op == "range":
-            s = self.rng[ckey[1]]
-            s.delete(node)
-            if not s.los:
-                del self.rng[ckey[1]]
-            if not self.rng:
-                self.rng = None
-        elif op == "exists":
-            self.exists = None
-        else:
-            table = getattr(self, op)
-            s = table[ckey[1]]
-            s.delete(c.value)
-            if not s.keys:
-                del table[ckey[1]]
-            if not table:
-                setattr(self, op, None)
-
-    def probes(self, attr: str) -> list[tuple]:
-        """This attribute's non-empty tables as ``(attr, code, table)`` for the match loop."""
-        out = []
-        if self.eq:
-            out.append((attr, _EQ, self.eq))
-        if self.inn:
-            out.append((attr, _IN, self.inn))
-        for code, op in ((_GT, "gt"), (_GE, "ge"), (_LT, "lt"), (_LE, "le")):
-            table = getattr(self, op)
-            if table:
-                for k, s in table.items():
-                    out.append((attr, code + (k is STRING), s))
-        if self.rng:
-            for k, s in self.rng.items():
-                out.append((attr, _RANGE + (k is STRING), s))
-        if self.prefix:
-            out.append((attr, _PREFIX, (self.prefix, self.plens)))
-        if self.ne:
-            for k, table in self.ne.items():
-                out.append((attr, _NE, (k, table)))
-        if self.exists is not None:
-            out.append((attr, _EXISTS, self.exists))
-        return out
-
-
-# Probe codes; an ordered code + 1 is the same test on strings.
-_EQ, _IN, _GT, _GE, _LT, _LE, _PREFIX, _NE, _EXISTS, _RANGE = 0, 1, 2, 4, 6, 8, 10, 11, 12, 13
 
 
 # -- the graph ---------------------------------------------------------------------------------
@@ -382,7 +83,7 @@ class ProfileGraph:
     """
 
     def __init__(self) -> None:
-        self._root = _Node()
+        self._root = Node()
         self._rank: dict[str, int] = {TYPE_ATTR: -1}
         self._uses: dict[str, int] = {}
         self._next_rank = 0
@@ -413,14 +114,14 @@ class ProfileGraph:
 
     def edges(self) -> Iterator[tuple[tuple[tuple, ...], dict, dict]]:
         """Every node: (path of (attr, op, value) from the root, edge dests, ending dests)."""
-        stack: list[tuple[tuple, _Node]] = [((), self._root)]
+        stack: list[tuple[tuple, Node]] = [((), self._root)]
         while stack:
             path, node = stack.pop()
             if path:
                 yield path, dict(node.dests), dict(node.ends or {})
             for attr, tests in (node.tests or {}).items():
                 for ckey, child in tests.by_key.items():
-                    stack.append(((*path, (attr, *_describe(ckey))), child))
+                    stack.append(((*path, (attr, *describe_key(ckey))), child))
 
     # -- changes ----------------------------------------------------------------------------------
 
@@ -465,16 +166,16 @@ class ProfileGraph:
         alternatives: list[list] = [[]]
         for c in conj.constraints:
             if c.op == "in" and len(alternatives) * len(c.value) <= IN_EXPANSION:
-                alternatives = [[*alt, _Eq(c.attr, v)] for alt in alternatives for v in c.value]
+                alternatives = [[*alt, Eq(c.attr, v)] for alt in alternatives for v in c.value]
             else:
                 for alt in alternatives:
                     alt.append(c)
         out = {}
         for alt in alternatives:
-            unique = {(c.attr, _ckey(c)): c for c in alt}
+            unique = {(c.attr, constraint_key(c)): c for c in alt}
             if len(unique) > 1:
-                unique = _merge_ranges(unique)
-            ordered = sorted(unique.items(), key=lambda kc: _sort_key(kc[1], rank[kc[0][0]]))
+                unique = merge_ranges(unique)
+            ordered = sorted(unique.items(), key=lambda kc: sort_key(kc[1], rank[kc[0][0]]))
             out.setdefault(tuple(k for k, _ in ordered), [(k[1], c) for k, c in ordered])
         return out
 
@@ -493,10 +194,10 @@ class ProfileGraph:
                     if tests is None:
                         if node.tests is None:
                             node.tests = {}
-                        tests = node.tests[c.attr] = _Tests()
+                        tests = node.tests[c.attr] = Tests()
                     child, new_table = tests.add(ckey, c)
                     if new_table:
-                        node.probes = _probes(node)
+                        node.probes = node_probes(node)
                     self._nodes += 1
                 path.append((tests, ckey, child, c))
                 node = child
@@ -544,7 +245,7 @@ class ProfileGraph:
                     del parent.tests[c.attr]
                     if not parent.tests:
                         parent.tests = None
-                parent.probes = _probes(parent)
+                parent.probes = node_probes(parent)
         _decrement(self._dests, dest)
         for attr in {c.attr for c in conj.constraints}:
             if self._uses[attr] == 1:
@@ -563,7 +264,7 @@ class ProfileGraph:
         if not root.probes:
             return result
         stack = [root]
-        found: list[_Node] = []
+        found: list[Node] = []
         get = attributes.get
         while stack:
             # One loop with the operator dispatch inlined: this is the hot path.
@@ -572,38 +273,38 @@ class ProfileGraph:
                 if v is None:
                     continue
                 t = type(v)
-                if code == _EQ:
-                    node = table.get((_TRUE if v else _FALSE) if t is bool else v)
+                if code == EQ:
+                    node = table.get((TRUE_KEY if v else FALSE_KEY) if t is bool else v)
                     if node is not None:
                         found.append(node)
-                elif code >= _RANGE:
-                    if (code == _RANGE and (t is int or t is float) and v == v) or (
-                        code > _RANGE and t is str
+                elif code >= RANGE:
+                    if (code == RANGE and (t is int or t is float) and v == v) or (
+                        code > RANGE and t is str
                     ):
                         for lo, lo_open, hi, hi_closed, node in table.items[
                             : bisect_right(table.los, v)
                         ]:
                             if (v < hi or (hi_closed and v == hi)) and not (lo_open and v == lo):
                                 found.append(node)
-                elif code < _PREFIX:
-                    if code == _IN:
-                        nodes = table.get((_TRUE if v else _FALSE) if t is bool else v)
+                elif code < PREFIX:
+                    if code == IN:
+                        nodes = table.get((TRUE_KEY if v else FALSE_KEY) if t is bool else v)
                         if nodes:
                             found.extend(nodes)
                     elif (code & 1 and t is str) or (
                         not code & 1 and (t is int or t is float) and v == v
                     ):
                         # thresholds satisfied by v: a prefix (gt, ge) or suffix (lt, le)
-                        if code < _LT:
-                            if code < _GE:
+                        if code < LT:
+                            if code < GE:
                                 found.extend(table.nodes[: bisect_left(table.keys, v)])
                             else:
                                 found.extend(table.nodes[: bisect_right(table.keys, v)])
-                        elif code < _LE:
+                        elif code < LE:
                             found.extend(table.nodes[bisect_right(table.keys, v) :])
                         else:
                             found.extend(table.nodes[bisect_left(table.keys, v) :])
-                elif code == _PREFIX:
+                elif code == PREFIX:
                     if t is str:
                         prefixes, lengths = table
                         n = len(v)
@@ -612,14 +313,14 @@ class ProfileGraph:
                                 node = prefixes.get(v[:length])
                                 if node is not None:
                                     found.append(node)
-                elif code == _NE:
+                elif code == NE:
                     ne_kind, nodes = table
                     if ne_kind is kind(v):
-                        key = (_TRUE if v else _FALSE) if t is bool else v
+                        key = (TRUE_KEY if v else FALSE_KEY) if t is bool else v
                         for k, node in nodes.items():
                             if k != key:
                                 found.append(node)
-                else:  # _EXISTS
+                else:  # EXISTS
                     found.append(table)
             if found:
                 for child in found:
@@ -633,12 +334,6 @@ class ProfileGraph:
                             stack.append(child)
                 found.clear()
         return result
-
-
-def _probes(node: _Node) -> tuple:
-    if not node.tests:
-        return ()
-    return tuple(p for attr, tests in node.tests.items() for p in tests.probes(attr))
 
 
 def _conj_key(orderings: dict):
@@ -662,16 +357,3 @@ def _conjunctions(profile: Profile | Conjunction) -> tuple[Conjunction, ...]:
     if isinstance(profile, Profile):
         return profile.effective
     raise TypeError(f"expected a Profile or Conjunction, not {type(profile).__name__}")
-
-
-def _describe(ckey) -> tuple:
-    """(op, value) from a constraint key; ``in`` values as a frozenset (for ``edges()``)."""
-    op = ckey[0]
-    if op == "exists":
-        return (op, None)
-    if op == "in":
-        return (op, frozenset(k[1] if isinstance(k, tuple) else k for k in ckey[1]))
-    if op == "range":
-        return (op, ckey[2:])
-    value = ckey[2]
-    return (op, value[1] if isinstance(value, tuple) else value)
