@@ -49,7 +49,8 @@ import throughput as tp  # noqa: E402
 
 from ges.stats import spark as sparkjob  # noqa: E402
 from ges.stats._latency_reference import reference_latency  # noqa: E402
-from ges.stats.latency import MANTISSA_BITS, latency_stats, parse_by  # noqa: E402
+from ges.stats.group_keys import parse_by  # noqa: E402
+from ges.stats.latency import MANTISSA_BITS, latency_stats  # noqa: E402
 
 SIZES = {"full": [10_000, 100_000, 1_000_000, 10_000_000], "quick": [10_000, 100_000]}
 BY = "matching_rate,rate"

@@ -16,16 +16,10 @@ from rich.text import Text
 from cli._common import SPARK_CONF, SPARK_MASTER, err, one_line_errors, out, parse_spark_conf
 from ges.errors import UserInputError
 from ges.stats import spark as sparkjob
-from ges.stats.latency import (
-    STATS,
-    LatencyStats,
-    check_tags,
-    key_order,
-    latency_stats,
-    parse_by,
-    record_sources,
-    scan_tags,
-)
+from ges.stats.group_keys import check_tags, parse_by, scan_tags
+from ges.stats.latency import latency_stats
+from ges.stats.latency_results import STATS, LatencyStats, key_order
+from ges.stats.record_input import record_sources
 
 #: Panels a plot may have (one per combination of the keys that are neither x nor the lines);
 #: beyond this every combination becomes a line of one panel instead.

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ges.errors import UserInputError
 from ges.records import FIELD_NAMES, RecordError, parse_record
-from ges.stats.latency import LatencyGroup, LatencyStats
+from ges.stats.latency_results import LatencyGroup, LatencyStats
 
 _ALIASES = {"rate": ("rate", "publish_rate")}
 _US = 1000

@@ -27,398 +27,49 @@ aggregation do it instead:
 Bad records stop the job: the first pass also counts them, a small job names the files that hold
 them, and the driver re-reads the first of those with ``ges.records.parse_record`` to
 name its first bad line.
+
+This module is the job. What it reads, and how a bad record is named, is
+``ges.stats.record_input``; what a ``--by`` name means, ``ges.stats.group_keys``; what it
+returns, ``ges.stats.latency_results``.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from functools import reduce
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 import attrs
 
-from ges import records
 from ges.errors import GesError, OperationError, UserInputError
+from ges.stats.group_keys import GroupKey, check_tags
+from ges.stats.latency_results import (
+    PERCENTILES,
+    LatencyGroup,
+    LatencyStats,
+    key_order,
+    nearest_rank,
+)
+from ges.stats.record_input import (
+    FILE_COLUMN,
+    RecordSource,
+    bad_record_error,
+    read_records,
+    record_sources,
+    why_bad,
+)
 from ges.stats.spark import failure_reason
 
-#: The statistics of a group, in the order tables and CSV show them (latencies in µs).
-STATS = ("count", "mean", "stddev", "variance", "min", "p50", "p95", "p99", "max", "negative")
-#: The percentiles reported, in percent.
-PERCENTILES = (50, 95, 99)
 #: Records hold nanoseconds; results are microseconds (variance: µs²).
 NS_PER_US = 1000
 #: Significant bits a histogram bucket keeps: buckets span < 1/127 of their values, and a group
 #: spanning k octaves of latency has at most about 2**MANTISSA_BITS · k buckets.
 MANTISSA_BITS = 8
-#: ``--by`` aliases: a name that reads the first of these tags a record has. Seed 004's "publish
-#: rate" is tagged ``rate`` by bench/routing.py; other tools may say ``publish_rate``.
-TAG_ALIASES = {"rate": ("rate", "publish_rate")}
-#: Characters of JSON lines (bytes, for ASCII) read before Spark starts to find the tags a bare
-#: ``--by`` name means: the scan stops at the first record with each such tag (at once, for
-#: records that share their tags), and only a name no record has reads this much; beyond it (or
-#: with Parquet inputs) the first Spark pass decides.
-TAG_SCAN_BYTES = 32 * 1024 * 1024
-#: Tag names an error lists before "…".
-TAGS_LISTED = 12
-#: File names read as JSON lines when found in a directory (any named file that does not end in
-#: .parquet is read as JSON lines).
-JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
-
-_CORRUPT = "_corrupt_record"
-_FILE = "_file"
-_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
-
+#: What ``latency_stats`` calls around each Spark job: a description in, a context manager out.
 Stage = Callable[[str], AbstractContextManager]
-
-
-@attrs.frozen
-class GroupKey:
-    """One ``--by`` name: a record field, or the first present of one or more tags.
-
-    Resolution: ``tags.NAME`` is the tag NAME; a record field's name (``hops``, ``size``,
-    ``client``, ``subscriber_broker``, …) is that field; ``rate`` is the tag ``rate`` or, in a
-    record without it, ``publish_rate``; any other name is the tag of that name (so
-    ``matching_rate`` is ``tags.matching_rate``; write ``tags.size`` for a tag that shares a
-    field's name).
-
-    A bare name read as a tag (``implied``) must be a tag some record has: otherwise it is more
-    likely a misspelt field than a wish for one group of nulls, and :func:`check_tags` refuses
-    it. ``tags.NAME`` is taken as written, present or not.
-    """
-
-    name: str
-    field: str | None = None
-    tags: tuple[str, ...] = ()
-    implied: bool = False
-
-    @classmethod
-    def parse(cls, name: str) -> GroupKey:
-        name = name.strip()
-        if name.startswith("tags."):
-            tag = name.removeprefix("tags.")
-            if not tag:
-                raise UserInputError("--by tags.: name a tag after the dot (tags.matching_rate)")
-            return cls(name, tags=(tag,))
-        if not name or name == "tags":
-            raise UserInputError(f"--by {name!r}: name a field or a tag (e.g. hops, matching_rate)")
-        if name in STATS:
-            raise UserInputError(
-                f"--by {name}: that is a statistic's column; write tags.{name} for the tag"
-            )
-        if name in records.FIELD_NAMES:
-            return cls(name, field=name)
-        return cls(name, tags=TAG_ALIASES.get(name, (name,)), implied=True)
-
-    def column(self):
-        from pyspark.sql import functions as F
-
-        if self.field is not None:
-            return F.col(self.field)
-        found = [F.col("tags")[tag] for tag in self.tags]
-        return found[0] if len(found) == 1 else F.coalesce(*found)
-
-    def present(self, raw):
-        """A key as results show it: fields as they are, tag text that is a number as one."""
-        if self.field is not None or raw is None:
-            return raw
-        return tag_value(raw)
-
-
-def tag_value(text: str) -> int | float | str:
-    """A tag's text as a value: a JSON number becomes an int or float, anything else stays text."""
-    match = _NUMBER.fullmatch(text)
-    if match is None:
-        return text
-    return float(text) if match.group(1) or match.group(2) else int(text)
-
-
-def parse_by(specs: Iterable[str]) -> tuple[GroupKey, ...]:
-    """``--by`` options (each a comma list) as group keys; a name given twice is an error."""
-    keys = [GroupKey.parse(n) for spec in specs for n in spec.split(",") if n.strip()]
-    names = [k.name for k in keys]
-    for name in names:
-        if names.count(name) > 1:
-            raise UserInputError(f"--by {name}: given twice")
-    return tuple(keys)
-
-
-def check_tags(keys: Sequence[GroupKey], present: Iterable[str]) -> None:
-    """Refuse a bare ``--by`` name none of whose tags is in ``present`` (every record's tags).
-
-    Raises:
-        UserInputError: naming the key, the record fields, the tags there are, and ``tags.NAME``.
-    """
-    present = set(present)
-    for key in keys:
-        if key.implied and not present.intersection(key.tags):
-            raise _no_such_key(key, present)
-
-
-def _no_such_key(key: GroupKey, present: set[str]) -> UserInputError:
-    tags = " or ".join(repr(t) for t in key.tags)
-    fields = ", ".join(n for n in records.FIELD_NAMES if n != "tags")
-    names = sorted(present)
-    if names:
-        shown = ", ".join(names[:TAGS_LISTED]) + (", …" if len(names) > TAGS_LISTED else "")
-        have = f"tags in these records: {shown}"
-    else:
-        have = "these records have no tags"
-    return UserInputError(
-        f"--by {key.name}: not a record field, and no record has the tag {tags} "
-        f"(fields: {fields}; {have}; tags.NAME groups by a tag even where no record has it)"
-    )
-
-
-def scan_tags(
-    keys: Sequence[GroupKey], sources: Sequence[RecordSource], *, limit: int = TAG_SCAN_BYTES
-) -> set[str] | None:
-    """The tag names of the records, read before Spark starts, as far as ``keys`` need them.
-
-    Only bare names read as tags need them. Reading stops once each of those has a tag found
-    (the tags seen so far are returned); it reads every record only to show that one has none,
-    and gives up — returns None, leaving it to :func:`latency_stats` — past ``limit`` characters or
-    at a Parquet input. Lines that are not JSON objects are skipped: the Spark pass names them.
-    """
-    wanted = [k for k in keys if k.implied]
-    seen: set[str] = set()
-    if not wanted:
-        return seen
-    if any(s.format != "json" for s in sources):
-        return None
-    budget = limit
-    for source in sources:  # JSON sources are files (record_sources lists a directory's)
-        with _open_text(source.path) as stream:
-            for line in stream:
-                budget -= len(line)
-                if budget < 0:
-                    return None
-                if '"tags"' not in line:
-                    continue
-                try:
-                    tags = json.loads(line).get("tags")
-                except (ValueError, AttributeError):
-                    continue
-                if isinstance(tags, dict) and not tags.keys() <= seen:
-                    seen.update(tags)
-                    if all(seen.intersection(k.tags) for k in wanted):
-                        return seen
-    return seen
-
-
-@attrs.frozen
-class LatencyGroup:
-    """The latency figures of one group of records, in µs (variance in µs²).
-
-    ``variance`` is the population variance Σ(x − mean)²/n — the records are every delivery of a
-    run, not a sample of them — and ``stddev`` its square root (both 0 for a single record).
-    ``p50``/``p95``/``p99`` are nearest-rank percentiles: pP is the smallest latency L with at
-    least P % of the group's latencies ≤ L, i.e. the value at rank ⌈P·n/100⌉ in ascending order
-    (SQL ``PERCENTILE_DISC(P/100)``); always a measured latency. ``negative`` counts the records
-    received before they were published (clock skew between hosts); they count as negative
-    latencies in every figure.
-    """
-
-    keys: tuple
-    count: int
-    mean: float
-    stddev: float
-    variance: float
-    min: float
-    p50: float
-    p95: float
-    p99: float
-    max: float
-    negative: int
-
-
-@attrs.frozen
-class LatencyStats:
-    """The result of :func:`latency_stats`: groups in key order (null first, numbers, text)."""
-
-    by: tuple[str, ...]
-    groups: tuple[LatencyGroup, ...]
-    exact: bool = True
-
-    @property
-    def records(self) -> int:
-        return sum(g.count for g in self.groups)
-
-    @property
-    def negative(self) -> int:
-        return sum(g.negative for g in self.groups)
-
-    def rows(self) -> list[dict]:
-        """One flat dict per group: its keys under their ``--by`` names, then every statistic."""
-        return [
-            {**dict(zip(self.by, g.keys, strict=True)), **{s: getattr(g, s) for s in STATS}}
-            for g in self.groups
-        ]
-
-    def to_json(self) -> dict:
-        return {
-            "by": list(self.by),
-            "unit": "us",
-            "records": self.records,
-            "negative_latencies": self.negative,
-            "percentiles": "nearest-rank" if self.exact else "bucket-interpolated (approx)",
-            "variance": "population",
-            "groups": self.rows(),
-        }
-
-
-def key_order(keys: tuple) -> tuple:
-    """Sort order of group keys: null first, then numbers by value, then text."""
-    return tuple(
-        (0, 0, "")
-        if v is None
-        else (1, v, "")
-        if isinstance(v, int | float) and not isinstance(v, bool)
-        else (2, 0, str(v))
-        for v in keys
-    )
-
-
-def nearest_rank(percent: int, count: int) -> int:
-    """The 1-based rank of the nearest-rank ``percent``-th percentile of ``count`` values."""
-    return max(1, -(-percent * count // 100))
-
-
-# --- inputs -----------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class RecordSource:
-    """One input the job reads: a JSON lines file, or a Parquet file or directory."""
-
-    path: Path
-    format: str  # "json" or "parquet"
-
-
-def _is_json_name(name: str) -> bool:
-    name = name.removesuffix(".gz")
-    return name.endswith(JSON_SUFFIXES)
-
-
-def record_sources(paths: Sequence[Path]) -> list[RecordSource]:
-    """The files and Parquet directories to read, in the order given.
-
-    A named file is Parquet if it ends in ``.parquet`` and JSON lines otherwise. A directory is
-    searched (recursively, skipping names that start with ``_`` or ``.``, like Spark's
-    ``_SUCCESS`` and ``.crc`` files) for ``.parquet``, ``.jsonl``, ``.json`` and ``.ndjson``
-    files (``.gz`` too); a directory of Parquet files only is read as one Parquet dataset.
-    """
-    if not paths:
-        raise UserInputError("no RECORDS given: name delivery record files or directories")
-    sources: list[RecordSource] = []
-    for path in paths:
-        if path.is_file():
-            kind = "parquet" if path.name.endswith(".parquet") else "json"
-            sources.append(RecordSource(path, kind))
-            continue
-        if not path.is_dir():
-            raise UserInputError(f"{path}: no such file or directory")
-        found: list[RecordSource] = []
-        for root, dirs, files in os.walk(path):
-            dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
-            for name in sorted(files):
-                if name.startswith(("_", ".")):
-                    continue
-                if name.endswith(".parquet"):
-                    found.append(RecordSource(Path(root, name), "parquet"))
-                elif _is_json_name(name):
-                    found.append(RecordSource(Path(root, name), "json"))
-        if not found:
-            raise UserInputError(f"{path}: no .jsonl, .json or .parquet files in this directory")
-        if all(s.format == "parquet" for s in found):
-            sources.append(RecordSource(path, "parquet"))
-        else:
-            sources.extend(found)
-    return sources
-
-
-def _castable(have, want) -> bool:
-    from pyspark.sql import types as T
-
-    if isinstance(want, T.StringType):
-        return isinstance(have, T.StringType | T.NumericType | T.BooleanType)
-    if isinstance(want, T.LongType):
-        return isinstance(have, T.IntegralType)
-    return (
-        isinstance(have, T.MapType)
-        and isinstance(have.keyType, T.StringType)
-        and isinstance(have.valueType, T.StringType | T.NumericType | T.BooleanType)
-    )
-
-
-def _parquet_frame(spark, path: Path, schema):
-    from pyspark.sql import functions as F
-
-    try:
-        df = spark.read.parquet(str(path))
-    except Exception as exc:  # AnalysisException and friends: not Parquet, unreadable
-        raise UserInputError(f"{path}: cannot read as Parquet ({failure_reason(exc)})") from None
-    have = {f.name: f.dataType for f in df.schema.fields}
-    columns = []
-    for field in schema.fields:
-        kind = have.get(field.name)
-        if kind is None and field.name == "tags":
-            columns.append(F.lit(None).cast(field.dataType).alias("tags"))
-        elif kind is None:
-            raise UserInputError(
-                f"{path}: no column {field.name!r} "
-                f"(delivery records have {', '.join(records.FIELD_NAMES)})"
-            )
-        elif not _castable(kind, field.dataType):
-            raise UserInputError(
-                f"{path}: column {field.name} is {kind.simpleString()}, "
-                f"not {field.dataType.simpleString()}"
-            )
-        else:
-            columns.append(F.col(field.name).cast(field.dataType).alias(field.name))
-    return df.select(
-        *columns, F.lit(None).cast("string").alias(_CORRUPT), F.input_file_name().alias(_FILE)
-    )
-
-
-def _json_frame(spark, paths: list[Path], schema):
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    with_corrupt = T.StructType([*schema.fields, T.StructField(_CORRUPT, T.StringType(), True)])
-    reader = (
-        spark.read.schema(with_corrupt)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", _CORRUPT)
-    )
-    df = reader.json([str(p) for p in paths])
-    # input_file_name per source, before the union: Spark refuses it above one.
-    return df.withColumn(_FILE, F.input_file_name())
-
-
-def _records_frame(spark, sources: list[RecordSource]):
-    """Every record of every source, with the record schema plus ``_corrupt_record`` and ``_file``."""
-    schema = records.spark_schema()
-    json_paths = [s.path for s in sources if s.format == "json"]
-    frames = [_json_frame(spark, json_paths, schema)] if json_paths else []
-    frames += [_parquet_frame(spark, s.path, schema) for s in sources if s.format == "parquet"]
-    return reduce(lambda a, b: a.unionByName(b), frames)
-
-
-def _why_bad():
-    """A column naming what is wrong with a record (first problem), null for a good record."""
-    from pyspark.sql import functions as F
-
-    checks = [(F.col(_CORRUPT).isNotNull(), "not a valid record")]
-    checks += [(F.col(name).isNull(), f"no {name}") for name in records.REQUIRED]
-    checks += [(F.col(name) < 0, f"{name} is negative") for name in records.NON_NEGATIVE]
-    return F.coalesce(*(F.when(cond, F.lit(why)) for cond, why in checks))
 
 
 def _bucket(latency: str):
@@ -437,9 +88,6 @@ def _bucket(latency: str):
         f"CAST(signum({latency}) AS BIGINT) * "
         f"(shiftleft(CAST({shift} AS BIGINT), 16) + shiftright(abs({latency}), {shift}))"
     )
-
-
-# --- the job -----------------------------------------------------------------------------------
 
 
 @attrs.frozen
@@ -471,47 +119,6 @@ def _locate(buckets: list[_Bucket], rank: int) -> tuple[_Bucket, int]:
             return b, rank - before
         before += b.count
     raise AssertionError(f"rank {rank} beyond {before} latencies")
-
-
-def _uri_path(uri: str) -> Path:
-    parsed = urlparse(uri)
-    return Path(unquote(parsed.path)) if parsed.scheme in ("", "file") else Path(uri)
-
-
-def _bad_record_error(sources: list[RecordSource], bad: list[tuple[str, str, int]]) -> Exception:
-    """One UserInputError for the bad records Spark counted: file and line of the first one.
-
-    ``bad`` holds (file URI, what is wrong, how many) per file with bad records. Of the files
-    named there, the first in input order is re-read with ``records.parse_record`` (JSON lines)
-    to name its first bad line; a Parquet file has no lines, so the message names the file.
-    """
-    total = sum(n for _, _, n in bad)
-    more = f" ({total:,} bad records in all)" if total > 1 else ""
-    flagged = {_uri_path(uri).resolve(): why for uri, why, _ in bad if uri}
-    for source in sources:
-        root = source.path.resolve()
-        hits = sorted(p for p in flagged if p == root or root in p.parents)
-        if not hits:
-            continue
-        if source.format == "parquet":
-            return UserInputError(f"{hits[0]}: a record with {flagged[hits[0]]}{more}")
-        with _open_text(source.path) as lines:
-            for number, line in enumerate(lines, 1):
-                try:
-                    records.parse_record(line)
-                except records.RecordError as exc:
-                    return UserInputError(f"{source.path}:{number}: {exc}{more}")
-        return UserInputError(f"{source.path}: {flagged[root]} (a line Spark rejects){more}")
-    uri, why, _ = bad[0]
-    return UserInputError(f"{_uri_path(uri) if uri else 'RECORDS'}: a record with {why}{more}")
-
-
-def _open_text(path: Path):
-    if path.name.endswith(".gz"):
-        import gzip
-
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - a context manager
 
 
 def _spark_action(stage: Stage, description: str, action):
@@ -566,13 +173,13 @@ def _latency_stats(spark, paths, by, exact, stage) -> LatencyStats:
     sources = record_sources(paths)
     keys = tuple(by)
     names = [f"_k{i}" for i in range(len(keys))]
-    records_frame = _records_frame(spark, sources)
+    records_frame = read_records(spark, sources)
     group_keys = [k.column().alias(n) for k, n in zip(keys, names, strict=True)]
-    why = _why_bad()
+    why = why_bad()
     frame = records_frame.select(
         *group_keys,
         why.alias("_why"),
-        F.when(why.isNotNull(), F.col(_FILE)).alias(_FILE),
+        F.when(why.isNotNull(), F.col(FILE_COLUMN)).alias(FILE_COLUMN),
         F.when(why.isNull(), F.col("received_at") - F.col("published_at")).alias("_lat"),
     ).withColumn("_bucket", _bucket("_lat"))
     # Parsing JSON is the dear part of reading: keep what pass 1 parsed for pass 2. Parquet is
@@ -648,13 +255,13 @@ def _histograms(
             _Bucket(row["_bucket"], row["n"], row["mean"], row["var"], row["low"], row["high"])
         )
     if bad:
-        where = frame.where(F.col("_bucket").isNull()).groupBy(_FILE)
+        where = frame.where(F.col("_bucket").isNull()).groupBy(FILE_COLUMN)
         found = _spark_action(
             stage,
             "latency: finding bad records",
             where.agg(F.min("_why").alias("why"), F.count(F.lit(1)).alias("n")).collect,
         )
-        raise _bad_record_error(sources, [(r[_FILE], r["why"], r["n"]) for r in found])
+        raise bad_record_error(sources, [(r[FILE_COLUMN], r["why"], r["n"]) for r in found])
     for buckets in groups.values():
         buckets.sort(key=lambda b: b.bucket)
     return dict(groups)

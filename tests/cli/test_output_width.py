@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cli._common import FILE_WIDTH, ResultConsole, out
 from cli.stats_latency import table
-from ges.stats.latency import LatencyGroup, LatencyStats
+from ges.stats.latency_results import LatencyGroup, LatencyStats
 
 ROOT = Path(__file__).resolve().parents[2]
 

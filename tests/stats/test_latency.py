@@ -24,17 +24,10 @@ from cli._common import command
 from ges import records
 from ges.errors import UserInputError
 from ges.stats._latency_reference import reference_latency
-from ges.stats.latency import (
-    MANTISSA_BITS,
-    GroupKey,
-    check_tags,
-    latency_stats,
-    nearest_rank,
-    parse_by,
-    record_sources,
-    scan_tags,
-    tag_value,
-)
+from ges.stats.group_keys import GroupKey, check_tags, parse_by, scan_tags, tag_value
+from ges.stats.latency import MANTISSA_BITS, latency_stats
+from ges.stats.latency_results import nearest_rank
+from ges.stats.record_input import record_sources
 
 T0 = 1_700_000_000_000_000_000  # ns: late 2023
 
