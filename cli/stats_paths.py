@@ -21,15 +21,8 @@ from cli._common import (
     parse_spark_conf,
 )
 from ges.errors import GesError, OperationError, UserInputError
-from ges.stats.paths import (
-    BFS_SQL_CONF,
-    DEFAULT_SAMPLE,
-    EXACT_UP_TO,
-    PathStats,
-    path_stats_many,
-    random_reference,
-    regular_reference,
-)
+from ges.stats.path_results import PathStats, random_reference, regular_reference
+from ges.stats.paths import BFS_SQL_CONF, DEFAULT_SAMPLE, EXACT_UP_TO, path_stats_many
 
 #: Reference curves are drawn this far beyond the smallest and largest topology (factor on n).
 PLOT_MARGIN = 2.0

@@ -23,6 +23,7 @@ from cli import stats_paths
 from ges.errors import UserInputError
 from ges.stats import paths
 from ges.stats._paths_reference import bfs_counts, clustering, removal_counts
+from ges.stats.path_results import PathStats
 from ges.topology import Topology
 from ges.topology.generate import generate
 
@@ -88,13 +89,13 @@ TOPOLOGIES = _topologies()
 
 
 @pytest.fixture(scope="module")
-def measured(spark) -> dict[str, paths.PathStats]:
+def measured(spark) -> dict[str, PathStats]:
     """All the topologies in one Spark run (as ``ges stats paths`` does with several files)."""
     results = paths.path_stats_many(spark, list(TOPOLOGIES.values()))
     return dict(zip(TOPOLOGIES, results, strict=True))
 
 
-def counts_of(stats: paths.PathStats) -> dict:
+def counts_of(stats: PathStats) -> dict:
     """The Spark result in the references' shape (plain integer counts)."""
     return {
         "sources": stats.sources,
