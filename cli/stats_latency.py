@@ -86,6 +86,7 @@ def latency(
 
 
 def _latency(records, by, as_json, csv_file, parquet_dir, plot_file, approx, master, conf):
+    sparkjob.require("pyspark")  # before any input is read
     keys = parse_by(by)
     settings = parse_spark_conf(conf)
     sources = record_sources(records)  # a missing path fails before the JVM starts
@@ -94,6 +95,8 @@ def _latency(records, by, as_json, csv_file, parquet_dir, plot_file, approx, mas
         check_tags(keys, tags)
     if plot_file is not None and not keys:
         raise UserInputError("--plot: nothing to plot against without --by (e.g. --by rate)")
+    if plot_file is not None:
+        sparkjob.require("matplotlib", "--plot")
     if parquet_dir is not None:
         _check_replaceable(parquet_dir)
     for option, path in (("--csv", csv_file), ("--plot", plot_file)):

@@ -80,14 +80,17 @@ def paths(
     is then a lower bound). Next to each topology: a regular graph's path length n/2k and a
     random graph's log n / log k, for its n brokers and k links per broker.
     """
+    from ges.stats import spark as sparkjob
+
+    sparkjob.require("pyspark")  # before any input is read
     if exact_up_to < 0:
         raise UserInputError(f"--exact-up-to: must not be negative, not {exact_up_to}")
     if sample < 1:
         raise UserInputError(f"--sample: must be at least 1, not {sample}")
     if plot is not None and not plot.parent.is_dir():
         raise UserInputError(f"--plot {plot}: no directory {plot.parent}")
-    from ges.stats import spark as sparkjob
-
+    if plot is not None:
+        sparkjob.require("matplotlib", "--plot")
     settings = parse_spark_conf(conf)
     topologies = [(path, load_topology(path, show_warnings=not as_json)) for path in topology_files]
     spark = sparkjob.session(master, settings)

@@ -21,6 +21,11 @@ def test_quick_start_has_exactly_two_commands():
     assert "pytest" in commands[1]
 
 
+def test_quick_start_installs_the_stats_extra():
+    # pip has no default extras: the demo's install names the one ges stats needs (pyproject)
+    assert "-e '.[stats]'" in quick_start_commands()[0]
+
+
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     body = [ln for ln in ci if ln.strip() and not ln.startswith("#")]

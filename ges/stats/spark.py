@@ -12,10 +12,15 @@ shell mode prints 'Setting default log level to "WARN"' (the ``org.apache.spark`
 its stdout and stderr on a pipe that a thread copies to our stderr without the known notices —
 stdout stays clean for ``--json`` — and while it starts the lines are held back, so a JVM that
 fails to start becomes one ``OperationError`` line quoting its last words.
+
+pyspark (and matplotlib, for plots) come with the ``stats`` extra, not with ``ges`` itself: they
+are imported only inside the functions that use them, and :func:`require` turns their absence
+into one line saying how to install them, which every ``ges stats`` command checks first.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -40,6 +45,30 @@ DEFAULTS = {
 }
 
 
+#: How to install what ``ges stats`` needs beyond ``ges`` itself (pyproject's ``stats`` extra).
+INSTALL_STATS = "pip install -e '.[stats]' in the ges source tree"
+
+
+def require(module: str, who: str = "ges stats") -> None:
+    """Import ``module`` (pyspark, matplotlib), or raise one OperationError saying how to get it.
+
+    Args:
+        module: the top-level module the caller is about to use.
+        who: what needs it, as the message starts (``ges stats``, ``--plot``).
+
+    Error handling:
+        OperationError (exit 1, like a missing Java): "<who> needs <module>: install the stats
+        extra (…)"; when the module is there but fails to import, the import error is quoted.
+    """
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        why = "" if exc.name == module else f", which failed to import ({exc})"
+        raise OperationError(
+            f"{who} needs {module}{why}: install the stats extra ({INSTALL_STATS})"
+        ) from None
+
+
 def check_java() -> str:
     """The java executable Spark will start, or one clear OperationError when there is none."""
     home = os.environ.get("JAVA_HOME")
@@ -59,6 +88,7 @@ def check_java() -> str:
 
 def session(master: str = "local[*]", conf: dict[str, str] | None = None, app: str = "ges-stats"):
     """A SparkSession (the active one if any): the JVM starts on the first call."""
+    require("pyspark")
     check_java()
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
