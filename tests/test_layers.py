@@ -37,11 +37,20 @@ LAYERS: list[set[str]] = [
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 
 
-def imports_of(source: str) -> list[tuple[int, str, tuple[str, ...]]]:
+def imports_of(source: str, *, typing_only: bool = True) -> list[tuple[int, str, tuple[str, ...]]]:
     """``(line, module, names)`` for every absolute import in ``source``, at any depth:
-    ``from a.b import c, d`` gives ``("a.b", ("c", "d"))`` (each name may be a module)."""
+    ``from a.b import c, d`` gives ``("a.b", ("c", "d"))`` (each name may be a module).
+    ``typing_only=False`` leaves out those under ``if TYPE_CHECKING:`` (never run)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    skip = set()
+    if not typing_only:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name, ()) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -105,11 +114,12 @@ def violations(modules: dict[str, str]) -> list[str]:
 
 
 def cycles(modules: dict[str, str]) -> list[list[str]]:
-    """Import cycles among ``modules`` (each as the list of modules round it)."""
+    """Import cycles among ``modules`` (each as the list of modules round it); an import only
+    type checkers see (``if TYPE_CHECKING:``) makes none."""
 
     def targets(src: str) -> set[str]:
         out = set()
-        for _, module, names in imports_of(src):
+        for _, module, names in imports_of(src, typing_only=False):
             subs = {f"{module}.{n}" for n in names} & modules.keys()
             # ``from pkg import mod``: the module; ``from mod import name``: mod itself
             out |= subs if subs else {module} & modules.keys()
@@ -186,6 +196,11 @@ def test_the_checker_refuses_what_it_should(modules, expected):
         assert found == []
     else:
         assert len(found) == 1 and expected in found[0], found
+
+
+def test_a_type_checking_import_makes_no_cycle():
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ges.a.x import T\n"
+    assert cycles({"ges.a.x": "import ges.a.y", "ges.a.y": typed, "ges.a": ""}) == []
 
 
 def test_the_checker_finds_a_cycle():
