@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
+import ges.runtime.broker as broker_module
 from ges.client import connect
 from ges.core import CLIENT, PEER
 from ges.errors import OperationError
@@ -14,10 +15,13 @@ from ges.wire import messages as m
 from ges.wire.messages import hello_for
 from tests.conftest import DIAMOND, topology_on_free_ports
 from tests.runtime.test_broker_runtime import start_all, stats_of
+from tests.waiting import wait_until
 
-#: Longer than a few of the dialler's backoff rounds (50 ms doubling): a cut link that was
-#: going to come back would have by then.
-STAYS_DOWN = 1.5
+#: Dial attempts a dialler makes at a cut end before the test believes it keeps being refused.
+REFUSALS = 3
+#: A backoff no test waits out: set once a dialler is parked, it shows that what the dialler
+#: does next (redial on restore) does not go through a backoff.
+NEVER = 3600.0
 
 
 @pytest.fixture
@@ -31,18 +35,19 @@ def client_at(topology, bid):
     return connect(spec.host, spec.port, topology=topology.name)
 
 
-async def wait_until(predicate, timeout=10.0):
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.02)
+def waits_for_restore(server, peer) -> bool:
+    """``server``'s dialler to ``peer`` is parked until an operator restores the link: it makes
+    no attempt until then, so a link cut at this end (the one that dials) stays down."""
+    restored = server._cut.get(peer)
+    return restored is not None and restored.statistics().tasks_waiting == 1
 
 
-async def stays(predicate, seconds=STAYS_DOWN):
-    """``predicate`` holds at every check for ``seconds``."""
-    deadline = trio.current_time() + seconds
-    while trio.current_time() < deadline:
-        assert predicate()
-        await trio.sleep(0.02)
+def both_down(a, c) -> bool:
+    return "c" not in a.links_up and "a" not in c.links_up
+
+
+def both_up(a, c) -> bool:
+    return "c" in a.links_up and "a" in c.links_up
 
 
 async def hello_reply(topology, to, sender):
@@ -67,12 +72,14 @@ async def test_a_cut_link_is_down_in_both_cores_until_restored(diamond):
             # the answer comes after the core has seen the link go down
             assert "c" not in a.links_up
             # the other end sees the connection close, as on a TCP failure
-            await wait_until(lambda: "a" not in c.links_up)
+            await wait_until(lambda: "a" not in c.links_up, "c to see the link to a go down")
             assert await at_c.link("a", up=False) is True
             assert await at_a.link("c", up=False) is False  # already cut
             assert (await at_a.stats()).links_cut == ["c"]
             assert (await at_c.stats()).links_cut == ["a"]
-            await stays(lambda: "c" not in a.links_up and "a" not in c.links_up)
+            # a (the lower id) is the only end that dials, and it waits for the restore
+            await wait_until(lambda: waits_for_restore(servers["a"], "c"), "a to stop dialling c")
+            assert both_down(a, c)
             assert (await stats_of(diamond, "a")).links_up == ["b"]
 
             # events route round the cut link
@@ -92,7 +99,7 @@ async def test_a_cut_link_is_down_in_both_cores_until_restored(diamond):
             assert await at_c.link("a", up=True) is True
             assert await at_a.link("c", up=True) is True
             assert await at_a.link("c", up=True) is False
-            await wait_until(lambda: "c" in a.links_up and "a" in c.links_up)
+            await wait_until(lambda: both_up(a, c), "the restored link a - c to come up")
             assert (await at_a.stats()).links_cut == []
         nursery.cancel_scope.cancel()
 
@@ -107,30 +114,38 @@ async def test_a_link_cut_at_the_accepting_end_refuses_the_dialler(diamond):
         async with client_at(diamond, "c") as at_c:
             assert await at_c.link("a", up=False) is True
             assert "a" not in c.links_up
-            await wait_until(lambda: "c" not in a.links_up)
+            await wait_until(lambda: "c" not in a.links_up, "a to see the link to c go down")
             reply = await hello_reply(diamond, "c", "a")
             assert isinstance(reply, m.Refuse) and "link cut" in reply.reason
-            await stays(lambda: "c" not in a.links_up and "a" not in c.links_up)
+            # a keeps dialling (nothing is cut at its end) and c refuses every attempt
+            refused = (await at_c.stats()).clients_refused
+
+            async def refused_again():
+                return (await at_c.stats()).clients_refused >= refused + REFUSALS
+
+            await wait_until(refused_again, f"c to refuse {REFUSALS} more of a's attempts")
+            assert both_down(a, c)
             assert await at_c.link("a", up=True) is True
-        # a's backoff is at most 2 s (±25 %) by now
-        await wait_until(lambda: "c" in a.links_up and "a" in c.links_up, timeout=5)
+        await wait_until(lambda: both_up(a, c), "a's next attempt to bring the link up")
         nursery.cancel_scope.cancel()
 
 
-async def test_a_link_cut_at_the_dialling_end_is_not_redialled(diamond):
+async def test_a_link_cut_at_the_dialling_end_is_not_redialled(diamond, monkeypatch):
     async with trio.open_nursery() as nursery:
         servers = await start_all(nursery, diamond)
         await wait_ready(diamond, timeout=10)
         a, c = servers["a"].core, servers["c"].core
         async with client_at(diamond, "a") as at_a:
             assert await at_a.link("c", up=False) is True
-            await wait_until(lambda: "a" not in c.links_up)
-            await stays(lambda: "c" not in a.links_up and "a" not in c.links_up)
-            started = trio.current_time()
+            await wait_until(lambda: "a" not in c.links_up, "c to see the link to a go down")
+            await wait_until(lambda: waits_for_restore(servers["a"], "c"), "a to stop dialling c")
+            assert both_down(a, c)
+            # from now on a backoff lasts an hour: the link comes back within the wait only if
+            # the restore redials at once, not after a backoff grown while the link was cut
+            monkeypatch.setattr(broker_module, "BACKOFF_FIRST", NEVER)
+            monkeypatch.setattr(broker_module, "BACKOFF_MAX", NEVER)
             assert await at_a.link("c", up=True) is True
-            await wait_until(lambda: "c" in a.links_up and "a" in c.links_up, timeout=5)
-            # redialled at once, not after a backoff grown while the link was cut
-            assert trio.current_time() - started < 1.0
+            await wait_until(lambda: both_up(a, c), "the restore to redial c")
         nursery.cancel_scope.cancel()
 
 
