@@ -8,7 +8,6 @@ from __future__ import annotations
 import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -177,21 +176,24 @@ async def test_idle_hellos_are_refused_at_the_cap_and_the_broker_still_serves(on
 
 
 async def test_a_client_library_client_that_is_idle_keeps_its_connection(one, monkeypatch):
-    monkeypatch.setattr(client_mod, "KEEPALIVE", 0.2)
+    monkeypatch.setattr(client_mod, "KEEPALIVE", 0.1)
     async with trio.open_nursery() as nursery:
         server = BrokerServer(one, "b1")
-        server.client_idle_timeout = 0.7
+        server.client_idle_timeout = 1.0
         await nursery.start(server.run)
         spec = one.brokers["b1"]
         async with connect(spec.host, spec.port, topology=one) as quiet:
-            stream, _ = await raw(spec, one, "silent")
-            await trio.sleep(2.0)
-            assert await closed_by_broker(stream)
-            assert (await quiet.stats()).clients == 1  # still here, after 2 s of saying nothing
+            # two silent connections, opened after it one after the other, are closed as idle:
+            # by then the quiet one has said nothing but keepalives for two idle timeouts
+            for name in ("silent", "silent-too"):
+                stream, _ = await raw(spec, one, name)
+                assert await closed_by_broker(stream)
+            assert quiet.closed_reason is None
+            assert (await quiet.stats()).clients == 1  # still here
         nursery.cancel_scope.cancel()
 
 
-async def test_half_sent_frames_and_oversized_hellos_are_bounded_in_time_and_bytes(one):
+async def test_half_sent_frames_and_oversized_hellos_are_bounded_in_time_and_bytes(one, caplog):
     async with trio.open_nursery() as nursery:
         server = BrokerServer(one, "b1")
         server.frame_deadline = 0.5
@@ -203,10 +205,12 @@ async def test_half_sent_frames_and_oversized_hellos_are_bounded_in_time_and_byt
         assert await closed_by_broker(big)
         # after it, the first bytes of a 15 MiB frame and then nothing: closed after the deadline
         stream, _ = await raw(spec, one)
-        started = time.monotonic()
         await stream.send_all(frame(b"\x00" * (15 << 20))[: 1 << 20])
         assert await closed_by_broker(stream)
-        assert time.monotonic() - started < 8
+        # for the frame that did not arrive whole within its deadline (not as idle, nor for
+        # its size, which is within the limit)
+        why = [r.getMessage() for r in caplog.records if "not complete" in r.getMessage()]
+        assert len(why) == 1 and "not complete 0.5s after it began" in why[0], why
         async with connect(spec.host, spec.port, topology=one) as ok:
             assert (await ok.stats()).clients == 1
         nursery.cancel_scope.cancel()

@@ -18,14 +18,10 @@ async def test_a_sender_waiting_for_room_is_not_overtaken_by_a_later_smaller_fra
     second = encode(m.Bye("SECOND"))
     async with trio.open_nursery() as nursery:
         await conn.send(encode(m.Bye("x" * 880)))  # queued: the writer is not running yet
-
-        async def later():
-            await trio.sleep(0.01)
-            await conn.send(second)  # it would fit, but one waits before it
-
         nursery.start_soon(conn.send, first)  # over the bound: waits for room
-        nursery.start_soon(later)
-        await trio.sleep(0.05)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(conn.send, second)  # it would fit, but one waits before it
+        await trio.testing.wait_all_tasks_blocked()
         assert conn.queued < 1000  # the second has not gone in ahead of the first
         nursery.start_soon(conn.writer)
         dec, got = FrameDecoder(), []
