@@ -21,6 +21,7 @@ from ges.client import broker_stats
 from ges.topology import Topology
 from ges.wire import messages as m
 from tests.conftest import CHAIN3, on_free_ports
+from tests.waiting import wait_until_sync
 
 ROOT = Path(__file__).resolve().parents[2]
 GES = [sys.executable, "-m", "cli.main"]
@@ -205,8 +206,7 @@ def test_up_with_a_port_in_use_fails_in_one_line_and_starts_nothing(tmp_path, mo
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in result.stderr
     assert "broker b7: cannot listen on" in errors[0] and "address already in use" in errors[0]
-    time.sleep(0.5)
-    assert all(_port_free(p) for p in ports), "a broker was left running"
+    wait_until_sync(lambda: all(_port_free(p) for p in ports), "a broker left running to go")
 
 
 #: Three brokers in two clusters: enough for links and gateways, quick to start.
@@ -236,9 +236,7 @@ def test_second_up_on_the_ports_of_a_running_network_fails_and_stops_its_brokers
     first = Up(topology, tmp_path / "first")
     try:
         second_dir = tmp_path / "second"
-        started = time.monotonic()
         result = ges("up", topology, "--no-live", "--processes", "--data-dir", second_dir)
-        took = time.monotonic() - started
         assert result.returncode == 1, result.stdout + result.stderr
         assert "ready:" not in result.stdout and not (second_dir / "run.json").exists()
         errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
@@ -248,7 +246,8 @@ def test_second_up_on_the_ports_of_a_running_network_fails_and_stops_its_brokers
         )
         assert "address already in use" in errors[0]
         assert any(f"127.0.0.1:{port}" in errors[0] for port in ports)
-        assert took < 20, f"took {took:.1f}s to give up"
+        # it gave up when its own brokers could not listen, not at its ready deadline
+        assert "not ready after" not in errors[0]
         assert processes_mentioning(str(second_dir)) == [], "a broker of the second ges up lives"
         for bid in SMALL["brokers"]:
             assert stats_of(topology, bid).pid == first.proc.pid
