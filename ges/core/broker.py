@@ -37,12 +37,16 @@ from collections.abc import Generator, Iterator
 from itertools import chain
 
 import attrs
-import msgspec
 
-from ges.connectivity import ConnectivityError, ConnectivityGraph, LinkReport, Update
+from ges.core.config import BrokerConfig
 from ges.core.dedup import TickWindow
 from ges.core.failure import FailureDetector
-from ges.core.work import WORK_SLICE, Job, JobBody, Jobs
+from ges.core.links import Links
+from ges.core.outputs import CLIENT, DROP_PEER, NOTICE, PEER, ProtocolError
+from ges.core.release import ReleaseRounds
+from ges.core.repair import MAX_ANSWER_BYTES, NackRepair
+from ges.core.unicast import Unicast
+from ges.core.work import Job, JobBody, Jobs
 from ges.matching.graph import ProfileGraph
 from ges.matching.model import (
     MAX_CONJUNCTIONS,
@@ -54,81 +58,32 @@ from ges.matching.model import (
 )
 from ges.reliable.claims import Claims
 from ges.reliable.knowledge import HeldBytes
-from ges.reliable.log import MAX_READ, MemoryLog, PubendLog, remember
-from ges.reliable.repair import EventCache, NackBoard
-from ges.reliable.subend import MAX_NACK_RANGES, Subend
+from ges.reliable.log import MemoryLog, PubendLog, remember
+from ges.reliable.subend import Subend
 from ges.reliable.vt import VirtualTime
 from ges.routing import ContentRouter, Hierarchy
 from ges.routing.acks import Ticket
 from ges.routing.table import MAX_RESENDS, RESEND_AFTER
-from ges.topology import Topology, broker_order_key
+from ges.topology import Topology
 from ges.wire import messages as m
-from ges.wire.messages import held_size
 
-PEER = 0
-CLIENT = 1
-DROP_PEER = 2
-NOTICE = 3
+__all__ = [
+    "CLIENT",
+    "DROP_PEER",
+    "MAX_ANSWER_BYTES",
+    "NOTICE",
+    "PEER",
+    "BrokerConfig",
+    "BrokerCore",
+    "ProtocolError",
+]
 
-#: Pubends whose duplicate windows are kept; the least recently seen is forgotten first. A
-#: forgotten pubend's stragglers would be delivered twice, so this is far above the number of
-#: publisher-hosting brokers any topology here has (a 64^3-broker system has 262,144; tune up).
-MAX_PUBENDS = 16_384
-#: Subscriptions one client connection may hold.
-MAX_SUBSCRIPTIONS_PER_CLIENT = 1_024
-#: The weight (constraints plus ``in`` values, ges.matching.model) of all the subscriptions one
-#: client may hold, and of all this broker's local subscriptions: what they cost in memory
-#: (measured: about 6 KB per unit at a broker keeping two units around itself — its profile
-#: graph, the exporter's index, the two units' graphs; 1.5 GB at the broker's bound) and in
-#: matching time.
-MAX_CLIENT_WEIGHT = 65_536
-MAX_LOCAL_WEIGHT = 262_144
 #: Work units (ges.core.work) per unit of weight of a conjunction entered in or taken out of
 #: the profile graph and the exporter.
 COST_PER_WEIGHT = 4
-#: A changing profile of more conjunctions than this (old or new) is indexed for the events
-#: tested against it while it changes (testing each conjunction of a large profile per event
-#: would be slow).
-INDEX_OLD_PROFILES = 16
-#: Events one Publish frame may carry (the client library batches well below this).
-MAX_PUBLISH_BATCH = 65_536
 #: Characters of an idempotent publisher's id.
 MAX_PUBLISHER_ID = 256
-#: Seconds a SubAck waits for the keepers' acknowledgements before it is sent anyway.
-SUBACK_WAIT = 5.0
-#: Broker-to-broker hops after which a routed event is dropped (only views that disagree for a
-#: moment can make a route go round; the diameter of any topology here is far below this).
-MAX_HOPS = 64
 ROUTINGS = ("content", "flood")
-#: Reliable delivery: seconds a pubend stays quiet before it sends silence on its routes, so a
-#: lost last event is found out and asked for; then every SILENCE_EVERY seconds while it
-#: publishes and for SILENCE_STEADY rounds after, then twice as long after each round up to
-#: SILENCE_MAX, for as long as it stays idle (seed 002 §2.2: idle pubends advance silence). A
-#: publish after an idle spell brings a round SILENCE_AFTER later.
-SILENCE_AFTER = 0.05
-SILENCE_EVERY = 1.0
-SILENCE_STEADY = 5
-SILENCE_MAX = 30.0
-#: Reliable delivery: seconds between the pubend's rounds of asking every other broker how far
-#: its log may be released (:class:`m.AckAsk`), while it holds unreleased entries.
-ACK_EVERY = 5.0
-#: Seconds a broker that passed an ask on waits for the answers from beyond it, to send them on
-#: as one Ack (one that comes later goes on by itself).
-ACK_GATHER = 1.0
-#: ... less this much per hop the ask came (a broker further out gives up on a silent one
-#: first, so what it gathered still reaches the gatherer before it), but at least GATHER_MIN.
-GATHER_STEP = 0.02
-GATHER_MIN = 0.1
-#: Other pubends' rounds a broker gathers answers for at once (the oldest goes on as it is).
-MAX_GATHERS = 1_024
-#: Profiles a changing subscription keeps matching against while it changes again and again.
-MAX_CHANGING = 8
-#: Subends (pubends whose streams a subscriber-hosting broker follows); least recently used go.
-MAX_SUBENDS = 16_384
-#: Bytes of events all subends together hold beyond their doubt horizons (each holds at most
-#: ges.reliable.knowledge.MAX_DATA_BYTES); beyond it the highest become Q again, asked for
-#: once the stream has caught up — so a recovery reaches a subscriber in bursts of at most this.
-MAX_HELD_BYTES = 64 * 1024 * 1024
 
 
 class BrokerCore:
@@ -145,6 +100,7 @@ class BrokerCore:
         hierarchy: Hierarchy | None = None,
         reliable: bool = False,
         log: PubendLog | None = None,
+        config: BrokerConfig | None = None,
     ):
         if broker_id not in topology.brokers:
             raise ValueError(f"unknown broker {broker_id!r}")
@@ -153,6 +109,7 @@ class BrokerCore:
         self.topology = topology
         self.id = broker_id
         self.incarnation = incarnation
+        self.config = config = config or BrokerConfig()
         if reliable and routing != "content":
             raise ValueError("reliable delivery needs content routing")
         self.reliable = reliable
@@ -169,11 +126,12 @@ class BrokerCore:
             frozenset(topology.brokers),
             None if self.log is None else self.log.clocks,
         )
-        self.neighbours = frozenset(topology.neighbours[broker_id])
-        self.unit = topology.brokers[broker_id].unit
-        self.graph = ConnectivityGraph(
-            broker_id, self.unit, costs=topology.link_costs, incarnation=incarnation
-        )
+        self.links_up: set[str] = set()
+        #: the handshake, and connection information (seed 004 §2.2)
+        self.links = Links(topology, broker_id, incarnation, self.links_up)
+        self.neighbours = self.links.neighbours
+        self.unit = self.links.unit
+        self.graph = self.links.graph
         self.detector = detector or FailureDetector()
         self.routing = routing
         #: content routing (None when flooding)
@@ -184,17 +142,13 @@ class BrokerCore:
         )
         #: SubAcks waiting for keepers: [conn, sub_id, seqs, deadline, the request's req]
         self._waits: list[list] = []
-        self.links_up: set[str] = set()
-        #: neighbours that said they are stopping (m.Bye): their link going down is no alarm
-        self._stopped: set[str] = set()
+        #: messages for one broker, passed hop by hop (nacks, answers, acks, profile wants)
+        self.unicast = Unicast(topology, self.router, self.links_up)
         self._next_tick = 1 if self.log is None else self.log.last + 1
         #: the last tick of this pubend routed (a clock heard now is stamped from the next)
         self._routed = self._next_tick - 1
         #: reliable delivery: claim chains, subends, publishes waiting for their log commit
         self.claims = Claims()
-        #: nack repair near the loss: recent events this keeper routed, nacks held back
-        self._cache = EventCache()
-        self._board = NackBoard()
         #: this broker's units, its cluster first; per level (:meth:`_level`) the keepers that
         #: decide whether that level's pubends reach it
         self._chain: tuple = ()
@@ -210,7 +164,7 @@ class BrokerCore:
             ]
         self._subends: OrderedDict[str, Subend] = OrderedDict()
         #: the bytes of events all subends hold beyond their doubt horizons, and their bound
-        self._held_bytes = HeldBytes(MAX_HELD_BYTES)
+        self._held_bytes = HeldBytes(config.max_held_bytes)
         #: pubends whose subend has a gap (a nack may come due): the timer looks only at these
         self._doubtful: set[str] = set()
         #: publishes waiting for their log commit (reliable delivery)
@@ -253,23 +207,18 @@ class BrokerCore:
         restarted = restarted or self._previous is not None
         self._silence_due = 0.0 if restarted else float("inf")
         #: seconds from the next silence round to the one after
-        self._silence_gap = SILENCE_EVERY
+        self._silence_gap = config.silence_every
         #: quiet silence rounds in a row (no publish since the round before)
         self._silence_idle = 0
         self._published_since_round = False
-        #: log release (seed 002 §1): each other broker's acknowledged tick of this pubend
-        self._others = frozenset(topology.brokers) - {broker_id}
-        self._acked: dict[str, int] = {}
-        #: the tick the last round asked about, and the brokers that have not acknowledged it
-        self._asked = 0
-        self._behind: set[str] = set()
-        unreleased = self.log is not None and self.log.committed > self.log.released()
-        self._ack_due = 0.0 if unreleased else float("inf")
-        #: other pubends' rounds whose asks this broker passed on: the answers it gathers
-        self._gathers: OrderedDict[str, _Gather] = OrderedDict()
-        #: no gather is due before this (it may be earlier than every one: then a look finds
-        #: none due and sets it again)
-        self._gather_due = float("inf")
+        #: reliable delivery: log release rounds (seed 002 §1) and nack repair (§2.3)
+        self.release: ReleaseRounds | None = None
+        self.repair: NackRepair | None = None
+        if self.log is not None:
+            others = frozenset(topology.brokers) - {broker_id}
+            self.release = ReleaseRounds(
+                broker_id, self.pubend, self.log, others, self.unicast, config, self._needed
+            )
         self._windows: OrderedDict[str, TickWindow] = OrderedDict()
         self._path_prev: dict[tuple[str, str], int] = {}
         # conn_id -> {sub_id: Profile}
@@ -280,8 +229,8 @@ class BrokerCore:
         self._closings = 0
         #: the time of the slice running now (a job's slices run at different times)
         self._now = 0.0
-        #: work units per slice (WORK_SLICE; the simulator makes it tiny to interleave more)
-        self.work_slice = WORK_SLICE
+        #: work units per slice (the simulator makes it tiny to interleave more)
+        self.work_slice = config.work_slice
         #: changing subscriptions whose new profile is being entered: the new profile's test
         #: (ges.core.broker._indexed)
         self._entering: dict[tuple[int, int], object] = {}
@@ -318,60 +267,41 @@ class BrokerCore:
             ),
             0,
         )
+        if self.log is not None:
+            self.repair = NackRepair(
+                broker_id,
+                self.pubend,
+                topology,
+                self.log,
+                self.claims,
+                self.unicast,
+                self.counters,
+                self._on_recovered_here,
+            )
+        #: what each message from a peer is handled by: chosen here, once, by the mode
+        self._from_peer = (
+            FROM_PEER_FLOODING
+            if self.router is None
+            else FROM_PEER_RELIABLE
+            if reliable
+            else FROM_PEER_BEST_EFFORT
+        )
         #: Set by the driver (the process hosting this broker) for ``Stats``.
         self.pid = 0
 
-    # -- handshake ------------------------------------------------------------------------------
-
-    def hello(self, hello: m.Hello) -> m.Welcome | m.Refuse:
-        """Decide whether to accept a connection from its first frame."""
-        # what the peer chose is quoted and cut short in a reason: the log keys its rate limit
-        # on the reason with the quoted parts left out (ges.runtime.notes)
-        if hello.proto != m.PROTOCOL_VERSION:
-            return m.Refuse(
-                f"protocol {hello.proto} not supported (this broker speaks {m.PROTOCOL_VERSION})"
-            )
-        mine = self.topology
-        if hello.topology != mine.name and not (hello.role == "client" and not hello.topology):
-            return m.Refuse(
-                f"topology {_shown(hello.topology)} does not match this broker's {mine.name!r} "
-                f"({_runs(mine.source, mine.short_digest)})"
-            )
-        # the network is its content, not its name: brokers always say which they run, and a
-        # client that names one must run the same (an anonymous client names none)
-        if (hello.digest or hello.role == "broker") and hello.digest != mine.digest:
-            yours = f"{_shown(hello.source or 'a file not named')} (digest {_shown(hello.digest[:16] or 'none')})"
-            return m.Refuse(
-                f"not the same network: {self.id} runs {mine.name} from "
-                f"{_runs(mine.source, mine.short_digest)}, this connection {yours}"
-            )
-        if hello.role == "broker":
-            if hello.id not in self.neighbours:
-                return m.Refuse(f"broker {_shown(hello.id)} is not a neighbour of {self.id}")
-            if broker_order_key(hello.id) > broker_order_key(self.id):
-                return m.Refuse(
-                    f"broker {hello.id} should wait for {self.id} to dial (lower id dials)"
-                )
-        elif hello.role != "client":
-            return m.Refuse(f"unknown role {_shown(hello.role)}")
-        return m.Welcome(broker=self.id, incarnation=str(self.incarnation))
-
     # -- links ----------------------------------------------------------------------------------
 
+    def hello(self, hello: m.Hello) -> m.Welcome | m.Refuse:
+        """Decide whether to accept a connection from its first frame (ges.core.links)."""
+        return self.links.hello(hello)
+
     def link_up(self, peer: str, now: float) -> list:
-        self._stopped.discard(peer)
         self.links_up.add(peer)
         self.detector.up(peer, now)
-        report, update = self._observe(peer, up=True)
-        out = self._disseminate([report], exclude=peer)
-        # the new neighbour gets everything we know that it may see (itself included)
-        peer_unit = self.topology.brokers[peer].unit
-        known = self.graph.reports_for(peer_unit)
-        if known:
-            out.append((PEER, peer, m.Connectivity([_to_wire(r) for r in known])))
+        out, notices = self.links.up(peer)
         if self.reliable and self.vt.table:  # and every clock (it may have missed a flood)
             out.append((PEER, peer, m.Clocks(self.vt.entries())))
-        return out + self._notices(update) + self._routes_changed((self.id, peer), now, downs=False)
+        return out + notices + self._routes_changed((self.id, peer), now, downs=False)
 
     def link_down(self, peer: str, now: float) -> list:
         was_up = peer in self.links_up
@@ -382,67 +312,41 @@ class BrokerCore:
         self.vt.link_down(peer)
         if not was_up:
             return []
-        report, update = self._observe(peer, up=False)
-        notices = self._notices(update)
-        if peer in self._stopped:  # it said it was stopping: an operator's doing, no alarm
-            self._stopped.discard(peer)
-            notices = [(NOTICE, "info", f"{peer} stopped: {text}") for _, _, text in notices]
-        return self._disseminate([report], exclude=peer) + notices + self._routes_changed((), now)
+        return self.links.down(peer) + self._routes_changed((), now)
 
     def peer_message(self, peer: str, msg, now: float) -> list:
         self.detector.heard(peer, now)
-        kind = type(msg)
-        if kind is m.Events:
-            if self.reliable:
-                return self._on_reliable_events(peer, msg.pubend, msg.items, now, msg.vm)
-            return self._on_events(peer, msg.pubend, msg.items)
-        if kind is m.Heartbeat:
-            return []
-        if kind is m.Bye:  # the link goes down next: a planned stop, not a failure
-            self._stopped.add(peer)
-            return []
-        if kind is m.Silence or kind is m.Nack or kind is m.Recovered:
-            if not self.reliable:
-                raise ProtocolError(f"{kind.__name__} from {peer}, but delivery is best effort")
-            if kind is m.Silence:
-                return self._on_silence(peer, msg, now)
-            if kind is m.Nack:
-                return self._on_nack(msg, now)
-            return self._on_recovered(msg, now)
-        if kind is m.AckAsk or kind is m.Ack:
-            if not self.reliable:
-                raise ProtocolError(f"{kind.__name__} from {peer}, but delivery is best effort")
-            if kind is m.AckAsk:
-                return self._on_ack_ask(peer, msg, now)
-            return self._on_ack(msg)
-        if kind is m.Connectivity:
-            return self._on_connectivity(peer, msg.reports, now)
-        if kind is m.Clocks or kind is m.Vector or kind is m.ProfileWant:
-            if not self.reliable:
-                raise ProtocolError(f"{kind.__name__} from {peer}, but delivery is best effort")
-            try:
-                if kind is m.Clocks:
-                    return self._on_clocks(peer, msg.clocks)
-                if kind is m.Vector:
-                    if len(msg.clocks) > len(self.topology.brokers):
-                        raise ValueError("a vector longer than the broker list")
-                    self.vt.learn(msg)
-                    return []
-                return self._to_peers(self.router.on_want(msg, now))
-            except ValueError as exc:
-                raise ProtocolError(f"bad {kind.__name__} from {peer}: {exc}") from None
-        if kind is m.Profiles or kind is m.ProfileAck:
-            if self.router is None:
-                raise ProtocolError(f"profile message from {peer}, but this broker floods")
-            try:
-                if kind is m.Profiles:
-                    sends = self.router.on_profiles(msg)
-                else:
-                    sends = self.router.on_ack(msg)
-            except ValueError as exc:
-                raise ProtocolError(f"bad profile message from {peer}: {exc}") from None
-            return self._to_peers(sends) + self._release_waits(now)
-        raise ProtocolError(f"unexpected {kind.__name__} from broker {peer}")
+        handle = self._from_peer.get(type(msg))
+        if handle is None:
+            raise ProtocolError(f"unexpected {type(msg).__name__} from broker {peer}")
+        return handle(self, peer, msg, now)
+
+    def _on_bye(self, peer: str, msg: m.Bye, now: float) -> list:
+        self.links.stopped.add(peer)  # the link goes down next: a planned stop, not a failure
+        return []
+
+    def _on_profile_message(self, peer: str, msg, now: float) -> list:
+        try:
+            if type(msg) is m.Profiles:
+                sends = self.router.on_profiles(msg)
+            else:
+                sends = self.router.on_ack(msg)
+        except ValueError as exc:
+            raise ProtocolError(f"bad profile message from {peer}: {exc}") from None
+        return self._to_peers(sends) + self._release_waits(now)
+
+    def _on_vector(self, peer: str, msg: m.Vector, now: float) -> list:
+        if len(msg.clocks) > len(self.topology.brokers):
+            raise ValueError("a vector longer than the broker list")
+        self.vt.learn(msg)
+        return []
+
+    def _on_connectivity(self, peer: str, msg: m.Connectivity, now: float) -> list:
+        out, notices, up_ends, downs = self.links.on_connectivity(peer, msg.reports)
+        out += notices
+        if up_ends or downs:
+            out += self._routes_changed(up_ends, now, downs=downs)
+        return out
 
     # -- VT vectors (seed 000 §3–5; see ges.reliable.vt) ---------------------------------------
 
@@ -469,7 +373,7 @@ class BrokerCore:
                 continue  # asked lately: again on a later frame, once the wait is over
             wants[origin] = now
             lagging.discard(origin)
-            out += self._relay(
+            out += self.unicast.relay(
                 origin, [], 0, lambda h, d, o=origin: m.ProfileWant(o, self.id, h, d)
             )
         return out
@@ -492,7 +396,7 @@ class BrokerCore:
         sub = self._subends.get(pubend)
         if sub is not None:
             floor = max(floor, sub.stream.known_to)
-        floor = max(floor, self._promised(pubend))
+        floor = max(floor, self.release.promised(pubend))
         for dest, vgate in self._vgate.items():
             waiting = vgate.get(level)
             if waiting is None or waiting[1].get(broker) == pubend or clock < waiting[0]:
@@ -502,11 +406,6 @@ class BrokerCore:
             at = max(floor, start.get(pubend, 0))
             if at > 0:
                 start[pubend] = at
-
-    def _promised(self, pubend: str) -> int:
-        """The tick of ``pubend`` up to which this broker acknowledged it needs nothing (0)."""
-        got = None if self.log is None else self.log.promised().get(pubend.partition("~")[0])
-        return got[1] if got is not None and got[0] == pubend else 0
 
     def _stamped(self, peer: str, pubend: str, vm: int, frame) -> list:
         """``frame`` (of ``pubend``, V_m digest ``vm``) for ``peer``, after the vector the link
@@ -524,33 +423,6 @@ class BrokerCore:
         waiting = vgate.get(level)
         return waiting is not None and waiting[1].get(pubend.partition("~")[0]) != pubend
 
-    # -- connection information (seed 004 §2.2) ---------------------------------------------------
-
-    def _observe(self, peer: str, *, up: bool) -> tuple[LinkReport, Update]:
-        link = self.topology.link_between(self.id, peer)
-        return self.graph.observe(
-            peer, self.topology.brokers[peer].unit, up=up, cost=link.cost if link else None
-        )
-
-    def _on_connectivity(self, peer: str, states: list, now: float) -> list:
-        fresh: list[LinkReport] = []
-        out: list = []
-        up_ends: set[str] = set()
-        for state in states:
-            try:
-                report = _from_wire(state)
-                update = self.graph.receive(report)
-            except (ConnectivityError, ValueError) as exc:
-                raise ProtocolError(f"bad connection information from {peer}: {exc}") from None
-            if update.new:
-                fresh.append(report)
-                out += self._notices(update)
-                if report.up:
-                    up_ends.update((report.a, report.b))
-        if fresh:
-            out += self._routes_changed(up_ends, now, downs=not all(r.up for r in fresh))
-        return self._disseminate(fresh, exclude=peer) + out
-
     def _routes_changed(self, up_ends, now: float, *, downs: bool = True) -> list:
         """Connectivity changed: the router re-syncs keepers whose route changed."""
         if self.router is None:
@@ -561,33 +433,6 @@ class BrokerCore:
     def _to_peers(self, sends: list) -> list:
         up = self.links_up
         return [(PEER, peer, msg) for peer, msg in sends if peer in up]
-
-    def _disseminate(self, reports: list[LinkReport], *, exclude: str | None) -> list:
-        """Send each report to the up neighbours inside its context (never beyond it)."""
-        if not reports:
-            return []
-        out = []
-        brokers = self.topology.brokers
-        for peer in sorted(self.links_up):
-            if peer == exclude:
-                continue
-            unit = brokers[peer].unit
-            visible = [_to_wire(r) for r in reports if self.graph.report_visible_to(r, unit)]
-            if visible:
-                out.append((PEER, peer, m.Connectivity(visible)))
-        return out
-
-    def _notices(self, update: Update) -> list:
-        out = []
-        for p in update.partitions:
-            lost = ", ".join(sorted(map(str, p.unreachable))) or "none (a detour exists)"
-            level = "warning" if p.unreachable else "info"
-            text = f"{p.pair[0]}–{p.pair[1]} lost its last link; unreachable: {lost}"
-            out.append((NOTICE, level, text))
-        for h in update.healed:
-            level = "warning" if h.reachable else "info"
-            out.append((NOTICE, level, f"{h.pair[0]}–{h.pair[1]} has a live link again"))
-        return out
 
     # -- clients --------------------------------------------------------------------------------
 
@@ -759,8 +604,14 @@ class BrokerCore:
 
     def _on_subscribe(self, conn: int, msg: m.Subscribe, now: float) -> list:
         subs = self._clients[conn]
-        if msg.sub_id not in subs and len(subs) >= MAX_SUBSCRIPTIONS_PER_CLIENT:
-            return [(CLIENT, conn, m.Error(f"over {MAX_SUBSCRIPTIONS_PER_CLIENT} subscriptions"))]
+        if msg.sub_id not in subs and len(subs) >= self.config.max_subscriptions_per_client:
+            return [
+                (
+                    CLIENT,
+                    conn,
+                    m.Error(f"over {self.config.max_subscriptions_per_client} subscriptions"),
+                )
+            ]
         if len(msg.conjunctions) > MAX_CONJUNCTIONS:
             reason = f"subscription {msg.sub_id}: over {MAX_CONJUNCTIONS} conjunctions"
             return [(CLIENT, conn, m.Error(reason))]
@@ -810,7 +661,7 @@ class BrokerCore:
         if old is not None:
             # while the new profile is entered (and the old taken out) the graph holds some of
             # both: what it matches is delivered only if the new profile matches it too
-            entering = yield from _indexed(profile, self.work_slice)
+            entering = yield from _indexed(profile, self.work_slice, self.config.index_old_profiles)
             if self.reliable:
                 yield from self._change(dest, old)
             self._entering[dest] = entering
@@ -831,7 +682,9 @@ class BrokerCore:
         if self.reliable:
             out += self._start(dest, ticket)
         if ticket is not None and not ticket.confirmed():
-            self._waits.append([conn, msg.sub_id, ticket, self._now + SUBACK_WAIT, msg.req])
+            self._waits.append(
+                [conn, msg.sub_id, ticket, self._now + self.config.suback_wait, msg.req]
+            )
             return
         if ticket is not None:
             self.router.book.close(ticket)
@@ -841,14 +694,14 @@ class BrokerCore:
         """Why a client may not grow its subscriptions by ``grow`` weight (None: it may)."""
         if grow <= 0:
             return None
-        if self._weights.get(conn, 0) + grow > MAX_CLIENT_WEIGHT:
+        if self._weights.get(conn, 0) + grow > self.config.max_client_weight:
             return (
-                f"the client's subscriptions would weigh over {MAX_CLIENT_WEIGHT} "
+                f"the client's subscriptions would weigh over {self.config.max_client_weight} "
                 "(constraints plus in-values)"
             )
-        if self._local_weight + grow > MAX_LOCAL_WEIGHT:
+        if self._local_weight + grow > self.config.max_local_weight:
             return (
-                f"this broker's subscriptions would weigh over {MAX_LOCAL_WEIGHT} "
+                f"this broker's subscriptions would weigh over {self.config.max_local_weight} "
                 "(constraints plus in-values)"
             )
         return None
@@ -863,7 +716,7 @@ class BrokerCore:
         it still changing) matches too, unless it had not started. A large old profile is
         indexed first (in slices), so that testing an event against it costs a match, not a
         test of every conjunction."""
-        old = yield from _indexed(profile, self.work_slice)
+        old = yield from _indexed(profile, self.work_slice, self.config.index_old_profiles)
         changing = self._changing.get(dest)
         levels = self._gate.get(dest)
         # on a level waiting for its V_m start, ``old`` started only on the pubends whose V_m
@@ -873,14 +726,14 @@ class BrokerCore:
         held = {i: frozenset(w[1].values()) for i, w in vgate.items()}
         if changing is not None:
             # the profile before ``old`` is needed only up to where ``old`` started; the newest
-            # MAX_CHANGING profiles are kept (beyond that, what the oldest matched is no longer
+            # config.max_changing profiles are kept (beyond that, what the oldest matched is no longer
             # held back)
             *earlier, (last, _) = changing[0]
             upto = [
                 None if start is None or i in held else dict(start)
                 for i, start in enumerate(levels)
             ]
-            olds = (*earlier, (last, upto), (old, None))[-MAX_CHANGING:]
+            olds = (*earlier, (last, upto), (old, None))[-self.config.max_changing :]
             # where ``old`` started and the ones before it had not, it goes on from its start
             ahead, started = dict(changing[1]), set(changing[2])
             vchanging = dict(self._vchanging.get(dest, {}))
@@ -1070,8 +923,14 @@ class BrokerCore:
 
     def _on_publish(self, conn: int, msg: m.Publish, now: float) -> list:
         events = msg.events
-        if len(events) > MAX_PUBLISH_BATCH:
-            return [(CLIENT, conn, m.Error(f"publish batch over {MAX_PUBLISH_BATCH} events"))]
+        if len(events) > self.config.max_publish_batch:
+            return [
+                (
+                    CLIENT,
+                    conn,
+                    m.Error(f"publish batch over {self.config.max_publish_batch} events"),
+                )
+            ]
         duplicates, wait = 0, 0
         if msg.publisher:
             if len(msg.publisher) > MAX_PUBLISHER_ID or msg.first < 1:
@@ -1168,12 +1027,11 @@ class BrokerCore:
             out += self._deliver(self.pubend, items)
             if self._silence_due == float("inf") or self._silence_idle:
                 # the first event after a quiet round: silence follows it soon
-                self._silence_due = min(self._silence_due, now + SILENCE_AFTER)
+                self._silence_due = min(self._silence_due, now + self.config.silence_after)
             self._silence_idle = 0
-            self._silence_gap = SILENCE_EVERY
+            self._silence_gap = self.config.silence_every
             self._published_since_round = True
-            if self._ack_due == float("inf"):
-                self._ack_due = now + ACK_EVERY
+            self.release.published(now)
         if n:
             if self._gate and passed:  # own events past a starting point: none below it comes
                 self._pass_gates(self.pubend, passed)
@@ -1237,7 +1095,7 @@ class BrokerCore:
         if self.router.lagging:
             out += self._want_profiles(now)
         if self.router.kept and pubend != self.pubend:
-            self._cache.add(pubend, [it for it, _ in todo], routed_before=routed_before)
+            self.repair.cache.add(pubend, [it for it, _ in todo], routed_before=routed_before)
         if local and pubend != self.pubend:
             sub = self._subend(pubend, min(r.prev for _, rs in local for r in rs))
             if sub is not None:
@@ -1270,9 +1128,9 @@ class BrokerCore:
             if start is not None:
                 floor = min(floor, start)
             # never below what this broker acknowledged (see :meth:`_promise`)
-            floor = max(floor, self._promised(pubend))
+            floor = max(floor, self.release.promised(pubend))
             sub = self._subends[pubend] = Subend(floor, self._held_bytes)
-            if len(self._subends) > MAX_SUBENDS:
+            if len(self._subends) > self.config.max_subends:
                 gone, old = self._subends.popitem(last=False)
                 old.stream.release()
                 self._doubtful.discard(gone)
@@ -1318,7 +1176,7 @@ class BrokerCore:
         return self._route_claimed(pubend, todo, now, vm)
 
     def _on_silence(self, peer: str, msg: m.Silence, now: float) -> list:
-        if msg.hops >= MAX_HOPS:
+        if msg.hops >= self.config.max_hops:
             return []
         try:
             self.router.check_routes(msg.to)
@@ -1355,162 +1213,6 @@ class BrokerCore:
                 out += self._drain(pubend, sub, now)
         return out
 
-    def _on_nack(self, msg: m.Nack, now: float) -> list:
-        """Curiosity for ``msg.pubend``: answer from the log if it is this broker's; else answer
-        what this keeper's cache can (:mod:`ges.reliable.repair`) and relay the rest towards the
-        pubend's broker, unless a nack sent on just now asked for it already."""
-        broker = msg.pubend.partition("~")[0]
-        self._check_unicast(msg.origin, msg.detour)
-        if broker != self.id:
-            if len(msg.ranges) > MAX_NACK_RANGES:
-                raise ProtocolError(f"nack with over {MAX_NACK_RANGES} ranges from {msg.origin}")
-            if msg.origin == self.id:
-                return []
-            answers, rest = self._answer_from_cache(msg.pubend, msg.origin, msg.ranges)
-            out = self._send_answers(answers)
-            rest = self._board.ask(msg.pubend, msg.origin, rest, now)
-            if rest:
-                out += self._relay(
-                    broker,
-                    msg.detour,
-                    msg.hops,
-                    lambda h, d: m.Nack(msg.pubend, msg.origin, rest, h, d),
-                )
-            return out
-        if len(msg.ranges) > MAX_NACK_RANGES:
-            raise ProtocolError(f"nack with over {MAX_NACK_RANGES} ranges from {msg.origin}")
-        if msg.origin == self.id:
-            return []
-        if msg.pubend != self.pubend:
-            # an older epoch of this broker's pubend: answered from the log if it kept it
-            # (a durable log does), else its ticks are lost, and saying so lets the subend go on
-            answers = self._old_epoch_answers(msg)
-        else:
-            log = self.log
-            answers = self._log_answers(msg, log.committed, log.released(), log.lowest(), log.read)
-        self.counters["nacks_answered"] += 1
-        return self._send_answers(answers)
-
-    def _log_answers(
-        self, msg: m.Nack, last: int, released: int, lowest: int, read
-    ) -> list[m.Recovered]:
-        """One bounded answer per range of ``msg`` from a log holding ``lowest..last`` (the
-        subend asks again for the rest). Ticks up to ``released`` have nothing for the nacker:
-        every other broker acknowledged them, so they precede anything its subscriptions need
-        (see :meth:`_needed`). Ticks between that and ``lowest`` are answered as lost — the
-        log's bound dropped them, and passing them off as silence would hide the loss."""
-        answers = []
-        for lo, hi in msg.ranges:
-            lo, hi = max(lo, 1), min(hi, last)
-            if lo > hi:
-                continue
-            if lo <= released:
-                done = min(hi, released)
-                answers.append(m.Recovered(msg.pubend, msg.origin, lo, done, []))
-                lo = done + 1
-                if lo > hi:
-                    continue
-            if lo < lowest:
-                gone = min(hi, lowest - 1)
-                answers.append(m.Recovered(msg.pubend, msg.origin, lo, gone, [], lost=True))
-                lo = gone + 1
-                if lo > hi:
-                    continue
-            got, cut = _within_bytes(read(lo, hi, MAX_READ), lambda te: held_size(te[1]))
-            if len(got) >= MAX_READ or cut:
-                hi = got[-1][0]
-            items = [m.EventItem(t, 0, 0, ev) for t, ev in got]
-            answers.append(m.Recovered(msg.pubend, msg.origin, lo, hi, items))
-        return answers
-
-    def _answer_from_cache(self, pubend: str, origin: str, ranges) -> tuple[list, list]:
-        """The answers this broker can give a nack from ``origin`` out of its cache — for a range
-        it knows whole for a unit it keeps around ``origin`` — and the ranges left."""
-        kept = self.router.kept
-        if not kept:
-            return [], list(ranges)
-        contains = self.router.h.contains
-        # the widest first: its answer may serve more of the origins waiting on it
-        units = sorted((u for u in kept if contains(u, origin)), key=len)
-        knows = self.claims.knows
-        answers, rest = [], []
-        for lo, hi in ranges:
-            items = unit = None
-            if lo <= hi:
-                unit = next((u for u in units if knows(pubend, u, lo, hi)), None)
-            if unit is not None:
-                items = self._cache.read(pubend, lo, hi)
-            if items is None:
-                rest.append((lo, hi))
-                continue
-            bounded, _ = _within_bytes(items[:MAX_READ], held_size)
-            if len(bounded) < len(items):  # one bounded answer; the rest is asked for again
-                items = bounded
-                rest.append((items[-1].tick + 1, hi))
-                hi = items[-1].tick
-            items = [m.EventItem(it.tick, 0, 0, it.event) for it in items]
-            answers.append(m.Recovered(pubend, origin, lo, hi, items, unit=unit))
-        if answers:
-            self.counters["nacks_answered_from_cache"] += len(answers)
-        return answers, rest
-
-    def _send_answers(self, answers: list) -> list:
-        """Answers on their way, each also to the origins waiting on a nack it answers."""
-        out = []
-        for a in answers:
-            out += self._relay_answer(a)
-            out += self._to_waiters(a)
-        return out
-
-    def _relay_answer(self, a: m.Recovered) -> list:
-        """An answer one hop further towards ``a.to`` (along its detour, if any)."""
-        return self._relay(a.to, a.detour, a.hops, lambda h, d: _hop(a, h, d))
-
-    def _to_waiters(self, a: m.Recovered) -> list:
-        """Copies of an answer for every origin waiting on a nack it answers (each gets the part
-        it asked for) — those in the unit the answer is whole for."""
-        out = []
-        contains = self.router.h.contains
-        for origin, lo, hi in self._board.answered(
-            a.pubend, a.lo, a.hi, a.to, lambda o: contains(a.unit, o)
-        ):
-            if origin == self.id:
-                continue
-            items = [it for it in a.items if lo <= it.tick <= hi]
-            copy = msgspec.structs.replace(
-                a, to=origin, lo=lo, hi=hi, items=items, hops=0, detour=[]
-            )
-            out += self._relay_answer(copy)
-        self.counters["nack_answers_shared"] += len(out)
-        return out
-
-    def _old_epoch_answers(self, msg: m.Nack) -> list[m.Recovered]:
-        _, _, epoch = msg.pubend.partition("~")
-        if _epoch(msg.pubend) < 0:  # a pubend name with no epoch: nothing logged under it
-            return [
-                m.Recovered(msg.pubend, msg.origin, lo, hi, [], lost=True)
-                for lo, hi in msg.ranges
-                if lo <= hi
-            ]
-        n = int(epoch)  # ticks past the epoch's end were never published: silence
-        log = self.log
-        return self._log_answers(
-            msg,
-            1 << 62,
-            log.released(n),
-            log.lowest(n),
-            lambda lo, hi, limit: log.read_epoch(n, lo, hi, limit),
-        )
-
-    def _on_recovered(self, msg: m.Recovered, now: float) -> list:
-        self._check_unicast(msg.to, msg.detour)
-        if msg.unit and msg.unit not in self.topology.units:
-            raise ProtocolError(f"answer for unknown unit {'/'.join(msg.unit)!r}")
-        shared = self._to_waiters(msg) if msg.lo <= msg.hi else []
-        if msg.to != self.id:
-            return shared + self._relay_answer(msg)
-        return shared + self._on_recovered_here(msg, now)
-
     def _on_recovered_here(self, msg: m.Recovered, now: float) -> list:
         sub = self._subends.get(msg.pubend)
         if sub is None or msg.lo > msg.hi or msg.hi > sub.top:
@@ -1535,157 +1237,7 @@ class BrokerCore:
             ]
         return self._drain(msg.pubend, sub, now)
 
-    # -- log release (seed 002 §1) ------------------------------------------------------------------
-    #
-    # The pubend's broker releases a tick once every other broker of the topology has
-    # acknowledged it. A broker acknowledges up to the tick it is asked about (which was
-    # published before it was asked) but no further than its subscriptions need: the doubt
-    # horizon of its subend, or the starting point of a subscription that has none yet; and
-    # while a subscription here waits for its starting point on that pubend's level it does
-    # not answer at all. So a released tick was, for every subscription anywhere, either had
-    # or not for it, or published before the subscription was made — a nack for it is
-    # answered "nothing for you" (:meth:`_log_answers`). The membership is the topology's:
-    # a broker that never answers (down for good) holds the release back, and the log's bound
-    # still applies.
-
-    def _ack_round(self, now: float) -> list:
-        """Release what every other broker acknowledged; ask those behind the last commit."""
-        log = self.log
-        tick = log.committed
-        acked = self._acked
-        floor = min((acked.get(b, 0) for b in self._others), default=tick)
-        if floor > log.released():
-            log.release(floor)
-        if floor >= tick:
-            self._ack_due = float("inf")  # until the next publish
-            return []
-        self._ack_due = now + ACK_EVERY
-        self._asked = tick
-        self._behind = {b for b in self._others if acked.get(b, 0) < tick}
-        out, _ = self._pass_ask(
-            self.pubend, sorted(self._behind, key=broker_order_key), tick, 0, ()
-        )
-        return out
-
-    def _pass_ask(self, pubend: str, to: list[str], tick: int, hops: int, detour) -> tuple:
-        """The AckAsks for ``to``, one per next hop, and the brokers they went towards."""
-        out = []
-        passed: list[str] = []
-        up = self.links_up
-        for (hop, path), group in self.router.steps(to, detour, hops).items():
-            if hop in up:
-                out.append((PEER, hop, m.AckAsk(pubend, group, tick, hops + 1, list(path))))
-                passed += group
-        return out, passed
-
-    def _on_ack_ask(self, peer: str, msg: m.AckAsk, now: float) -> list:
-        broker = msg.pubend.partition("~")[0]
-        self._check_unicast(broker, msg.detour)
-        self._check_brokers(msg.to)
-        g = self._gathers.get(msg.pubend)
-        if g is not None and g.asked == msg.tick and g.parent == peer:
-            return []  # a copy of the ask this broker passed on and gathers the answers to
-        others = [b for b in msg.to if b != self.id]
-        out, passed = self._pass_ask(msg.pubend, others, msg.tick, msg.hops, msg.detour)
-        answer = None
-        if len(others) < len(msg.to) and broker != self.id:
-            need = self._needed(msg.pubend, msg.tick)
-            if need is not None and self._promise(broker, msg.pubend, need):
-                answer = (self.id, need)
-        got = [] if answer is None else [answer]
-        if passed and broker != self.id:  # the answers from beyond go back as one
-            due = now + max(ACK_GATHER - msg.hops * GATHER_STEP, GATHER_MIN)
-            return out + self._gather(msg.pubend, _Gather(msg.tick, set(passed), got, due, peer))
-        if got:
-            out += self._answer(msg.pubend, got, msg.tick, peer)
-        return out
-
-    def _gather(self, pubend: str, g: _Gather) -> list:
-        """Wait until ``g.due`` for the answers of ``g.waiting`` to this round of ``pubend``."""
-        gathers = self._gathers
-        self._gather_due = min(self._gather_due, g.due)
-        old = gathers.pop(pubend, None)
-        out = [] if old is None else self._gathered(pubend, old)  # an older round's, as it is
-        gathers[pubend] = g
-        if len(gathers) > MAX_GATHERS:
-            out += self._gathered(*gathers.popitem(last=False))
-        return out
-
-    def _gathered(self, pubend: str, g: _Gather) -> list:
-        return self._answer(pubend, g.got, g.asked, g.parent) if g.got else []
-
-    def _answer(self, pubend: str, acks: list, asked: int, parent: str) -> list:
-        """Answers back to the broker the round's ask came from (which gathers them in turn),
-        or relayed to the pubend's broker if that link is down."""
-        if parent in self.links_up:
-            return [(PEER, parent, m.Ack(pubend, acks, asked, 1))]
-        return self._send_acks(pubend, acks, asked)
-
-    def _send_acks(self, pubend: str, acks: list, asked: int, hops: int = 0, detour=()) -> list:
-        broker = pubend.partition("~")[0]
-        return self._relay(broker, detour, hops, lambda h, d: m.Ack(pubend, acks, asked, h, d))
-
-    def _check_brokers(self, brokers) -> None:
-        known = self.topology.brokers
-        if len(brokers) > len(known):
-            raise ProtocolError(f"{len(brokers)} brokers named, the topology has {len(known)}")
-        for b in brokers:
-            if b not in known:
-                raise ProtocolError(f"unknown broker {b!r}")
-
-    def _promise(self, broker: str, pubend: str, tick: int) -> bool:
-        """Keep, in stable storage, that this broker acknowledged ``pubend`` up to ``tick``: a
-        subend made here later — for a subscription made after the answer, even after a crash
-        — starts above it, so it never gets part of what may be released (a tick still on its
-        way to a keeper would otherwise reach the new subscription, and its copy lost on the
-        way be answered "nothing for you"). One per publishing broker: an older epoch's answer
-        is not given once a newer one was (that pubend is not released any more). False if
-        not kept (then no answer)."""
-        promised = self.log.promised()
-        got = promised.get(broker)
-        if got is not None:
-            if got[0] == pubend:
-                if tick <= got[1]:
-                    return True
-            elif _epoch(pubend) <= _epoch(got[0]):
-                return False
-        self.log.promise(broker, pubend, tick)
-        return True
-
-    def _on_ack(self, msg: m.Ack) -> list:
-        broker = msg.pubend.partition("~")[0]
-        self._check_unicast(broker, msg.detour)
-        self._check_brokers([origin for origin, _ in msg.acks])
-        if broker != self.id:
-            acks, out = msg.acks, []
-            g = self._gathers.get(msg.pubend)
-            if g is not None and g.asked == msg.asked:
-                acks = []
-                for a in msg.acks:
-                    if a[0] in g.waiting:
-                        g.waiting.discard(a[0])
-                        g.got.append(a)
-                    else:
-                        acks.append(a)
-                if not g.waiting:  # everyone beyond this broker answered
-                    out = self._gathered(msg.pubend, self._gathers.pop(msg.pubend))
-            if acks:
-                out += self._send_acks(msg.pubend, acks, msg.asked, msg.hops, msg.detour)
-            return out
-        if msg.pubend != self.pubend:
-            return []
-        behind = self._behind
-        for origin, tick in msg.acks:
-            if origin == self.id:
-                continue
-            tick = min(tick, self.log.committed)
-            if self._acked.get(origin, 0) < tick:
-                self._acked[origin] = tick
-            if tick >= self._asked and origin in behind:
-                behind.discard(origin)
-                if not behind:  # the last one: what the round asked about goes now
-                    self.log.release(self._asked)
-        return []
+    # -- log release (seed 002 §1; ges.core.release) ------------------------------------------
 
     def _needed(self, pubend: str, tick: int) -> int | None:
         """How far this broker acknowledges ``pubend``'s ticks when asked about those up to
@@ -1702,31 +1254,8 @@ class BrokerCore:
         start = self._start_floor(pubend)
         return tick if start is None else min(tick, start)
 
-    def _check_unicast(self, broker: str, detour) -> None:
-        if broker not in self.topology.brokers:
-            raise ProtocolError(f"unknown broker {broker!r}")
-        if detour:
-            try:
-                self.router.check_detour(detour)
-            except ValueError as exc:
-                raise ProtocolError(str(exc)) from None
-
-    def _relay(self, to: str, detour, hops: int, make) -> list:
-        step = self.router.relay_step(to, detour, hops)
-        if step is None or step[0] not in self.links_up:
-            return []
-        hop, detour = step
-        return [(PEER, hop, make(hops + 1, list(detour)))]
-
     def _reliable_timer(self, now: float) -> list:
-        out: list = []
-        if now >= self._ack_due:
-            out += self._ack_round(now)
-        if now >= self._gather_due:
-            gathers = self._gathers
-            for pubend in [p for p, g in gathers.items() if g.due <= now]:
-                out += self._gathered(pubend, gathers.pop(pubend))
-            self._gather_due = min((g.due for g in gathers.values()), default=float("inf"))
+        out = self.release.on_timer(now)
         if now >= self._silence_due:
             tick = self._next_tick - 1 - sum(len(h.events) for h in self._held)
             out += self._silence(
@@ -1741,8 +1270,8 @@ class BrokerCore:
                 self._published_since_round = False
             else:
                 self._silence_idle += 1
-                if self._silence_idle >= SILENCE_STEADY:
-                    self._silence_gap = min(2 * self._silence_gap, SILENCE_MAX)
+                if self._silence_idle >= self.config.silence_steady:
+                    self._silence_gap = min(2 * self._silence_gap, self.config.silence_max)
         for pubend in sorted(self._doubtful):
             sub = self._subends[pubend]
             if sub.next_nack == float("inf"):
@@ -1752,7 +1281,7 @@ class BrokerCore:
                 if ranges:
                     self.counters["nacks_sent"] += 1
                     broker = pubend.partition("~")[0]
-                    out += self._relay(
+                    out += self.unicast.relay(
                         broker, [], 0, lambda h, d, p=pubend, r=ranges: m.Nack(p, self.id, r, h, d)
                     )
         return out
@@ -1767,9 +1296,7 @@ class BrokerCore:
         ]
 
     def _reliable_deadline(self) -> float:
-        deadline = min(self._silence_due, self._ack_due)
-        if self._gather_due < deadline:
-            deadline = self._gather_due
+        deadline = min(self._silence_due, self.release.next_deadline())
         subends = self._subends
         for pubend in self._doubtful:
             nack = subends[pubend].next_nack
@@ -1817,7 +1344,7 @@ class BrokerCore:
         check = self.router.check_routes
         todo = []
         for it in items:
-            if it.hops >= MAX_HOPS:
+            if it.hops >= self.config.max_hops:
                 self.counters["hop_limit"] += 1
                 continue
             try:
@@ -1845,16 +1372,14 @@ class BrokerCore:
     def _window(self, pubend: str) -> TickWindow:
         window = self._windows.get(pubend)
         if window is None:
-            window = self._windows[pubend] = TickWindow()
-            if len(self._windows) > MAX_PUBENDS:
+            window = self._windows[pubend] = TickWindow(limit=self.config.window_limit)
+            if len(self._windows) > self.config.max_pubends:
                 self._windows.popitem(last=False)
         else:
             self._windows.move_to_end(pubend)
         return window
 
-    def _on_events(self, peer: str, pubend: str, items: list) -> list:
-        if self.router is not None:
-            return self._on_routed(peer, pubend, items)
+    def _on_flooded(self, peer: str, pubend: str, items: list) -> list:
         window = self._window(pubend)
         add = window.add
         fresh = [it for it in items if add(it.tick)]
@@ -2039,45 +1564,6 @@ class BrokerCore:
         )
 
 
-class ProtocolError(Exception):
-    """A peer or client sent a message that is not valid at this point; close its connection."""
-
-
-#: Bytes of events one answer to a nack carries at most (besides MAX_READ events): the
-#: subend asks again for the rest.
-MAX_ANSWER_BYTES = 4 * 1024 * 1024
-
-
-def _within_bytes(items: list, size) -> tuple[list, bool]:
-    """The leading ``items`` within MAX_ANSWER_BYTES (at least one), and whether some were
-    left out (the rest is asked for again)."""
-    total = 0
-    for i, item in enumerate(items):
-        total += size(item)
-        if total > MAX_ANSWER_BYTES and i:
-            return items[:i], True
-    return items, False
-
-
-def _runs(source: str, digest: str) -> str:
-    return f"{source} (digest {digest})"
-
-
-#: Characters of a string a peer chose that a reason shows.
-SHOWN = 80
-
-
-def _shown(text: str) -> str:
-    """A peer's string in a reason: quoted, and cut short."""
-    return repr(text if len(text) <= SHOWN else text[: SHOWN - 1] + "…")
-
-
-def _epoch(pubend: str) -> int:
-    """A pubend's epoch (``<broker>~<epoch>``); -1 if it names none."""
-    epoch = pubend.partition("~")[2]
-    return int(epoch) if epoch.isascii() and epoch.isdigit() and len(epoch) <= 18 else -1
-
-
 @attrs.define(eq=False)
 class _Held:
     """A publish waiting for the log: acknowledged once the log has committed up to ``wait``
@@ -2090,27 +1576,6 @@ class _Held:
     events: list
     wait: int
     duplicates: int
-
-
-class _Gather:
-    """Answers to one round of another pubend's asks that this broker passed on: the tick
-    asked, the brokers beyond it still to answer, the ``(origin, tick)`` answers so far, when
-    it stops waiting, and the neighbour the ask came from (the answers go back the way the ask
-    came: a tree, whatever the shortest paths back are)."""
-
-    __slots__ = ("asked", "waiting", "got", "due", "parent")
-
-    def __init__(self, asked: int, waiting: set[str], got: list, due: float, parent: str):
-        self.asked = asked
-        self.waiting = waiting
-        self.got = got
-        self.due = due
-        self.parent = parent
-
-
-def _hop(msg, hops: int, detour: list):
-    """A unicast message one hop further on (every field kept but these)."""
-    return msgspec.structs.replace(msg, hops=hops, detour=detour)
 
 
 class _Indexed:
@@ -2126,11 +1591,13 @@ class _Indexed:
         return bool(self.graph.match(attributes))
 
 
-def _indexed(profile: Profile, slice_units: int) -> Generator[int, None, Profile | _Indexed]:
+def _indexed(
+    profile: Profile, slice_units: int, small: int
+) -> Generator[int, None, Profile | _Indexed]:
     """Something with ``matches(attributes)`` for ``profile``: the profile itself when it is
     small, else the profile indexed in a graph of its own (built a slice at a time), so that
     testing an event costs a match, not a test of every conjunction."""
-    if len(profile.effective) <= INDEX_OLD_PROFILES:
+    if len(profile.effective) <= small:
         return profile
     indexed = _Indexed()
     cost = 0
@@ -2175,13 +1642,84 @@ def _old_match(olds: tuple, level: int, pubend: str, it: m.EventItem) -> bool:
     return True
 
 
-def _to_wire(r: LinkReport) -> m.LinkState:
-    return m.LinkState(
-        r.a, r.b, list(r.a_unit), list(r.b_unit), r.cost, r.reporter, r.version, r.up
-    )
+# -- what a peer's message is handled by, per mode (the mode picks one table at construction) --
+#
+# Each handler is ``(core, peer, msg, now) -> outputs``. Tables are data, as h11 keeps its
+# transitions: a message a mode has no use for is a protocol error for that peer.
+
+#: Messages every broker handles.
+_LINKS = {
+    m.Heartbeat: lambda core, peer, msg, now: [],
+    m.Bye: BrokerCore._on_bye,
+    m.Connectivity: BrokerCore._on_connectivity,
+}
+#: Reliable delivery's messages (silence, nacks and answers, log release, VT vectors).
+_RELIABLE_ONLY = (
+    m.Silence,
+    m.Nack,
+    m.Recovered,
+    m.AckAsk,
+    m.Ack,
+    m.Clocks,
+    m.Vector,
+    m.ProfileWant,
+)
 
 
-def _from_wire(s: m.LinkState) -> LinkReport:
-    return LinkReport(
-        s.a, s.b, tuple(s.a_unit), tuple(s.b_unit), s.cost, s.reporter, s.version, s.up
-    )
+def _refused(reason: str):
+    """A handler for a message this broker's mode has no use for: ``reason`` (with ``{peer}``
+    and ``{kind}``) as a protocol error."""
+
+    def refuse(core, peer: str, msg, now: float) -> list:
+        raise ProtocolError(reason.format(peer=peer, kind=type(msg).__name__))
+
+    return refuse
+
+
+def _checked_values(handle):
+    """``handle`` with a ValueError it raises turned into a protocol error naming the peer."""
+
+    def checked(core, peer: str, msg, now: float) -> list:
+        try:
+            return handle(core, peer, msg, now)
+        except ValueError as exc:
+            raise ProtocolError(f"bad {type(msg).__name__} from {peer}: {exc}") from None
+
+    return checked
+
+
+_BEST_EFFORT_REFUSES = dict.fromkeys(
+    _RELIABLE_ONLY, _refused("{kind} from {peer}, but delivery is best effort")
+)
+FROM_PEER_FLOODING = {
+    **_LINKS,
+    **_BEST_EFFORT_REFUSES,
+    m.Events: lambda core, peer, msg, now: core._on_flooded(peer, msg.pubend, msg.items),
+    m.Profiles: _refused("profile message from {peer}, but this broker floods"),
+    m.ProfileAck: _refused("profile message from {peer}, but this broker floods"),
+}
+FROM_PEER_BEST_EFFORT = {
+    **_LINKS,
+    **_BEST_EFFORT_REFUSES,
+    m.Events: lambda core, peer, msg, now: core._on_routed(peer, msg.pubend, msg.items),
+    m.Profiles: BrokerCore._on_profile_message,
+    m.ProfileAck: BrokerCore._on_profile_message,
+}
+FROM_PEER_RELIABLE = {
+    **_LINKS,
+    m.Events: lambda core, peer, msg, now: core._on_reliable_events(
+        peer, msg.pubend, msg.items, now, msg.vm
+    ),
+    m.Profiles: BrokerCore._on_profile_message,
+    m.ProfileAck: BrokerCore._on_profile_message,
+    m.Silence: BrokerCore._on_silence,
+    m.Nack: lambda core, peer, msg, now: core.repair.on_nack(msg, now),
+    m.Recovered: lambda core, peer, msg, now: core.repair.on_recovered(msg, now),
+    m.AckAsk: lambda core, peer, msg, now: core.release.on_ack_ask(peer, msg, now),
+    m.Ack: lambda core, peer, msg, now: core.release.on_ack(msg),
+    m.Clocks: _checked_values(lambda core, peer, msg, now: core._on_clocks(peer, msg.clocks)),
+    m.Vector: _checked_values(BrokerCore._on_vector),
+    m.ProfileWant: _checked_values(
+        lambda core, peer, msg, now: core._to_peers(core.router.on_want(msg, now))
+    ),
+}

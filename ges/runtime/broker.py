@@ -28,7 +28,7 @@ from pathlib import Path
 import msgspec
 import trio
 
-from ges.core import CLIENT, DROP_PEER, NOTICE, PEER, BrokerCore, ProtocolError
+from ges.core import CLIENT, DROP_PEER, NOTICE, PEER, BrokerConfig, BrokerCore, ProtocolError
 from ges.errors import OperationError
 from ges.runtime.notes import RateLimitedLog
 from ges.runtime.pubend_log import SqliteLog
@@ -104,6 +104,7 @@ class BrokerServer:
         record_dir: Path | None = None,
         record_tags: dict | None = None,
         max_clients: int = MAX_CLIENTS,
+        config: BrokerConfig | None = None,
     ):
         self.topology = topology
         self.spec = topology.brokers[broker_id]
@@ -132,6 +133,7 @@ class BrokerServer:
             hierarchy=hierarchy,
             reliable=reliable,
             log=self.pubend_log,
+            config=config,
         )
         self.core.pid = os.getpid()
         self.listen_host = listen_host or self.spec.host

@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import attrs
 
-from ges.core import CLIENT, NOTICE, PEER, BrokerCore
+from ges.core import CLIENT, NOTICE, PEER, BrokerConfig, BrokerCore
 from ges.core.failure import FailureDetector
 from ges.reliable.log import MemoryLog
 from ges.routing import Hierarchy
@@ -101,6 +101,7 @@ class Sim:
         on_suback: Callable | None = None,
         on_crash: Callable | None = None,
         work_slice: int | None = None,
+        config: BrokerConfig | None = None,
     ):
         self.topology = topology
         self.hierarchy = Hierarchy(topology)
@@ -132,6 +133,10 @@ class Sim:
         #: apart, with frames, timers and faults in between, and holds a busy client's next
         #: message back until its request is done — as the trio runtime does
         self.work_slice = work_slice
+        #: every core's settings (a work_slice given replaces the config's)
+        self.config = config or BrokerConfig()
+        if work_slice is not None:
+            self.config = attrs.evolve(self.config, work_slice=work_slice)
         self._held_msgs: dict[tuple[str, int], list] = {}
         self.slices = 0  # slices run apart from the request that started them
         self._work_at: dict[str, BrokerCore] = {}
@@ -158,11 +163,10 @@ class Sim:
             hierarchy=self.hierarchy,
             reliable=self.reliable,
             log=self.logs[broker] if self.reliable else None,
+            config=self.config,
         )
         if core.router is not None:
             core.router.sufficiency = self.sufficiency
-        if self.work_slice is not None:
-            core.work_slice = self.work_slice
         self.cores[broker] = core
         for key in [k for k in self._held_msgs if k[0] == broker]:
             del self._held_msgs[key]  # the clients went with the crash

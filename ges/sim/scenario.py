@@ -20,6 +20,7 @@ import time
 
 import attrs
 
+from ges.core import BrokerConfig
 from ges.matching.model import Conjunction, Profile, profile_to_wire
 from ges.matching.syntax import parse_where
 from ges.sim.checker import Checker
@@ -94,6 +95,7 @@ def run_seed(
     reliable: bool = True,
     sufficiency: bool = True,
     work_slice: int | None = None,
+    config: BrokerConfig | None = None,
 ) -> Outcome:
     started = time.perf_counter()
     rng = random.Random(seed)
@@ -135,6 +137,7 @@ def run_seed(
         on_suback=on_suback,
         on_crash=on_crash,
         work_slice=work_slice,
+        config=config,
     )
     brokers = sorted(topology.brokers)
     for i in range(subscribers):

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from ges.stats.spark import INSTALL_STATS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,17 +3,14 @@ timers; then several flooding cores over a fake network."""
 
 from __future__ import annotations
 
-import functools
 import random
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-import ges.core.broker as broker_mod
 from ges.connectivity import LinkReport, express, visible_to
-from ges.core import CLIENT, DROP_PEER, NOTICE, PEER, BrokerCore, ProtocolError
-from ges.core.dedup import TickWindow
+from ges.core import CLIENT, DROP_PEER, NOTICE, PEER, BrokerConfig, BrokerCore, ProtocolError
 from ges.core.failure import FailureDetector
 from ges.topology import Topology
 from ges.wire import messages as m
@@ -56,6 +53,7 @@ def make(
     topology: Topology = TOPO,
     incarnation: int = 1,
     routing: str = "flood",
+    config: BrokerConfig | None = None,
 ) -> BrokerCore:
     """A core that floods (this file tests flooding, the handshake, links and clients; content
     routing has its own tests in tests/routing)."""
@@ -65,6 +63,7 @@ def make(
         incarnation=incarnation,
         detector=FailureDetector(interval=INTERVAL, timeout=TIMEOUT),
         routing=routing,
+        config=config,
     )
 
 
@@ -350,9 +349,8 @@ def test_subscribe_canonicalises_double_equals():
     assert ticks_of(to(out, CLIENT, 1)) == [1]
 
 
-def test_subscription_limit_per_client(monkeypatch):
-    monkeypatch.setattr(broker_mod, "MAX_SUBSCRIPTIONS_PER_CLIENT", 2)
-    core = make("b1")
+def test_subscription_limit_per_client():
+    core = make("b1", config=BrokerConfig(max_subscriptions_per_client=2))
     with_client(core, 1, (1, []), (2, []))
     out = core.client_message(1, m.Subscribe(3, []), 0.0)
     assert type(out[0][2]) is m.Error
@@ -363,9 +361,8 @@ def test_subscription_limit_per_client(monkeypatch):
     assert core.stats().subscriptions == 4
 
 
-def test_publish_batch_limit(monkeypatch):
-    monkeypatch.setattr(broker_mod, "MAX_PUBLISH_BATCH", 2)
-    core = make("b1")
+def test_publish_batch_limit():
+    core = make("b1", config=BrokerConfig(max_publish_batch=2))
     core.client_open(1, "pub")
     out = core.client_message(1, m.Publish(1, [ev(), ev(), ev()]), 0.0)
     assert [type(x[2]) for x in out] == [m.Error]
@@ -392,8 +389,8 @@ def test_unexpected_messages_are_protocol_errors():
 # -- flooding ----------------------------------------------------------------------------------
 
 
-def b3_with_links(*links: str) -> BrokerCore:
-    core = make("b3")
+def b3_with_links(*links: str, config: BrokerConfig | None = None) -> BrokerCore:
+    core = make("b3", config=config)
     for p in links:
         core.link_up(p, 0.0)
     return core
@@ -534,9 +531,8 @@ def test_link_down_stops_flooding_to_that_peer():
     assert core.stats().links_up == ["b1", "b5"]
 
 
-def test_pubend_windows_are_bounded(monkeypatch):
-    monkeypatch.setattr(broker_mod, "MAX_PUBENDS", 3)
-    core = b3_with_links("b1")
+def test_pubend_windows_are_bounded():
+    core = b3_with_links("b1", config=BrokerConfig(max_pubends=3))
     for i in range(10):
         core.peer_message("b1", m.Events(f"x{i}~1", items(1)), 0.0)
         assert len(core._windows) <= 3
@@ -544,12 +540,11 @@ def test_pubend_windows_are_bounded(monkeypatch):
     assert core.peer_message("b1", m.Events("x9~1", items(1)), 0.0) == []
 
 
-def test_a_pubend_first_heard_mid_stream_never_delivers_a_tick_twice(monkeypatch):
+def test_a_pubend_first_heard_mid_stream_never_delivers_a_tick_twice():
     # A broker that first hears a pubend at tick > 1 (it joined late, or the link came up after
     # the first publications) must still recognise a copy arriving over a redundant path, even
     # with a tiny window.
-    monkeypatch.setattr(broker_mod, "TickWindow", functools.partial(TickWindow, limit=4))
-    core = b3_with_links("b1", "b4")
+    core = b3_with_links("b1", "b4", config=BrokerConfig(window_limit=4))
     with_client(core, 1, (1, []))
     got = []
     for t in (3, 4, 5, 6, 7):

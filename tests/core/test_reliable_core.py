@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ges.core import NOTICE, PEER, BrokerCore
-from ges.core.broker import MAX_ANSWER_BYTES
+from ges.core import NOTICE, PEER, BrokerConfig, BrokerCore
+from ges.core.repair import MAX_ANSWER_BYTES
 from ges.matching.model import Profile, profile_to_wire
 from ges.reliable.log import MAX_READ, MemoryLog
 from ges.sim import Checker, Faults, Sim
@@ -290,8 +290,7 @@ def test_the_log_is_released_once_every_other_broker_acknowledged_it():
 
 
 def test_a_broker_passes_an_ask_on_once_per_hop_and_gathers_the_answers_from_beyond():
-    from ges.core.broker import ACK_GATHER
-
+    ACK_GATHER = BrokerConfig().ack_gather
     w = World()
     w.sim.run_until(0.5)
     pubend = w.sim.cores["b1"].pubend
@@ -323,21 +322,20 @@ def test_a_broker_passes_an_ask_on_once_per_hop_and_gathers_the_answers_from_bey
 
 
 def test_a_broker_further_out_gives_up_gathering_first():
-    from ges.core.broker import ACK_GATHER, GATHER_STEP
-
+    ACK_GATHER, GATHER_STEP = BrokerConfig().ack_gather, BrokerConfig().gather_step
     w = World()
     w.sim.run_until(0.5)
     core = w.sim.cores["b3"]
     for pubend, hops in (("b1~1", 1), ("b2~1", 6)):
         core.peer_message("b1", m.AckAsk(pubend, ["b7", "b8"], 5, hops=hops), 1.0)
-    due = {p: g.due for p, g in core._gathers.items()}
+    due = {p: g.due for p, g in core.release.gathers.items()}
     assert due == {
         "b1~1": 1.0 + ACK_GATHER - GATHER_STEP,
         "b2~1": 1.0 + ACK_GATHER - 6 * GATHER_STEP,
     }
     assert core.next_deadline() <= due["b2~1"]
     core.on_timer(due["b2~1"])
-    assert list(core._gathers) == ["b1~1"]
+    assert list(core.release.gathers) == ["b1~1"]
 
 
 def test_malformed_asks_and_answers_are_protocol_errors():
@@ -385,7 +383,7 @@ def test_a_broker_that_never_answers_holds_the_release_back():
     w.sim.run_until(20.0)
     core = w.sim.cores["b1"]
     assert w.sim.logs["b1"].released() == 0 and len(w.sim.logs["b1"]) == 10
-    assert core._behind == {"b12"}
+    assert core.release.behind == {"b12"}
 
 
 def test_an_acknowledgement_is_kept_and_an_older_epochs_is_not_given():

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from ges.core import CLIENT
-from ges.core.broker import SUBACK_WAIT
+from ges.core import CLIENT, BrokerConfig
 from ges.matching.model import Conjunction, Constraint, Profile, profile_to_wire
 from ges.sim import Checker, Faults, Sim
 from ges.topology import Topology
 from ges.wire import messages as m
+
+SUBACK_WAIT = BrokerConfig().suback_wait
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The publisher's broker and the subscribers' broker: far apart in the demo topology.

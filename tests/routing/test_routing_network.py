@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from ges.core import BrokerConfig
 from ges.matching.model import Conjunction, Constraint, Profile
 from ges.topology import Topology
 from ges.topology.generate import generate
@@ -352,7 +353,7 @@ def test_subscribe_is_acknowledged_once_the_keepers_have_the_profile():
 
 
 def test_subscribe_is_acknowledged_after_a_while_when_a_keeper_never_answers():
-    from ges.core.broker import SUBACK_WAIT
+    SUBACK_WAIT = BrokerConfig().suback_wait
 
     net = ready(TOPOLOGIES["demo"])
     net.subscribe("b20", 1, 7, bucket_below(10))

@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from ges.client import connect
+from ges.core import BrokerConfig
 from ges.runtime import BrokerServer
 from ges.runtime.pubend_log import SqliteLog
 from ges.runtime.up import wait_ready
@@ -26,12 +27,12 @@ def ev(n: int) -> m.Event:
 
 
 @asynccontextmanager
-async def chain_with_logs(chain3, data_dir):
+async def chain_with_logs(chain3, data_dir, config=None):
     """chain3's brokers logging in ``data_dir``: a subscriber client at b3 (subscribed to every
     event with ``n``) and a publisher client at b1."""
     async with trio.open_nursery() as nursery:
         for bid in chain3.brokers:
-            server = BrokerServer(chain3, bid, data_dir=data_dir)
+            server = BrokerServer(chain3, bid, data_dir=data_dir, config=config)
             await nursery.start(server.run)
         await wait_ready(chain3, timeout=10)
         s1, s3 = chain3.brokers["b1"], chain3.brokers["b3"]
@@ -254,10 +255,8 @@ async def test_a_broker_keeps_its_log_within_the_bound(chain3, tmp_path, monkeyp
 
     monkeypatch.setattr(pl, "MAX_LOG_EVENTS", 40)
     monkeypatch.setattr(pl, "TRIM_EVERY", 10)
-    import ges.core.broker as broker_module
-
-    monkeypatch.setattr(broker_module, "ACK_EVERY", 3600.0)  # no release: only the bound trims
-    async with chain_with_logs(chain3, tmp_path) as (sub, pub_client):
+    no_release = BrokerConfig(ack_every=3600.0)  # no release: only the bound trims
+    async with chain_with_logs(chain3, tmp_path, no_release) as (sub, pub_client):
         for i in range(100):
             await pub_client.publish([m.Event({"n": i}, b"", time.time_ns())])
         await receive(sub, 100, within=10)
@@ -328,10 +327,7 @@ def test_released_batches_are_deleted_and_remembered_per_epoch(tmp_path):
 async def test_a_broker_releases_its_log_once_every_other_broker_acknowledged(
     chain3, tmp_path, monkeypatch
 ):
-    import ges.core.broker as broker_module
-
-    monkeypatch.setattr(broker_module, "ACK_EVERY", 0.2)
-    async with chain_with_logs(chain3, tmp_path) as (sub, pub_client):
+    async with chain_with_logs(chain3, tmp_path, BrokerConfig(ack_every=0.2)) as (sub, pub_client):
         await pub_client.publish(thirty())
         await receive(sub, 30, within=5)
         with trio.fail_after(10):

@@ -7,23 +7,20 @@ from __future__ import annotations
 
 import pytest
 
-import ges.core.broker as broker_module
-from ges.core.broker import BrokerCore
+from ges.core import BrokerConfig, BrokerCore
 from ges.sim import Faults, run_seed
 from tests.sim.test_simulator import topology
 
-
-@pytest.fixture
-def eager_rounds(monkeypatch):
-    monkeypatch.setattr(broker_module, "ACK_EVERY", 0.05)
+#: rounds every 50 ms instead of every 5 s
+EAGER = BrokerConfig(ack_every=0.05)
 
 
 @pytest.mark.parametrize("name", ["demo", "figure2"])
-def test_entries_released_eagerly_never_cost_a_subscriber_an_event(name, eager_rounds):
+def test_entries_released_eagerly_never_cost_a_subscriber_an_event(name):
     t = topology(name)
     published = released = 0
     for seed in range(15):
-        o = run_seed(t, seed, faults=Faults(), churn=12)
+        o = run_seed(t, seed, faults=Faults(), churn=12, config=EAGER)
         assert o.ok, f"{name} seed {seed}: " + "; ".join(o.violations[:5])
         published += o.published
         released += o.released
@@ -31,12 +28,14 @@ def test_entries_released_eagerly_never_cost_a_subscriber_an_event(name, eager_r
     assert released >= 0.9 * published, (released, published)
 
 
-def test_a_release_past_what_a_subend_has_is_caught(eager_rounds, monkeypatch):
+def test_a_release_past_what_a_subend_has_is_caught(monkeypatch):
     """The checker is not blind to early release: answering the asked tick whatever the
     subend still lacks loses events (their nacks are answered "nothing for you")."""
     monkeypatch.setattr(BrokerCore, "_needed", lambda self, pubend, tick: tick)
     t = topology("demo")
-    outcomes = [run_seed(t, s, faults=Faults.parse("drop"), churn=0) for s in range(4)]
+    outcomes = [
+        run_seed(t, s, faults=Faults.parse("drop"), churn=0, config=EAGER) for s in range(4)
+    ]
     assert any("gap" in v for o in outcomes for v in o.violations), [
         o.violations[:2] for o in outcomes
     ]
@@ -49,7 +48,7 @@ def test_without_faults_every_log_is_released_by_the_end():
 
 
 def test_a_subscription_made_after_its_broker_acknowledged_never_gets_part_of_the_released(
-    eager_rounds, monkeypatch
+    monkeypatch,
 ):
     """b1's first hop is slow: its ticks 1..10 reach the keepers a second after every broker
     (none with a subscription) acknowledged them, and b1 released them. b20 subscribes in
@@ -80,6 +79,7 @@ def test_a_subscription_made_after_its_broker_acknowledged_never_gets_part_of_th
         on_deliver=on_deliver,
         on_puback=on_puback,
         on_suback=on_suback,
+        config=EAGER,
     )
     send = Sim._send
     lost = []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import ges.core.broker as broker_mod
+from ges.core import BrokerConfig
 from ges.sim import Faults
 from ges.sim.scenario import run_seed
 from ges.topology import Topology
@@ -19,12 +19,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("name", "seeds"), [("demo.yaml", 20), ("redundant-24.yaml", 15)])
-def test_requests_in_slices_keep_every_guarantee(name, seeds, monkeypatch):
-    monkeypatch.setattr(broker_mod, "INDEX_OLD_PROFILES", 0)  # every change uses _Indexed
+def test_requests_in_slices_keep_every_guarantee(name, seeds):
+    every_change_indexed = BrokerConfig(index_old_profiles=0)  # every change uses _Indexed
     topology = Topology.from_yaml(ROOT / "topologies" / name)
     sliced = 0
     for seed in range(seeds):
-        outcome = run_seed(topology, seed, faults=Faults.parse("all"), churn=16, work_slice=1)
+        outcome = run_seed(
+            topology,
+            seed,
+            faults=Faults.parse("all"),
+            churn=16,
+            work_slice=1,
+            config=every_change_indexed,
+        )
         assert outcome.ok, (seed, outcome.violations[:3])
         sliced += outcome.slices
     assert sliced > 50 * seeds  # requests did go in slices, with the world moving in between

@@ -1,0 +1,245 @@
+"""Log release rounds: when a pubend may drop what it logged (seed 002 §1–2).
+
+Theory of operation
+-------------------
+The pubend's broker releases a tick once every other broker of the topology has acknowledged
+it. While its log holds unreleased entries it runs a round every ``ack_every`` seconds: it asks
+(``AckAsk``) every broker behind the last commit, one ask per next hop naming the brokers
+beyond it. A broker that passes an ask on gathers the answers from beyond it for a while
+(``ack_gather``, less ``gather_step`` per hop so the furthest give up first) and sends them back
+as one ``Ack`` the way the ask came: the answers travel a tree, whatever the shortest paths back
+are. A broker acknowledges up to the tick it is asked about (published before it was asked) but
+no further than its subscriptions need (:meth:`ReleaseRounds.needed`, given by the delivery
+side: the doubt horizon of its subend, or the starting point of a subscription that has none
+yet); while a subscription here waits for its starting point on that pubend's level it does
+not answer at all. So a released tick was, for every subscription anywhere, either had or not
+for it, or published before the subscription was made — a nack for it is answered "nothing for
+you" (ges.core.repair). The membership is the topology's: a broker that never answers (down for
+good) holds the release back, and the log's bound still applies.
+
+Before answering, a broker keeps its acknowledgement in stable storage (:meth:`promise`): a
+subend made later, even after a crash, starts above it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+from ges.core.config import BrokerConfig
+from ges.core.outputs import PEER, epoch_of
+from ges.core.unicast import Unicast
+from ges.reliable.log import PubendLog
+from ges.topology import broker_order_key
+from ges.wire import messages as m
+
+
+class Gather:
+    """Answers to one round of another pubend's asks that this broker passed on: the tick
+    asked, the brokers beyond it still to answer, the ``(origin, tick)`` answers so far, when
+    it stops waiting, and the neighbour the ask came from."""
+
+    __slots__ = ("asked", "waiting", "got", "due", "parent")
+
+    def __init__(self, asked: int, waiting: set[str], got: list, due: float, parent: str):
+        self.asked = asked
+        self.waiting = waiting
+        self.got = got
+        self.due = due
+        self.parent = parent
+
+
+class ReleaseRounds:
+    """This broker's part in log release: its own pubend's rounds, and the asks of others."""
+
+    def __init__(
+        self,
+        broker_id: str,
+        pubend: str,
+        log: PubendLog,
+        others: frozenset[str],
+        unicast: Unicast,
+        config: BrokerConfig,
+        needed: Callable[[str, int], int | None],
+    ):
+        self.id = broker_id
+        self.pubend = pubend
+        self.log = log
+        self.config = config
+        self._unicast = unicast
+        self._needed = needed
+        self._others = others
+        #: each other broker's acknowledged tick of this pubend
+        self.acked: dict[str, int] = {}
+        #: the tick the last round asked about, and the brokers that have not acknowledged it
+        self.asked = 0
+        self.behind: set[str] = set()
+        unreleased = log.committed > log.released()
+        self.due = 0.0 if unreleased else float("inf")
+        #: other pubends' rounds whose asks this broker passed on: the answers it gathers
+        self.gathers: OrderedDict[str, Gather] = OrderedDict()
+        #: no gather is due before this (it may be earlier than every one: then a look finds
+        #: none due and sets it again)
+        self._gather_due = float("inf")
+
+    # -- this pubend's rounds ---------------------------------------------------------------
+
+    def published(self, now: float) -> None:
+        """This pubend published: a round comes due if none is."""
+        if self.due == float("inf"):
+            self.due = now + self.config.ack_every
+
+    def _round(self, now: float) -> list:
+        """Release what every other broker acknowledged; ask those behind the last commit."""
+        log = self.log
+        tick = log.committed
+        acked = self.acked
+        floor = min((acked.get(b, 0) for b in self._others), default=tick)
+        if floor > log.released():
+            log.release(floor)
+        if floor >= tick:
+            self.due = float("inf")  # until the next publish
+            return []
+        self.due = now + self.config.ack_every
+        self.asked = tick
+        self.behind = {b for b in self._others if acked.get(b, 0) < tick}
+        out, _ = self._pass_ask(self.pubend, sorted(self.behind, key=broker_order_key), tick, 0, ())
+        return out
+
+    def _pass_ask(self, pubend: str, to: list[str], tick: int, hops: int, detour) -> tuple:
+        """The AckAsks for ``to``, one per next hop, and the brokers they went towards."""
+        out = []
+        passed: list[str] = []
+        up = self._unicast.links_up
+        for (hop, path), group in self._unicast.router.steps(to, detour, hops).items():
+            if hop in up:
+                out.append((PEER, hop, m.AckAsk(pubend, group, tick, hops + 1, list(path))))
+                passed += group
+        return out, passed
+
+    # -- asks and answers ---------------------------------------------------------------------
+
+    def on_ack_ask(self, peer: str, msg: m.AckAsk, now: float) -> list:
+        broker = msg.pubend.partition("~")[0]
+        self._unicast.check(broker, msg.detour)
+        self._unicast.check_brokers(msg.to)
+        g = self.gathers.get(msg.pubend)
+        if g is not None and g.asked == msg.tick and g.parent == peer:
+            return []  # a copy of the ask this broker passed on and gathers the answers to
+        others = [b for b in msg.to if b != self.id]
+        out, passed = self._pass_ask(msg.pubend, others, msg.tick, msg.hops, msg.detour)
+        answer = None
+        if len(others) < len(msg.to) and broker != self.id:
+            need = self._needed(msg.pubend, msg.tick)
+            if need is not None and self.promise(broker, msg.pubend, need):
+                answer = (self.id, need)
+        got = [] if answer is None else [answer]
+        if passed and broker != self.id:  # the answers from beyond go back as one
+            c = self.config
+            due = now + max(c.ack_gather - msg.hops * c.gather_step, c.gather_min)
+            return out + self._gather(msg.pubend, Gather(msg.tick, set(passed), got, due, peer))
+        if got:
+            out += self._answer(msg.pubend, got, msg.tick, peer)
+        return out
+
+    def _gather(self, pubend: str, g: Gather) -> list:
+        """Wait until ``g.due`` for the answers of ``g.waiting`` to this round of ``pubend``."""
+        gathers = self.gathers
+        self._gather_due = min(self._gather_due, g.due)
+        old = gathers.pop(pubend, None)
+        out = [] if old is None else self._gathered(pubend, old)  # an older round's, as it is
+        gathers[pubend] = g
+        if len(gathers) > self.config.max_gathers:
+            out += self._gathered(*gathers.popitem(last=False))
+        return out
+
+    def _gathered(self, pubend: str, g: Gather) -> list:
+        return self._answer(pubend, g.got, g.asked, g.parent) if g.got else []
+
+    def _answer(self, pubend: str, acks: list, asked: int, parent: str) -> list:
+        """Answers back to the broker the round's ask came from (which gathers them in turn),
+        or relayed to the pubend's broker if that link is down."""
+        if parent in self._unicast.links_up:
+            return [(PEER, parent, m.Ack(pubend, acks, asked, 1))]
+        return self._send_acks(pubend, acks, asked)
+
+    def _send_acks(self, pubend: str, acks: list, asked: int, hops: int = 0, detour=()) -> list:
+        broker = pubend.partition("~")[0]
+        return self._unicast.relay(
+            broker, detour, hops, lambda h, d: m.Ack(pubend, acks, asked, h, d)
+        )
+
+    def promise(self, broker: str, pubend: str, tick: int) -> bool:
+        """Keep, in stable storage, that this broker acknowledged ``pubend`` up to ``tick``: a
+        subend made here later — for a subscription made after the answer, even after a crash
+        — starts above it, so it never gets part of what may be released (a tick still on its
+        way to a keeper would otherwise reach the new subscription, and its copy lost on the
+        way be answered "nothing for you"). One per publishing broker: an older epoch's answer
+        is not given once a newer one was (that pubend is not released any more). False if
+        not kept (then no answer)."""
+        promised = self.log.promised()
+        got = promised.get(broker)
+        if got is not None:
+            if got[0] == pubend:
+                if tick <= got[1]:
+                    return True
+            elif epoch_of(pubend) <= epoch_of(got[0]):
+                return False
+        self.log.promise(broker, pubend, tick)
+        return True
+
+    def promised(self, pubend: str) -> int:
+        """The tick of ``pubend`` up to which this broker acknowledged it needs nothing (0)."""
+        got = self.log.promised().get(pubend.partition("~")[0])
+        return got[1] if got is not None and got[0] == pubend else 0
+
+    def on_ack(self, msg: m.Ack) -> list:
+        broker = msg.pubend.partition("~")[0]
+        self._unicast.check(broker, msg.detour)
+        self._unicast.check_brokers([origin for origin, _ in msg.acks])
+        if broker != self.id:
+            acks, out = msg.acks, []
+            g = self.gathers.get(msg.pubend)
+            if g is not None and g.asked == msg.asked:
+                acks = []
+                for a in msg.acks:
+                    if a[0] in g.waiting:
+                        g.waiting.discard(a[0])
+                        g.got.append(a)
+                    else:
+                        acks.append(a)
+                if not g.waiting:  # everyone beyond this broker answered
+                    out = self._gathered(msg.pubend, self.gathers.pop(msg.pubend))
+            if acks:
+                out += self._send_acks(msg.pubend, acks, msg.asked, msg.hops, msg.detour)
+            return out
+        if msg.pubend != self.pubend:
+            return []
+        behind = self.behind
+        for origin, tick in msg.acks:
+            if origin == self.id:
+                continue
+            tick = min(tick, self.log.committed)
+            if self.acked.get(origin, 0) < tick:
+                self.acked[origin] = tick
+            if tick >= self.asked and origin in behind:
+                behind.discard(origin)
+                if not behind:  # the last one: what the round asked about goes now
+                    self.log.release(self.asked)
+        return []
+
+    # -- time ---------------------------------------------------------------------------------
+
+    def on_timer(self, now: float) -> list:
+        out: list = []
+        if now >= self.due:
+            out += self._round(now)
+        if now >= self._gather_due:
+            gathers = self.gathers
+            for pubend in [p for p, g in gathers.items() if g.due <= now]:
+                out += self._gathered(pubend, gathers.pop(pubend))
+            self._gather_due = min((g.due for g in gathers.values()), default=float("inf"))
+        return out
+
+    def next_deadline(self) -> float:
+        return min(self.due, self._gather_due)
