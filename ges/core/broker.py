@@ -1255,23 +1255,35 @@ class BrokerCore:
         return tick if start is None else min(tick, start)
 
     def _reliable_timer(self, now: float) -> list:
-        out = self.release.on_timer(now)
-        if now >= self._silence_due:
-            tick = self._next_tick - 1 - sum(len(h.events) for h in self._held)
-            out += self._silence(
-                self.pubend, tick, self._root_silence(tick), 0, now, self.vt.digest
-            )
-            if self._previous is not None:
-                old, last = self._previous
-                routes = [m.Route(r.unit, r.skip, prev=last) for r in self.router.initial_routes]
-                out += self._silence(old, last, routes, 0, now)
-            self._silence_due = now + self._silence_gap
-            if self._published_since_round:
-                self._published_since_round = False
-            else:
-                self._silence_idle += 1
-                if self._silence_idle >= self.config.silence_steady:
-                    self._silence_gap = min(2 * self._silence_gap, self.config.silence_max)
+        return self.release.on_timer(now) + self.silence_round(now) + self.nack_round(now)
+
+    def silence_round(self, now: float) -> list:
+        """Silence on this pubend's routes (seed 002 §2.2: idle pubends advance silence), when
+        due: up to the last tick published, and the previous epoch's last tick after a
+        restart; the rounds space out while the pubend stays idle."""
+        if now < self._silence_due:
+            return []
+        tick = self._next_tick - 1 - sum(len(h.events) for h in self._held)
+        out = self._silence(self.pubend, tick, self._root_silence(tick), 0, now, self.vt.digest)
+        if self._previous is not None:
+            old, last = self._previous
+            routes = [m.Route(r.unit, r.skip, prev=last) for r in self.router.initial_routes]
+            out += self._silence(old, last, routes, 0, now)
+        self._silence_due = now + self._silence_gap
+        if self._published_since_round:
+            self._published_since_round = False
+        else:
+            self._silence_idle += 1
+            if self._silence_idle >= self.config.silence_steady:
+                self._silence_gap = min(2 * self._silence_gap, self.config.silence_max)
+        return out
+
+    def silence_deadline(self) -> float:
+        return self._silence_due
+
+    def nack_round(self, now: float) -> list:
+        """A nack towards the pubend's broker for each subend whose gap came due."""
+        out: list = []
         for pubend in sorted(self._doubtful):
             sub = self._subends[pubend]
             if sub.next_nack == float("inf"):
@@ -1286,6 +1298,15 @@ class BrokerCore:
                     )
         return out
 
+    def nack_deadline(self) -> float:
+        deadline = float("inf")
+        subends = self._subends
+        for pubend in self._doubtful:
+            nack = subends[pubend].next_nack
+            if nack < deadline:
+                deadline = nack
+        return deadline
+
     def _root_silence(self, tick: int) -> list[m.Route]:
         """The publisher's routes for silence up to ``tick``: each claims back to the last tick
         it made that route for."""
@@ -1296,13 +1317,7 @@ class BrokerCore:
         ]
 
     def _reliable_deadline(self) -> float:
-        deadline = min(self._silence_due, self.release.next_deadline())
-        subends = self._subends
-        for pubend in self._doubtful:
-            nack = subends[pubend].next_nack
-            if nack < deadline:
-                deadline = nack
-        return deadline
+        return min(self.silence_deadline(), self.release.next_deadline(), self.nack_deadline())
 
     # -- content routing (seed 004 §3.3) ----------------------------------------------------------
 
