@@ -13,7 +13,7 @@ import typer
 
 from cli._common import err, load_topology, one_line_errors, out, parse_tags, resolve_broker
 from ges.client import connect
-from ges.core.broker import MAX_PUBLISHER_ID
+from ges.core.publishing import MAX_PUBLISHER_ID
 from ges.errors import OperationError, UserInputError
 from ges.matching.model import TYPE_ATTR, Conjunction, Profile
 from ges.matching.syntax import parse_attr, parse_where

@@ -21,6 +21,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Hashable
 
+from ges.matching.graph import ProfileGraph
+from ges.matching.model import Profile, weight
+
 #: Work units one slice may do (about a millisecond): a constraint parsed, entered in a profile
 #: graph or exported costs a few units, a covering comparison its weight.
 WORK_SLICE = 256
@@ -117,3 +120,41 @@ class Jobs:
             else:
                 del self._busy[job.conn]
         return True
+
+
+#: Work units per unit of weight of a conjunction entered in or taken out of a profile graph
+#: (and the exporter: ges.core.subscriptions).
+COST_PER_WEIGHT = 4
+
+
+class Indexed:
+    """A profile in a graph of its own, for testing events against while it changes (see
+    :func:`indexed`)."""
+
+    __slots__ = ("graph",)
+
+    def __init__(self) -> None:
+        self.graph = ProfileGraph()
+
+    def matches(self, attributes) -> bool:
+        return bool(self.graph.match(attributes))
+
+
+def indexed(
+    profile: Profile, slice_units: int, small: int
+) -> Generator[int, None, Profile | Indexed]:
+    """Something with ``matches(attributes)`` for ``profile``: the profile itself when it is
+    small, else the profile indexed in a graph of its own (built a slice at a time), so that
+    testing an event costs a match, not a test of every conjunction."""
+    if len(profile.effective) <= small:
+        return profile
+    indexed = Indexed()
+    cost = 0
+    for conj in profile.effective:
+        indexed.graph.add(conj, 0)
+        cost += COST_PER_WEIGHT * weight(conj)
+        if cost >= slice_units:
+            yield cost
+            cost = 0
+    yield cost
+    return indexed

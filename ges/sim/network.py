@@ -255,7 +255,7 @@ class Sim:
         core = self.cores.get(broker)
         if core is None:
             return False
-        if conn not in core._clients:
+        if not core.connected(conn):
             core.client_open(conn, f"client-{conn}")
         held = self._held_msgs.get((broker, conn))
         if held is not None or core.busy(conn):
@@ -265,7 +265,7 @@ class Sim:
         return True
 
     def _client_message(self, core: BrokerCore, conn: int, msg) -> list:
-        change = type(msg) is m.Subscribe and msg.sub_id in core._clients.get(conn, {})
+        change = type(msg) is m.Subscribe and core.subscribed(conn, msg.sub_id)
         out = core.client_message(conn, msg, self.now)
         if change and self.work_slice is not None:
             # a change takes effect (for the checker, when the message is sent) once its new

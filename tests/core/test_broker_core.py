@@ -535,7 +535,7 @@ def test_pubend_windows_are_bounded():
     core = b3_with_links("b1", config=BrokerConfig(max_pubends=3))
     for i in range(10):
         core.peer_message("b1", m.Events(f"x{i}~1", items(1)), 0.0)
-        assert len(core._windows) <= 3
+        assert len(core.forwarding.windows) <= 3
     # a recently seen pubend is kept: its duplicates are still recognised
     assert core.peer_message("b1", m.Events("x9~1", items(1)), 0.0) == []
 
@@ -691,7 +691,7 @@ class FakeNet:
 
     def publish(self, broker: str, n: int, conn: int = 99, **attributes) -> m.PubAck:
         core = self.cores[broker]
-        if conn not in core._clients:
+        if not core.connected(conn):
             core.client_open(conn, "publisher")
         out = core.client_message(conn, m.Publish(1, [ev(i=i, **attributes) for i in range(n)]), 0)
         self.handle(broker, out)

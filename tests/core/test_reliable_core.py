@@ -103,7 +103,7 @@ def test_a_subscription_starts_only_after_every_keeper_acknowledged_it():
     key = w.subscribe("b20", 1)
     core = w.sim.cores["b20"]
     # gated until the acks are in, except on its own broker's pubend (no keeper decides that)
-    assert core._gate[(1, 1)] == [{}] + [None] * len(core._chain)
+    assert core.gates.gate[(1, 1)] == [{}] + [None] * len(core.gates.chain)
     for i in range(100):
         w.publish_at(1.0 + i * 0.01, "b1", i)
     w.sim.run_until(5.0)
@@ -111,7 +111,7 @@ def test_a_subscription_starts_only_after_every_keeper_acknowledged_it():
     assert w.checker.ok, w.checker.violations
     # no keeper had routed any of b1's ticks before applying it: it gets the whole stream
     assert sum(len(t) for t in w.checker.subs[key].got.values()) == 100
-    assert (1, 1) not in core._gate
+    assert (1, 1) not in core.gates.gate
 
 
 def _nack_at(core, msg):
@@ -184,7 +184,7 @@ def test_a_lost_answer_lets_the_subend_go_on_and_says_so():
     w.ten_to_b20(until=2.0)
     core = w.sim.cores["b20"]
     pubend = w.sim.cores["b1"].pubend
-    sub = core._subends[pubend]
+    sub = core.subends.streams[pubend]
     top = sub.top
     sub.silence(top + 5, top + 5)  # five more ticks heard of, none known
     assert list(sub.stream.gaps(sub.top)) == [(top + 1, top + 5)]
@@ -203,10 +203,10 @@ def test_an_answer_past_anything_heard_of_is_ignored():
     w.sim.run_until(2.0)
     core = w.sim.cores["b20"]
     pubend = w.sim.cores["b1"].pubend
-    top = core._subends[pubend].top
+    top = core.subends.streams[pubend].top
     bogus = m.Recovered(pubend, "b20", top + 1, top + 10**9, [])
     out = core.peer_message(next(iter(core.links_up)), bogus, 3.0)
-    assert out == [] and core._subends[pubend].stream.known_to == top
+    assert out == [] and core.subends.streams[pubend].stream.known_to == top
 
 
 class EpochLog(MemoryLog):
@@ -254,7 +254,7 @@ def test_a_broker_acknowledges_no_further_than_its_subends_horizon():
     w.ten_to_b20(until=3.0)
     core = w.sim.cores["b20"]
     pubend = w.sim.cores["b1"].pubend
-    sub = core._subends[pubend]
+    sub = core.subends.streams[pubend]
     assert sub.stream.floor == 10
     assert _ask(core, pubend, 8) == 8  # never past the tick asked about
     sub.silence(15, 15)  # ticks 11..14 heard of but not known: the horizon stays at 10
@@ -270,7 +270,7 @@ def test_a_broker_with_a_subscription_waiting_for_its_start_does_not_answer():
     pubend = w.sim.cores["b1"].pubend
     core.client_open(5, "late")
     core.client_message(5, m.Subscribe(1, profile_to_wire(Profile("all")), "all"), 0.6)
-    assert core._gate[(5, 1)][core._level(pubend)] is None
+    assert core.gates.gate[(5, 1)][core.gates.level(pubend)] is None
     assert _ask(core, pubend, 3) is None
 
 

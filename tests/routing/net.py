@@ -93,7 +93,7 @@ class Net:
 
     def subscribe(self, broker: str, conn: int, sub_id: int, profile: Profile) -> None:
         core = self.cores[broker]
-        if conn not in core._clients:
+        if not core.connected(conn):
             core.client_open(conn, f"client-{conn}")
         self.profiles[(broker, conn, sub_id)] = profile
         msg = m.Subscribe(sub_id, profile_to_wire(profile), profile.id)
@@ -112,7 +112,7 @@ class Net:
 
     def publish(self, broker: str, events: list[dict], conn: int = 999) -> m.PubAck:
         core = self.cores[broker]
-        if conn not in core._clients:
+        if not core.connected(conn):
             core.client_open(conn, "publisher")
         out = core.client_message(conn, m.Publish(1, [m.Event(a) for a in events]), self.now)
         self.handle(broker, out)

@@ -272,4 +272,4 @@ def test_a_subscription_answered_incomplete_stops_being_waited_for():
         net.run()
         net.close_client("b1", 100 + i)
         net.run()
-    assert not core._waits and not core.router.book._tickets
+    assert not core.subscriptions.waits and not core.router.book._tickets

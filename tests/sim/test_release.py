@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from ges.core import BrokerConfig, BrokerCore
+from ges.core import BrokerConfig
+from ges.core.gates import Gates
 from ges.sim import Faults, run_seed
 from tests.sim.test_simulator import topology
 
@@ -31,7 +32,7 @@ def test_entries_released_eagerly_never_cost_a_subscriber_an_event(name):
 def test_a_release_past_what_a_subend_has_is_caught(monkeypatch):
     """The checker is not blind to early release: answering the asked tick whatever the
     subend still lacks loses events (their nacks are answered "nothing for you")."""
-    monkeypatch.setattr(BrokerCore, "_needed", lambda self, pubend, tick: tick)
+    monkeypatch.setattr(Gates, "needed", lambda self, pubend, tick: tick)
     t = topology("demo")
     outcomes = [
         run_seed(t, s, faults=Faults.parse("drop"), churn=0, config=EAGER) for s in range(4)

@@ -1,0 +1,228 @@
+"""Publishing: the pubend numbers events, logs them, acknowledges, and keeps silence (seed 002 §2).
+
+Theory of operation
+-------------------
+Events are published into the broker's *pubend* (one ordered stream per broker incarnation or
+log epoch, ``"<broker>~<epoch>"``), which numbers them with consecutive ticks. With reliable
+delivery the pubend's log is the only place an event must be stored before it counts as
+published: a batch is appended, and acknowledged and sent on only once the log has committed it
+(:meth:`Publishing.on_logged`). An idempotent publisher numbers its events; the pubend
+publishes each number once, across the publisher's reconnects and the broker's restarts (the
+log keeps the numbers), and acknowledges the duplicates once what they duplicate is durable.
+An idle pubend sends silence on its routes (seed 002 §2.2) so a lost last event is found out;
+after a restart it announces its last tick, and the previous epoch's.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ges.core.outputs import CLIENT
+from ges.core.part import Part
+from ges.reliable.log import remember
+from ges.wire import messages as m
+
+#: Characters of an idempotent publisher's id.
+MAX_PUBLISHER_ID = 256
+
+
+class Publishing(Part):
+    """This broker's pubend: ticks, the log, acknowledgements, idempotent publishers, silence."""
+
+    def __init__(self, core):
+        super().__init__(core)
+        self.next_tick = 1 if self.log is None else self.log.last + 1
+        #: the last tick of this pubend routed (a clock heard now is stamped from the next)
+        self.routed = self.next_tick - 1
+        #: publishes waiting for their log commit (reliable delivery)
+        self.held: list[Held] = []
+        #: idempotent publishing: per publisher its last event number published (the log's,
+        #: which keeps it across restarts; in memory with best-effort delivery)
+        self._publishers: dict = self.log.publishers() if self.log is not None else {}
+        self._last_publish = float("-inf")
+        # a pubend restarting with a log announces its last tick: events logged (and
+        # acknowledged) just before a crash may never have left this broker
+        restarted = self.log is not None and self.log.last > 0
+        # a log that opens a new epoch at each start names the previous one: its last tick
+        # is announced too, and nacks for it are answered from the log
+        previous = None if self.log is None else self.log.previous
+        self._previous = (f"{self.id}~{previous[0]}", previous[1]) if previous else None
+        restarted = restarted or self._previous is not None
+        self._silence_due = 0.0 if restarted else float("inf")
+        #: seconds from the next silence round to the one after
+        self._silence_gap = self.config.silence_every
+        #: quiet silence rounds in a row (no publish since the round before)
+        self._silence_idle = 0
+        self._published_since_round = False
+
+    def on_publish(self, conn: int, msg: m.Publish, now: float) -> list:
+        events = msg.events
+        if len(events) > self.config.max_publish_batch:
+            return [
+                (
+                    CLIENT,
+                    conn,
+                    m.Error(f"publish batch over {self.config.max_publish_batch} events"),
+                )
+            ]
+        duplicates, wait = 0, 0
+        if msg.publisher:
+            if len(msg.publisher) > MAX_PUBLISHER_ID or msg.first < 1:
+                reason = (
+                    f"publisher id of at most {MAX_PUBLISHER_ID} characters, with event "
+                    "numbers from 1"
+                )
+                return [(CLIENT, conn, m.Error(f"idempotent publish needs a {reason}"))]
+            duplicates, wait = self._published_before(msg)
+            events = events[duplicates:]
+        if self.reliable:
+            return self._publish_logged(conn, msg, events, duplicates, wait, now)
+        first = self.next_tick
+        items = [m.EventItem(first + i, first + i - 1, 0, ev) for i, ev in enumerate(events)]
+        self.next_tick = first + len(events)
+        if msg.publisher and events:
+            remember(self._publishers, msg.publisher, (msg.first + len(msg.events) - 1, 0, 0))
+        self.counters["published"] += len(events)
+        self.counters["events_in"] += len(events)
+        self.counters["duplicates_published"] += duplicates
+        ack = m.PubAck(msg.seq, self.pubend, first, self.next_tick - 1, duplicates)
+        out = [(CLIENT, conn, ack)]
+        if items:
+            self.forwarding.window(self.pubend).add_range(first, self.next_tick - 1)
+            if self.router is None:
+                out += self.forwarding.forward(self.pubend, items, exclude=None)
+            else:
+                initial = self.router.initial_routes
+                if initial:  # a one-broker system has nowhere else to send
+                    out += self.forwarding.route(self.pubend, [(it, initial) for it in items])
+            out += self.subscriptions.deliver(self.pubend, items)
+        return out
+
+    def _published_before(self, msg: m.Publish) -> tuple[int, int]:
+        """Idempotent publishing: how many leading events of ``msg`` its publisher published
+        before (their numbers are at or below the highest the pubend published for it), and
+        the tick of this epoch the acknowledgement must wait for (0: none — they are durable)."""
+        state = self._publishers.get(msg.publisher)
+        if state is None:
+            return 0, 0
+        seq, epoch, tick = state
+        duplicates = min(max(seq - msg.first + 1, 0), len(msg.events))
+        log = self.log
+        wait = tick if duplicates and log is not None and epoch == log.epoch else 0
+        return duplicates, wait
+
+    def _publish_logged(
+        self, conn: int, msg: m.Publish, events: list, duplicates: int, wait: int, now: float
+    ) -> list:
+        """Give the events the next ticks and append them to the pubend's log; they are
+        acknowledged and sent on once the log has committed them (:meth:`on_logged`) — and
+        the duplicates of an idempotent publish once what they duplicate is committed."""
+        first = self.next_tick
+        self.next_tick = first + len(events)
+        if events:
+            publisher = None
+            if msg.publisher:
+                publisher = (msg.publisher, msg.first + len(msg.events) - 1)
+            self.log.append(first, events, publisher)
+        last = self.next_tick - 1
+        self.held.append(Held(conn, msg.seq, first, last, events, max(last, wait), duplicates))
+        self._last_publish = now
+        return self.on_logged(now)
+
+    def on_logged(self, now: float) -> list:
+        """The log committed more: acknowledge and send on the publishes it now holds."""
+        out: list = []
+        committed = self.log.committed
+        held = self.held
+        n = 0
+        passed = 0
+        while n < len(held) and held[n].wait <= committed:
+            h = held[n]
+            n += 1
+            if h.conn in self.subscriptions.clients:
+                ack = m.PubAck(h.seq, self.pubend, h.first, h.last, h.duplicates)
+                out.append((CLIENT, h.conn, ack))
+            self.counters["duplicates_published"] += h.duplicates
+            events = h.events
+            if not events:
+                continue
+            first = h.first
+            passed = h.last
+            items = [m.EventItem(first + i, 0, 0, ev) for i, ev in enumerate(events)]
+            self.routed = items[-1].tick
+            self.counters["published"] += len(items)
+            self.counters["events_in"] += len(items)
+            if self.router.initial_routes:  # a one-broker system has nowhere else to send
+                out += self.subends.route_claimed(
+                    self.pubend, [(it, None) for it in items], now, self.vt.digest
+                )
+            out += self.subscriptions.deliver(self.pubend, items)
+            if self._silence_due == float("inf") or self._silence_idle:
+                # the first event after a quiet round: silence follows it soon
+                self._silence_due = min(self._silence_due, now + self.config.silence_after)
+            self._silence_idle = 0
+            self._silence_gap = self.config.silence_every
+            self._published_since_round = True
+            self.release.published(now)
+        if n:
+            if self.gates.gate and passed:  # own events past a starting point: none below it comes
+                self.gates.pass_gates(self.pubend, passed)
+            del held[:n]
+        return out
+
+    def root_routes(self, tick: int) -> list[m.Route]:
+        root = self.claims.root
+        pubend = self.pubend
+        return [
+            m.Route(r.unit, r.skip, prev=root(pubend, r.unit, tick))
+            for r in self.router.initial_routes
+        ]
+
+    def silence_round(self, now: float) -> list:
+        """Silence on this pubend's routes (seed 002 §2.2: idle pubends advance silence), when
+        due: up to the last tick published, and the previous epoch's last tick after a
+        restart; the rounds space out while the pubend stays idle."""
+        if now < self._silence_due:
+            return []
+        tick = self.next_tick - 1 - sum(len(h.events) for h in self.held)
+        out = self.subends.silence(
+            self.pubend, tick, self._root_silence(tick), 0, now, self.vt.digest
+        )
+        if self._previous is not None:
+            old, last = self._previous
+            routes = [m.Route(r.unit, r.skip, prev=last) for r in self.router.initial_routes]
+            out += self.subends.silence(old, last, routes, 0, now)
+        self._silence_due = now + self._silence_gap
+        if self._published_since_round:
+            self._published_since_round = False
+        else:
+            self._silence_idle += 1
+            if self._silence_idle >= self.config.silence_steady:
+                self._silence_gap = min(2 * self._silence_gap, self.config.silence_max)
+        return out
+
+    def silence_deadline(self) -> float:
+        return self._silence_due
+
+    def _root_silence(self, tick: int) -> list[m.Route]:
+        """The publisher's routes for silence up to ``tick``: each claims back to the last tick
+        it made that route for."""
+        silence = self.claims.root_silence
+        return [
+            m.Route(r.unit, r.skip, prev=silence(self.pubend, r.unit, tick))
+            for r in self.router.initial_routes
+        ]
+
+
+@attrs.define(eq=False)
+class Held:
+    """A publish waiting for the log: acknowledged once the log has committed up to ``wait``
+    (its last tick, or the earlier one its duplicates went in)."""
+
+    conn: int
+    seq: int
+    first: int
+    last: int
+    events: list
+    wait: int
+    duplicates: int
