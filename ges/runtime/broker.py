@@ -60,6 +60,15 @@ SLICE_SECONDS = 0.002
 #: Bytes queued towards all clients together; over it, the client with the most queued is
 #: disconnected as a slow consumer (each client also has its own bound, MAX_QUEUED_BYTES).
 MAX_CLIENT_QUEUES_BYTES = 1024 * 1024 * 1024
+#: Flow control: while the clients' queues together hold more than this, the broker reads no
+#: more publishes from its clients until they have drained to RESUME_PUBLISHING_BYTES — fast
+#: publishers go at the pace of their subscribers instead of filling the broker's memory (and
+#: a subscriber that stops reading is cut by its write deadline, so the pause ends).
+PAUSE_PUBLISHING_BYTES = 256 * 1024 * 1024
+RESUME_PUBLISHING_BYTES = 128 * 1024 * 1024
+#: Seconds a client cut as a slow consumer has to take the Error saying so (after what the
+#: writer is writing), with nothing written meanwhile, before its connection closes anyway.
+LAST_FRAME_WAIT = 2.0
 #: Seconds a client's writer may go without getting any byte into the kernel while it has
 #: something to send before the client counts as a slow consumer.
 CLIENT_WRITE_DEADLINE = 10.0
@@ -158,6 +167,10 @@ class BrokerServer:
         self.client_idle_timeout = CLIENT_IDLE_TIMEOUT
         self.client_write_deadline = CLIENT_WRITE_DEADLINE
         self.frame_deadline = FRAME_DEADLINE
+        #: flow control and slow consumers (the constants above)
+        self.pause_publishing_bytes = PAUSE_PUBLISHING_BYTES
+        self.resume_publishing_bytes = RESUME_PUBLISHING_BYTES
+        self.last_frame_wait = LAST_FRAME_WAIT
         #: connections accepted that have not completed their handshake, and clients admitted
         self._opening = 0
         self._admitted = 0
@@ -408,9 +421,12 @@ class BrokerServer:
             recorder.flush()
 
     def _slow_consumer(self, conn: Connection, why: str) -> None:
+        """Disconnect a client that does not keep up, telling it why: what it had queued is
+        dropped and an Error saying so goes last (the client library fails with that reason)."""
         self.counters["slow_consumers"] += 1
         self.log.warning("%s: slow consumer (%s), disconnecting", conn.label, why)
-        conn.close(f"slow consumer: {why}")
+        reason = f"slow consumer: {why}"
+        conn.close_after(encode(m.Error(reason)), reason, self.last_frame_wait)
 
     def _over_budget(self) -> None:
         """The clients' queues together are over MAX_CLIENT_QUEUES_BYTES: the largest goes."""
@@ -600,6 +616,9 @@ class BrokerServer:
     def _client_message(self, conn_id: int, msg, now: float) -> list:
         """What the runtime answers itself (link control, stats with its cut links); the rest
         goes to the core."""
+        conn = self._clients.get(conn_id)
+        if conn is not None and conn.closing:  # cut (a slow consumer): what it sends goes unread
+            return []
         kind = type(msg)
         if kind is m.LinkControl:
             return self._link_control(conn_id, msg, now)
@@ -624,9 +643,16 @@ class BrokerServer:
         """
         counters = self.core.counters
         core = self.core
+        budget = self._client_budget
         try:
             async for batch in conn.read_messages():
                 counters["frames_in"] += len(batch)
+                if (
+                    client is not None
+                    and budget.used > self.pause_publishing_bytes
+                    and any(type(msg) is m.Publish for msg in batch)
+                ):
+                    await budget.below(self.resume_publishing_bytes)  # flow control
                 started = trio.current_time()
                 outs: list = []
                 for msg in batch:
@@ -672,6 +698,9 @@ class BrokerServer:
                     )
                     nursery.cancel_scope.cancel()
         finally:
+            if (conn.close_reason or "").startswith("slow consumer: nothing written"):
+                self.counters["slow_consumers"] += 1
+                self.log.warning("%s: %s, disconnected", conn.label, conn.close_reason)
             del self._clients[conn_id]
             # the client's profile leaves with it; a slow peer cannot hold up shutdown for
             # longer than this (a retraction that does not go now is resent by the router)

@@ -51,12 +51,29 @@ log = logging.getLogger("ges.runtime")
 
 class Budget:
     """Bytes queued by several connections together (a broker's clients): each adds what it
-    queues and takes off what it writes; the owner looks at ``used`` against its limit."""
+    queues and gives back what it writes or drops; the owner looks at ``used`` against its
+    limit, and may wait (:meth:`below`) until the queues have drained to ``resume_at``."""
 
-    __slots__ = ("used",)
+    __slots__ = ("used", "resume_at", "_drained")
 
-    def __init__(self) -> None:
+    def __init__(self, resume_at: int = 0) -> None:
         self.used = 0
+        self.resume_at = resume_at
+        self._drained: trio.Event | None = None
+
+    def give_back(self, size: int) -> None:
+        self.used -= size
+        if self._drained is not None and self.used <= self.resume_at:
+            self._drained.set()
+            self._drained = None
+
+    async def below(self, resume_at: int) -> None:
+        """Wait until at most ``resume_at`` bytes are queued (at once if that is so now)."""
+        self.resume_at = resume_at
+        while self.used > resume_at:
+            if self._drained is None:
+                self._drained = trio.Event()
+            await self._drained.wait()
 
 
 class ConnectionClosed(Exception):
@@ -96,6 +113,8 @@ class Connection:
         self._room = trio.Event()  # a waiting sender may try again
         self._senders = trio.Lock()  # held by the sender waiting for room (FIFO)
         self._closed = False
+        #: closing after a last frame (:meth:`close_after`): nothing more is sent
+        self._closing = False
         self.cancel_scope = trio.CancelScope()
         self.close_reason: str | None = None
         # frames read along with the handshake, handed out first by read_messages()
@@ -135,7 +154,7 @@ class Connection:
         """Send one encoded frame, waiting while the queue is over its bound (backpressure).
         Senders that wait go in the order they came: a later, smaller frame that would fit
         does not overtake a waiting one."""
-        if self._closed:
+        if self._closed or self._closing:
             raise ConnectionClosed(self.label)
         if not self._senders.locked():  # nobody waits: nothing to overtake
             rest = self._write_now(data)
@@ -158,7 +177,7 @@ class Connection:
 
     def send_nowait(self, data: bytes) -> bool:
         """Send one frame if the queue has room for it; False if it would go over its bound."""
-        if self._closed:
+        if self._closed or self._closing:
             raise ConnectionClosed(self.label)
         if self.queued and self.queued + len(data) > self.max_queued:
             return False
@@ -180,10 +199,35 @@ class Connection:
     async def send_message(self, message) -> None:
         await self.send(encode(message))
 
+    def close_after(self, data: bytes, reason: str, within: float) -> None:
+        """Close, telling the peer why first: the frames queued and not yet with the writer are
+        dropped, ``data`` (a last frame) goes after what the writer is writing now, and the
+        connection closes once it is written — or once ``within`` seconds pass with nothing
+        written. Nothing more can be sent meanwhile."""
+        if self._closed or self._closing:
+            return
+        if self.close_reason is None:
+            self.close_reason = reason
+        self._closing = True
+        queue = self._queue
+        dropped = sum(map(len, queue))
+        self._unwritten -= len(queue)
+        queue.clear()
+        self.queued -= dropped
+        if self.budget is not None:
+            self.budget.give_back(dropped)
+        if self.write_deadline is None or self.write_deadline > within:
+            self.write_deadline = within
+        self._enqueue(data)
+
+    @property
+    def closing(self) -> bool:
+        """Closed, or closing after a last frame: what it sends is not read any more."""
+        return self._closed or self._closing
+
     async def writer(self) -> None:
         queue = self._queue
         stream = self.stream
-        deadline = self.write_deadline
         try:
             while True:
                 while not queue:
@@ -198,6 +242,7 @@ class Connection:
                     chunks.append(data)
                     size += len(data)
                 data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                deadline = self.write_deadline
                 if deadline is None:
                     await stream.send_all(data)
                 else:  # the deadline is for progress: each piece gets it anew
@@ -210,9 +255,12 @@ class Connection:
                             return
                 self.queued -= size
                 if self.budget is not None:
-                    self.budget.used -= size
+                    self.budget.give_back(size)
                 self._unwritten -= len(chunks)
                 self._room.set()
+                if self._closing and not queue:  # the last frame is out
+                    self.close(self.close_reason or "closed")
+                    return
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self.close(f"write failed: {exc or type(exc).__name__}")
 
@@ -291,7 +339,7 @@ class Connection:
     def _release(self) -> None:
         if self.budget is not None and not self._closed:
             # what the writer has not written goes with the connection
-            self.budget.used -= self.queued
+            self.budget.give_back(self.queued)
             self.budget = None
 
     async def aclose(self) -> None:

@@ -263,3 +263,79 @@ async def test_refusals_a_peer_can_repeat_are_logged_once_and_kept_short(one, ca
         lines = [r for r in caplog.records if "refused a connection" in r.getMessage()]
         assert len(lines) == 1
         nursery.cancel_scope.cancel()
+
+
+async def read_until_closed(stream, within: float = 30.0) -> list:
+    """Every message the broker sends until it closes the connection."""
+    dec, got = FrameDecoder(), []
+    with trio.fail_after(within):
+        while True:
+            try:
+                data = await stream.receive_some(1 << 16)
+            except trio.BrokenResourceError:
+                data = b""
+            if not data:
+                return got
+            dec.feed(data)
+            got += [decode(body) for body in dec.frames()]
+
+
+async def test_a_slow_consumer_is_told_why_before_it_is_cut(one):
+    """What it had queued is dropped and an Error saying why goes last: the client learns the
+    reason (it said only "closed by peer" before)."""
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(BrokerServer(one, "b1").run)
+        server.client_queue_bytes = 1024 * 1024
+        server.last_frame_wait = 60.0  # the test reads once the publisher is done
+        spec = one.brokers["b1"]
+        slow, _ = await raw(spec, one, "slow")
+        await slow.send_all(encode(m.Subscribe(1, [])))
+        assert type(await read_one(slow)) is m.SubAck
+        async with connect(spec.host, spec.port, topology=one) as pub:
+            for i in range(40):  # ~4 MB of 1 KB events; it reads none of them meanwhile
+                await pub.publish([m.Event({"n": i * 100 + j}, b"x" * 1024) for j in range(100)])
+            got = await read_until_closed(slow)
+            assert {type(msg) for msg in got[:-1]} == {m.Deliver}
+            assert got[-1] == m.Error("slow consumer: over 1048576 bytes queued")
+            assert (await pub.stats()).slow_consumers == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_fast_publisher_goes_at_the_pace_of_a_slow_subscriber(one):
+    """Flow control: while the clients' queues hold over the pause mark the broker reads no
+    publishes, so a subscriber reading at its own pace gets all of 20 MB although its queue's
+    bound is 8 MiB (without the pause it was cut as a slow consumer)."""
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(BrokerServer(one, "b1").run)
+        server.client_queue_bytes = 8 * 1024 * 1024
+        server.pause_publishing_bytes = 2 * 1024 * 1024
+        server.resume_publishing_bytes = 1024 * 1024
+        spec = one.brokers["b1"]
+        sub, _ = await raw(spec, one, "sub")
+        await sub.send_all(encode(m.Subscribe(1, [])))
+        assert type(await read_one(sub)) is m.SubAck
+        events = 20_000
+        got: list[int] = []
+
+        async def read_slowly():
+            dec = FrameDecoder()
+            while len(got) < events:
+                data = await sub.receive_some(1 << 16)
+                assert data, "the subscriber was cut"
+                dec.feed(data)
+                for body in dec.frames():
+                    msg = decode(body)
+                    assert type(msg) is m.Deliver, msg  # not an Error: it was not cut
+                    got.extend(it.event.attributes["n"] for it in msg.items)
+                await trio.sleep(0.002)  # about 30 MB/s at most
+
+        async with connect(spec.host, spec.port, topology=one) as pub:
+            nursery.start_soon(read_slowly)
+            for i in range(events // 100):
+                await pub.publish([m.Event({"n": i * 100 + j}, b"x" * 1024) for j in range(100)])
+            with trio.fail_after(60):
+                while len(got) < events:
+                    await trio.sleep(0.05)
+            assert got == list(range(events))
+            assert (await pub.stats()).slow_consumers == 0
+        nursery.cancel_scope.cancel()
