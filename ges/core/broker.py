@@ -111,18 +111,24 @@ class BrokerCore:
         self.detector = detector or FailureDetector()
         self.routing = routing
         #: content routing (None when flooding)
+        #: reliable delivery: the keepers' claim chains (seed 002 §2)
+        self.claims = Claims()
+        #: content routing (None when flooding); with reliable delivery every route carries its
+        #: claim, and an add is owed by every keeper until it acknowledges or is given up
         self.router = (
-            ContentRouter(hierarchy or Hierarchy(topology), broker_id, incarnation, self.graph)
+            ContentRouter(
+                hierarchy or Hierarchy(topology),
+                broker_id,
+                incarnation,
+                self.graph,
+                claims=self.claims if reliable else None,
+                wait_for_all=reliable,
+            )
             if routing == "content"
             else None
         )
         #: messages for one broker, passed hop by hop (nacks, answers, acks, profile wants)
         self.unicast = Unicast(topology, self.router, self.links_up)
-        #: reliable delivery: the keepers' claim chains (seed 002 §2)
-        self.claims = Claims()
-        if self.router is not None and reliable:
-            self.router.claims = self.claims
-            self.router.wait_for_all = True
         #: the time of the slice running now (a job's slices run at different times)
         self._now = 0.0
         #: work units per slice (the simulator makes it tiny to interleave more)

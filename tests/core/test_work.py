@@ -184,4 +184,4 @@ def test_each_slice_stamps_its_changes_with_its_own_time():
         t += 1.0
         c.work(t)
     last = max(c.router.exporter.exported.values())
-    assert c.router._sent_at[last] == t
+    assert c.router.origin._sent_at[last] == t

@@ -150,7 +150,7 @@ def test_the_sufficiency_test_floods_the_child_whose_clock_v_m_knows_newer():
     k = keeper()
     for peer in ("5", "6"):
         k.graph.observe(peer, FIGURE2.brokers[peer].unit, up=True)
-    k._synced.update({"5", "6"})  # both synced: the unsynced rule is out of the way
+    k.keeper.synced.update({"5", "6"})  # both synced: the unsynced rule is out of the way
     apply(k, change(1))
     # 6's clock is (1, 1) here; an event stamped with 6 at (1, 2) finds this keeper behind
     route = m.Route(CLUSTER_C, prev=0)

@@ -70,7 +70,7 @@ def check(e: Exporter, up: Upstream, local: dict, *, settled: bool) -> None:
 
 
 def as_sent(ops) -> list:
-    """The order the router sends an op list in: adds first (ContentRouter._exported)."""
+    """The order the router sends an op list in: adds first (OriginProfiles._exported)."""
     return sorted(ops, key=lambda op: op[0] != ADD)
 
 

@@ -69,7 +69,7 @@ def test_a_change_lost_on_the_way_is_resent_when_its_acks_are_overdue():
         net.handle("x", net.cores["x"].peer_message("o", m.decode(frame), net.now))
     lose_profiles_between(net, "x", "k")
     net.run()
-    assert net.cores["o"].router._hop("k") == "x"  # the route did not change: no sync
+    assert net.cores["o"].router.paths.hop("k") == "x"  # the route did not change: no sync
     assert net.cores["k"].router.entries == 0
     assert net.subacks == {}
 
@@ -117,7 +117,7 @@ def test_a_lost_removal_is_resent_and_the_keepers_end_empty():
     assert net.cores["k"].router.entries == 1  # k still routes x=1 towards o
     net.advance(RESEND_AFTER)
     assert net.routing_state_empty() == {}
-    assert net.cores["o"].router._retry == {}
+    assert net.cores["o"].router.origin._retry == {}
 
 
 def test_resends_back_off_while_a_keeper_stays_silent():
@@ -130,7 +130,7 @@ def test_resends_back_off_while_a_keeper_stays_silent():
     for _ in range(5):
         while net.step():
             net.drop_frames(m.ProfileAck)
-        waits.append(router._retry["k"][1])
+        waits.append(router.origin._retry["k"][1])
         net.now = router.next_deadline()
         net.handle("o", net.cores["o"].on_timer(net.now))
     assert waits == [RESEND_AFTER, 2 * RESEND_AFTER, 4 * RESEND_AFTER, 8, 16]

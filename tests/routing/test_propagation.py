@@ -187,12 +187,12 @@ def test_a_resync_sends_what_is_wanted_before_what_it_retires():
     for i in range(3):
         k.local_change([c(("x", "eq", i))], [], 0.0)
     k.local_change([], [c(("x", "eq", 0))], 0.0)
-    ops = [change.op for change in k._resync_changes()]
+    ops = [change.op for change in k.origin._resync_changes()]
     assert ops == [ADD, ADD, REMOVE, SYNC]
 
 
 def test_profile_messages_stay_within_a_frame_whatever_the_strings():
-    from ges.routing.table import _chunks
+    from ges.routing.base import chunks as _chunks
     from ges.wire import DEFAULT_MAX_FRAME, encode
     from ges.wire.frames import HEADER_SIZE
 
