@@ -1,27 +1,24 @@
-"""The trio shell around :class:`BrokerCore`: listen, dial, read, write, keep time.
+"""The trio shell around :class:`BrokerCore`: serve clients, dispatch outputs, keep time.
 
-One nursery per broker. Tasks: the TCP listener, one dialler per link this broker dials (the
-lower id dials, seed-free exponential backoff between attempts), one reader and one writer per
-connection, and a timer that feeds the core's failure detector. The core is synchronous, so the
+Theory of operation
+-------------------
+One nursery per broker. Tasks: the TCP listener (ges.runtime.admission: the handshake and the
+bounds on connections), one dialler per link this broker dials (ges.runtime.links: backoff,
+operator cuts), one reader and one writer per connection, a timer that feeds the core's
+failure detector and rounds, a worker that runs large requests in slices (ges.core.work), and
+with a data directory the SQLite log's group-commit task. The core is synchronous, so the
 reader calls it directly and then awaits the sends its outputs ask for; that await is where
-backpressure from a slow link reaches the connection that produced the traffic.
-
-An operator can cut one link (``LinkControl`` over the client protocol, ``ges link down``):
-the broker closes the open connection as the failure detector would, and until the link is
-restored it neither dials the peer nor accepts its ``Hello``. Cut state lives in this object
-only, so a restarted broker has every link back.
+backpressure from a slow link reaches the connection that produced the traffic. Towards
+clients nothing waits: a client that does not keep up is cut as a slow consumer and told why,
+and while the clients' queues together hold a lot, no more publishes are read from clients.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import functools
 import gc
 import logging
 import os
-import random
-import re
 import time
 from pathlib import Path
 
@@ -30,6 +27,8 @@ import trio
 
 from ges.core import CLIENT, DROP_PEER, NOTICE, PEER, BrokerConfig, BrokerCore, ProtocolError
 from ges.errors import OperationError
+from ges.runtime.admission import MAX_OPENING, Admission
+from ges.runtime.links import Links
 from ges.runtime.notes import RateLimitedLog
 from ges.runtime.pubend_log import SqliteLog
 from ges.runtime.recording import BrokerRecorder
@@ -41,16 +40,9 @@ from ges.transport.connection import (
     Connection,
     ConnectionClosed,
 )
-from ges.wire import DEFAULT_MAX_FRAME, FrameError, FrameTooLarge, encode, encode_frames
+from ges.wire import FrameError, FrameTooLarge, encode, encode_frames
 from ges.wire import messages as m
-from ges.wire.messages import hello_for
 
-#: Reconnect backoff: first retry after 50 ms, doubling to at most 2 s, with ±25 % jitter so
-#: brokers restarted together do not dial in lockstep.
-BACKOFF_FIRST = 0.05
-BACKOFF_MAX = 2.0
-#: Seconds to wait for a TCP connect to a neighbour before retrying.
-CONNECT_TIMEOUT = 3.0
 #: The timer task wakes at least this often even when the core has no deadline.
 TIMER_MAX_SLEEP = 0.25
 #: Seconds a closed client's profile retraction may wait for room on peer links.
@@ -78,21 +70,6 @@ CLIENT_IDLE_TIMEOUT = 30.0
 #: Clients one broker serves at once (``--max-clients``); one more is refused with a reason.
 #: Each costs a connection, two tasks and its buffers (about 20 KB idle).
 MAX_CLIENTS = 4_096
-#: Connections that have not completed their handshake yet; more are refused at once. Each may
-#: hold at most MAX_HELLO_FRAME bytes, for at most HANDSHAKE_TIMEOUT seconds.
-MAX_OPENING = 512
-MAX_HELLO_FRAME = 64 * 1024
-#: Seconds a refusal (or a Welcome) may take to be written before the connection is dropped.
-REFUSE_WAIT = 2.0
-#: File descriptors kept for what is not a connection (the log, listeners, the interpreter).
-RESERVED_FDS = 64
-#: Quoted parts of a reason (what a peer chose): left out of the cause a warning is keyed on.
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
-#: Descriptor limits already warned about in this process (embedded brokers share one).
-_FD_WARNED: set[int] = set()
-#: Why a cut link's connection was closed, and the start of the Refuse a cut link's Hello gets
-#: (the dialler logs that one quietly: it is the operator's doing, not a fault).
-LINK_CUT_REASON = "link cut by an operator"
 
 
 class BrokerServer:
@@ -178,16 +155,19 @@ class BrokerServer:
         self.notes = RateLimitedLog(self.log)
         #: what the runtime itself counts (Stats)
         self.counters = {"slow_consumers": 0, "clients_refused": 0}
+        #: accepting connections, and the links to neighbours
+        self.admission = Admission(self)
+        self.links = Links(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Listen, dial the links this broker owns, serve until cancelled."""
-        self._fit_descriptors()
+        self.admission.fit_descriptors()
         try:
             listeners = await trio.open_tcp_listeners(self.spec.port, host=self.listen_host)
         except OSError as exc:
-            raise OperationError(self._listen_error(exc)) from None
+            raise OperationError(self.admission.listen_error(exc)) from None
         try:
             async with trio.open_nursery() as nursery:
                 await self._serve(nursery, listeners, task_status)
@@ -198,93 +178,16 @@ class BrokerServer:
     async def _serve(self, nursery: trio.Nursery, listeners, task_status) -> None:
         self._nursery = nursery
         for listener in listeners:
-            nursery.start_soon(self._serve_listener, listener)
+            nursery.start_soon(self.admission.serve_listener, listener)
         nursery.start_soon(self._timer)
         nursery.start_soon(self._worker)
         if self.pubend_log is not None:
             nursery.start_soon(self._log_task)
         for peer in self.core.neighbours:
             if broker_order_key(self.id) < broker_order_key(peer):
-                nursery.start_soon(self._dial_forever, peer)
+                nursery.start_soon(self.links.dial_forever, peer)
         self.log.info("listening on %s:%d", self.listen_host, self.spec.port)
         task_status.started(self)
-
-    def _fit_descriptors(self) -> None:
-        """Raise the process's descriptor limit as far as allowed, and serve no more clients
-        than it leaves room for (each client is one descriptor; links, connections opening and
-        the log take others) — past it ``accept`` would fail for everyone."""
-        try:
-            import resource
-        except ImportError:  # not on this platform: nothing to fit
-            return
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        fixed = 2 * len(self.core.neighbours) + RESERVED_FDS
-        want = self.max_clients + self.max_opening + fixed
-        if soft != resource.RLIM_INFINITY and soft < want:
-            with contextlib.suppress(ValueError, OSError):
-                top = want if hard == resource.RLIM_INFINITY else min(want, hard)
-                resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
-            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if soft != resource.RLIM_INFINITY and soft < want:
-            room = max(2, soft - fixed)
-            self.max_opening = min(self.max_opening, max(1, room // 8))
-            clients = max(1, room - self.max_opening)
-            if soft not in _FD_WARNED:  # a fact of the process: once, whatever it hosts
-                _FD_WARNED.add(soft)
-                self.log.warning(
-                    "only %d file descriptors: serving at most %d clients, not %d (raise the "
-                    "limit: ulimit -n)",
-                    soft,
-                    clients,
-                    self.max_clients,
-                )
-            self.max_clients = clients
-
-    def _listen_error(self, exc: OSError) -> str:
-        where = f"{self.listen_host}:{self.spec.port}"
-        if exc.errno == errno.EADDRINUSE:
-            why = "address already in use (another broker or program holds this port)"
-        elif exc.errno == errno.EADDRNOTAVAIL:
-            why = "address not available on this host"
-        elif exc.errno == errno.EACCES:
-            why = "permission denied"
-        else:
-            why = exc.strerror or str(exc)
-        return f"broker {self.id}: cannot listen on {where}: {why}"
-
-    async def _serve_listener(self, listener: trio.SocketListener) -> None:
-        async with listener:
-            while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:  # EMFILE and friends: back off, keep serving
-                    self.notes.warning(
-                        f"accept {exc.errno}", "accept failed: %s", exc.strerror or exc
-                    )
-                    await trio.sleep(0.1)
-                    continue
-                if self._opening >= self.max_opening:
-                    self._nursery.start_soon(
-                        self._refuse,
-                        stream,
-                        f"broker {self.id}: {self.max_opening} connections are already "
-                        "opening; try again later",
-                    )
-                    continue
-                self._opening += 1
-                self._nursery.start_soon(self._handle_incoming, stream)
-
-    async def _refuse(self, stream: trio.SocketStream, reason: str) -> None:
-        """Tell a connection it is refused (without waiting long for a slow reader), and close
-        it; logged once per reason, then summarised."""
-        self.counters["clients_refused"] += 1
-        cause = _QUOTED.sub("…", reason)[:120]  # what the peer chose is no new cause
-        self.notes.warning(cause, "refused a connection from %s: %s", _peer_of(stream), reason)
-        with trio.move_on_after(REFUSE_WAIT):
-            with contextlib.suppress(trio.BrokenResourceError, OSError):
-                await stream.send_all(encode(m.Refuse(reason)))
-        with trio.CancelScope(shield=True), trio.move_on_after(REFUSE_WAIT):
-            await stream.aclose()
 
     # -- time --------------------------------------------------------------------------------
 
@@ -439,180 +342,6 @@ class BrokerServer:
 
     # -- links -------------------------------------------------------------------------------
 
-    async def _dial_forever(self, peer: str) -> None:
-        spec = self.topology.brokers[peer]
-        backoff = BACKOFF_FIRST
-        while True:
-            restored = self._cut.get(peer)
-            if restored is not None:
-                await restored.wait()
-                backoff = BACKOFF_FIRST
-                continue
-            stream = None
-            try:
-                with trio.fail_after(CONNECT_TIMEOUT):
-                    stream = await trio.open_tcp_stream(spec.host, spec.port)
-            except (OSError, trio.TooSlowError):
-                pass
-            if stream is not None:
-                started = trio.current_time()
-                conn = Connection(stream, label=f"link {self.id}->{peer}")
-                try:
-                    hello = hello_for(self.topology, "broker", self.id)
-                    await stream.send_all(encode(hello))  # before the writer task exists
-                    reply = await conn.receive_one()
-                except (ConnectionClosed, FrameError, trio.BrokenResourceError, OSError) as exc:
-                    self.log.debug("handshake with %s failed: %s", peer, exc)
-                    reply = None
-                if isinstance(reply, m.Welcome):
-                    await self._run_link(peer, conn)
-                    if trio.current_time() - started > 5.0:
-                        backoff = BACKOFF_FIRST
-                elif isinstance(reply, m.Refuse):
-                    cut = reply.reason.startswith(LINK_CUT_REASON)
-                    self.log.log(
-                        logging.INFO if cut else logging.WARNING,
-                        "broker %s refused the link: %s",
-                        peer,
-                        reply.reason,
-                    )
-                await conn.aclose()
-            await trio.sleep(backoff * random.uniform(0.75, 1.25))
-            backoff = min(backoff * 2, BACKOFF_MAX)
-
-    async def _handle_incoming(self, stream: trio.SocketStream) -> None:
-        # until its Hello, a connection may send one small frame, within HANDSHAKE_TIMEOUT
-        conn = Connection(
-            stream, label="incoming", max_frame=MAX_HELLO_FRAME, frame_deadline=self.frame_deadline
-        )
-        opening = True
-        client = False
-        try:
-            try:
-                hello = await conn.receive_one()
-            except (ConnectionClosed, FrameError, trio.BrokenResourceError, OSError) as exc:
-                self.notes.warning(
-                    f"handshake {type(exc).__name__}",
-                    "dropped a connection from %s before its handshake: %s",
-                    _peer_of(stream),
-                    exc,
-                )
-                return
-            if not isinstance(hello, m.Hello):
-                self.notes.warning(
-                    "not hello",
-                    "dropped a connection from %s: its first frame was %s, not Hello",
-                    _peer_of(stream),
-                    type(hello).__name__,
-                )
-                return
-            reply = self.core.hello(hello)
-            if hello.role == "broker" and hello.id in self._cut and isinstance(reply, m.Welcome):
-                reply = m.Refuse(f"{LINK_CUT_REASON} at {self.id} (ges link up restores it)")
-            client = hello.role == "client" and isinstance(reply, m.Welcome)
-            if client and self._admitted >= self.max_clients:
-                reply = m.Refuse(
-                    f"broker {self.id} has its maximum of {self.max_clients} clients; try again "
-                    "later or at another broker"
-                )
-                client = False
-            self._opening -= 1
-            opening = False
-            if client:
-                self._admitted += 1  # counted now: handshakes in flight cannot all get in
-            if isinstance(reply, m.Refuse):
-                await self._refuse(stream, reply.reason)
-                return
-            try:
-                with trio.fail_after(REFUSE_WAIT):
-                    await stream.send_all(encode(reply))
-            except (trio.BrokenResourceError, OSError, trio.TooSlowError):
-                return
-            conn.decoder.max_frame = DEFAULT_MAX_FRAME
-            if hello.role == "broker":
-                conn.label = f"link {self.id}<-{hello.id}"
-                await self._run_link(hello.id, conn)
-            else:
-                conn.max_queued = self.client_queue_bytes
-                conn.write_deadline = self.client_write_deadline
-                conn.idle_deadline = self.client_idle_timeout
-                conn.budget = self._client_budget
-                await self._run_client(hello.id, conn)
-        finally:
-            if opening:
-                self._opening -= 1
-            if client:
-                self._admitted -= 1
-            await conn.aclose()
-
-    async def _run_link(self, peer: str, conn: Connection) -> None:
-        if peer in self._cut:  # cut while this connection was shaking hands
-            conn.close(LINK_CUT_REASON)
-            return
-        await self._dispatch(
-            self._drop_link(peer, "replaced by a new connection", trio.current_time())
-        )
-        self._peers[peer] = conn
-        self.log.info("link %s up", peer)
-        stopping = False
-        try:
-            with conn.cancel_scope:  # absorbs the connection's own close
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(conn.writer)
-                    await self._dispatch(self.core.link_up(peer, trio.current_time()))
-                    await self._pump(conn, functools.partial(self.core.peer_message, peer))
-                    nursery.cancel_scope.cancel()
-        except trio.Cancelled:
-            # the broker is stopping: its links go with it, and its neighbours hear why
-            stopping = True
-            with contextlib.suppress(ConnectionClosed):
-                conn.write_last(encode(m.Bye()))
-            raise
-        finally:
-            # the connection's own scope may have absorbed the cancellation (it was closed
-            # too): the broker is stopping if the scope around it is cancelled
-            stopping = stopping or trio.current_effective_deadline() == float("-inf")
-            if self._peers.get(peer) is conn:
-                del self._peers[peer]
-                outs = self.core.link_down(peer, trio.current_time())
-                if not stopping:
-                    with trio.CancelScope(shield=True):
-                        await self._dispatch(outs)
-            self.log.info("link %s down: %s", peer, conn.close_reason or "stopping")
-
-    def _drop_link(self, peer: str, reason: str, now: float) -> list:
-        """Close the connection to ``peer`` (if any) and tell the core the link is down, as a
-        TCP failure would; the connection's task then finds it unregistered and only logs."""
-        conn = self._peers.pop(peer, None)
-        if conn is None:
-            return []
-        conn.close(reason)
-        return self.core.link_down(peer, now)
-
-    def _link_control(self, conn_id: int, msg: m.LinkControl, now: float) -> list:
-        """Cut or restore the link to a neighbour; the answer follows the core's outputs."""
-        peer = msg.peer
-        if peer not in self.topology.brokers:
-            reason = f"link control at {self.id}: unknown broker {peer!r} in {self.topology.name}"
-            return [(CLIENT, conn_id, m.Error(reason))]
-        if peer not in self.core.neighbours:
-            reason = f"link control at {self.id}: {peer} is not a neighbour of {self.id}"
-            return [(CLIENT, conn_id, m.Error(reason))]
-        outs = []
-        if msg.up:
-            restored = self._cut.pop(peer, None)
-            changed = restored is not None
-            if restored is not None:
-                restored.set()  # the dialler (if this end dials) redials at once
-                self.log.warning("link %s restored by an operator", peer)
-        else:
-            changed = peer not in self._cut
-            if changed:
-                self._cut[peer] = trio.Event()
-                self.log.warning("link %s cut by an operator", peer)
-            outs = self._drop_link(peer, LINK_CUT_REASON, now)
-        return [*outs, (CLIENT, conn_id, m.LinkControlled(peer, msg.up, changed))]
-
     def _client_message(self, conn_id: int, msg, now: float) -> list:
         """What the runtime answers itself (link control, stats with its cut links); the rest
         goes to the core."""
@@ -621,7 +350,7 @@ class BrokerServer:
             return []
         kind = type(msg)
         if kind is m.LinkControl:
-            return self._link_control(conn_id, msg, now)
+            return self.links.link_control(conn_id, msg, now)
         if kind is m.StatsRequest:
             stats = msgspec.structs.replace(
                 self.core.stats(),
@@ -710,15 +439,6 @@ class BrokerServer:
             if self.core.has_work:  # the rest of a large profile's removal
                 self._work_wakeup.set()
             self.log.debug("%s gone: %s", conn.label, conn.close_reason or "cancelled")
-
-
-def _peer_of(stream) -> str:
-    """``host:port`` of a socket stream's peer (for the log)."""
-    try:
-        host, port, *_ = stream.socket.getpeername()
-    except (OSError, AttributeError, ValueError):
-        return "an unknown address"
-    return f"{host}:{port}"
 
 
 def freeze_heap() -> None:

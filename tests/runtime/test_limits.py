@@ -17,7 +17,7 @@ from ges.client import _client as client_mod
 from ges.client import connect
 from ges.errors import OperationError
 from ges.runtime import BrokerServer
-from ges.runtime.broker import MAX_HELLO_FRAME
+from ges.runtime.admission import MAX_HELLO_FRAME
 from ges.wire import FrameDecoder, decode, encode
 from ges.wire import messages as m
 from ges.wire.frames import frame

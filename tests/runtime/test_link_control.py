@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-import ges.runtime.broker as broker_module
+import ges.runtime.links as links_module
 from ges.client import connect
 from ges.core import CLIENT, PEER
 from ges.errors import OperationError
@@ -142,8 +142,8 @@ async def test_a_link_cut_at_the_dialling_end_is_not_redialled(diamond, monkeypa
             assert both_down(a, c)
             # from now on a backoff lasts an hour: the link comes back within the wait only if
             # the restore redials at once, not after a backoff grown while the link was cut
-            monkeypatch.setattr(broker_module, "BACKOFF_FIRST", NEVER)
-            monkeypatch.setattr(broker_module, "BACKOFF_MAX", NEVER)
+            monkeypatch.setattr(links_module, "BACKOFF_FIRST", NEVER)
+            monkeypatch.setattr(links_module, "BACKOFF_MAX", NEVER)
             assert await at_a.link("c", up=True) is True
             await wait_until(lambda: both_up(a, c), "the restore to redial c")
         nursery.cancel_scope.cancel()
