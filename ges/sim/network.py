@@ -329,10 +329,8 @@ class Sim:
     # -- frames ------------------------------------------------------------------------------------
 
     def _handle(self, src: str, outputs: list) -> None:
-        # the cores iterate sets of broker names in places, whose order depends on the string
-        # hash seed; a stable sort by destination keeps each destination's order and makes a
-        # run the same in every process
-        outputs = sorted(outputs, key=_order)
+        # the cores emit their outputs in an order that depends on nothing but the inputs (no
+        # iteration over a set of names decides it), so a run is the same in every process
         for kind, dest, msg in outputs:
             if kind == PEER:
                 self._send(src, dest, msg)
@@ -412,12 +410,6 @@ class Sim:
                     self.at(t, self.crash, rng.choice(brokers), down)
                 elif units:
                     self.at(t, self.partition, rng.choice(units), down)
-
-
-def _order(output) -> tuple:
-    # a publisher's acknowledgement first: the checker learns what was published before any
-    # delivery of it that the same step produced
-    return (type(output[2]) is not m.PubAck, output[0], str(output[1]))
 
 
 def _key(a: str, b: str) -> tuple[str, str]:
