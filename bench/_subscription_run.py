@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from ges.core import CLIENT, BrokerCore  # noqa: E402
+from ges.core import BrokerCore, ToClient  # noqa: E402
 from ges.core.work import WORK_SLICE  # noqa: E402
 from ges.matching.model import conjunction_from_wire  # noqa: E402
 from ges.runtime.broker import freeze_heap  # noqa: E402
@@ -185,14 +185,14 @@ def run_core(shape: str, n: int, collect: bool, freeze: bool = False) -> None:
         t0 = time.perf_counter()
         out = core.client_message(conn, msg, now)
         slices.append(time.perf_counter() - t0)
-        answers += [r for kind, _, r in out if kind == CLIENT]
+        answers += [o.msg for o in out if type(o) is ToClient]
         while core.has_work:
             s0 = time.perf_counter()
             out = core.work(now)
             if freeze:  # what the trio runtime does after each slice of a large request
                 freeze_heap()
             slices.append(time.perf_counter() - s0)
-            answers += [r for kind, _, r in out if kind == CLIENT]
+            answers += [o.msg for o in out if type(o) is ToClient]
             progress(len(slices))
         del out
         seconds = time.perf_counter() - t0

@@ -2,6 +2,30 @@
 
 from ges.core.broker import BrokerCore
 from ges.core.config import BrokerConfig
-from ges.core.outputs import CLIENT, DROP_PEER, NOTICE, PEER, ProtocolError
+from ges.core.outputs import (
+    CLIENT,
+    DROP_PEER,
+    NOTICE,
+    PEER,
+    DropPeer,
+    Notice,
+    Output,
+    ProtocolError,
+    ToClient,
+    ToPeer,
+)
 
-__all__ = ["CLIENT", "DROP_PEER", "NOTICE", "PEER", "BrokerConfig", "BrokerCore", "ProtocolError"]
+__all__ = [
+    "CLIENT",
+    "DROP_PEER",
+    "NOTICE",
+    "PEER",
+    "BrokerConfig",
+    "BrokerCore",
+    "DropPeer",
+    "Notice",
+    "Output",
+    "ProtocolError",
+    "ToClient",
+    "ToPeer",
+]

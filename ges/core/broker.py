@@ -4,9 +4,11 @@ Theory of operation
 -------------------
 ``BrokerCore`` is fed inputs by a driver (the trio runtime or the simulator) — a peer's or a
 client's message, a link going up or down, a timer, the log's commit — and returns the outputs
-the driver must perform, in order, as ``(kind, destination, message)`` tuples
-(ges.core.outputs): to a neighbouring broker, to a client, a link to drop, a line for the log.
-It never reads a clock (``now`` comes in), never does I/O, never draws random numbers.
+the driver must perform, in order (ges.core.outputs): ``ToPeer`` a message to a neighbouring
+broker, ``ToClient`` a message to a client, ``DropPeer`` a link to drop, ``Notice`` a line for
+the log. The router answers ``(peer, msg)`` pairs; ``_to_peers`` makes them ``ToPeer`` outputs
+for the links that are up. It never reads a clock (``now`` comes in), never does I/O, never
+draws random numbers.
 
 The work is done by parts, each named after what it owns (ges.core.part):
 
@@ -33,7 +35,18 @@ from ges.core.failure import FailureDetector
 from ges.core.forwarding import Forwarding
 from ges.core.gates import Gates
 from ges.core.links import Links
-from ges.core.outputs import CLIENT, DROP_PEER, NOTICE, PEER, ProtocolError
+from ges.core.outputs import (
+    CLIENT,
+    DROP_PEER,
+    NOTICE,
+    PEER,
+    DropPeer,
+    Notice,
+    Output,
+    ProtocolError,
+    ToClient,
+    ToPeer,
+)
 from ges.core.publishing import Publishing
 from ges.core.release import ReleaseRounds
 from ges.core.repair import MAX_ANSWER_BYTES, NackRepair
@@ -204,15 +217,15 @@ class BrokerCore:
         """Decide whether to accept a connection from its first frame (ges.core.links)."""
         return self.links.hello(hello)
 
-    def link_up(self, peer: str, now: float) -> list:
+    def link_up(self, peer: str, now: float) -> list[Output]:
         self.links_up.add(peer)
         self.detector.up(peer, now)
         out, notices = self.links.up(peer)
         if self.reliable and self.vt.table:  # and every clock (it may have missed a flood)
-            out.append((PEER, peer, m.Clocks(self.vt.entries())))
+            out.append(ToPeer(peer, m.Clocks(self.vt.entries())))
         return out + notices + self._routes_changed((self.id, peer), now, downs=False)
 
-    def link_down(self, peer: str, now: float) -> list:
+    def link_down(self, peer: str, now: float) -> list[Output]:
         was_up = peer in self.links_up
         self.links_up.discard(peer)
         self.detector.down(peer)
@@ -223,7 +236,7 @@ class BrokerCore:
             return []
         return self.links.down(peer) + self._routes_changed((), now)
 
-    def peer_message(self, peer: str, msg, now: float) -> list:
+    def peer_message(self, peer: str, msg, now: float) -> list[Output]:
         self.detector.heard(peer, now)
         handle = self._from_peer.get(type(msg))
         if handle is None:
@@ -264,16 +277,17 @@ class BrokerCore:
         out = self._to_peers(self.router.connectivity_changed(up_ends, now, downs=downs))
         return out + self.subscriptions.release_waits(float("-inf"))
 
-    def _to_peers(self, sends: list) -> list:
+    def _to_peers(self, sends: list) -> list[Output]:
+        """The router's ``(peer, msg)`` sends as outputs, for the links that are up."""
         up = self.links_up
-        return [(PEER, peer, msg) for peer, msg in sends if peer in up]
+        return [ToPeer(peer, msg) for peer, msg in sends if peer in up]
 
     # -- clients (ges.core.subscriptions, ges.core.publishing) ---------------------------------
 
     def client_open(self, conn: int, client_id: str) -> None:
         self.subscriptions.client_open(conn, client_id)
 
-    def client_closed(self, conn: int, now: float) -> list:
+    def client_closed(self, conn: int, now: float) -> list[Output]:
         """A client connection ended: its subscriptions go (a job, see :meth:`work`)."""
         return self.subscriptions.client_closed(conn, now)
 
@@ -289,7 +303,7 @@ class BrokerCore:
         """Client ``conn`` holds subscription ``sub_id`` here."""
         return sub_id in self.subscriptions.clients.get(conn, {})
 
-    def on_logged(self, now: float) -> list:
+    def on_logged(self, now: float) -> list[Output]:
         """The log committed more: acknowledge and send on the publishes it now holds."""
         return self.publishing.on_logged(now)
 
@@ -313,11 +327,11 @@ class BrokerCore:
         """Subscription ``(conn, sub_id)`` is being changed and its new profile is going in."""
         return self.subscriptions.changing(conn, sub_id)
 
-    def work(self, now: float) -> list:
+    def work(self, now: float) -> list[Output]:
         """One slice (``config.work_slice`` units) of what is in progress; the outputs."""
         return self.subscriptions.work(now)
 
-    def client_message(self, conn: int, msg, now: float) -> list:
+    def client_message(self, conn: int, msg, now: float) -> list[Output]:
         """A client's message. One that starts a large request leaves the client busy
         (:meth:`busy`): the driver holds its next message back until :meth:`work` is done."""
         kind = type(msg)
@@ -331,7 +345,7 @@ class BrokerCore:
         if kind is m.Unsubscribe:
             return self.subscriptions.on_unsubscribe(conn, msg, now)
         if kind is m.StatsRequest:
-            return [(CLIENT, conn, self.stats())]
+            return [ToClient(conn, self.stats())]
         if kind is m.Heartbeat:  # a keepalive: the client is there
             return []
         raise ProtocolError(f"unexpected {kind.__name__} from a client")
@@ -354,11 +368,11 @@ class BrokerCore:
 
     # -- time -------------------------------------------------------------------------------------
 
-    def on_timer(self, now: float) -> list:
+    def on_timer(self, now: float) -> list[Output]:
         owed, suspected = self.detector.poll(now)
-        out: list = [(PEER, p, m.Heartbeat()) for p in owed if p in self.links_up]
+        out: list[Output] = [ToPeer(p, m.Heartbeat()) for p in owed if p in self.links_up]
         for p in suspected:
-            out.append((DROP_PEER, p, f"no frame from {p} for {self.detector.timeout:.1f}s"))
+            out.append(DropPeer(p, f"no frame from {p} for {self.detector.timeout:.1f}s"))
             out += self.link_down(p, now)
         if self.router is not None:
             out += self._to_peers(self.router.on_timer(now))
@@ -368,7 +382,7 @@ class BrokerCore:
                     f"{MAX_RESENDS} resends: subscriptions waiting for it start without it "
                     "(incomplete); it is sent the profile again until it acknowledges"
                 )
-                out.append((NOTICE, "warning", text))
+                out.append(Notice("warning", text))
             self.router.given_up.clear()
         if self.reliable:
             out += self._reliable_timer(now)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from ges.core.dedup import TickWindow
-from ges.core.outputs import PEER, ProtocolError
+from ges.core.outputs import ProtocolError, ToPeer
 from ges.core.part import Part
 from ges.wire import messages as m
 
@@ -60,7 +60,7 @@ class Forwarding(Part):
                 hop.append(item_type(it.tick, prev, it.hops + 1, it.event, rs, (*it.path, me)))
                 prev = it.tick
             self._path_prev[key] = prev
-            out.append((PEER, peer, m.Events(pubend, hop)))
+            out.append(ToPeer(peer, m.Events(pubend, hop)))
             self.counters["events_out"] += len(hop)
         self.counters["event_frames"] += len(out)
         return out
@@ -127,7 +127,7 @@ class Forwarding(Part):
                 hop.append(item_type(it.tick, prev, it.hops + 1, it.event))
                 prev = it.tick
             self._path_prev[key] = prev
-            out.append((PEER, peer, m.Events(pubend, hop)))
+            out.append(ToPeer(peer, m.Events(pubend, hop)))
             self.counters["events_out"] += len(hop)
         self.counters["event_frames"] += len(out)
         return out

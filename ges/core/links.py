@@ -19,7 +19,7 @@ stopped on purpose, so its link going down is no alarm.
 from __future__ import annotations
 
 from ges.connectivity import ConnectivityError, ConnectivityGraph, LinkReport, Update
-from ges.core.outputs import NOTICE, PEER, ProtocolError
+from ges.core.outputs import Notice, ProtocolError, ToPeer
 from ges.topology import Topology, broker_order_key
 from ges.wire import messages as m
 
@@ -86,7 +86,7 @@ class Links:
         # the new neighbour gets everything we know that it may see (itself included)
         known = self.graph.reports_for(self.topology.brokers[peer].unit)
         if known:
-            out.append((PEER, peer, m.Connectivity([_to_wire(r) for r in known])))
+            out.append(ToPeer(peer, m.Connectivity([_to_wire(r) for r in known])))
         return out, self.notices(update)
 
     def down(self, peer: str) -> list:
@@ -95,7 +95,7 @@ class Links:
         notices = self.notices(update)
         if peer in self.stopped:  # it said it was stopping: an operator's doing, no alarm
             self.stopped.discard(peer)
-            notices = [(NOTICE, "info", f"{peer} stopped: {text}") for _, _, text in notices]
+            notices = [Notice("info", f"{peer} stopped: {n.text}") for n in notices]
         return self._disseminate([report], exclude=peer) + notices
 
     def on_connectivity(self, peer: str, states: list) -> tuple[list, list, set[str], bool]:
@@ -136,7 +136,7 @@ class Links:
             unit = brokers[peer].unit
             visible = [_to_wire(r) for r in reports if self.graph.report_visible_to(r, unit)]
             if visible:
-                out.append((PEER, peer, m.Connectivity(visible)))
+                out.append(ToPeer(peer, m.Connectivity(visible)))
         return out
 
     @staticmethod
@@ -146,10 +146,10 @@ class Links:
             lost = ", ".join(sorted(map(str, p.unreachable))) or "none (a detour exists)"
             level = "warning" if p.unreachable else "info"
             text = f"{p.pair[0]}–{p.pair[1]} lost its last link; unreachable: {lost}"
-            out.append((NOTICE, level, text))
+            out.append(Notice(level, text))
         for h in update.healed:
             level = "warning" if h.reachable else "info"
-            out.append((NOTICE, level, f"{h.pair[0]}–{h.pair[1]} has a live link again"))
+            out.append(Notice(level, f"{h.pair[0]}–{h.pair[1]} has a live link again"))
         return out
 
 

@@ -7,8 +7,9 @@ named after it (links, subscriptions, gates, publishing, subends, forwarding, re
 repair). A part is constructed with the core, takes references to the values that never change
 after construction (the broker's id, topology, config, log, router, counters …), and once every
 part exists :meth:`Part.bind` gives it the others: a part asks another through its methods and
-reads the state it exposes without a leading underscore. Outputs are the core's
-``(kind, destination, message)`` tuples (ges.core.outputs). Nothing here does I/O.
+reads the state it exposes without a leading underscore. A part's methods return lists of the
+core's outputs (``ToPeer``, ``ToClient``, ``DropPeer``, ``Notice``: ges.core.outputs), in the
+order the driver is to perform them. Nothing here does I/O.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import attrs
 
-from ges.core.outputs import CLIENT
+from ges.core.outputs import ToClient
 from ges.core.part import Part
 from ges.reliable.log import remember
 from ges.wire import messages as m
@@ -58,13 +58,8 @@ class Publishing(Part):
     def on_publish(self, conn: int, msg: m.Publish, now: float) -> list:
         events = msg.events
         if len(events) > self.config.max_publish_batch:
-            return [
-                (
-                    CLIENT,
-                    conn,
-                    m.Error(f"publish batch over {self.config.max_publish_batch} events"),
-                )
-            ]
+            reason = f"publish batch over {self.config.max_publish_batch} events"
+            return [ToClient(conn, m.Error(reason))]
         duplicates, wait = 0, 0
         if msg.publisher:
             if len(msg.publisher) > MAX_PUBLISHER_ID or msg.first < 1:
@@ -72,7 +67,7 @@ class Publishing(Part):
                     f"publisher id of at most {MAX_PUBLISHER_ID} characters, with event "
                     "numbers from 1"
                 )
-                return [(CLIENT, conn, m.Error(f"idempotent publish needs a {reason}"))]
+                return [ToClient(conn, m.Error(f"idempotent publish needs a {reason}"))]
             duplicates, wait = self._published_before(msg)
             events = events[duplicates:]
         if self.reliable:
@@ -86,7 +81,7 @@ class Publishing(Part):
         self.counters["events_in"] += len(events)
         self.counters["duplicates_published"] += duplicates
         ack = m.PubAck(msg.seq, self.pubend, first, self.next_tick - 1, duplicates)
-        out = [(CLIENT, conn, ack)]
+        out = [ToClient(conn, ack)]
         if items:
             self.forwarding.window(self.pubend).add_range(first, self.next_tick - 1)
             if self.router is None:
@@ -141,7 +136,7 @@ class Publishing(Part):
             n += 1
             if h.conn in self.subscriptions.clients:
                 ack = m.PubAck(h.seq, self.pubend, h.first, h.last, h.duplicates)
-                out.append((CLIENT, h.conn, ack))
+                out.append(ToClient(h.conn, ack))
             self.counters["duplicates_published"] += h.duplicates
             events = h.events
             if not events:

@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from ges.core.config import BrokerConfig
-from ges.core.outputs import PEER, epoch_of
+from ges.core.outputs import ToPeer, epoch_of
 from ges.core.unicast import Unicast
 from ges.reliable.log import PubendLog
 from ges.topology import broker_order_key
@@ -113,7 +113,7 @@ class ReleaseRounds:
         up = self._unicast.links_up
         for (hop, path), group in self._unicast.router.steps(to, detour, hops).items():
             if hop in up:
-                out.append((PEER, hop, m.AckAsk(pubend, group, tick, hops + 1, list(path))))
+                out.append(ToPeer(hop, m.AckAsk(pubend, group, tick, hops + 1, list(path))))
                 passed += group
         return out, passed
 
@@ -160,7 +160,7 @@ class ReleaseRounds:
         """Answers back to the broker the round's ask came from (which gathers them in turn),
         or relayed to the pubend's broker if that link is down."""
         if parent in self._unicast.links_up:
-            return [(PEER, parent, m.Ack(pubend, acks, asked, 1))]
+            return [ToPeer(parent, m.Ack(pubend, acks, asked, 1))]
         return self._send_acks(pubend, acks, asked)
 
     def _send_acks(self, pubend: str, acks: list, asked: int, hops: int = 0, detour=()) -> list:

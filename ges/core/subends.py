@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from ges.core.outputs import NOTICE, PEER, ProtocolError
+from ges.core.outputs import Notice, ProtocolError, ToPeer
 from ges.core.part import Part
 from ges.reliable.knowledge import HeldBytes
 from ges.reliable.subend import Subend
@@ -49,7 +49,7 @@ class Subends(Part):
             return []
         if self.log is not None:
             self.log.clocks = self.vt.snapshot()
-        return [(PEER, p, m.Clocks(news)) for p in sorted(self.links_up) if p != peer]
+        return [ToPeer(p, m.Clocks(news)) for p in sorted(self.links_up) if p != peer]
 
     def want_profiles(self, now: float) -> list:
         """Ask each origin whose profile was found behind an event's V_m for a sync (seed 000
@@ -72,8 +72,8 @@ class Subends(Part):
         has not had yet (:meth:`VirtualTime.before`)."""
         vector = self.vt.before(peer, pubend, vm) if vm else None
         if vector is None:
-            return [(PEER, peer, frame)]
-        return [(PEER, peer, vector), (PEER, peer, frame)]
+            return [ToPeer(peer, frame)]
+        return [ToPeer(peer, vector), ToPeer(peer, frame)]
 
     def route_claimed(self, pubend: str, todo: list, now: float, vm: int = 0) -> list:
         """Route ``(item, routes)`` pairs one tick at a time, each route the claims make carrying
@@ -232,7 +232,7 @@ class Subends(Part):
                 "holds them (its broker restarted with a log in memory, or its bound dropped them)"
             )
             return [
-                (NOTICE, "warning", text),
+                Notice("warning", text),
                 *self.drain(msg.pubend, sub, now),
             ]
         return self.drain(msg.pubend, sub, now)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from itertools import chain
 
-from ges.core.outputs import CLIENT
+from ges.core.outputs import ToClient
 from ges.core.part import Part
 from ges.core.work import COST_PER_WEIGHT, Job, JobBody, Jobs, indexed
 from ges.matching.graph import ProfileGraph
@@ -188,7 +188,7 @@ class Subscriptions(Part):
     def on_unsubscribe(self, conn: int, msg: m.Unsubscribe, now: float) -> list:
         profile = self.clients[conn].pop(msg.sub_id, None)
         out = self._supersede(conn, msg.sub_id)
-        done = (CLIENT, conn, m.SubAck(msg.sub_id, req=msg.req))
+        done = ToClient(conn, m.SubAck(msg.sub_id, req=msg.req))
         if profile is None:
             return [*out, done]
         dest = (conn, msg.sub_id)
@@ -210,16 +210,11 @@ class Subscriptions(Part):
     def on_subscribe(self, conn: int, msg: m.Subscribe, now: float) -> list:
         subs = self.clients[conn]
         if msg.sub_id not in subs and len(subs) >= self.config.max_subscriptions_per_client:
-            return [
-                (
-                    CLIENT,
-                    conn,
-                    m.Error(f"over {self.config.max_subscriptions_per_client} subscriptions"),
-                )
-            ]
+            reason = f"over {self.config.max_subscriptions_per_client} subscriptions"
+            return [ToClient(conn, m.Error(reason))]
         if len(msg.conjunctions) > MAX_CONJUNCTIONS:
             reason = f"subscription {msg.sub_id}: over {MAX_CONJUNCTIONS} conjunctions"
-            return [(CLIENT, conn, m.Error(reason))]
+            return [ToClient(conn, m.Error(reason))]
         out: list = []
         tickets: list[Ticket] = []  # the one it opens, closed if the job is dropped
         body = self._subscribe(conn, msg, out, now, tickets)
@@ -250,7 +245,7 @@ class Subscriptions(Part):
                     yield cost
                     cost = 0
         except ValueError as exc:
-            out.append((CLIENT, conn, m.Error(f"subscription {msg.sub_id}: {exc}")))
+            out.append(ToClient(conn, m.Error(f"subscription {msg.sub_id}: {exc}")))
             return
         profile = Profile.parsed(msg.profile_id, tuple(conjunctions) or (Conjunction(),), total)
         dest = (conn, msg.sub_id)
@@ -259,7 +254,7 @@ class Subscriptions(Part):
         grow = profile.weight - (old.weight if old is not None else 0)
         refusal = self._over_weight(conn, grow)
         if refusal is not None:
-            out.append((CLIENT, conn, m.Error(f"subscription {msg.sub_id}: {refusal}")))
+            out.append(ToClient(conn, m.Error(f"subscription {msg.sub_id}: {refusal}")))
             return
         self._set_weight(conn, grow)
         out += self._supersede(conn, msg.sub_id)
@@ -293,7 +288,7 @@ class Subscriptions(Part):
             return
         if ticket is not None:
             self.router.book.close(ticket)
-        out.insert(0, (CLIENT, conn, m.SubAck(msg.sub_id, req=msg.req)))
+        out.insert(0, ToClient(conn, m.SubAck(msg.sub_id, req=msg.req)))
 
     def _over_weight(self, conn: int, grow: int) -> str | None:
         """Why a client may not grow its subscriptions by ``grow`` weight (None: it may)."""
@@ -320,7 +315,7 @@ class Subscriptions(Part):
         """A new request for a subscription ends the wait of an earlier one still waiting for
         its keepers: it is answered now, as incomplete (only the newest one starts delivery)."""
         return [
-            (CLIENT, conn, m.SubAck(sub_id, complete=False, req=w[4]))
+            ToClient(conn, m.SubAck(sub_id, complete=False, req=w[4]))
             for w in self._drop_waits(lambda w: w[0] == conn and w[1] == sub_id)
             if w[3] is not None  # its client has not had its SubAck yet
         ]
@@ -344,13 +339,13 @@ class Subscriptions(Part):
             out += self.gates.start((w[0], w[1]), w[2])
             if w[2].confirmed():
                 # complete; a client told it was not gets a second SubAck saying it now is
-                out.append((CLIENT, w[0], m.SubAck(w[1], req=w[4])))
+                out.append(ToClient(w[0], m.SubAck(w[1], req=w[4])))
                 self.router.book.close(w[2])
             else:
                 if w[3] is not None and now >= w[3]:
                     # the client is told; reliable delivery still starts only once every
                     # keeper has the profile (resends go on until then)
-                    out.append((CLIENT, w[0], m.SubAck(w[1], complete=False, req=w[4])))
+                    out.append(ToClient(w[0], m.SubAck(w[1], complete=False, req=w[4])))
                     if self.reliable:
                         w[3] = None
                     else:
@@ -403,7 +398,7 @@ class Subscriptions(Part):
             msg = shared.get(key)
             if msg is None:
                 msg = shared[key] = m.Deliver(sub_id, pubend, matched)
-            out.append((CLIENT, conn, msg))
+            out.append(ToClient(conn, msg))
             delivered += len(matched)
         self.counters["delivered"] += delivered
         self.counters["events_out"] += delivered

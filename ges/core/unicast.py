@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ges.core.outputs import PEER, ProtocolError
+from ges.core.outputs import ProtocolError, ToPeer
 from ges.topology import Topology
 
 
@@ -35,7 +35,7 @@ class Unicast:
         if step is None or step[0] not in self.links_up:
             return []
         hop, detour = step
-        return [(PEER, hop, make(hops + 1, list(detour)))]
+        return [ToPeer(hop, make(hops + 1, list(detour)))]
 
     def check(self, broker: str, detour) -> None:
         """A peer's target broker and detour are known ones, or a ProtocolError."""

@@ -25,7 +25,15 @@ from pathlib import Path
 import msgspec
 import trio
 
-from ges.core import CLIENT, DROP_PEER, NOTICE, PEER, BrokerConfig, BrokerCore, ProtocolError
+from ges.core import (
+    BrokerConfig,
+    BrokerCore,
+    DropPeer,
+    Notice,
+    ProtocolError,
+    ToClient,
+    ToPeer,
+)
 from ges.errors import OperationError
 from ges.runtime.admission import MAX_OPENING, Admission
 from ges.runtime.links import Links
@@ -277,16 +285,25 @@ class BrokerServer:
         recorder = self.recorder
         # delivery records: the broker's clock before it hands anything on
         wall = time.time_ns() if recorder is not None else 0
-        for kind, dest, msg in outs:
-            if kind == NOTICE:
-                self.log.log(logging.WARNING if dest == "warning" else logging.INFO, "%s", msg)
+        for out in outs:
+            kind = type(out)
+            if kind is ToPeer:
+                dest = out.peer
+            elif kind is ToClient:
+                dest = out.conn
+            elif kind is Notice:
+                level = logging.WARNING if out.level == "warning" else logging.INFO
+                self.log.log(level, "%s", out.text)
                 continue
-            if kind == DROP_PEER:
-                conn = self._peers.get(dest)
+            elif kind is DropPeer:
+                conn = self._peers.get(out.peer)
                 if conn is not None:
-                    self.log.warning("link %s suspected: %s", dest, msg)
-                    conn.close(msg)
+                    self.log.warning("link %s suspected: %s", out.peer, out.reason)
+                    conn.close(out.reason)
                 continue
+            else:
+                raise TypeError(f"not a broker core output: {out!r}")
+            msg = out.msg
             frames = encoded.get(id(msg))
             if frames is None:
                 try:
@@ -294,7 +311,7 @@ class BrokerServer:
                 except FrameTooLarge as exc:  # a bound missed somewhere: say so, drop it
                     self.log.error("dropped a message to %s: %s", dest, exc)
                     frames = encoded[id(msg)] = []
-            if kind == PEER:
+            if kind is ToPeer:
                 conn = self._peers.get(dest)
                 if conn is None:
                     continue
@@ -304,7 +321,7 @@ class BrokerServer:
                 except ConnectionClosed:
                     continue
                 self.core.note_sent(dest, now)
-            elif kind == CLIENT:
+            else:
                 conn = self._clients.get(dest)
                 if conn is None:
                     continue
@@ -358,7 +375,7 @@ class BrokerServer:
                 slow_consumers=self.counters["slow_consumers"],
                 clients_refused=self.counters["clients_refused"],
             )
-            return [(CLIENT, conn_id, stats)]
+            return [ToClient(conn_id, stats)]
         return self.core.client_message(conn_id, msg, now)
 
     async def _pump(self, conn: Connection, handle, client: int | None = None) -> None:

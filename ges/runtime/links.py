@@ -21,7 +21,7 @@ import random
 
 import trio
 
-from ges.core import CLIENT
+from ges.core import ToClient
 from ges.transport.connection import (
     Connection,
     ConnectionClosed,
@@ -139,12 +139,12 @@ class Links:
         peer = msg.peer
         if peer not in self.server.topology.brokers:
             reason = f"link control at {self.server.id}: unknown broker {peer!r} in {self.server.topology.name}"
-            return [(CLIENT, conn_id, m.Error(reason))]
+            return [ToClient(conn_id, m.Error(reason))]
         if peer not in self.server.core.neighbours:
             reason = (
                 f"link control at {self.server.id}: {peer} is not a neighbour of {self.server.id}"
             )
-            return [(CLIENT, conn_id, m.Error(reason))]
+            return [ToClient(conn_id, m.Error(reason))]
         outs = []
         if msg.up:
             restored = self.server._cut.pop(peer, None)
@@ -158,4 +158,4 @@ class Links:
                 self.server._cut[peer] = trio.Event()
                 self.server.log.warning("link %s cut by an operator", peer)
             outs = self.drop_link(peer, LINK_CUT_REASON, now)
-        return [*outs, (CLIENT, conn_id, m.LinkControlled(peer, msg.up, changed))]
+        return [*outs, ToClient(conn_id, m.LinkControlled(peer, msg.up, changed))]

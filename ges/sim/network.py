@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import attrs
 
-from ges.core import CLIENT, NOTICE, PEER, BrokerConfig, BrokerCore
+from ges.core import BrokerConfig, BrokerCore, Notice, ToClient, ToPeer
 from ges.core.failure import FailureDetector
 from ges.reliable.log import MemoryLog
 from ges.routing import Hierarchy
@@ -331,19 +331,21 @@ class Sim:
     def _handle(self, src: str, outputs: list) -> None:
         # the cores emit their outputs in an order that depends on nothing but the inputs (no
         # iteration over a set of names decides it), so a run is the same in every process
-        for kind, dest, msg in outputs:
-            if kind == PEER:
-                self._send(src, dest, msg)
-            elif kind == CLIENT:
+        for out in outputs:
+            kind = type(out)
+            if kind is ToPeer:
+                self._send(src, out.peer, out.msg)
+            elif kind is ToClient:
+                msg = out.msg
                 t = type(msg)
                 if t is m.Deliver and self.on_deliver:
-                    self.on_deliver(src, dest, msg, self.now)
+                    self.on_deliver(src, out.conn, msg, self.now)
                 elif t is m.PubAck and self.on_puback:
-                    self.on_puback(src, dest, msg, self.now)
+                    self.on_puback(src, out.conn, msg, self.now)
                 elif t is m.SubAck and self.on_suback:
-                    self.on_suback(src, dest, msg, self.now)
+                    self.on_suback(src, out.conn, msg, self.now)
             else:
-                assert kind == NOTICE, (kind, dest, msg)
+                assert kind is Notice, out
 
     def _send(self, src: str, dst: str, msg) -> None:
         key = _key(src, dst)

@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from ges.connectivity import LinkReport, express, visible_to
-from ges.core import CLIENT, DROP_PEER, NOTICE, PEER, BrokerConfig, BrokerCore, ProtocolError
+from ges.core import (
+    BrokerConfig,
+    BrokerCore,
+    DropPeer,
+    Notice,
+    ProtocolError,
+    ToClient,
+    ToPeer,
+)
 from ges.core.failure import FailureDetector
 from ges.topology import Topology
 from ges.wire import messages as m
@@ -81,17 +89,17 @@ def items(*ticks: int, hops: int = 1, prev: int | None = None) -> list[m.EventIt
     return out
 
 
-def to(outputs: list, kind: int, dest) -> list:
-    return [msg for k, d, msg in outputs if k == kind and d == dest]
+def to_client(outputs: list, conn: int) -> list:
+    return [o.msg for o in outputs if type(o) is ToClient and o.conn == conn]
 
 
 def peers(outputs: list) -> dict:
     """{peer: the one Events message sent to it}."""
     out = {}
-    for k, d, msg in outputs:
-        if k == PEER and type(msg) is m.Events:
-            assert d not in out, f"two Events to {d} for one input"
-            out[d] = msg
+    for o in outputs:
+        if type(o) is ToPeer and type(o.msg) is m.Events:
+            assert o.peer not in out, f"two Events to {o.peer} for one input"
+            out[o.peer] = o.msg
     return out
 
 
@@ -103,7 +111,7 @@ def with_client(core: BrokerCore, conn: int = 1, *subs: tuple[int, list[m.Constr
     core.client_open(conn, f"client-{conn}")
     for sub_id, where in subs:
         out = core.client_message(conn, m.Subscribe(sub_id, [where]), 0.0)
-        assert out == [(CLIENT, conn, m.SubAck(sub_id))]
+        assert out == [ToClient(conn, m.SubAck(sub_id))]
 
 
 # -- construction and handshake ------------------------------------------------------------------
@@ -207,17 +215,17 @@ def test_publish_assigns_consecutive_ticks_and_acks():
     core = make("b1")
     core.client_open(1, "pub")
     out = core.client_message(1, m.Publish(7, [ev(a=1), ev(a=2), ev(a=3)]), 0.0)
-    assert out == [(CLIENT, 1, m.PubAck(7, "b1~1", 1, 3))]  # no links, no subscribers
+    assert out == [ToClient(1, m.PubAck(7, "b1~1", 1, 3))]  # no links, no subscribers
     out = core.client_message(1, m.Publish(8, [ev(a=4), ev(a=5)]), 0.0)
-    assert out == [(CLIENT, 1, m.PubAck(8, "b1~1", 4, 5))]
+    assert out == [ToClient(1, m.PubAck(8, "b1~1", 4, 5))]
 
 
 def test_ticks_are_per_broker_not_per_client():
     core = make("b1")
     core.client_open(1, "p1")
     core.client_open(2, "p2")
-    a = core.client_message(1, m.Publish(1, [ev(a=1)]), 0.0)[0][2]
-    b = core.client_message(2, m.Publish(1, [ev(a=1), ev(a=2)]), 0.0)[0][2]
+    a = core.client_message(1, m.Publish(1, [ev(a=1)]), 0.0)[0].msg
+    b = core.client_message(2, m.Publish(1, [ev(a=1), ev(a=2)]), 0.0)[0].msg
     assert (a.first_tick, a.last_tick, b.first_tick, b.last_tick) == (1, 1, 2, 3)
 
 
@@ -228,9 +236,9 @@ def test_empty_publish_acks_an_empty_range_and_uses_no_tick():
     core.link_up("b2", 0.0)
     out = core.client_message(1, m.Publish(1, []), 0.0)
     assert len(out) == 1
-    ack = out[0][2]
+    ack = out[0].msg
     assert ack.first_tick == ack.last_tick + 1
-    ack = core.client_message(1, m.Publish(2, [ev()]), 0.0)[0][2]
+    ack = core.client_message(1, m.Publish(2, [ev()]), 0.0)[0].msg
     assert (ack.first_tick, ack.last_tick) == (1, 1)
 
 
@@ -243,16 +251,16 @@ def test_local_delivery_to_matching_subscribers_only():
     core.client_open(5, "publisher")
     e1, e2, e3 = ev(sym="IBM", price=50), ev(sym="HP", price=150), ev(sym="IBM", price=200)
     out = core.client_message(5, m.Publish(1, [e1, e2, e3]), 0.0)
-    assert to(out, CLIENT, 5) == [m.PubAck(1, "b1~1", 1, 3)]
-    (d1,) = to(out, CLIENT, 1)
+    assert to_client(out, 5) == [m.PubAck(1, "b1~1", 1, 3)]
+    (d1,) = to_client(out, 1)
     assert (d1.sub_id, d1.pubend) == (10, "b1~1")
     assert [(it.tick, it.event) for it in d1.items] == [(1, e1), (3, e3)]
-    (d2,) = to(out, CLIENT, 2)
+    (d2,) = to_client(out, 2)
     assert [(it.tick, it.event) for it in d2.items] == [(2, e2), (3, e3)]
-    (d3,) = to(out, CLIENT, 3)
+    (d3,) = to_client(out, 3)
     assert [it.tick for it in d3.items] == [1, 2, 3]
     assert [it.hops for it in d3.items] == [0, 0, 0]
-    (d4,) = to(out, CLIENT, 4)
+    (d4,) = to_client(out, 4)
     assert [it.tick for it in d4.items] == [2]
     assert len(out) == 5
 
@@ -262,7 +270,7 @@ def test_no_deliver_when_nothing_matches():
     with_client(core, 1, (1, [m.Constraint("sym", "=", "IBM")]))
     core.client_open(2, "pub")
     out = core.client_message(2, m.Publish(1, [ev(sym="HP"), ev(other=1)]), 0.0)
-    assert to(out, CLIENT, 1) == []
+    assert to_client(out, 1) == []
 
 
 def test_one_client_with_two_subscriptions_gets_one_deliver_each():
@@ -270,7 +278,7 @@ def test_one_client_with_two_subscriptions_gets_one_deliver_each():
     with_client(core, 1, (1, []), (2, [m.Constraint("a", ">", 1)]))
     core.client_open(2, "pub")
     out = core.client_message(2, m.Publish(1, [ev(a=1), ev(a=2)]), 0.0)
-    got = {d.sub_id: [it.tick for it in d.items] for d in to(out, CLIENT, 1)}
+    got = {d.sub_id: [it.tick for it in d.items] for d in to_client(out, 1)}
     assert got == {1: [1, 2], 2: [2]}
 
 
@@ -284,10 +292,10 @@ def test_same_sub_id_on_two_connections_with_different_filters():
     with_client(core, 4, (1, []))
     core.client_open(9, "pub")
     out = core.client_message(9, m.Publish(1, [ev(a=1), ev(a=2), ev(a=3)]), 0.0)
-    assert ticks_of(to(out, CLIENT, 1)) == [1]
-    assert ticks_of(to(out, CLIENT, 2)) == [2]
-    assert ticks_of(to(out, CLIENT, 3)) == [1, 2, 3]
-    assert ticks_of(to(out, CLIENT, 4)) == [1, 2, 3]
+    assert ticks_of(to_client(out, 1)) == [1]
+    assert ticks_of(to_client(out, 2)) == [2]
+    assert ticks_of(to_client(out, 3)) == [1, 2, 3]
+    assert ticks_of(to_client(out, 4)) == [1, 2, 3]
 
 
 def test_resubscribe_replaces_the_filter():
@@ -295,7 +303,7 @@ def test_resubscribe_replaces_the_filter():
     with_client(core, 1, (1, [m.Constraint("a", "=", 1)]), (1, [m.Constraint("a", "=", 2)]))
     core.client_open(2, "pub")
     out = core.client_message(2, m.Publish(1, [ev(a=1), ev(a=2)]), 0.0)
-    assert ticks_of(to(out, CLIENT, 1)) == [2]
+    assert ticks_of(to_client(out, 1)) == [2]
     assert core.stats().subscriptions == 1
 
 
@@ -303,15 +311,15 @@ def test_unsubscribe_stops_delivery():
     core = make("b1")
     with_client(core, 1, (1, []), (2, []))
     core.client_open(2, "pub")
-    assert core.client_message(1, m.Unsubscribe(1), 0.0) == [(CLIENT, 1, m.SubAck(1))]
+    assert core.client_message(1, m.Unsubscribe(1), 0.0) == [ToClient(1, m.SubAck(1))]
     out = core.client_message(2, m.Publish(1, [ev()]), 0.0)
-    assert [d.sub_id for d in to(out, CLIENT, 1)] == [2]
+    assert [d.sub_id for d in to_client(out, 1)] == [2]
     # unsubscribing twice, or an unknown id, is acknowledged and harmless
-    assert core.client_message(1, m.Unsubscribe(1), 0.0) == [(CLIENT, 1, m.SubAck(1))]
-    assert core.client_message(1, m.Unsubscribe(99), 0.0) == [(CLIENT, 1, m.SubAck(99))]
+    assert core.client_message(1, m.Unsubscribe(1), 0.0) == [ToClient(1, m.SubAck(1))]
+    assert core.client_message(1, m.Unsubscribe(99), 0.0) == [ToClient(1, m.SubAck(99))]
     core.client_message(1, m.Unsubscribe(2), 0.0)
     out = core.client_message(2, m.Publish(2, [ev()]), 0.0)
-    assert to(out, CLIENT, 1) == []
+    assert to_client(out, 1) == []
 
 
 def test_client_closed_removes_its_subscriptions():
@@ -324,8 +332,8 @@ def test_client_closed_removes_its_subscriptions():
     assert core.stats().subscriptions == 1
     assert core.stats().clients == 2
     out = core.client_message(3, m.Publish(1, [ev()]), 0.0)
-    assert to(out, CLIENT, 1) == []
-    assert ticks_of(to(out, CLIENT, 2)) == [1]
+    assert to_client(out, 1) == []
+    assert ticks_of(to_client(out, 2)) == [1]
     core.client_closed(1, 0.0)  # twice is fine
     core.client_closed(42, 0.0)
 
@@ -335,9 +343,9 @@ def test_subscribe_with_unknown_operator_is_an_error_not_a_subscription():
     core.client_open(1, "c")
     out = core.client_message(1, m.Subscribe(5, [[m.Constraint("a", "like", "x")]]), 0.0)
     assert len(out) == 1
-    kind, conn, msg = out[0]
-    assert (kind, conn, type(msg)) == (CLIENT, 1, m.Error)
-    assert "subscription 5" in msg.reason
+    (answer,) = out
+    assert type(answer) is ToClient and answer.conn == 1 and type(answer.msg) is m.Error
+    assert "subscription 5" in answer.msg.reason
     assert core.stats().subscriptions == 0
 
 
@@ -346,16 +354,16 @@ def test_subscribe_canonicalises_double_equals():
     with_client(core, 1, (1, [m.Constraint("a", "==", 1)]))
     core.client_open(2, "pub")
     out = core.client_message(2, m.Publish(1, [ev(a=1), ev(a=2)]), 0.0)
-    assert ticks_of(to(out, CLIENT, 1)) == [1]
+    assert ticks_of(to_client(out, 1)) == [1]
 
 
 def test_subscription_limit_per_client():
     core = make("b1", config=BrokerConfig(max_subscriptions_per_client=2))
     with_client(core, 1, (1, []), (2, []))
     out = core.client_message(1, m.Subscribe(3, []), 0.0)
-    assert type(out[0][2]) is m.Error
+    assert type(out[0].msg) is m.Error
     # replacing an existing subscription is still allowed at the limit
-    assert core.client_message(1, m.Subscribe(2, []), 0.0) == [(CLIENT, 1, m.SubAck(2))]
+    assert core.client_message(1, m.Subscribe(2, []), 0.0) == [ToClient(1, m.SubAck(2))]
     # the limit is per client
     with_client(core, 2, (1, []), (2, []))
     assert core.stats().subscriptions == 4
@@ -365,8 +373,8 @@ def test_publish_batch_limit():
     core = make("b1", config=BrokerConfig(max_publish_batch=2))
     core.client_open(1, "pub")
     out = core.client_message(1, m.Publish(1, [ev(), ev(), ev()]), 0.0)
-    assert [type(x[2]) for x in out] == [m.Error]
-    ack = core.client_message(1, m.Publish(2, [ev(), ev()]), 0.0)[0][2]
+    assert [type(x.msg) for x in out] == [m.Error]
+    ack = core.client_message(1, m.Publish(2, [ev(), ev()]), 0.0)[0].msg
     assert (ack.first_tick, ack.last_tick) == (1, 2)  # the refused batch used no ticks
     assert core.stats().published == 2
 
@@ -430,14 +438,14 @@ def test_hops_increment_on_each_link():
     out = core.peer_message("b1", m.Events("b2~1", items(1, hops=2)), 0.0)
     assert [it.hops for it in peers(out)["b4"].items] == [3]
     # local subscribers see how far the event came
-    assert [it.hops for d in to(out, CLIENT, 1) for it in d.items] == [2]
+    assert [it.hops for d in to_client(out, 1) for it in d.items] == [2]
 
 
 def test_same_events_from_two_peers_forwarded_and_delivered_once():
     core = b3_with_links("b1", "b4", "b5")
     with_client(core, 1, (1, []))
     first = core.peer_message("b1", m.Events("b2~1", items(1, 2, hops=2)), 0.0)
-    assert ticks_of(to(first, CLIENT, 1)) == [1, 2]
+    assert ticks_of(to_client(first, 1)) == [1, 2]
     assert set(peers(first)) == {"b4", "b5"}
     again = core.peer_message("b4", m.Events("b2~1", items(1, 2, hops=2)), 0.0)
     assert again == []
@@ -449,7 +457,7 @@ def test_overlapping_batches_forward_only_the_new_ticks():
     with_client(core, 1, (1, []))
     core.peer_message("b1", m.Events("b2~1", items(1, 2)), 0.0)
     out = core.peer_message("b4", m.Events("b2~1", items(2, 3, 4)), 0.0)
-    assert ticks_of(to(out, CLIENT, 1)) == [3, 4]
+    assert ticks_of(to_client(out, 1)) == [3, 4]
     assert ticks_of([peers(out)["b1"]]) == [3, 4]
     assert "b4" not in peers(out)
     assert core.stats().duplicates == 1
@@ -461,7 +469,7 @@ def test_reordered_ticks_are_each_delivered_once():
     got = []
     for peer, ticks in [("b1", (3,)), ("b4", (1,)), ("b4", (3,)), ("b1", (2,)), ("b1", (1, 2, 3))]:
         out = core.peer_message(peer, m.Events("b2~1", items(*ticks)), 0.0)
-        got += ticks_of(to(out, CLIENT, 1))
+        got += ticks_of(to_client(out, 1))
     assert sorted(got) == [1, 2, 3]
     assert got == [3, 1, 2]  # in the order they first arrived
 
@@ -482,7 +490,7 @@ def test_events_from_several_pubends_are_independent():
     b = core.peer_message("b1", m.Events("b2~1", items(1)), 0.0)
     c = core.peer_message("b1", m.Events("b2~2", items(1)), 0.0)  # a new incarnation of b2
     for out, pubend in [(a, "b1~1"), (b, "b2~1"), (c, "b2~2")]:
-        (d,) = to(out, CLIENT, 1)
+        (d,) = to_client(out, 1)
         assert (d.pubend, ticks_of([d])) == (pubend, [1])
 
 
@@ -548,11 +556,11 @@ def test_a_pubend_first_heard_mid_stream_never_delivers_a_tick_twice():
     with_client(core, 1, (1, []))
     got = []
     for t in (3, 4, 5, 6, 7):
-        got += ticks_of(to(core.peer_message("b1", m.Events("b2~1", items(t)), 0.0), CLIENT, 1))
+        got += ticks_of(to_client(core.peer_message("b1", m.Events("b2~1", items(t)), 0.0), 1))
     assert got == [3, 4, 5, 6, 7]
     # the same tick 6 over the other path
     again = core.peer_message("b4", m.Events("b2~1", items(6, hops=2)), 0.0)
-    assert to(again, CLIENT, 1) == []
+    assert to_client(again, 1) == []
 
 
 # -- time --------------------------------------------------------------------------------------
@@ -563,15 +571,15 @@ def test_heartbeat_for_idle_links():
     assert core.next_deadline() == INTERVAL
     assert core.on_timer(0.5) == []
     out = core.on_timer(1.0)
-    assert sorted(out, key=str) == [(PEER, "b1", m.Heartbeat()), (PEER, "b4", m.Heartbeat())]
+    assert sorted(out, key=str) == [ToPeer("b1", m.Heartbeat()), ToPeer("b4", m.Heartbeat())]
     assert core.on_timer(1.5) == []
 
 
 def test_note_sent_defers_the_heartbeat():
     core = b3_with_links("b1", "b4")
     core.note_sent("b1", 0.75)
-    assert core.on_timer(1.0) == [(PEER, "b4", m.Heartbeat())]
-    assert core.on_timer(1.75) == [(PEER, "b1", m.Heartbeat())]
+    assert core.on_timer(1.0) == [ToPeer("b4", m.Heartbeat())]
+    assert core.on_timer(1.75) == [ToPeer("b1", m.Heartbeat())]
 
 
 def test_silent_link_is_dropped():
@@ -582,12 +590,12 @@ def test_silent_link_is_dropped():
         core.on_timer(t)
     assert core.next_deadline() == TIMEOUT
     out = core.on_timer(TIMEOUT)
-    drops = [(d, reason) for k, d, reason in out if k == DROP_PEER]
+    drops = [(o.peer, o.reason) for o in out if type(o) is DropPeer]
     assert [d for d, _ in drops] == ["b1"]
     assert "b1" in drops[0][1]
     assert core.links_up == {"b4"}
     # no heartbeat for a dropped link
-    assert not [d for k, d, _ in out if k == PEER and d == "b1"]
+    assert not [o for o in out if type(o) is ToPeer and o.peer == "b1"]
     # and it is no longer flooded to
     core.client_open(1, "pub")
     assert set(peers(core.client_message(1, m.Publish(1, [ev()]), 4.0))) == {"b4"}
@@ -596,10 +604,10 @@ def test_silent_link_is_dropped():
 def test_any_frame_from_the_peer_keeps_the_link():
     core = b3_with_links("b1")
     core.peer_message("b1", m.Events("b2~1", items(1)), 3.5)
-    assert [k for k, _, _ in core.on_timer(4.0)] == [PEER]  # a heartbeat, not a drop
+    assert [type(o) for o in core.on_timer(4.0)] == [ToPeer]  # a heartbeat, not a drop
     assert core.links_up == {"b1"}
     # dropped, and since it was b3's only link the connectivity graph reports a partition
-    assert [k for k, _, _ in core.on_timer(7.5)] == [DROP_PEER, NOTICE]
+    assert [type(o) for o in core.on_timer(7.5)] == [DropPeer, Notice]
 
 
 def test_no_links_no_deadline():
@@ -629,7 +637,7 @@ def test_stats_counters():
     # 3 new; forwarded 3 to b4; delivered 3 (sub 1) + 1 (sub 2)
     core.peer_message("b4", m.Events("b2~1", items(3, 4)), 0.0)
     # 1 duplicate, 1 new; forwarded 1 to b1; delivered 1 (sub 1)
-    s = core.client_message(2, m.StatsRequest(), 0.0)[0][2]
+    s = core.client_message(2, m.StatsRequest(), 0.0)[0].msg
     assert type(s) is m.Stats
     assert (s.broker, s.incarnation, s.pid) == ("b3", "1", 1234)
     assert (s.clients, s.subscriptions) == (2, 2)
@@ -647,7 +655,7 @@ def test_stats_counters():
 
 
 class FakeNet:
-    """Cores wired together: PEER outputs go to the destination's ``peer_message`` through the
+    """Cores wired together: ToPeer outputs go to the destination's ``peer_message`` through the
     real codec, in an order chosen by a seeded random generator (reordering across links)."""
 
     def __init__(self, topology: Topology, seed: int = 0):
@@ -677,17 +685,18 @@ class FakeNet:
             with_client(core, conn, (1, list(where)))
 
     def handle(self, src: str, outputs: list) -> None:
-        for kind, dest, msg in outputs:
-            if kind == PEER:
-                assert dest in self.cores[src].links_up
-                self.pending.append((src, dest, m.encode(msg)[HEADER_SIZE:]))
-            elif kind == NOTICE:
-                self.notices.append((src, f"{dest}: {msg}"))
-            elif kind == CLIENT and type(msg) is m.Deliver:
-                got = self.delivered.setdefault((src, dest), [])
-                got += [(msg.pubend, it.tick) for it in msg.items]
+        for out in outputs:
+            kind = type(out)
+            if kind is ToPeer:
+                assert out.peer in self.cores[src].links_up
+                self.pending.append((src, out.peer, m.encode(out.msg)[HEADER_SIZE:]))
+            elif kind is Notice:
+                self.notices.append((src, f"{out.level}: {out.text}"))
+            elif kind is ToClient and type(out.msg) is m.Deliver:
+                got = self.delivered.setdefault((src, out.conn), [])
+                got += [(out.msg.pubend, it.tick) for it in out.msg.items]
             else:
-                assert kind == CLIENT, (kind, dest, msg)
+                assert kind is ToClient, out
 
     def publish(self, broker: str, n: int, conn: int = 99, **attributes) -> m.PubAck:
         core = self.cores[broker]
@@ -695,7 +704,7 @@ class FakeNet:
             core.client_open(conn, "publisher")
         out = core.client_message(conn, m.Publish(1, [ev(i=i, **attributes) for i in range(n)]), 0)
         self.handle(broker, out)
-        return out[0][2]
+        return out[0].msg
 
     def step(self, n: int) -> None:
         """Deliver up to ``n`` frames in flight."""
@@ -874,14 +883,14 @@ def test_an_invalid_profile_replacing_a_subscription_keeps_the_old_one():
     with_client(core, 1, (1, [m.Constraint("a", "eq", 1)]))
     bad = m.Subscribe(1, [[m.Constraint("a", "lt", True)]])  # booleans are not ordered
     out = core.client_message(1, bad, 0.0)
-    assert [type(msg) for _, _, msg in out] == [m.Error]
+    assert [type(o.msg) for o in out] == [m.Error]
     assert core.stats().subscriptions == 1
     core.client_open(2, "pub")
     out = core.client_message(2, m.Publish(1, [ev(a=1), ev(a=2)]), 0.0)
-    assert ticks_of(to(out, CLIENT, 1)) == [1]
+    assert ticks_of(to_client(out, 1)) == [1]
     # a valid replacement takes over, and unsubscribing leaves no routing state behind
     core.client_message(1, m.Subscribe(1, [[m.Constraint("a", "eq", 2)]]), 0.0)
     out = core.client_message(2, m.Publish(2, [ev(a=1), ev(a=2)]), 0.0)
-    assert ticks_of(to(out, CLIENT, 1)) == [4]
+    assert ticks_of(to_client(out, 1)) == [4]
     core.client_message(1, m.Unsubscribe(1), 0.0)
     assert not core.profiles and core.profiles.node_count == 1

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import ges.reliable.log as log_mod
-from ges.core import CLIENT, BrokerCore
+from ges.core import BrokerCore, ToClient
 from ges.reliable.log import MemoryLog
 from ges.runtime.pubend_log import SqliteLog
 from ges.topology import Topology
@@ -31,7 +31,7 @@ def events(*ns: int) -> list[m.Event]:
 
 def publish(c, seq, first, ns, publisher="P"):
     out = c.client_message(1, m.Publish(seq, events(*ns), publisher, first), 0.0)
-    return [msg for kind, _, msg in out if kind == CLIENT and type(msg) is m.PubAck]
+    return [o.msg for o in out if type(o) is ToClient and type(o.msg) is m.PubAck]
 
 
 @pytest.mark.parametrize("reliable", [True, False])
@@ -49,8 +49,8 @@ def test_each_number_is_published_once(reliable):
     # another publisher, or none, is not affected
     (ack,) = publish(c, 4, 1, range(2), publisher="Q")
     assert ack.duplicates == 0
-    (ack,) = c.client_message(1, m.Publish(5, events(1)), 0.0)[:1]
-    assert ack[2].duplicates == 0
+    ack = c.client_message(1, m.Publish(5, events(1)), 0.0)[0].msg
+    assert ack.duplicates == 0
 
 
 def test_numbers_survive_a_restart_of_the_broker():
@@ -68,7 +68,7 @@ def test_a_duplicate_is_acknowledged_only_once_its_original_is_durable(tmp_path)
     assert publish(c, 1, 1, range(5)) == []  # in the log, not yet committed
     assert publish(c, 2, 1, range(5)) == []  # its resend waits too
     log.committed_to(log.write_group(log.take_group()))
-    acks = [msg for kind, _, msg in c.on_logged(0.0) if type(msg) is m.PubAck]
+    acks = [o.msg for o in c.on_logged(0.0) if type(o) is ToClient and type(o.msg) is m.PubAck]
     assert [(a.seq, a.duplicates) for a in acks] == [(1, 0), (2, 5)]
     log.close()
     # and after a restart (a new epoch), from the file
@@ -77,7 +77,7 @@ def test_a_duplicate_is_acknowledged_only_once_its_original_is_durable(tmp_path)
     c = core(log)
     assert publish(c, 3, 4, range(3, 8)) == []  # 6..8 are new: acknowledged once committed
     log.committed_to(log.write_group(log.take_group()))
-    (ack,) = [msg for kind, _, msg in c.on_logged(0.0) if type(msg) is m.PubAck]
+    (ack,) = [o.msg for o in c.on_logged(0.0) if type(o) is ToClient and type(o.msg) is m.PubAck]
     assert ack.duplicates == 2 and (ack.first_tick, ack.last_tick) == (1, 3)
     log.close()
 
@@ -94,9 +94,9 @@ def test_the_publishers_remembered_are_bounded(monkeypatch):
 def test_a_bad_idempotent_publish_is_refused():
     c = core()
     out = c.client_message(1, m.Publish(1, events(1), "P", 0), 0.0)
-    assert type(out[0][2]) is m.Error and "numbers from 1" in out[0][2].reason
+    assert type(out[0].msg) is m.Error and "numbers from 1" in out[0].msg.reason
     out = c.client_message(1, m.Publish(1, events(1), "x" * 300, 1), 0.0)
-    assert type(out[0][2]) is m.Error
+    assert type(out[0].msg) is m.Error
 
 
 def test_a_publisher_forgotten_and_back_before_the_commit_is_kept(tmp_path, monkeypatch):

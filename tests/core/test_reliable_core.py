@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ges.core import NOTICE, PEER, BrokerConfig, BrokerCore
+from ges.core import BrokerConfig, BrokerCore, Notice, ToPeer
 from ges.core.repair import MAX_ANSWER_BYTES
 from ges.matching.model import Profile, profile_to_wire
 from ges.reliable.log import MAX_READ, MemoryLog
@@ -126,7 +126,7 @@ def test_a_nack_gets_one_bounded_answer_per_range():
     w.sim.run_until(2.0)
     core = w.sim.cores["b1"]
     out = _nack_at(core, m.Nack(core.pubend, "b20", [(1, 10**15), (5, 7)]))
-    answers = [msg for kind, _, msg in out if kind == PEER and type(msg) is m.Recovered]
+    answers = [o.msg for o in out if type(o) is ToPeer and type(o.msg) is m.Recovered]
     assert [(a.lo, a.hi, len(a.items)) for a in answers] == [
         (1, MAX_READ, MAX_READ),
         (5, 7, 3),
@@ -144,7 +144,7 @@ def test_an_answer_is_bounded_in_bytes_too():
         900, m.Publish(1, [m.Event({"n": i}, b"x" * 200_000) for i in range(50)]), 0.6
     )
     out = _nack_at(core, m.Nack(core.pubend, "b20", [(1, 50)]))
-    (answer,) = [msg for kind, _, msg in out if kind == PEER and type(msg) is m.Recovered]
+    (answer,) = [o.msg for o in out if type(o) is ToPeer and type(o.msg) is m.Recovered]
     assert answer.lo == 1 and answer.hi == len(answer.items) < 50
     assert sum(len(it.event.payload) for it in answer.items) <= MAX_ANSWER_BYTES
 
@@ -159,7 +159,7 @@ def test_ticks_the_logs_bound_dropped_are_answered_as_lost_not_as_silence():
     w.sim.run_until(2.0)
     assert core.log.lowest() == 31
     out = _nack_at(core, m.Nack(core.pubend, "b20", [(5, 10), (25, 40), (45, 60)]))
-    answers = [msg for kind, _, msg in out if kind == PEER and type(msg) is m.Recovered]
+    answers = [o.msg for o in out if type(o) is ToPeer and type(o.msg) is m.Recovered]
     got = [(a.lo, a.hi, a.lost, [it.tick for it in a.items]) for a in answers]
     assert got == [
         (5, 10, True, []),
@@ -174,7 +174,7 @@ def test_a_nack_for_an_older_epoch_is_answered_as_lost():
     w.sim.run_until(0.5)
     core = w.sim.cores["b1"]
     out = _nack_at(core, m.Nack("b1~0", "b20", [(3, 9)]))
-    (answer,) = [msg for kind, _, msg in out if kind == PEER]
+    (answer,) = [o.msg for o in out if type(o) is ToPeer]
     assert type(answer) is m.Recovered and answer.lost and (answer.lo, answer.hi) == (3, 9)
     assert answer.items == []
 
@@ -191,7 +191,7 @@ def test_a_lost_answer_lets_the_subend_go_on_and_says_so():
     answer = m.Recovered(pubend, "b20", top + 1, top + 5, [], lost=True)
     out = core.peer_message(next(iter(core.links_up)), answer, 3.0)
     assert core.counters["lost"] == 5
-    assert any(kind == NOTICE and "lost" in msg for kind, _, msg in out)
+    assert any(type(o) is Notice and "lost" in o.text for o in out)
     assert list(sub.stream.gaps(sub.top)) == []
 
 
@@ -226,10 +226,10 @@ def test_a_restarted_pubend_announces_its_previous_epoch_and_answers_for_it():
     core = BrokerCore(demo(), "b1", incarnation=9, reliable=True, log=EpochLog(epoch=2))
     assert core.pubend == "b1~2"
     out = core.link_up("b2", 0.0) + core.on_timer(0.0)
-    silences = [msg for kind, _, msg in out if kind == PEER and type(msg) is m.Silence]
+    silences = [o.msg for o in out if type(o) is ToPeer and type(o.msg) is m.Silence]
     assert any(s.pubend == "b1~1" and s.tick == 5 for s in silences)
     out = core.peer_message("b2", m.Nack("b1~1", "b2", [(3, 9)]), 0.1)
-    (answer,) = [msg for kind, _, msg in out if kind == PEER]
+    (answer,) = [o.msg for o in out if type(o) is ToPeer]
     assert (answer.lo, answer.hi, answer.lost) == (3, 9, False)
     assert [it.tick for it in answer.items] == [3, 4, 5]
 
@@ -240,7 +240,7 @@ def test_a_restarted_pubend_announces_its_previous_epoch_and_answers_for_it():
 def _ask(core, pubend: str, tick: int) -> int | None:
     """Feed ``core`` an AckAsk for it; the tick it acknowledges (None if it does not answer)."""
     out = core.peer_message(next(iter(core.links_up)), m.AckAsk(pubend, [core.id], tick), 10.0)
-    acks = [msg for kind, _, msg in out if kind == PEER and type(msg) is m.Ack]
+    acks = [o.msg for o in out if type(o) is ToPeer and type(o.msg) is m.Ack]
     assert len(acks) <= 1
     if not acks:
         return None
@@ -285,7 +285,7 @@ def test_the_log_is_released_once_every_other_broker_acknowledged_it():
     # a nack for released ticks is answered "nothing for you", not as a loss
     core = w.sim.cores["b1"]
     out = _nack_at(core, m.Nack(core.pubend, "b20", [(2, 6)]))
-    (answer,) = [msg for kind, _, msg in out if kind == PEER]
+    (answer,) = [o.msg for o in out if type(o) is ToPeer]
     assert (answer.lo, answer.hi, answer.items, answer.lost) == (2, 6, [], False)
 
 
@@ -298,11 +298,11 @@ def test_a_broker_passes_an_ask_on_once_per_hop_and_gathers_the_answers_from_bey
 
     def ask(tick, now):
         out = core.peer_message("b1", m.AckAsk(pubend, ["b3", "b7", "b8"], tick), now)
-        return [(dest, msg) for kind, dest, msg in out if kind == PEER]
+        return [(o.peer, o.msg) for o in out if type(o) is ToPeer]
 
     def answer(origin, tick, asked, now):
         out = core.peer_message("b7", m.Ack(pubend, [(origin, tick)], asked=asked), now)
-        return [(dest, msg) for kind, dest, msg in out if kind == PEER]
+        return [(o.peer, o.msg) for o in out if type(o) is ToPeer]
 
     # one ask to b7 names both brokers beyond it; b3's own answer waits for theirs
     assert ask(5, 1.0) == [("b7", m.AckAsk(pubend, ["b7", "b8"], 5, hops=1))]
@@ -315,7 +315,7 @@ def test_a_broker_passes_an_ask_on_once_per_hop_and_gathers_the_answers_from_bey
     assert answer("b7", 9, 9, 2.1) == []
     assert core.next_deadline() <= 2.0 + ACK_GATHER
     out = core.on_timer(2.0 + ACK_GATHER)
-    (ack,) = [msg for kind, _, msg in out if kind == PEER and type(msg) is m.Ack]
+    (ack,) = [o.msg for o in out if type(o) is ToPeer and type(o.msg) is m.Ack]
     assert sorted(ack.acks) == [("b3", 9), ("b7", 9)]
     ((dest, late),) = answer("b8", 9, 9, 3.5)
     assert (dest, late.acks) == ("b1", [("b8", 9)])
@@ -402,5 +402,5 @@ def test_a_nack_for_an_epoch_that_is_no_number_is_answered_as_lost():
     core.link_up("b2", 0.0)
     for epoch in ("99999999999999999999999", "²", "x"):
         out = core.peer_message("b2", m.Nack(f"b1~{epoch}", "b2", [(3, 9)]), 0.1)
-        (answer,) = [msg for kind, _, msg in out if kind == PEER]
+        (answer,) = [o.msg for o in out if type(o) is ToPeer]
         assert (answer.lo, answer.hi, answer.lost) == (3, 9, True)

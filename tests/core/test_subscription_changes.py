@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ges.core import CLIENT, BrokerConfig
+from ges.core import BrokerConfig, ToClient
 from ges.matching.model import Conjunction, Constraint, Profile, profile_to_wire
 from ges.sim import Checker, Faults, Sim
 from ges.topology import Topology
@@ -841,10 +841,10 @@ def test_every_suback_names_the_request_it_answers():
     core = net.sim.cores[SUB]
     core.client_open(7, "client-7")
     first = core.client_message(7, m.Subscribe(1, profile_to_wire(ALL), "all", req=11), 0.6)
-    assert [msg for kind, _, msg in first if kind == CLIENT] == []  # waiting for the keepers
+    assert [o.msg for o in first if type(o) is ToClient] == []  # waiting for the keepers
     second = core.client_message(7, m.Subscribe(1, profile_to_wire(LOW), "low", req=12), 0.6)
-    answers = [msg for kind, _, msg in second if kind == CLIENT]
+    answers = [o.msg for o in second if type(o) is ToClient]
     assert answers == [m.SubAck(1, complete=False, req=11)]
     out = core.client_message(7, m.Unsubscribe(1, req=13), 0.6)
-    answers = [msg for kind, _, msg in out if kind == CLIENT]
+    answers = [o.msg for o in out if type(o) is ToClient]
     assert answers == [m.SubAck(1, complete=False, req=12), m.SubAck(1, req=13)]

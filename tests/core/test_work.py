@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ges.core import CLIENT, PEER, BrokerCore, ProtocolError
+from ges.core import BrokerCore, ProtocolError, ToClient, ToPeer
 from ges.core.work import WORK_SLICE
 from ges.matching.model import Conjunction, Constraint, Profile
 from ges.topology import Topology
@@ -27,7 +27,7 @@ def quotes(n: int, start: int = 0) -> list[list[m.Constraint]]:
 
 
 def kinds(out, conn=None) -> list[type]:
-    return [type(msg) for kind, dest, msg in out if kind == CLIENT and conn in (None, dest)]
+    return [type(o.msg) for o in out if type(o) is ToClient and conn in (None, o.conn)]
 
 
 def core(broker: str = "b3", reliable: bool = False) -> BrokerCore:
@@ -61,7 +61,7 @@ def test_a_large_subscription_is_entered_in_slices_while_others_are_served(n):
     out = c.client_message(2, m.Publish(99_999, [m.Event({"sym": f"S{n - 1}", "price": 1e9})]), 0)
     assert m.Deliver in kinds(out, 1)
     # and the keepers were told about every one, a bounded message at a time
-    profiles = [msg for kind, _, msg in out if kind == PEER and type(msg) is m.Profiles]
+    profiles = [o.msg for o in out if type(o) is ToPeer and type(o.msg) is m.Profiles]
     assert profiles == []  # nothing new for a publish
     assert len(c.router.exporter) == n
 
@@ -100,7 +100,7 @@ def test_a_large_unsubscribe_answers_once_its_profile_is_gone():
     assert m.Deliver not in kinds(out, 1)
     acks = []
     while c.has_work:
-        acks += [msg for kind, _, msg in c.work(1.0) if type(msg) is m.SubAck]
+        acks += [o.msg for o in c.work(1.0) if type(o) is ToClient and type(o.msg) is m.SubAck]
     assert acks == [m.SubAck(1, req=7)]
     assert c.router.is_empty() and not c.profiles
 
@@ -113,7 +113,7 @@ def test_a_profile_over_the_weight_bound_is_refused_before_anything_changes():
     out = c.client_message(1, m.Subscribe(1, big), 0.0)
     while c.has_work:
         out += c.work(0.0)
-    (error,) = [msg for kind, _, msg in out if type(msg) is m.Error]
+    (error,) = [o.msg for o in out if type(o) is ToClient and type(o.msg) is m.Error]
     assert "weight over 32768" in error.reason
     assert c.router.is_empty() and not c.profiles
 
@@ -151,7 +151,7 @@ def test_a_client_and_a_broker_hold_subscriptions_up_to_a_weight():
         while c.has_work:
             c.work(0.0)
     out = c.client_message(1, m.Subscribe(3, [[m.Constraint("a", "eq", 1)]]), 0.0)
-    (error,) = [msg for _, _, msg in out if type(msg) is m.Error]
+    (error,) = [o.msg for o in out if type(o) is ToClient and type(o.msg) is m.Error]
     assert "the client's subscriptions would weigh over 65536" in error.reason
     assert c.stats().subscriptions == 2
     # a changed profile counts what it adds, less what it replaces
@@ -159,7 +159,7 @@ def test_a_client_and_a_broker_hold_subscriptions_up_to_a_weight():
     out = c.client_message(1, m.Subscribe(2, smaller), 0.0)
     while c.has_work:
         out += c.work(0.0)
-    assert not [msg for _, _, msg in out if type(msg) is m.Error]
+    assert not [o.msg for o in out if type(o) is ToClient and type(o.msg) is m.Error]
 
 
 def test_a_request_while_the_previous_one_is_in_progress_is_a_protocol_error():

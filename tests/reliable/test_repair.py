@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ges.sim.scenario as scenario
-from ges.core import PEER, BrokerCore
+from ges.core import BrokerCore, ToPeer
 from ges.matching.model import Conjunction, Constraint, Profile, profile_to_wire
 from ges.reliable import claims as claims_mod
 from ges.reliable.claims import Claims, Known
@@ -453,7 +453,7 @@ def logged(sim: Sim, lo: int, hi: int) -> dict[int, dict]:
 
 
 def sent(out: list, kind: type) -> list[tuple[str, object]]:
-    return [(peer, msg) for k, peer, msg in out if k == PEER and type(msg) is kind]
+    return [(o.peer, o.msg) for o in out if type(o) is ToPeer and type(o.msg) is kind]
 
 
 def towards(core: BrokerCore, broker: str) -> str:

@@ -10,7 +10,7 @@ import itertools
 import random
 from collections import deque
 
-from ges.core import CLIENT, NOTICE, PEER, BrokerCore
+from ges.core import BrokerCore, Notice, ToClient, ToPeer
 from ges.core.failure import FailureDetector
 from ges.matching.model import Profile, profile_to_wire
 from ges.routing import Hierarchy
@@ -116,7 +116,7 @@ class Net:
             core.client_open(conn, "publisher")
         out = core.client_message(conn, m.Publish(1, [m.Event(a) for a in events]), self.now)
         self.handle(broker, out)
-        ack = next(msg for kind, _, msg in out if kind == CLIENT and type(msg) is m.PubAck)
+        ack = next(o.msg for o in out if type(o) is ToClient and type(o.msg) is m.PubAck)
         return ack
 
     # -- the network -------------------------------------------------------------------------------
@@ -128,8 +128,9 @@ class Net:
             self._handle(src, core.work(self.now))
 
     def _handle(self, src: str, outputs: list) -> None:
-        for kind, dest, msg in outputs:
-            if kind == PEER:
+        for out in outputs:
+            if type(out) is ToPeer:
+                dest, msg = out.peer, out.msg
                 assert dest in self.cores[src].links_up, (src, dest)
                 if type(msg) is m.Events:
                     for it in msg.items:
@@ -138,14 +139,15 @@ class Net:
                 q = self.queues.get((src, dest))
                 if q is not None:
                     q.append(m.encode(msg)[HEADER_SIZE:])
-            elif kind == CLIENT:
+            elif type(out) is ToClient:
+                msg = out.msg
                 if type(msg) is m.Deliver:
-                    got = self.delivered.setdefault((src, dest), [])
+                    got = self.delivered.setdefault((src, out.conn), [])
                     got += [(msg.pubend, it.tick) for it in msg.items]
                 elif type(msg) is m.SubAck:
-                    self.subacks.setdefault((src, dest), []).append(msg.sub_id)
+                    self.subacks.setdefault((src, out.conn), []).append(msg.sub_id)
             else:
-                assert kind == NOTICE, (kind, dest, msg)
+                assert type(out) is Notice, out
 
     def step(self) -> bool:
         busy = [k for k, q in self.queues.items() if q]

@@ -7,7 +7,7 @@ import trio
 
 import ges.runtime.links as links_module
 from ges.client import connect
-from ges.core import CLIENT, PEER
+from ges.core import ToClient, ToPeer
 from ges.errors import OperationError
 from ges.runtime.up import wait_ready
 from ges.wire import FrameDecoder, decode, encode
@@ -177,9 +177,9 @@ async def test_the_answer_to_a_cut_comes_after_the_cores_link_down(diamond):
         assert conn.close_reason == "link cut by an operator"
         assert "c" not in server.core.links_up
         *news, answer = outs
-        assert answer == (CLIENT, 0, m.LinkControlled("c", False, True))
+        assert answer == ToClient(0, m.LinkControlled("c", False, True))
         connectivity = [
-            msg for kind, _, msg in news if kind == PEER and isinstance(msg, m.Connectivity)
+            o.msg for o in news if type(o) is ToPeer and isinstance(o.msg, m.Connectivity)
         ]
         reports = [r for msg in connectivity for r in msg.reports]
         assert any({r.a, r.b} == {"a", "c"} and not r.up for r in reports)
