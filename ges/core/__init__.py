@@ -2,24 +2,9 @@
 
 from ges.core.broker import BrokerCore
 from ges.core.config import BrokerConfig
-from ges.core.outputs import (
-    CLIENT,
-    DROP_PEER,
-    NOTICE,
-    PEER,
-    DropPeer,
-    Notice,
-    Output,
-    ProtocolError,
-    ToClient,
-    ToPeer,
-)
+from ges.core.outputs import DropPeer, Notice, Output, ProtocolError, ToClient, ToPeer
 
 __all__ = [
-    "CLIENT",
-    "DROP_PEER",
-    "NOTICE",
-    "PEER",
     "BrokerConfig",
     "BrokerCore",
     "DropPeer",

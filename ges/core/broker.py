@@ -35,18 +35,7 @@ from ges.core.failure import FailureDetector
 from ges.core.forwarding import Forwarding
 from ges.core.gates import Gates
 from ges.core.links import Links
-from ges.core.outputs import (
-    CLIENT,
-    DROP_PEER,
-    NOTICE,
-    PEER,
-    DropPeer,
-    Notice,
-    Output,
-    ProtocolError,
-    ToClient,
-    ToPeer,
-)
+from ges.core.outputs import DropPeer, Notice, Output, ProtocolError, ToClient, ToPeer
 from ges.core.publishing import Publishing
 from ges.core.release import ReleaseRounds
 from ges.core.repair import MAX_ANSWER_BYTES, NackRepair
@@ -62,11 +51,7 @@ from ges.topology import Topology
 from ges.wire import messages as m
 
 __all__ = [
-    "CLIENT",
-    "DROP_PEER",
     "MAX_ANSWER_BYTES",
-    "NOTICE",
-    "PEER",
     "BrokerConfig",
     "BrokerCore",
     "ProtocolError",

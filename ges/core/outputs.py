@@ -63,12 +63,6 @@ class Notice(msgspec.Struct, frozen=True, gc=False):
 #: What a broker core's inputs return a list of.
 Output = ToPeer | ToClient | DropPeer | Notice
 
-#: The old tuple kinds (being replaced by the classes above).
-PEER = 0
-CLIENT = 1
-DROP_PEER = 2
-NOTICE = 3
-
 
 class ProtocolError(Exception):
     """A peer or client sent a message that is not valid at this point; close its connection."""
