@@ -1,3 +1,20 @@
+"""The client library's connection: publishing with a window, subscriptions, keepalives.
+
+Theory of operation
+-------------------
+A :class:`Client` holds one framed connection (ges.transport) to one broker and a reader task
+that hands each message to whoever waits for it: a ``PubAck`` to its publish, a ``SubAck`` to its
+request (only the answer to the latest request of a subscription says how it stands), a
+``Deliver`` to its :class:`Subscription`, whose buffer is bounded in bytes (the reader stops
+reading the socket while it is full, so a slow application slows its broker's queue, not this
+process's memory). Publishing is pipelined: at most ``window`` batches are unacknowledged, each
+batch split into frames within the frame limit, and an event over the event limit is refused
+before anything is sent. An idempotent publisher numbers its events so a resend after a failure
+is published once. A keepalive goes every KEEPALIVE seconds. When the connection ends, every
+waiter is freed and :attr:`Client.closed_reason` says why — the broker's ``Error`` if it sent one
+(a slow consumer is told so), else what the connection saw.
+"""
+
 from __future__ import annotations
 
 import itertools
