@@ -6,12 +6,12 @@ get ``now`` passed in, so the simulator can drive them deterministically (STYLE.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
 import ges
+from tests.test_layers import imports_of
 
 GES = Path(ges.__file__).parent
 PACKAGES = ["core", "connectivity", "matching", "routing", "reliable", "durable", "wire"]
@@ -19,25 +19,9 @@ FORBIDDEN = {"trio", "time", "random", "socket", "sqlite3", "sqlite_utils", "asy
 
 
 def imported_modules(source: str) -> set[str]:
-    """Top-level names of every module imported anywhere in ``source`` (absolute imports)."""
-    found = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
-        elif (
-            isinstance(node, ast.Call)
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-            and (
-                (isinstance(node.func, ast.Name) and node.func.id == "__import__")
-                or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
-            )
-        ):
-            found.add(node.args[0].value.split(".")[0])
-    return found
+    """Top-level names of every module imported anywhere in ``source`` (absolute imports), with
+    the import forms tests/test_layers.py reads."""
+    return {module.split(".")[0] for _, module, _ in imports_of(source)}
 
 
 def protocol_modules() -> list[Path]:

@@ -38,7 +38,7 @@ from ges.core.links import Links
 from ges.core.outputs import DropPeer, Notice, Output, ProtocolError, ToClient, ToPeer
 from ges.core.publishing import Publishing
 from ges.core.release import ReleaseRounds
-from ges.core.repair import MAX_ANSWER_BYTES, NackRepair
+from ges.core.repair import NackRepair
 from ges.core.subends import Subends
 from ges.core.subscriptions import Subscriptions
 from ges.core.unicast import Unicast
@@ -49,13 +49,6 @@ from ges.routing import ContentRouter, Hierarchy
 from ges.routing.table import MAX_RESENDS
 from ges.topology import Topology
 from ges.wire import messages as m
-
-__all__ = [
-    "MAX_ANSWER_BYTES",
-    "BrokerConfig",
-    "BrokerCore",
-    "ProtocolError",
-]
 
 ROUTINGS = ("content", "flood")
 

@@ -1,12 +1,12 @@
 """Topologies: brokers organised into units (seed 004 §2), their links, validation, generators."""
 
-from ges.topology.model import (
+from ges.topology.model import Topology
+from ges.topology.specs import (
     DEFAULT_BLOCK_LIMIT,
     BrokerSpec,
     LinkCostMatrix,
     LinkSpec,
     ReplicatorSpec,
-    Topology,
     UnitPath,
     broker_order_key,
     link_key,

@@ -35,14 +35,8 @@ import attrs
 import yaml
 
 from ges.errors import UserInputError
-from ges.topology.model import (
-    DEFAULT_BLOCK_LIMIT,
-    DEFAULT_HOST,
-    Topology,
-    UnitPath,
-    link_key,
-    unit_name,
-)
+from ges.topology.model import Topology
+from ges.topology.specs import DEFAULT_BLOCK_LIMIT, DEFAULT_HOST, UnitPath, link_key, unit_name
 
 #: One host has at most ~64k ports and every broker needs its own; past that the validation of the
 #: per-unit connectivity (units × brokers) also stops being instant. Bigger systems need several

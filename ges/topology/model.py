@@ -28,8 +28,6 @@ import attrs
 
 from ges.topology import _loader
 from ges.topology.specs import (
-    DEFAULT_BLOCK_LIMIT,
-    DEFAULT_HOST,
     DIGEST_FORMAT,
     SHORT_DIGEST_CHARS,
     BrokerSpec,
@@ -38,25 +36,9 @@ from ges.topology.specs import (
     ReplicatorSpec,
     UnitPath,
     broker_order_key,
-    connected_components,
     link_key,
     unit_name,
 )
-
-__all__ = [
-    "DEFAULT_BLOCK_LIMIT",
-    "DEFAULT_HOST",
-    "BrokerSpec",
-    "LinkCostMatrix",
-    "LinkSpec",
-    "ReplicatorSpec",
-    "Topology",
-    "UnitPath",
-    "broker_order_key",
-    "connected_components",
-    "link_key",
-    "unit_name",
-]
 
 
 @attrs.frozen
