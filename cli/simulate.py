@@ -51,7 +51,7 @@ def simulate(
     """Run broker cores over a simulated network with seeded faults and check every delivery.
 
     Each seed subscribes, publishes and injects faults (dropped, duplicated, delayed and
-    reordered frames; failed links; crashed brokers; partitions) while subscriptions come, change
+    reordered frames; failed links; crashed brokers; partitions; silent links) while subscriptions come, change
     and go, heals, waits, and checks that
     every subscription got exactly the matching events after its starting point, in order, once
     each. Exits 1 if any seed has a violation, printing the command that replays it.

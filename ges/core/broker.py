@@ -62,7 +62,6 @@ class BrokerCore:
         broker_id: str,
         *,
         incarnation: int,
-        detector: FailureDetector | None = None,
         routing: str = "content",
         hierarchy: Hierarchy | None = None,
         reliable: bool = False,
@@ -99,7 +98,9 @@ class BrokerCore:
         self.neighbours = self.links.neighbours
         self.unit = self.links.unit
         self.graph = self.links.graph
-        self.detector = detector or FailureDetector()
+        self.detector = FailureDetector(
+            interval=config.heartbeat_every, timeout=config.suspect_after
+        )
         self.routing = routing
         #: content routing (None when flooding)
         #: reliable delivery: the keepers' claim chains (seed 002 §2)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import attrs
 
 from ges.core.dedup import DEFAULT_WINDOW
+from ges.core.failure import HEARTBEAT_INTERVAL, SUSPECT_AFTER
 from ges.core.work import WORK_SLICE
 
 
@@ -23,6 +24,10 @@ class BrokerConfig:
     #: forgotten pubend's stragglers would be delivered twice, so this is far above the number
     #: of publisher-hosting brokers any topology here has (a 64^3-broker system has 262,144).
     max_pubends: int = 16_384
+    #: The failure detector (ges.core.failure): seconds of sending nothing on a link before a
+    #: heartbeat goes, and of hearing nothing before the link is suspected and dropped.
+    heartbeat_every: float = HEARTBEAT_INTERVAL
+    suspect_after: float = SUSPECT_AFTER
     #: Ranges of ticks one duplicate window keeps (ges.core.dedup).
     window_limit: int = DEFAULT_WINDOW
     #: Subscriptions one client connection may hold.

@@ -14,7 +14,15 @@ Faults (:class:`Faults`, each on or off and with its rate):
   back;
 * ``crash`` — a broker crashes, losing its soft state and its clients, and restarts after a
   while with the same stable storage (its pubend log);
-* ``partition`` — every link between two halves of a unit goes down at once, and heals.
+* ``partition`` — every link between two halves of a unit goes down at once, and heals;
+* ``silent`` — a link stops carrying frames for a while without either end being told (a cable
+  pulled with no reset, a peer stalled): what is sent meanwhile arrives when it carries frames
+  again, as TCP retransmits it — unless a failure detector suspects the link first (silences
+  last up to ``silent_for``, beyond the detector's timeout); then the link closes, what was on it
+  is lost, and it is dialled again every :data:`REDIAL` s until it answers.
+
+The cores run with their failure detectors on: an idle link carries heartbeats, and a
+``DropPeer`` closes the link (both ends see it go) and redials, as the runtime does.
 
 Data-plane frames (events, silence, nacks, answers) suffer drops, duplicates, delays and
 reordering; control frames (connectivity, profiles and their acks) suffer delays and
@@ -32,15 +40,14 @@ from collections.abc import Callable
 
 import attrs
 
-from ges.core import BrokerConfig, BrokerCore, Notice, ToClient, ToPeer
-from ges.core.failure import FailureDetector
+from ges.core import BrokerConfig, BrokerCore, DropPeer, Notice, ToClient, ToPeer
 from ges.reliable.log import MemoryLog
 from ges.routing import Hierarchy
 from ges.topology import Topology
 from ges.wire import messages as m
 from ges.wire.frames import HEADER_SIZE
 
-FAULT_KINDS = ("drop", "dup", "delay", "reorder", "link", "crash", "partition")
+FAULT_KINDS = ("drop", "dup", "delay", "reorder", "link", "crash", "partition", "silent")
 _DATA = (m.Events, m.Silence, m.Nack, m.Recovered, m.AckAsk, m.Ack)
 
 
@@ -56,6 +63,8 @@ class Faults:
     link_rate: float = 2.0
     crash_rate: float = 0.5
     partition_rate: float = 0.3
+    silent_rate: float = 0.3
+    silent_for: tuple[float, float] = (0.5, 4.0)
     #: how long a failed link, crashed broker or partition stays down (seconds, uniform)
     down_for: tuple[float, float] = (0.1, 1.0)
 
@@ -81,8 +90,22 @@ class Faults:
 
 
 LATENCY = 0.001  # one link, one way
+#: Seconds between a dropped link and the next attempt to dial it (the runtime backs off from
+#: 0.1 s, ges.runtime.links).
+REDIAL = 0.1
 #: Simulated seconds between two slices of a core's large requests (Sim.work_slice).
 SLICE_GAP = 0.001
+
+
+@attrs.define(eq=False)
+class _Frame:
+    """One frame on its way from ``src`` to ``dst`` over the link's generation ``gen``."""
+
+    src: str
+    dst: str
+    gen: int
+    body: bytes
+    lost: bool = False
 
 
 class Sim:
@@ -95,11 +118,16 @@ class Sim:
         seed: int,
         faults: Faults | None = None,
         reliable: bool = True,
+        routing: str = "content",
         sufficiency: bool = True,
+        linked: bool = True,
         on_deliver: Callable | None = None,
         on_puback: Callable | None = None,
         on_suback: Callable | None = None,
         on_crash: Callable | None = None,
+        on_notice: Callable | None = None,
+        on_send: Callable | None = None,
+        on_arrive: Callable | None = None,
         work_slice: int | None = None,
         config: BrokerConfig | None = None,
     ):
@@ -108,11 +136,18 @@ class Sim:
         self.rng = random.Random(seed)
         self.faults = faults or Faults(kinds=frozenset())
         self.reliable = reliable
+        self.routing = routing
         self.sufficiency = sufficiency
         self.on_deliver = on_deliver
         self.on_puback = on_puback
         self.on_suback = on_suback
         self.on_crash = on_crash
+        #: ``on_notice(broker, notice)``: a line the broker would log
+        self.on_notice = on_notice
+        #: ``on_send(src, dst, message)`` as a core sends it (before any fault),
+        #: ``on_arrive(src, dst, message)`` as it reaches ``dst`` (before ``dst`` handles it)
+        self.on_send = on_send
+        self.on_arrive = on_arrive
         self.now = 0.0
         self._heap: list = []
         self._seq = itertools.count()
@@ -122,7 +157,13 @@ class Sim:
         self.logs: dict[str, MemoryLog] = {b: MemoryLog(epoch=1) for b in topology.brokers}
         #: live links: (a, b) with a < b by name -> generation (frames of older ones are lost)
         self._gen: dict[tuple[str, str], int] = {}
+        #: links held down (a fault, a partition, or :meth:`link_down`) until they heal
         self._down_links: set[tuple[str, str]] = set()
+        #: links that carry nothing, unknown to their ends, until when (the ``silent`` fault)
+        self._silent: dict[tuple[str, str], float] = {}
+        #: frames on their way, per direction, in the order they were sent
+        self._flight: dict[tuple[str, str], list[_Frame]] = {}
+        self._live_frames = 0
         self._last_arrival: dict[tuple[str, str], float] = {}
         self._timer_at: dict[str, float] = {}
         #: crafted faults (tests): a frame ``blocked(src, dst, message)`` returns True for is
@@ -145,12 +186,14 @@ class Sim:
         #: frames delivered, by message type name
         self.frame_types: Counter[str] = Counter()
         self.stats = dict.fromkeys(
-            ("dropped", "duplicated", "link_failures", "crashes", "partitions"), 0
+            ("dropped", "duplicated", "link_failures", "crashes", "partitions", "silences"), 0
         )
+        #: links a failure detector dropped
+        self.stats["suspected"] = 0
         for b in topology.brokers:
             self._start(b)
-        for link in topology.links:
-            self._link_up(link.a, link.b)
+        if linked:
+            self.connect_all()
 
     # -- brokers ---------------------------------------------------------------------------------
 
@@ -159,7 +202,7 @@ class Sim:
             self.topology,
             broker,
             incarnation=next(self._inc),
-            detector=FailureDetector(interval=1e9, timeout=1e18),
+            routing=self.routing,
             hierarchy=self.hierarchy,
             reliable=self.reliable,
             log=self.logs[broker] if self.reliable else None,
@@ -172,24 +215,47 @@ class Sim:
             del self._held_msgs[key]  # the clients went with the crash
         self._timer_at.pop(broker, None)
 
-    def crash(self, broker: str, down_for: float) -> None:
+    def kill(self, broker: str) -> None:
+        """``broker`` dies: its links close (frames on them are lost), its soft state and its
+        clients are gone; its stable storage stays for :meth:`restart`."""
         if broker not in self.cores:
             return
-        self.stats["crashes"] += 1
         for n in self.topology.neighbours[broker]:
             self._link_down(broker, n)
         del self.cores[broker]
         if self.on_crash:
             self.on_crash(broker)
-        self.at(self.now + down_for, self._restart, broker)
 
-    def _restart(self, broker: str) -> None:
+    def crash(self, broker: str, down_for: float) -> None:
+        if broker not in self.cores:
+            return
+        self.stats["crashes"] += 1
+        self.kill(broker)
+        self.at(self.now + down_for, self.restart, broker)
+
+    def restart(self, broker: str) -> None:
+        if broker in self.cores:
+            return
         self._start(broker)
         for n in self.topology.neighbours[broker]:
             if n in self.cores and _key(broker, n) not in self._down_links:
                 self._link_up(broker, n)
 
     # -- links -----------------------------------------------------------------------------------
+
+    def connect_all(self) -> None:
+        """Every link of the topology not held down comes up."""
+        for link in self.topology.links:
+            if _key(link.a, link.b) not in self._down_links:
+                self._link_up(link.a, link.b)
+
+    def link_down(self, a: str, b: str) -> None:
+        """The link a–b goes down (as ``ges link down`` does) until :meth:`link_up`."""
+        self._down_links.add(_key(a, b))
+        self._link_down(a, b)
+
+    def link_up(self, a: str, b: str) -> None:
+        self._heal_link(a, b)
 
     def _link_up(self, a: str, b: str) -> None:
         key = _key(a, b)
@@ -202,6 +268,11 @@ class Sim:
     def _link_down(self, a: str, b: str) -> None:
         if self._gen.pop(_key(a, b), None) is None:
             return
+        for direction in ((a, b), (b, a)):  # frames in flight on a closed connection are lost
+            for frame in self._flight.pop(direction, ()):
+                if not frame.lost:
+                    frame.lost = True
+                    self._live_frames -= 1
         for x, y in ((a, b), (b, a)):
             if x in self.cores:
                 self._feed(x, lambda core, y=y: core.link_down(y, self.now))
@@ -217,6 +288,34 @@ class Sim:
 
     def _heal_link(self, a: str, b: str) -> None:
         self._down_links.discard(_key(a, b))
+        self._link_up(a, b)
+
+    def silence(self, a: str, b: str, down_for: float) -> None:
+        """The link a–b carries nothing for ``down_for`` s; neither end is told."""
+        key = _key(a, b)
+        if key in self._silent:
+            return
+        self.stats["silences"] += 1
+        self._silent[key] = self.now + down_for
+        self.at(self.now + down_for, self._silent.pop, key, None)
+
+    def _dropped(self, a: str, b: str) -> None:
+        """``a``'s failure detector gave up on ``b``: the connection closes, and is dialled
+        again (a silent link answers once it carries frames again)."""
+        key = _key(a, b)
+        if key not in self._gen:
+            return
+        self.stats["suspected"] += 1
+        self._link_down(a, b)
+        self.at(self.now + REDIAL, self._redial, a, b)
+
+    def _redial(self, a: str, b: str) -> None:
+        key = _key(a, b)
+        if key in self._gen or key in self._down_links or a not in self.cores:
+            return
+        if key in self._silent or b not in self.cores:
+            self.at(self.now + REDIAL, self._redial, a, b)
+            return
         self._link_up(a, b)
 
     def partition(self, unit: tuple, down_for: float) -> None:
@@ -264,6 +363,12 @@ class Sim:
         self._feed(broker, lambda c: self._client_message(c, conn, msg))
         return True
 
+    def close_client(self, broker: str, conn: int) -> None:
+        """The client's connection to ``broker`` closes (what it still had queued is lost)."""
+        self._held_msgs.pop((broker, conn), None)
+        if broker in self.cores:
+            self._feed(broker, lambda core: core.client_closed(conn, self.now))
+
     def _client_message(self, core: BrokerCore, conn: int, msg) -> list:
         change = type(msg) is m.Subscribe and core.subscribed(conn, msg.sub_id)
         out = core.client_message(conn, msg, self.now)
@@ -282,16 +387,39 @@ class Sim:
     def run_until(self, until: float) -> None:
         heap = self._heap
         while heap and heap[0][0] <= until:
-            when, _, fn, args = heapq.heappop(heap)
-            self.now = max(self.now, when)
-            fn(*args)
+            self.step()
         self.now = max(self.now, until)
+
+    def step(self) -> bool:
+        """Take the next happening (a frame arriving, a timer, a fault); False if none is left."""
+        if not self._heap:
+            return False
+        when, _, fn, args = heapq.heappop(self._heap)
+        self.now = max(self.now, when)
+        fn(*args)
+        return True
+
+    def settle(self, max_steps: int = 1_000_000) -> int:
+        """Run until no frame is on its way (timers that come due meanwhile fire); returns
+        the happenings taken."""
+        steps = 0
+        while self._live_frames:
+            self.step()
+            steps += 1
+            if steps >= max_steps:
+                raise RuntimeError(f"the network did not settle in {max_steps} steps")
+        return steps
 
     def _timer(self, broker: str, when: float) -> None:
         if self._timer_at.get(broker) != when or broker not in self.cores:
             return  # superseded, or the broker crashed
         del self._timer_at[broker]
         self._feed(broker, lambda core: core.on_timer(self.now))
+
+    def feed(self, broker: str, fn: Callable[[BrokerCore], list]) -> None:
+        """``fn(core)``'s outputs, handled as the runtime would (tests call a core's handlers
+        directly through this)."""
+        self._feed(broker, fn)
 
     def _feed(self, broker: str, fn: Callable) -> None:
         core = self.cores[broker]
@@ -344,14 +472,23 @@ class Sim:
                     self.on_puback(src, out.conn, msg, self.now)
                 elif t is m.SubAck and self.on_suback:
                     self.on_suback(src, out.conn, msg, self.now)
+            elif kind is DropPeer:
+                # the runtime closes the connection after handling what came with it
+                self.at(self.now, self._dropped, src, out.peer)
+            elif kind is Notice:
+                if self.on_notice:
+                    self.on_notice(src, out)
             else:
-                assert kind is Notice, out
+                raise TypeError(f"not a broker core output: {out!r}")
 
     def _send(self, src: str, dst: str, msg) -> None:
         key = _key(src, dst)
         gen = self._gen.get(key)
         if gen is None:
             return
+        self.cores[src].note_sent(dst, self.now)  # as the runtime does on every write
+        if self.on_send is not None:
+            self.on_send(src, dst, msg)
         if self.blocked is not None and self.blocked(src, dst, msg):
             self.stats["dropped"] += 1
             return
@@ -368,22 +505,77 @@ class Sim:
             delay = LATENCY
             if f.on("delay"):
                 delay += rng.random() * f.max_delay
-            when = self.now + delay
+            when = max(self.now, self._silent.get(key, 0.0)) + delay
             if not (data and f.on("reorder")):  # FIFO per direction
                 when = max(when, self._last_arrival.get((src, dst), 0.0))
                 self._last_arrival[(src, dst)] = when
             for body in frames:  # a message over the frame limit goes as several
-                self.at(when, self._arrive, src, dst, gen, body)
+                self._put(when, _Frame(src, dst, gen, body))
 
-    def _arrive(self, src: str, dst: str, gen: int, body: bytes) -> None:
-        if self._gen.get(_key(src, dst)) != gen or dst not in self.cores:
-            return  # the link went down meanwhile: lost
-        msg = m.decode(body)
+    def _put(self, when: float, frame: _Frame) -> None:
+        self._flight.setdefault((frame.src, frame.dst), []).append(frame)
+        self._live_frames += 1
+        self.at(when, self._arrive, frame)
+
+    def send_at(self, when: float, src: str, dst: str, msg) -> None:
+        """``msg`` arrives from ``src`` at ``dst`` at ``when``, over the link as it is now (a
+        test holds a frame back with :attr:`blocked` and lets it arrive late with this)."""
+        gen = self._gen.get(_key(src, dst))
+        if gen is not None:
+            for frame in m.encode_frames(msg):
+                self._put(when, _Frame(src, dst, gen, frame[HEADER_SIZE:]))
+
+    def _arrive(self, frame: _Frame) -> None:
+        if frame.lost:
+            return  # its link went down meanwhile, or a test lost it
+        src, dst = frame.src, frame.dst
+        self._flight[(src, dst)].remove(frame)
+        frame.lost = True
+        self._live_frames -= 1
+        msg = m.decode(frame.body)
+        if self.on_arrive is not None:
+            self.on_arrive(src, dst, msg)
         self.frames += 1
         self.frame_types[type(msg).__name__] += 1
         if isinstance(msg, _DATA):
             self.data_frames += 1
         self._feed(dst, lambda core: core.peer_message(src, msg, self.now))
+
+    @property
+    def in_transit(self) -> int:
+        """Frames on their way (not yet arrived, not lost)."""
+        return self._live_frames
+
+    def in_flight(self, src: str, dst: str) -> list:
+        """The messages on their way from ``src`` to ``dst``, in the order they were sent."""
+        return [m.decode(f.body) for f in self._flight.get((src, dst), ()) if not f.lost]
+
+    def lose(self, lost: Callable[[str, str, object], bool]) -> int:
+        """Lose every frame on its way for which ``lost(src, dst, message)`` holds (tests);
+        returns how many."""
+        n = 0
+        for flight in self._flight.values():
+            keep = []
+            for frame in flight:
+                if lost(frame.src, frame.dst, m.decode(frame.body)):
+                    frame.lost = True
+                    n += 1
+                else:
+                    keep.append(frame)
+            flight[:] = keep
+        self._live_frames -= n
+        return n
+
+    def reachable(self, broker: str) -> set[str]:
+        """The brokers ``broker`` reaches over links that are up (itself included)."""
+        seen, todo = {broker}, [broker]
+        while todo:
+            a = todo.pop()
+            for b in self.topology.neighbours[a]:
+                if _key(a, b) in self._gen and b not in seen:
+                    seen.add(b)
+                    todo.append(b)
+        return seen
 
     # -- faults ------------------------------------------------------------------------------------
 
@@ -397,6 +589,7 @@ class Sim:
             ("link", f.link_rate),
             ("crash", f.crash_rate),
             ("partition", f.partition_rate),
+            ("silent", f.silent_rate),
         ):
             if not f.on(kind) or rate <= 0:
                 continue
@@ -410,6 +603,8 @@ class Sim:
                     self.at(t, self.fail_link, *rng.choice(links), down)
                 elif kind == "crash":
                     self.at(t, self.crash, rng.choice(brokers), down)
+                elif kind == "silent":
+                    self.at(t, self.silence, *rng.choice(links), rng.uniform(*f.silent_for))
                 elif units:
                     self.at(t, self.partition, rng.choice(units), down)
 

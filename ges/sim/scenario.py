@@ -167,7 +167,7 @@ def run_seed(
         when = SETTLE + rng.random() * PUBLISH_FOR
         sim.at(when, _churn, sim, rng, checker, subs, crashed, conns, subscribers + i)
     sim.schedule_faults(SETTLE, SETTLE + PUBLISH_FOR)
-    end = SETTLE + PUBLISH_FOR + faults.down_for[1] + QUIET
+    end = SETTLE + PUBLISH_FOR + max(faults.down_for[1], faults.silent_for[1]) + QUIET
     sim.run_until(end)
     checker.finish(sim.now, start_by=SETTLE)
     return Outcome(

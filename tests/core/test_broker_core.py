@@ -3,10 +3,10 @@ timers; then several flooding cores over a fake network."""
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from pathlib import Path
 
+import attrs
 import pytest
 
 from ges.connectivity import LinkReport, express, visible_to
@@ -19,11 +19,10 @@ from ges.core import (
     ToClient,
     ToPeer,
 )
-from ges.core.failure import FailureDetector
 from ges.topology import Topology
 from ges.wire import messages as m
-from ges.wire.frames import HEADER_SIZE
 from ges.wire.messages import hello_for
+from tests.simnet import Net
 
 # b1 - b2
 #  |    |
@@ -69,9 +68,10 @@ def make(
         topology,
         broker_id,
         incarnation=incarnation,
-        detector=FailureDetector(interval=INTERVAL, timeout=TIMEOUT),
         routing=routing,
-        config=config,
+        config=attrs.evolve(
+            config or BrokerConfig(), heartbeat_every=INTERVAL, suspect_after=TIMEOUT
+        ),
     )
 
 
@@ -654,83 +654,29 @@ def test_stats_counters():
 # -- several cores over a fake network -----------------------------------------------------------
 
 
-class FakeNet:
-    """Cores wired together: ToPeer outputs go to the destination's ``peer_message`` through the
-    real codec, in an order chosen by a seeded random generator (reordering across links)."""
+def flooding(topology: Topology, seed: int = 0) -> Net:
+    """The topology's cores flooding, on the simulator (tests/simnet.py)."""
+    return Net(topology, seed, routing="flood")
 
-    def __init__(self, topology: Topology, seed: int = 0):
-        self.cores = {b: make(b, topology=topology) for b in topology.brokers}
-        self.rng = random.Random(seed)
-        self.pending: list[tuple[str, str, bytes]] = []
-        self.delivered: dict[tuple[str, int], list[tuple[str, int]]] = {}
-        self.now = 0.0
-        self.topology = topology
-        self.notices: list[tuple[str, str]] = []
 
-    def connect_all(self) -> None:
-        for link in self.topology.links:
-            self.link(link.a, link.b, up=True)
+def subscribe_everywhere(net: Net, conn: int = 1, where=()) -> None:
+    for b in net.cores:
+        net.sim.client(b, conn, m.Subscribe(1, [list(where)]))
 
-    def link(self, a: str, b: str, *, up: bool) -> None:
-        if not up:  # frames in flight on a closed connection are lost
-            self.pending = [p for p in self.pending if {p[0], p[1]} != {a, b}]
-        for x, y in ((a, b), (b, a)):
-            if up:
-                self.handle(x, self.cores[x].link_up(y, self.now))
-            else:
-                self.handle(x, self.cores[x].link_down(y, self.now))
 
-    def subscribe_everywhere(self, conn: int = 1, where=()) -> None:
-        for core in self.cores.values():
-            with_client(core, conn, (1, list(where)))
-
-    def handle(self, src: str, outputs: list) -> None:
-        for out in outputs:
-            kind = type(out)
-            if kind is ToPeer:
-                assert out.peer in self.cores[src].links_up
-                self.pending.append((src, out.peer, m.encode(out.msg)[HEADER_SIZE:]))
-            elif kind is Notice:
-                self.notices.append((src, f"{out.level}: {out.text}"))
-            elif kind is ToClient and type(out.msg) is m.Deliver:
-                got = self.delivered.setdefault((src, out.conn), [])
-                got += [(out.msg.pubend, it.tick) for it in out.msg.items]
-            else:
-                assert kind is ToClient, out
-
-    def publish(self, broker: str, n: int, conn: int = 99, **attributes) -> m.PubAck:
-        core = self.cores[broker]
-        if not core.connected(conn):
-            core.client_open(conn, "publisher")
-        out = core.client_message(conn, m.Publish(1, [ev(i=i, **attributes) for i in range(n)]), 0)
-        self.handle(broker, out)
-        return out[0].msg
-
-    def step(self, n: int) -> None:
-        """Deliver up to ``n`` frames in flight."""
-        for _ in range(n):
-            if not self.pending:
-                return
-            src, dst, body = self.pending.pop(self.rng.randrange(len(self.pending)))
-            self.handle(dst, self.cores[dst].peer_message(src, m.decode(body), self.now))
-
-    def run(self, max_steps: int = 100_000) -> int:
-        steps = 0
-        while self.pending:
-            self.step(1)
-            steps += 1
-            assert steps < max_steps, "flooding did not quiesce"
-        return steps
+def publish(net: Net, broker: str, n: int, **attributes) -> m.PubAck:
+    return net.publish(broker, [{"i": i, **attributes} for i in range(n)])
 
 
 @pytest.mark.parametrize("seed", range(8))
 def test_every_subscriber_gets_each_event_exactly_once(seed):
-    net = FakeNet(TOPO, seed)
+    net = flooding(TOPO, seed)
+    pe = {b: core.pubend for b, core in net.cores.items()}
     net.connect_all()
-    net.subscribe_everywhere()
-    ack = net.publish("b1", 5)
+    subscribe_everywhere(net)
+    ack = publish(net, "b1", 5)
     net.run()
-    expected = [("b1~1", t) for t in range(ack.first_tick, ack.last_tick + 1)]
+    expected = [(pe["b1"], t) for t in range(ack.first_tick, ack.last_tick + 1)]
     for b in TOPO.brokers:
         assert sorted(net.delivered[(b, 1)]) == expected, b
     dups = sum(c.stats().duplicates for c in net.cores.values())
@@ -739,24 +685,25 @@ def test_every_subscriber_gets_each_event_exactly_once(seed):
 
 @pytest.mark.parametrize("seed", range(8))
 def test_concurrent_publishers_with_filters(seed):
-    net = FakeNet(TOPO, seed)
+    net = flooding(TOPO, seed)
+    pe = {b: core.pubend for b, core in net.cores.items()}
     net.connect_all()
-    net.subscribe_everywhere(1)
-    net.subscribe_everywhere(2, [m.Constraint("color", "=", "red")])
+    subscribe_everywhere(net, 1)
+    subscribe_everywhere(net, 2, [m.Constraint("color", "=", "red")])
     for b, color in [("b1", "red"), ("b5", "blue"), ("b3", "red"), ("b5", "red")]:
-        net.publish(b, 3, color=color)
+        publish(net, b, 3, color=color)
         if seed % 2:
-            net.step(7)  # interleave delivery with publishing
+            net.run_some(7)  # interleave delivery with publishing
     net.run()
     everything = sorted(
-        [("b1~1", t) for t in (1, 2, 3)]
-        + [("b3~1", t) for t in (1, 2, 3)]
-        + [("b5~1", t) for t in range(1, 7)]
+        [(pe["b1"], t) for t in (1, 2, 3)]
+        + [(pe["b3"], t) for t in (1, 2, 3)]
+        + [(pe["b5"], t) for t in range(1, 7)]
     )
     red = sorted(
-        [("b1~1", t) for t in (1, 2, 3)]
-        + [("b3~1", t) for t in (1, 2, 3)]
-        + [("b5~1", t) for t in (4, 5, 6)]
+        [(pe["b1"], t) for t in (1, 2, 3)]
+        + [(pe["b3"], t) for t in (1, 2, 3)]
+        + [(pe["b5"], t) for t in (4, 5, 6)]
     )
     for b in TOPO.brokers:
         assert sorted(net.delivered[(b, 1)]) == everything, b
@@ -764,61 +711,70 @@ def test_concurrent_publishers_with_filters(seed):
 
 
 def test_delivery_continues_around_a_broker_whose_links_are_down():
-    net = FakeNet(TOPO, seed=1)
+    net = flooding(TOPO, seed=1)
+    pe = {b: core.pubend for b, core in net.cores.items()}
     net.connect_all()
-    net.subscribe_everywhere()
-    net.publish("b1", 2)
+    subscribe_everywhere(net)
+    publish(net, "b1", 2)
     net.run()
     for n in TOPO.neighbours["b3"]:
         net.link("b3", n, up=False)
     assert net.cores["b3"].links_up == set()
-    net.publish("b1", 3)
-    net.publish("b5", 2)
+    publish(net, "b1", 3)
+    publish(net, "b5", 2)
     net.run()
     for b in ("b1", "b2", "b4", "b5"):
         assert Counter(net.delivered[(b, 1)]) == Counter(
-            [("b1~1", t) for t in range(1, 6)] + [("b5~1", 1), ("b5~1", 2)]
+            [(pe["b1"], t) for t in range(1, 6)] + [(pe["b5"], 1), (pe["b5"], 2)]
         ), b
     # the cut-off broker got only what came before, once
-    assert sorted(net.delivered[("b3", 1)]) == [("b1~1", 1), ("b1~1", 2)]
+    assert sorted(net.delivered[("b3", 1)]) == [(pe["b1"], 1), (pe["b1"], 2)]
     # and its own publications stay local
-    net.publish("b3", 1)
+    publish(net, "b3", 1)
     net.run()
-    assert all(("b3~1", 1) not in net.delivered[(b, 1)] for b in ("b1", "b2", "b4", "b5"))
-    assert ("b3~1", 1) in net.delivered[("b3", 1)]
+    assert all((pe["b3"], 1) not in net.delivered[(b, 1)] for b in ("b1", "b2", "b4", "b5"))
+    assert (pe["b3"], 1) in net.delivered[("b3", 1)]
 
 
 def test_link_back_up_resumes_flooding_with_a_fresh_path():
-    net = FakeNet(TOPO, seed=2)
+    net = flooding(TOPO, seed=2)
+    pe = {b: core.pubend for b, core in net.cores.items()}
     net.connect_all()
-    net.subscribe_everywhere()
+    subscribe_everywhere(net)
     net.link("b1", "b2", up=False)
     net.link("b1", "b3", up=False)
-    net.publish("b1", 2)  # b1 is isolated: nobody else hears ticks 1, 2
+    publish(net, "b1", 2)  # b1 is isolated: nobody else hears ticks 1, 2
     net.run()
     assert net.delivered.get(("b2", 1), []) == []
     net.link("b1", "b3", up=True)
     net.run()  # connection information settles first
-    net.publish("b1", 1)
-    first = net.pending[:]
-    assert [(s, d) for s, d, _ in first] == [("b1", "b3")]
-    (item,) = m.decode(first[0][2]).items
+    publish(net, "b1", 1)
+    events = {
+        (a, b): [msg for msg in net.in_flight(a, b) if type(msg) is m.Events]
+        for link in TOPO.links
+        for a, b in ((link.a, link.b), (link.b, link.a))
+    }
+    events = {k: v for k, v in events.items() if v}
+    assert list(events) == [("b1", "b3")]
+    ((msg,),) = events.values()
+    (item,) = msg.items
     assert (item.tick, item.prev) == (3, 0)
     net.run()
     for b in ("b2", "b3", "b4", "b5"):
-        assert net.delivered[(b, 1)] == [("b1~1", 3)], b
+        assert net.delivered[(b, 1)] == [(pe["b1"], 3)], b
 
 
 def test_no_echo_storm_on_a_triangle():
     # b3, b4, b5 form a triangle: each broker forwards each event at most once per link
-    net = FakeNet(TOPO, seed=3)
+    net = flooding(TOPO, seed=3)
     net.connect_all()
     net.run()  # connection information settles first
-    net.subscribe_everywhere()
-    net.publish("b5", 10)
-    steps = net.run()
+    subscribe_everywhere(net)
+    before = net.event_frames
+    publish(net, "b5", 10)
+    net.run()
     links = len(TOPO.links)
-    assert steps <= 2 * links  # at most one Events frame per direction of each link
+    assert net.event_frames - before <= 2 * links  # at most one per direction of each link
     outs = sum(c.stats().events_out - c.stats().delivered for c in net.cores.values())
     assert outs <= 10 * 2 * links
 
@@ -844,7 +800,7 @@ def expected_edges(topology: Topology, vertex: str) -> set[frozenset]:
 @pytest.mark.parametrize("seed", range(4))
 def test_cores_disseminate_connection_information_within_its_context(seed):
     topology = Topology.from_yaml(ROOT / "topologies" / "demo.yaml")
-    net = FakeNet(topology, seed)
+    net = flooding(topology, seed)
     net.connect_all()
     net.run()
     for bid, core in net.cores.items():
@@ -858,7 +814,7 @@ def test_cores_disseminate_connection_information_within_its_context(seed):
 
 def test_losing_the_last_link_between_units_is_reported_as_a_partition():
     topology = Topology.from_yaml(ROOT / "topologies" / "demo.yaml")
-    net = FakeNet(topology, 0)
+    net = flooding(topology, 0)
     net.connect_all()
     net.run()
     net.notices.clear()

@@ -584,16 +584,14 @@ class WatchedSim(Sim):
     runs: list[WatchedSim] = []
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, on_arrive=self._arrived, **kwargs)
         self.checked = 0
         self.problems: list[str] = []
         WatchedSim.runs.append(self)
 
-    def _arrive(self, src, dst, gen, body):
-        msg = m.decode(body)
-        if type(msg) is m.Recovered and msg.to == dst and msg.unit and dst in self.cores:
+    def _arrived(self, src, dst, msg):
+        if type(msg) is m.Recovered and msg.to == dst and msg.unit:
             self._check(dst, msg)
-        super()._arrive(src, dst, gen, body)
 
     def _check(self, dst: str, a: m.Recovered) -> None:
         self.checked += 1

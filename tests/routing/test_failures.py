@@ -20,8 +20,8 @@ from ges.matching.model import Conjunction, Constraint, Profile
 from ges.routing.table import RESEND_AFTER
 from ges.topology import Topology
 from ges.wire import messages as m
+from tests.simnet import Net
 
-from .net import Net
 from .test_routing_network import TOPOLOGIES
 
 X1 = Profile("p", (Conjunction((Constraint("x", "eq", 1),)),))
@@ -53,10 +53,26 @@ def deliveries(net: Net, broker: str, conn: int) -> int:
 
 
 def lose_profiles_between(net: Net, a: str, b: str) -> None:
-    """Deliver what ``a`` has queued for ``b``'s neighbour, then drop link a–b while the
-    ``Profiles`` frames sit on it (they are lost with it)."""
-    assert any(type(m.decode(f)) is m.Profiles for f in net.queues[(a, b)])
+    """Run until a ``Profiles`` frame is on its way from ``a`` to ``b``, then drop link a–b
+    (what is on it is lost with it)."""
+    while not any(type(msg) is m.Profiles for msg in net.in_flight(a, b)):
+        assert net.sim.step()
     net.link(a, b, up=False)
+
+
+def blocking(net: Net, kind: type, src: str | None = None, dst: str | None = None) -> list:
+    """From now on every ``kind`` sent (from ``src``, to ``dst``) is lost; the returned list
+    gets (time, src, dst) of each."""
+    lost: list = []
+
+    def blocked(s, d, msg):
+        if type(msg) is kind and src in (None, s) and dst in (None, d):
+            lost.append((net.now, s, d))
+            return True
+        return False
+
+    net.sim.blocked = blocked
+    return lost
 
 
 def test_a_change_lost_on_the_way_is_resent_when_its_acks_are_overdue():
@@ -64,10 +80,7 @@ def test_a_change_lost_on_the_way_is_resent_when_its_acks_are_overdue():
     net.connect_all()
     net.run()
     net.subscribe("o", 1, 1, X1)
-    while net.queues[("o", "x")]:  # o -> x, so the change now waits on x -> k
-        frame = net.queues[("o", "x")].popleft()
-        net.handle("x", net.cores["x"].peer_message("o", m.decode(frame), net.now))
-    lose_profiles_between(net, "x", "k")
+    lose_profiles_between(net, "x", "k")  # o -> x got through, x -> k is lost
     net.run()
     assert net.cores["o"].router.paths.hop("k") == "x"  # the route did not change: no sync
     assert net.cores["k"].router.entries == 0
@@ -88,13 +101,13 @@ def test_a_lost_ack_is_repaired_by_the_resend_and_nothing_is_applied_twice():
     net = Net(MIDPATH)
     net.connect_all()
     net.run()
+    lost = blocking(net, m.ProfileAck)
     net.subscribe("o", 1, 1, X1)
-    lost = 0
-    while net.step():
-        lost += net.drop_frames(m.ProfileAck)
-    assert lost >= 2  # from k and z
+    net.run()
+    assert {src for _, src, _ in lost} >= {"k", "z"}
     assert net.cores["o"].router.pending == {1: {"k", "z"}}
     assert net.subacks == {}
+    net.sim.blocked = None
     net.advance(RESEND_AFTER)
     assert net.cores["o"].router.pending == {}
     assert net.subacks == {("o", 1): [1]}
@@ -111,29 +124,28 @@ def test_a_lost_removal_is_resent_and_the_keepers_end_empty():
     net.subscribe("o", 1, 1, X1)
     net.run()
     net.unsubscribe("o", 1, 1)
-    lost = net.drop_frames(m.Profiles)
+    lost = net.lose(m.Profiles)
     assert lost == 1
     net.run()
     assert net.cores["k"].router.entries == 1  # k still routes x=1 towards o
     net.advance(RESEND_AFTER)
     assert net.routing_state_empty() == {}
-    assert net.cores["o"].router.origin._retry == {}
+    assert net.cores["o"].router.next_deadline() == float("inf")  # nothing owed, no resend
 
 
 def test_resends_back_off_while_a_keeper_stays_silent():
     net = Net(MIDPATH)
     net.connect_all()
     net.run()
+    blocking(net, m.ProfileAck, src="k")
+    sent = []
+    net.sim.on_send = lambda s, d, msg: (
+        s == "o" and type(msg) is m.Profiles and sent.append(net.now)
+    )
     net.subscribe("o", 1, 1, X1)
-    router = net.cores["o"].router
-    waits = []
-    for _ in range(5):
-        while net.step():
-            net.drop_frames(m.ProfileAck)
-        waits.append(router.origin._retry["k"][1])
-        net.now = router.next_deadline()
-        net.handle("o", net.cores["o"].on_timer(net.now))
-    assert waits == [RESEND_AFTER, 2 * RESEND_AFTER, 4 * RESEND_AFTER, 8, 16]
+    net.advance(40)
+    gaps = [b - a for a, b in zip(sent, sent[1:], strict=False)]
+    assert gaps[:5] == pytest.approx([RESEND_AFTER, 2 * RESEND_AFTER, 4 * RESEND_AFTER, 8, 16])
 
 
 def test_an_event_inside_a_split_cluster_goes_round_the_split():
@@ -182,7 +194,7 @@ def _check_every_publisher(net: Net, rng: random.Random) -> list:
         before = {k: len(v) for k, v in net.delivered.items()}
         net.publish(pub, [{"x": x}])
         net.run()
-        reach = net.live_reach(pub)
+        reach = net.sim.reachable(pub)
         matching = net.matching({"x": x})
         want = {(b, c) for b, c in matching if b in reach}
         got = {k: len(v) - before.get(k, 0) for k, v in net.delivered.items()}
@@ -224,7 +236,7 @@ def test_random_failures_deliver_exactly_what_still_reaches(name, kill):
         net.run()
         net.advance(RESEND_AFTER)
         net.advance(2 * RESEND_AFTER)
-        partitioned = len(net.live_reach(brokers[0])) < len(brokers)
+        partitioned = len(net.sim.reachable(brokers[0])) < len(brokers)
         broken = [(link.a, link.b) for link in down]
         assert _check_every_publisher(net, rng) == [], (seed, broken, dead)
         for link in down:
@@ -261,15 +273,12 @@ def test_a_subscription_answered_incomplete_stops_being_waited_for():
     net.connect_all()
     net.run()
     core = net.cores["b1"]
+    blocking(net, m.Profiles, "b1", "b3")  # b3, a keeper, never hears of them
     for i in range(5):
         conj = Conjunction((Constraint("sym", "eq", f"S{i}"),))
         net.subscribe("b1", 100 + i, 1, Profile("p", (conj,)))
-        net.queues[("b1", "b3")].clear()  # b3, a keeper, never hears of it
-        net.run()
-        net.now += 6.0  # SUBACK_WAIT: answered incomplete
-        net.handle("b1", core.on_timer(net.now))
-        net.queues[("b1", "b3")].clear()
-        net.run()
+        net.advance(6.0)  # SUBACK_WAIT: answered incomplete
+        assert net.subacks[("b1", 100 + i)] == [1]
         net.close_client("b1", 100 + i)
         net.run()
     assert not core.subscriptions.waits and not core.router.book._tickets

@@ -48,9 +48,7 @@ def test_without_faults_every_log_is_released_by_the_end():
     assert (o.released, o.held) == (200, 0)
 
 
-def test_a_subscription_made_after_its_broker_acknowledged_never_gets_part_of_the_released(
-    monkeypatch,
-):
+def test_a_subscription_made_after_its_broker_acknowledged_never_gets_part_of_the_released():
     """b1's first hop is slow: its ticks 1..10 reach the keepers a second after every broker
     (none with a subscription) acknowledged them, and b1 released them. b20 subscribes in
     between; its keepers had routed nothing of b1, so they route 1..10 to it, and 7 is lost on
@@ -59,7 +57,6 @@ def test_a_subscription_made_after_its_broker_acknowledged_never_gets_part_of_th
     from ges.matching.model import Conjunction, Profile, profile_to_wire
     from ges.sim import Checker, Sim
     from ges.wire import messages as m
-    from ges.wire.frames import HEADER_SIZE
 
     checker, pending = Checker(), {}
 
@@ -82,21 +79,18 @@ def test_a_subscription_made_after_its_broker_acknowledged_never_gets_part_of_th
         on_suback=on_suback,
         config=EAGER,
     )
-    send = Sim._send
     lost = []
 
-    def slow_then_lossy(self, src, dst, msg):
-        if isinstance(msg, m.Events | m.Silence) and src == "b1" and self.now < 1.0:
-            gen = self._gen.get((src, dst) if src < dst else (dst, src))
-            if gen is not None:
-                self.at(1.5, self._arrive, src, dst, gen, m.encode(msg)[HEADER_SIZE:])
-            return
+    def slow_then_lossy(src, dst, msg):
+        if isinstance(msg, m.Events | m.Silence) and src == "b1" and sim.now < 1.0:
+            sim.send_at(1.5, src, dst, msg)
+            return True
         if isinstance(msg, m.Events) and dst == "b4" and any(it.tick == 7 for it in msg.items):
             lost.append(msg)
-            return
-        send(self, src, dst, msg)
+            return True
+        return False
 
-    monkeypatch.setattr(Sim, "_send", slow_then_lossy)
+    sim.blocked = slow_then_lossy
     sim.run_until(0.5)
     for i in range(10):
         event = {"sym": "IBM", "bucket": 1, "n": i}
