@@ -354,22 +354,22 @@ class BrokerCore:
             out.append(DropPeer(p, f"no frame from {p} for {self.detector.timeout:.1f}s"))
             out += self.link_down(p, now)
         if self.router is not None:
-            out += self._to_peers(self.router.on_timer(now))
-            for keeper in self.router.given_up:
+            sends, given_up = self.router.on_timer(now)
+            out += self._to_peers(sends)
+            for keeper in given_up:
                 text = (
                     f"keeper {keeper} has not acknowledged this broker's profile through "
                     f"{MAX_RESENDS} resends: subscriptions waiting for it start without it "
                     "(incomplete); it is sent the profile again until it acknowledges"
                 )
                 out.append(Notice("warning", text))
-            self.router.given_up.clear()
         if self.reliable:
             out += self._reliable_timer(now)
         return out + self.subscriptions.release_waits(now)
 
     def next_deadline(self) -> float:
         deadline = self.detector.next_deadline()
-        deadlines = [w[3] for w in self.subscriptions.waits if w[3] is not None]
+        deadlines = [w.deadline for w in self.subscriptions.waits if w.deadline is not None]
         if deadlines:
             deadline = min(deadline, min(deadlines))
         if self.router is not None:

@@ -18,6 +18,8 @@ release rounds ask this part how far the broker may acknowledge a pubend (:meth:
 
 from __future__ import annotations
 
+import attrs
+
 from ges.core.part import Part
 from ges.core.work import JobBody, indexed
 from ges.matching.model import (
@@ -27,31 +29,42 @@ from ges.routing.acks import Ticket
 from ges.wire import messages as m
 
 
+@attrs.define(eq=False)
+class Gate:
+    """Where one subscription's delivery starts, for as long as it does not deliver from the
+    start of every stream (reliable delivery): made when it is subscribed or changed, dropped
+    when every level is open and the streams are past it, or when it goes."""
+
+    #: per *level* (see :meth:`Gates.level`) None until the starting point of its pubends is
+    #: known, then {pubend: last tick not for it}
+    levels: list[dict[str, int] | None]
+    #: a started subscription whose profile is changing: (the profiles it had, the old
+    #: starting point still ahead, the levels it had started on). Until the new profile's
+    #: starting point, and up to it, it gets the events every one of them matches (such an
+    #: event is routed to it whichever profile a keeper holds while the change spreads). Each
+    #: profile but the last comes with the starting point of the one that replaced it, per
+    #: level (None: not known then): above it, it is not needed any more.
+    changing: tuple[tuple, dict[str, int], set] | None = None
+    #: changing, where its old profile had a level waiting for its V_m start: {level: the
+    #: pubends it had started on there}
+    vchanging: dict[int, frozenset[str]] | None = None
+    #: levels started where a keeper was given up before it had the profile: {level: (vst,
+    #: {broker: the pubend started on})} (one per broker: an older epoch's stream has nothing
+    #: new for it)
+    vm: dict[int, tuple[tuple[int, int], dict[str, str]]] | None = None
+
+
 class Gates(Part):
     """Per subscription, per level, where delivery starts; and the changes in progress."""
 
     def __init__(self, core):
         super().__init__(core)
-        #: subscriptions not delivering from the start of every stream (reliable delivery):
-        #: (conn, sub_id) -> per *level* (see :meth:`level`) None until the starting point of
-        #: its pubends is known, then {pubend: last tick not for it}
-        self.gate: dict[tuple[int, int], list[dict[str, int] | None]] = {}
+        #: subscriptions not delivering from the start of every stream: (conn, sub_id) -> gate
+        self.gate: dict[tuple[int, int], Gate] = {}
+        #: the gates waiting for a V_m start on some level (their ``vm`` is set)
+        self.vm_waiting: dict[tuple[int, int], Gate] = {}
         #: pubend's broker -> its level here (cached)
         self._levels: dict[str, int] = {}
-        #: started subscriptions whose profile is changing: (conn, sub_id) -> (the profiles it
-        #: had, the old starting point still ahead, the levels it had started on). Until the new
-        #: profile's starting point, and up to it, they get the events every one of them matches
-        #: (such an event is routed to them whichever profile a keeper holds while the change
-        #: spreads). Each profile but the last comes with the starting point of the one that
-        #: replaced it, per level (None: not known then): above it, it is not needed any more.
-        self.changing: dict[tuple[int, int], tuple[tuple, dict[str, int], set]] = {}
-        #: subscriptions started on a level where a keeper was given up before it had their
-        #: profile: (conn, sub_id) -> {level: (vst, {broker: the pubend started on})} (one per
-        #: broker: an older epoch's stream has nothing new for it)
-        self.vgate: dict[tuple[int, int], dict[int, tuple[tuple[int, int], dict[str, str]]]] = {}
-        #: changing subscriptions whose old profile had a level waiting for its V_m start:
-        #: dest -> {level: the pubends it had started on there}
-        self.vchanging: dict[tuple[int, int], dict[int, frozenset[str]]] = {}
         #: this broker's units, its cluster first; per level the keepers that decide whether
         #: that level's pubends reach it
         self.chain: tuple = ()
@@ -83,36 +96,51 @@ class Gates(Part):
         if sub is not None:
             floor = max(floor, sub.stream.known_to)
         floor = max(floor, self.release.promised(pubend))
-        for dest, vgate in self.vgate.items():
-            waiting = vgate.get(level)
+        for g in self.vm_waiting.values():
+            waiting = g.vm.get(level)
             if waiting is None or waiting[1].get(broker) == pubend or clock < waiting[0]:
                 continue
             waiting[1][broker] = pubend
-            start = self.gate[dest][level]
+            start = g.levels[level]
             at = max(floor, start.get(pubend, 0))
             if at > 0:
                 start[pubend] = at
 
     def _held_back(self, dest: tuple[int, int], level: int, pubend: str) -> bool:
-        """``dest`` waits for its V_m start on ``pubend`` (see :attr:`_vgate`)."""
-        vgate = self.vgate.get(dest)
-        if vgate is None:
+        """``dest`` waits for its V_m start on ``pubend`` (see :attr:`Gate.vm`)."""
+        g = self.vm_waiting.get(dest)
+        if g is None:
             return False
-        waiting = vgate.get(level)
+        waiting = g.vm.get(level)
         return waiting is not None and waiting[1].get(pubend.partition("~")[0]) != pubend
+
+    def open(self, dest: tuple[int, int], change: tuple | None = None) -> None:
+        """A new gate for ``dest``, just subscribed or changed (``change``: what
+        :meth:`change` returned): nothing new is delivered until its starting points are
+        known."""
+        self.vm_waiting.pop(dest, None)
+        changing, vchanging = change or (None, None)
+        self.gate[dest] = Gate([None] * (len(self.chain) + 1), changing, vchanging)
+
+    def drop(self, dest: tuple[int, int]) -> None:
+        """``dest`` went: its gate with it."""
+        self.gate.pop(dest, None)
+        self.vm_waiting.pop(dest, None)
 
     def change(self, dest: tuple[int, int], profile: Profile) -> JobBody:
         """``dest``'s profile is replaced: it goes on getting what the old one (and any before
         it still changing) matches too, unless it had not started. A large old profile is
         indexed first (in slices), so that testing an event against it costs a match, not a
-        test of every conjunction."""
+        test of every conjunction. Returns the ``(changing, vchanging)`` its next gate opens
+        with (:meth:`open`)."""
         old = yield from indexed(profile, self.work_slice, self.config.index_old_profiles)
-        changing = self.changing.get(dest)
-        levels = self.gate.get(dest)
+        g = self.gate.get(dest)
+        changing = None if g is None else g.changing
+        levels = None if g is None else g.levels
         # on a level waiting for its V_m start, ``old`` started only on the pubends whose V_m
-        # start came (:attr:`_vchanging`); where it is not known, its replaced profile is
+        # start came (:attr:`Gate.vchanging`); where it is not known, its replaced profile is
         # needed without a limit
-        vgate = self.vgate.get(dest) or {}
+        vgate = (None if g is None else g.vm) or {}
         held = {i: frozenset(w[1].values()) for i, w in vgate.items()}
         if changing is not None:
             # the profile before ``old`` is needed only up to where ``old`` started; the newest
@@ -126,35 +154,28 @@ class Gates(Part):
             olds = (*earlier, (last, upto), (old, None))[-self.config.max_changing :]
             # where ``old`` started and the ones before it had not, it goes on from its start
             ahead, started = dict(changing[1]), set(changing[2])
-            vchanging = dict(self.vchanging.get(dest, {}))
+            vchanging = dict(g.vchanging or {})
             for i, start in enumerate(levels):
                 if start is not None and i not in started:
                     started.add(i)
                     ahead.update(start)
                     if i in held:
                         vchanging[i] = held[i]
-            self.changing[dest] = olds, ahead, started
-            self._set_vchanging(dest, vchanging)
-            return
+            return (olds, ahead, started), vchanging or None
         if levels is None:  # it had started everywhere
-            self.changing[dest] = ((old, None),), {}, set(range(len(self.chain) + 1))
-            return
+            return (((old, None),), {}, set(range(len(self.chain) + 1))), None
         started = {i for i, start in enumerate(levels) if start is not None}
         if started:
             ahead = {p: t for i in started for p, t in levels[i].items()}
-            self.changing[dest] = ((old, None),), ahead, started
-            self._set_vchanging(dest, {i: p for i, p in held.items() if i in started})
+            vchanging = {i: p for i, p in held.items() if i in started}
+            return (((old, None),), ahead, started), vchanging or None
+        return None, None
 
-    def _set_vchanging(self, dest: tuple[int, int], held: dict) -> None:
-        if held:
-            self.vchanging[dest] = held
-        else:
-            self.vchanging.pop(dest, None)
-
-    def _old_started(self, dest: tuple[int, int], level: int, pubend: str) -> bool:
-        """The profiles ``dest`` is changing from had started on ``pubend`` (its level is
-        among the started ones)."""
-        held = self.vchanging.get(dest)
+    @staticmethod
+    def _old_started(g: Gate, level: int, pubend: str) -> bool:
+        """The profiles ``g``'s subscription is changing from had started on ``pubend`` (its
+        level is among the started ones)."""
+        held = g.vchanging
         return held is None or level not in held or pubend in held[level]
 
     def level(self, pubend: str) -> int:
@@ -190,11 +211,12 @@ class Gates(Part):
         clock at the subscription's vst (seed 000 §3.6), from where that keeper fails the
         sufficiency test and floods. This broker's clock is flooded for it. Once the keeper
         acknowledges, the pubends not started yet start after its last tick too, as usual."""
-        levels = self.gate.get(dest)
-        if levels is None:
+        g = self.gate.get(dest)
+        if g is None:
             return []
+        levels = g.levels
         router = self.router
-        vgate = self.vgate.get(dest)
+        vgate = g.vm
         start = None
         out: list = []
         for i, got in enumerate(levels):
@@ -218,32 +240,32 @@ class Gates(Part):
             if ticket.waived_by(self._deciders[i]):
                 vst = (router.inc, max(ticket.seqs))
                 if vgate is None:
-                    vgate = self.vgate[dest] = {}
+                    vgate = g.vm = {}
+                    self.vm_waiting[dest] = g
                 vgate[i] = (vst, {})
                 if self.vt.table.get(self.id, (0, 0)) < vst:
                     out += self.subends.on_clocks(None, [(self.id, *router.clock())])
         if vgate is not None and not vgate:
-            del self.vgate[dest]
-        self._gate_passed(dest, levels)
+            g.vm = None
+            del self.vm_waiting[dest]
+        self._gate_passed(dest, g)
         return out
 
     def pass_gates(self, pubend: str, floor: int) -> None:
         """Every tick of ``pubend`` up to ``floor`` is final at its subend (delivered or not
         wanted): starting points up to it are behind every subscription."""
         level = self.level(pubend)
-        for dest, levels in list(self.gate.items()):
-            start = levels[level]
+        for dest, g in list(self.gate.items()):
+            start = g.levels[level]
             if start is not None and start.get(pubend, floor + 1) <= floor:
                 del start[pubend]
                 if not start:
-                    self._gate_passed(dest, levels)
+                    self._gate_passed(dest, g)
 
-    def _gate_passed(self, dest: tuple[int, int], levels: list) -> None:
+    def _gate_passed(self, dest: tuple[int, int], g: Gate) -> None:
         """Drop the gate once every level is open and past its starting point."""
-        if dest not in self.vgate and all(start is not None and not start for start in levels):
+        if g.vm is None and all(start is not None and not start for start in g.levels):
             del self.gate[dest]
-            self.changing.pop(dest, None)
-            self.vchanging.pop(dest, None)
 
     def _start_map(self, ticket: Ticket) -> dict[str, int]:
         """Every pubend's starting point for a subscription waiting on ``ticket`` (its own
@@ -274,16 +296,18 @@ class Gates(Part):
         level = self.level(pubend)
         held = self._held_back
         started = [
-            0 if levels is None else levels[level].get(pubend, 0)
+            0 if g is None else g.levels[level].get(pubend, 0)
             for d in self._started_dests(level)
             if not held(d, level, pubend)
-            for levels in (self.gate.get(d),)
+            for g in (self.gate.get(d),)
         ]
         # a changing subscription still gets what its old profiles match from their start
         started += [
-            ahead.get(pubend, 0)
-            for d, (_, ahead, old_levels) in self.changing.items()
-            if level in old_levels and self._old_started(d, level, pubend)
+            g.changing[1].get(pubend, 0)
+            for g in self.gate.values()
+            if g.changing is not None
+            and level in g.changing[2]
+            and self._old_started(g, level, pubend)
         ]
         return min(started) if started else None
 
@@ -293,7 +317,7 @@ class Gates(Part):
         for conn, subs in self.subscriptions.clients.items():
             for sub_id in subs:
                 dest = (conn, sub_id)
-                if dest not in gate or gate[dest][level] is not None:
+                if dest not in gate or gate[dest].levels[level] is not None:
                     yield dest
 
     def needed(self, pubend: str, tick: int) -> int | None:
@@ -305,7 +329,7 @@ class Gates(Part):
         ):  # no subscription here: a later one starts after the answer
             return tick
         level = self.level(pubend)
-        if any(levels[level] is None for levels in self.gate.values()):
+        if any(g.levels[level] is None for g in self.gate.values()):
             return None
         sub = self.subends.streams.get(pubend)
         if sub is not None:
@@ -318,21 +342,18 @@ class Gates(Part):
         is known, and the ticks of ``pubend`` up to it after — except, for a changing one, the
         events its old profile matches too."""
         gate = self.gate
-        changing = self.changing
         level = self.level(pubend)
-        vgate = self.vgate
+        vgate = self.vm_waiting
         for dest in [d for d in per if d in gate]:
-            levels = gate[dest]
-            start = levels[level]
+            g = gate[dest]
+            start = g.levels[level]
             if vgate and self._held_back(dest, level, pubend):
                 start = None  # not started on this pubend yet
             first = None if start is None else start.get(pubend)
             if start is not None and first is None:
                 continue
-            was = changing.get(dest)
-            if was is not None and (
-                level not in was[2] or not self._old_started(dest, level, pubend)
-            ):
+            was = g.changing
+            if was is not None and (level not in was[2] or not self._old_started(g, level, pubend)):
                 was = None  # the old profile had not started here either
             if first is None:
                 items = [] if was is None else per[dest]
@@ -352,7 +373,7 @@ class Gates(Part):
             if start is not None and items and items[-1].tick > first:
                 del start[pubend]  # the stream is past it
                 if not start:
-                    self._gate_passed(dest, levels)
+                    self._gate_passed(dest, g)
             if items:
                 per[dest] = items
             else:

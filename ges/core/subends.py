@@ -22,7 +22,6 @@ from ges.core.outputs import Notice, ProtocolError, ToPeer
 from ges.core.part import Part
 from ges.reliable.knowledge import HeldBytes
 from ges.reliable.subend import Subend
-from ges.routing.table import RESEND_AFTER
 from ges.wire import messages as m
 
 
@@ -37,7 +36,6 @@ class Subends(Part):
         #: pubends whose subend has a gap (a nack may come due): the timer looks only at these
         self._doubtful: set[str] = set()
         #: origin -> when this keeper last asked it for a sync (its profile here was behind)
-        self._wants: dict[str, float] = {}
 
     def on_clocks(self, peer: str | None, clocks) -> list:
         """Leaf clocks heard (from ``peer``, or this broker's own): the news go on to every
@@ -55,13 +53,7 @@ class Subends(Part):
         """Ask each origin whose profile was found behind an event's V_m for a sync (seed 000
         §4, non-leaf liveness), at most once per RESEND_AFTER."""
         out: list = []
-        wants = self._wants
-        lagging = self.router.lagging
-        for origin in sorted(lagging):
-            if now < wants.get(origin, -RESEND_AFTER) + RESEND_AFTER:
-                continue  # asked lately: again on a later frame, once the wait is over
-            wants[origin] = now
-            lagging.discard(origin)
+        for origin in self.router.take_lagging(now):
             out += self.unicast.relay(
                 origin, [], 0, lambda h, d, o=origin: m.ProfileWant(o, self.id, h, d)
             )
@@ -171,7 +163,7 @@ class Subends(Part):
         self, peer: str, pubend: str, items: list, now: float, vm: int = 0
     ) -> list:
         todo = self.forwarding.checked(peer, items)
-        if vm and self.gates.vgate:
+        if vm and self.gates.vm_waiting:
             self.gates.vm_observe(pubend, vm)
         return self.route_claimed(pubend, todo, now, vm)
 
@@ -182,7 +174,7 @@ class Subends(Part):
             self.router.check_routes(msg.to)
         except ValueError as exc:
             raise ProtocolError(f"bad silence route from {peer}: {exc}") from None
-        if msg.vm and self.gates.vgate:
+        if msg.vm and self.gates.vm_waiting:
             self.gates.vm_observe(msg.pubend, msg.vm)
         return self.silence(msg.pubend, msg.tick, msg.to, msg.hops, now, msg.vm)
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from itertools import chain
 
+import attrs
+
 from ges.core.outputs import ToClient
 from ges.core.part import Part
 from ges.core.work import COST_PER_WEIGHT, Job, JobBody, Jobs, indexed
@@ -36,6 +38,21 @@ from ges.routing.acks import Ticket
 from ges.wire import messages as m
 
 
+@attrs.define(eq=False)
+class SubAckWait:
+    """A subscription whose ``SubAck`` waits for its keepers' acknowledgements."""
+
+    conn: int
+    sub_id: int
+    #: the profile changes every reachable keeper must acknowledge
+    ticket: Ticket
+    #: when the client is answered anyway, as incomplete (None: it has been; reliable delivery
+    #: still waits for the keepers to start it)
+    deadline: float | None
+    #: the request's ``req``, echoed in the answer
+    req: int
+
+
 class Subscriptions(Part):
     """Every local client's subscriptions, the jobs that enter them, and delivery to them."""
 
@@ -44,8 +61,8 @@ class Subscriptions(Part):
         # conn_id -> {sub_id: Profile}
         self.clients: dict[int, dict[int, Profile]] = {}
         self._client_names: dict[int, str] = {}
-        #: SubAcks waiting for keepers: [conn, sub_id, ticket, deadline, the request's req]
-        self.waits: list[list] = []
+        #: SubAcks waiting for keepers
+        self.waits: list[SubAckWait] = []
         #: large requests in progress (ges.core.work), and how many closed clients had jobs
         self._jobs = Jobs()
         self._closings = 0
@@ -79,12 +96,9 @@ class Subscriptions(Part):
         self.count -= len(subs)
         self._local_weight -= self._weights.pop(conn, 0)
         self._client_names.pop(conn, None)
-        self._drop_waits(lambda w: w[0] == conn)
+        self._drop_waits(lambda w: w.conn == conn)
         for dest in [d for d in self.gates.gate if d[0] == conn]:
-            del self.gates.gate[dest]
-            self.gates.changing.pop(dest, None)
-            self.gates.vchanging.pop(dest, None)
-            self.gates.vgate.pop(dest, None)
+            self.gates.drop(dest)
         for dest in [d for d in self._entering if d[0] == conn]:
             del self._entering[dest]
         held = [(d, self._entered.pop(d)) for d in [d for d in self._entered if d[0] == conn]]
@@ -192,10 +206,7 @@ class Subscriptions(Part):
         if profile is None:
             return [*out, done]
         dest = (conn, msg.sub_id)
-        self.gates.gate.pop(dest, None)
-        self.gates.changing.pop(dest, None)
-        self.gates.vchanging.pop(dest, None)
-        self.gates.vgate.pop(dest, None)
+        self.gates.drop(dest)
         self.count -= 1
         self._set_weight(conn, -profile.weight)
         held = _copies(self._entered.get(dest, {}))
@@ -258,17 +269,17 @@ class Subscriptions(Part):
             return
         self._set_weight(conn, grow)
         out += self._supersede(conn, msg.sub_id)
+        change = None
         if old is not None:
             # while the new profile is entered (and the old taken out) the graph holds some of
             # both: what it matches is delivered only if the new profile matches it too
             entering = yield from indexed(profile, self.work_slice, self.config.index_old_profiles)
             if self.reliable:
-                yield from self.gates.change(dest, old)
+                change = yield from self.gates.change(dest, old)
             self._entering[dest] = entering
         if self.reliable:
             # nothing new delivered until its starting point is known, level by level
-            self.gates.gate[dest] = [None] * (len(self.gates.chain) + 1)
-            self.gates.vgate.pop(dest, None)
+            self.gates.open(dest, change)
         # what it waits for, kept up to date as acknowledgements come while it is entered
         ticket = self.router.ticket(()) if self.router is not None else None
         if ticket is not None:
@@ -282,9 +293,8 @@ class Subscriptions(Part):
         if self.reliable:
             out += self.gates.start(dest, ticket)
         if ticket is not None and not ticket.confirmed():
-            self.waits.append(
-                [conn, msg.sub_id, ticket, self.core._now + self.config.suback_wait, msg.req]
-            )
+            deadline = self.core._now + self.config.suback_wait
+            self.waits.append(SubAckWait(conn, msg.sub_id, ticket, deadline, msg.req))
             return
         if ticket is not None:
             self.router.book.close(ticket)
@@ -315,9 +325,9 @@ class Subscriptions(Part):
         """A new request for a subscription ends the wait of an earlier one still waiting for
         its keepers: it is answered now, as incomplete (only the newest one starts delivery)."""
         return [
-            ToClient(conn, m.SubAck(sub_id, complete=False, req=w[4]))
-            for w in self._drop_waits(lambda w: w[0] == conn and w[1] == sub_id)
-            if w[3] is not None  # its client has not had its SubAck yet
+            ToClient(conn, m.SubAck(sub_id, complete=False, req=w.req))
+            for w in self._drop_waits(lambda w: w.conn == conn and w.sub_id == sub_id)
+            if w.deadline is not None  # its client has not had its SubAck yet
         ]
 
     def _drop_waits(self, which) -> list:
@@ -326,7 +336,7 @@ class Subscriptions(Part):
         if gone:
             self.waits = [w for w in self.waits if not which(w)]
             for w in gone:
-                self.router.book.close(w[2])
+                self.router.book.close(w.ticket)
         return gone
 
     def release_waits(self, now: float) -> list:
@@ -336,20 +346,20 @@ class Subscriptions(Part):
             return []
         out, keep = [], []
         for w in self.waits:
-            out += self.gates.start((w[0], w[1]), w[2])
-            if w[2].confirmed():
+            out += self.gates.start((w.conn, w.sub_id), w.ticket)
+            if w.ticket.confirmed():
                 # complete; a client told it was not gets a second SubAck saying it now is
-                out.append(ToClient(w[0], m.SubAck(w[1], req=w[4])))
-                self.router.book.close(w[2])
+                out.append(ToClient(w.conn, m.SubAck(w.sub_id, req=w.req)))
+                self.router.book.close(w.ticket)
             else:
-                if w[3] is not None and now >= w[3]:
+                if w.deadline is not None and now >= w.deadline:
                     # the client is told; reliable delivery still starts only once every
                     # keeper has the profile (resends go on until then)
-                    out.append(ToClient(w[0], m.SubAck(w[1], complete=False, req=w[4])))
+                    out.append(ToClient(w.conn, m.SubAck(w.sub_id, complete=False, req=w.req)))
                     if self.reliable:
-                        w[3] = None
+                        w.deadline = None
                     else:
-                        self.router.book.close(w[2])  # best effort waits no longer
+                        self.router.book.close(w.ticket)  # best effort waits no longer
                         continue
                 keep.append(w)
         self.waits = keep

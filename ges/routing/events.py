@@ -31,6 +31,7 @@ from ges.routing.base import (
     GAVE_UP,
     MAX_SUFFICIENCY,
     NO_VECTOR,
+    RESEND_AFTER,
     ClaimChains,
     RouterPart,
 )
@@ -54,9 +55,20 @@ class EventRouting(RouterPart):
             for u in self.h.chain(self.id)
             if len(self.h.children[u]) > 1
         )
-        #: origins whose profile here was found behind an event's V_m since the core last
-        #: looked (it asks them for a sync: seed 000 §4, non-leaf liveness)
+        #: origins whose profile here was found behind an event's V_m, to be asked for a sync
+        #: (seed 000 §4, non-leaf liveness; :meth:`take_lagging`), and when each was last asked
         self.lagging: set[str] = set()
+        self._asked: dict[str, float] = {}
+
+    def take_lagging(self, now: float) -> list[str]:
+        """The origins to ask for a sync now: found behind an event's V_m and not asked in the
+        last RESEND_AFTER seconds (the others stay, to be asked on a later frame)."""
+        asked = self._asked
+        due = sorted(o for o in self.lagging if now >= asked.get(o, -RESEND_AFTER) + RESEND_AFTER)
+        for origin in due:
+            asked[origin] = now
+            self.lagging.discard(origin)
+        return due
 
     def route_event(
         self,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from ges.matching.model import Conjunction, conjunction_to_wire
 from ges.routing.acks import PENDING, REMOVING, WAIVED, AckBook, Ticket
@@ -35,6 +36,16 @@ from ges.routing.base import (
 from ges.routing.export import ADD, REMOVE, Exporter
 from ges.topology import broker_order_key
 from ges.wire import messages as m
+
+
+class Resend(NamedTuple):
+    """When to look again at a keeper that owes this broker acknowledgements."""
+
+    due: float
+    #: the wait before this look (doubling from RESEND_AFTER up to RESEND_MAX)
+    wait: float
+    #: resends so far
+    tries: int
 
 
 class OriginProfiles(RouterPart):
@@ -53,8 +64,6 @@ class OriginProfiles(RouterPart):
         #: may take this broker for reachable and synced.
         self.wait_for_all = False
         self.starts: dict[int, dict[str, int]] = {}
-        #: keepers given up since the core last looked (it logs them)
-        self.given_up: list[str] = []
         #: keepers given up and not heard from since: what they owe is waived, not pending
         self._silent: set[str] = set()
         #: an add removed, still unacknowledged, because a new one covers it: seq -> the new
@@ -62,8 +71,8 @@ class OriginProfiles(RouterPart):
         self._replaced: OrderedDict[int, tuple[int, ...]] = OrderedDict()
         #: when each seq in pending or _removing was first sent
         self._sent_at: dict[int, float] = {}
-        #: keeper -> [when to look again, current wait, resends so far] while it owes acks
-        self._retry: dict[str, list] = {}
+        #: keeper -> when to look again, while it owes acks
+        self._retry: dict[str, Resend] = {}
         self._keepers = self.h.all_keepers(self.id)
         #: keeper -> when a ProfileWant last made this broker send it a sync
         self._wanted: dict[str, float] = {}
@@ -165,7 +174,7 @@ class OriginProfiles(RouterPart):
                 self._sent_at.pop(seq, None)
         for k in owe if any(op == ADD for op, _, _ in ops) else expect:
             # an unreachable keeper too: its rounds count towards giving it up
-            self._retry.setdefault(k, [now + RESEND_AFTER, RESEND_AFTER, 0])
+            self._retry.setdefault(k, Resend(now + RESEND_AFTER, RESEND_AFTER, 0))
         targets = self.h.next_targets(self.id, self.id)
         return self.paths.send(targets, changes), frozenset(waits)
 
@@ -244,9 +253,8 @@ class OriginProfiles(RouterPart):
             self._settle(PENDING, seq, keeper)
         for seq in sorted(book.seqs_of(REMOVING, keeper)):
             self._settle(REMOVING, seq, keeper)
-        self._retry[keeper] = [now + RESEND_MAX, RESEND_MAX, MAX_RESENDS]
+        self._retry[keeper] = Resend(now + RESEND_MAX, RESEND_MAX, MAX_RESENDS)
         self._silent.add(keeper)
-        self.given_up.append(keeper)
 
     def connectivity_changed(
         self, up_ends: Iterable[str], now: float, *, downs: bool = True
@@ -274,7 +282,7 @@ class OriginProfiles(RouterPart):
             if hop is None:
                 if self.wait_for_all:  # unreachable: its adds stay owed until it gives up
                     if self.book.owes(k):
-                        self._retry.setdefault(k, [now + RESEND_AFTER, RESEND_AFTER, 0])
+                        self._retry.setdefault(k, Resend(now + RESEND_AFTER, RESEND_AFTER, 0))
                 else:
                     self._forget_keeper(k)  # unreachable: do not wait for it
             elif hop != self.paths.sync_hops.get(k) or k in up:
@@ -296,7 +304,7 @@ class OriginProfiles(RouterPart):
             book.owe(WAIVED, seq, silent_keepers)
             self._sent_at.setdefault(seq, now)
         for k in keepers:
-            self._retry.setdefault(k, [now + RESEND_AFTER, RESEND_AFTER, 0])
+            self._retry.setdefault(k, Resend(now + RESEND_AFTER, RESEND_AFTER, 0))
         return self.paths.send(keepers, self._resync_changes(), resend=True)
 
     def _forget_keeper(self, keeper: str) -> None:
@@ -307,9 +315,11 @@ class OriginProfiles(RouterPart):
                 self._settle(which, seq, keeper)
         self._retry.pop(keeper, None)
 
-    def on_timer(self, now: float) -> list:
-        """Send a sync to every keeper that owes an ack for a change sent ``wait`` ago."""
+    def on_timer(self, now: float) -> tuple[list, list[str]]:
+        """Send a sync to every keeper that owes an ack for a change sent ``wait`` ago; returns
+        the sends and the keepers given up now (the core logs them)."""
         targets = []
+        given_up: list[str] = []
         for k, (due, wait, tries) in list(self._retry.items()):
             if due > now:
                 continue
@@ -320,8 +330,9 @@ class OriginProfiles(RouterPart):
                 if self.book.seqs_of(PENDING, k):
                     self.counters["keepers_given_up"] += 1
                     self._waive(k, now)
+                    given_up.append(k)
                 else:
-                    self._retry[k] = [now + RESEND_MAX, RESEND_MAX, tries]
+                    self._retry[k] = Resend(now + RESEND_MAX, RESEND_MAX, tries)
                 if self.paths.path_to(k) is not None:
                     targets.append(k)  # it may be alive and out of date: try it again
             elif tries >= MAX_RESENDS or (self.paths.path_to(k) is None and not self.wait_for_all):
@@ -332,20 +343,20 @@ class OriginProfiles(RouterPart):
                 # a silent one (about two minutes), then given up — a subscription must start
                 # even when a keeper is gone for good
                 wait = min(2 * wait, RESEND_MAX)
-                self._retry[k] = [now + wait, wait, tries + 1]
+                self._retry[k] = Resend(now + wait, wait, tries + 1)
             else:
                 oldest = min(self._sent_at.get(s, now) for s in owed)
                 if oldest + wait > now:  # acks are coming in; only recent changes are owed
-                    self._retry[k] = [oldest + wait, wait, tries]
+                    self._retry[k] = Resend(oldest + wait, wait, tries)
                     continue
                 wait = min(2 * wait, RESEND_MAX)
-                self._retry[k] = [now + wait, wait, tries + 1]
+                self._retry[k] = Resend(now + wait, wait, tries + 1)
                 targets.append(k)
         self.counters["resyncs"] += len(targets)
-        return self._resync(sorted(targets, key=broker_order_key), now)
+        return self._resync(sorted(targets, key=broker_order_key), now), given_up
 
     def next_deadline(self) -> float:
-        return min((r[0] for r in self._retry.values()), default=float("inf"))
+        return min((r.due for r in self._retry.values()), default=float("inf"))
 
     def _resync_changes(self) -> list[m.ProfileChange]:
         """This broker's complete profile: every live add, then every removal still to be

@@ -139,11 +139,6 @@ class ContentRouter:
         return self.origin.starts
 
     @property
-    def given_up(self) -> list[str]:
-        """Keepers given up since the core last looked (it logs them, then clears this)."""
-        return self.origin.given_up
-
-    @property
     def kept(self):
         return self.keeper.kept
 
@@ -152,9 +147,12 @@ class ContentRouter:
         return self.keeper.vb
 
     @property
-    def lagging(self) -> set[str]:
-        """Origins found behind an event's V_m since the core last looked (it asks them)."""
-        return self.events.lagging
+    def lagging(self) -> bool:
+        """Origins were found behind an event's V_m: :meth:`take_lagging` says which to ask."""
+        return bool(self.events.lagging)
+
+    def take_lagging(self, now: float) -> list[str]:
+        return self.events.take_lagging(now)
 
     @property
     def initial_routes(self) -> tuple[m.Route, ...]:
@@ -224,7 +222,8 @@ class ContentRouter:
     def connectivity_changed(self, up_ends, now: float, *, downs: bool = True) -> list:
         return self.origin.connectivity_changed(up_ends, now, downs=downs)
 
-    def on_timer(self, now: float) -> list:
+    def on_timer(self, now: float) -> tuple[list, list[str]]:
+        """Resends due: the ``(peer, message)`` sends, and the keepers given up now."""
         return self.origin.on_timer(now)
 
     def next_deadline(self) -> float:

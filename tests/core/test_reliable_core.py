@@ -103,7 +103,7 @@ def test_a_subscription_starts_only_after_every_keeper_acknowledged_it():
     key = w.subscribe("b20", 1)
     core = w.sim.cores["b20"]
     # gated until the acks are in, except on its own broker's pubend (no keeper decides that)
-    assert core.gates.gate[(1, 1)] == [{}] + [None] * len(core.gates.chain)
+    assert core.gates.gate[(1, 1)].levels == [{}] + [None] * len(core.gates.chain)
     for i in range(100):
         w.publish_at(1.0 + i * 0.01, "b1", i)
     w.sim.run_until(5.0)
@@ -270,7 +270,7 @@ def test_a_broker_with_a_subscription_waiting_for_its_start_does_not_answer():
     pubend = w.sim.cores["b1"].pubend
     core.client_open(5, "late")
     core.client_message(5, m.Subscribe(1, profile_to_wire(Profile("all")), "all"), 0.6)
-    assert core.gates.gate[(5, 1)][core.gates.level(pubend)] is None
+    assert core.gates.gate[(5, 1)].levels[core.gates.level(pubend)] is None
     assert _ask(core, pubend, 3) is None
 
 

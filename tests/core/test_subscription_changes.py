@@ -495,7 +495,7 @@ def test_a_subscription_waiting_on_a_given_up_keeper_is_not_completed_by_a_cover
     net.run(172.0)
     assert [complete for _, complete in net.subacks[key]] == [False]
     assert wider not in net.subacks  # waiting for its keepers too (b6 was given up on)
-    assert key[1:] in net.sim.cores[SUB].gates.vgate
+    assert key[1:] in net.sim.cores[SUB].gates.vm_waiting
     assert net.ticks(key) == [] and net.ticks(wider) == []  # b1 never stamped the clock
     net.checker.finish(net.now)
     assert all("never completed" in str(v) for v in net.checker.violations)

@@ -163,7 +163,8 @@ def test_the_sufficiency_test_floods_the_child_whose_clock_v_m_knows_newer():
     assert kids((0, {}), 1) == set()  # the empty V_m: the profile decides
     assert kids((3, {"6": (1, 1)}), 2) == set()  # V_b has it
     assert kids((4, {"6": (1, 2)}), 3) == {"6"}  # behind for 6 only
-    assert k.lagging == {"6"}
+    assert k.take_lagging(0.0) == ["6"]  # asked for a sync (once per RESEND_AFTER)
+    assert k.take_lagging(0.5) == []
     assert kids((4, {"6": (1, 2)}), 4) == {"6"}  # the cached result
     assert k.counters["insufficient"] == 1  # computed once for the digest
     assert kids(None, 5) == {"5", "6"}  # a digest with no vector known: every child
