@@ -133,8 +133,18 @@ class Subscription:
 class Client:
     """A connection to one broker. Create it with :func:`connect`."""
 
-    def __init__(self, conn: Connection, *, broker: str, window: int, client_id: str = ""):
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        broker: str,
+        window: int,
+        client_id: str = "",
+        keepalive: float = KEEPALIVE,
+    ):
         self.conn = conn
+        #: seconds between keepalives
+        self.keepalive = keepalive
         self.broker = broker
         #: the id this client gave the broker; with idempotent publishing (``first=``), the
         #: publisher's id, under which the pubend remembers its event numbers
@@ -326,9 +336,9 @@ class Client:
         return self._closed
 
     async def _keepalive(self) -> None:
-        """A frame every KEEPALIVE seconds, so the broker knows an idle client is there."""
+        """A frame every ``keepalive`` seconds, so the broker knows an idle client is there."""
         while True:
-            await trio.sleep(KEEPALIVE)
+            await trio.sleep(self.keepalive)
             try:
                 await self.conn.send(encode(m.Heartbeat()))
             except ConnectionClosed:
@@ -413,6 +423,7 @@ async def connect(
     client_id: str | None = None,
     window: int = DEFAULT_WINDOW,
     timeout: float = CONNECT_TIMEOUT,
+    keepalive: float = KEEPALIVE,
 ) -> AsyncIterator[Client]:
     """Connect to a broker and run the client's reader until the block exits.
 
@@ -447,7 +458,9 @@ async def connect(
         raise OperationError(
             f"broker at {host}:{port} answered {type(reply).__name__}, not Welcome"
         )
-    client = Client(conn, broker=reply.broker, window=window, client_id=client_id)
+    client = Client(
+        conn, broker=reply.broker, window=window, client_id=client_id, keepalive=keepalive
+    )
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(conn.writer)

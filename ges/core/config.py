@@ -16,6 +16,7 @@ import attrs
 from ges.core.dedup import DEFAULT_WINDOW
 from ges.core.failure import HEARTBEAT_INTERVAL, SUSPECT_AFTER
 from ges.core.work import WORK_SLICE
+from ges.reliable.subend import NACK_AFTER, NACK_MAX
 
 
 @attrs.frozen
@@ -75,6 +76,10 @@ class BrokerConfig:
     gather_min: float = 0.1
     #: Other pubends' rounds a broker gathers answers for at once (the oldest goes on as it is).
     max_gathers: int = 1_024
+    #: Reliable delivery: seconds a subend waits before it asks for a gap the first time, and
+    #: the most its wait grows to (ges.reliable.subend).
+    nack_after: float = NACK_AFTER
+    nack_max: float = NACK_MAX
     #: Subends (pubends whose streams a subscriber-hosting broker follows); least recently used go.
     max_subends: int = 16_384
     #: Bytes of events all subends together hold beyond their doubt horizons (each holds at most

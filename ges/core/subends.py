@@ -150,7 +150,12 @@ class Subends(Part):
                 floor = min(floor, start)
             # never below what this broker acknowledged (see :meth:`_promise`)
             floor = max(floor, self.release.promised(pubend))
-            sub = self.streams[pubend] = Subend(floor, self._held_bytes)
+            sub = self.streams[pubend] = Subend(
+                floor,
+                self._held_bytes,
+                nack_after=self.config.nack_after,
+                nack_max=self.config.nack_max,
+            )
             if len(self.streams) > self.config.max_subends:
                 gone, old = self.streams.popitem(last=False)
                 old.stream.release()

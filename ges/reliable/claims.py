@@ -46,11 +46,12 @@ MAX_LATEST = 1_024
 class Known:
     """Ticks known as sorted, disjoint, merged ``[lo, hi]`` ranges (bounded; forgetting is safe)."""
 
-    __slots__ = ("_los", "_his")
+    __slots__ = ("_los", "_his", "_max")
 
-    def __init__(self):
+    def __init__(self, max_ranges: int = MAX_KNOWN_RANGES):
         self._los: list[int] = []
         self._his: list[int] = []
+        self._max = max_ranges
 
     def add(self, lo: int, hi: int) -> None:
         if lo > hi:
@@ -67,7 +68,7 @@ class Known:
             hi = max(hi, his[j - 1])
         los[i:j] = [lo]
         his[i:j] = [hi]
-        if len(los) > MAX_KNOWN_RANGES:
+        if len(los) > self._max:
             del los[0], his[0]
 
     def run_start(self, tick: int) -> int:

@@ -109,6 +109,7 @@ class MemoryLog:
         *,
         max_events: int = MAX_MEMORY_EVENTS,
         max_bytes: int = MAX_MEMORY_BYTES,
+        max_publishers: int = MAX_PUBLISHERS,
     ):
         self.epoch = epoch
         #: the pubend's V_m digest and clock table (:mod:`ges.reliable.vt`): its stream goes on
@@ -116,6 +117,7 @@ class MemoryLog:
         self.clocks: tuple[int, dict] = (0, {})
         self.max_events = max_events
         self.max_bytes = max_bytes
+        self.max_publishers = max_publishers
         self._ticks: list[int] = []
         self._events: list = []
         self._sizes: list[int] = []
@@ -144,7 +146,12 @@ class MemoryLog:
         if events:
             self._last = first + len(events) - 1
             if publisher is not None:
-                remember(self._publishers, publisher[0], (publisher[1], self.epoch, self._last))
+                remember(
+                    self._publishers,
+                    publisher[0],
+                    (publisher[1], self.epoch, self._last),
+                    self.max_publishers,
+                )
         over = max(len(self._ticks) - self.max_events, 0)
         excess = self._bytes - sum(self._sizes[:over]) - self.max_bytes
         while excess > 0 and over < len(self._sizes):
@@ -202,13 +209,16 @@ class MemoryLog:
 
 
 def remember(
-    publishers: dict[str, PublisherState], publisher: str, state: PublisherState
+    publishers: dict[str, PublisherState],
+    publisher: str,
+    state: PublisherState,
+    limit: int = MAX_PUBLISHERS,
 ) -> str | None:
-    """Note ``publisher``'s newest state, the most recently active last; beyond MAX_PUBLISHERS
+    """Note ``publisher``'s newest state, the most recently active last; beyond ``limit``
     the least recently active is forgotten: returns it (None if none was)."""
     publishers.pop(publisher, None)
     publishers[publisher] = state
-    if len(publishers) > MAX_PUBLISHERS:
+    if len(publishers) > limit:
         gone = next(iter(publishers))
         del publishers[gone]
         return gone

@@ -30,9 +30,29 @@ MAX_NACK_RANGES = 64
 class Subend:
     """One pubend's knowledge stream at one subscriber-hosting broker."""
 
-    __slots__ = ("stream", "top", "doubt_since", "next_nack", "backoff", "srtt", "_asked_at")
+    __slots__ = (
+        "stream",
+        "top",
+        "doubt_since",
+        "next_nack",
+        "backoff",
+        "srtt",
+        "_asked_at",
+        "nack_after",
+        "nack_max",
+    )
 
-    def __init__(self, floor: int = 0, held: HeldBytes | None = None):
+    def __init__(
+        self,
+        floor: int = 0,
+        held: HeldBytes | None = None,
+        *,
+        nack_after: float = NACK_AFTER,
+        nack_max: float = NACK_MAX,
+    ):
+        #: the first wait before a gap is asked for, and the most any wait grows to
+        self.nack_after = nack_after
+        self.nack_max = nack_max
         # the events held beyond the doubt horizon are bounded in bytes (each subend's, and
         # with ``held`` all of a broker's together): at the bound the highest become Q again
         self.stream = KnowledgeStream(floor=floor, size=held_size, shared=held)
@@ -118,8 +138,8 @@ class Subend:
     @property
     def wait(self) -> float:
         if self.srtt is None:
-            return NACK_AFTER
-        return min(NACK_MAX, max(NACK_MIN, 2 * self.srtt))
+            return self.nack_after
+        return min(self.nack_max, max(NACK_MIN, 2 * self.srtt))
 
     def nack(self, now: float) -> list[tuple[int, int]]:
         """The gaps to ask for now (empty if none is due); schedules the next ask."""
@@ -134,6 +154,6 @@ class Subend:
             self.next_nack = float("inf")
             return []
         self._asked_at = now
-        self.next_nack = now + min(NACK_MAX, self.wait * self.backoff)
+        self.next_nack = now + min(self.nack_max, self.wait * self.backoff)
         self.backoff = min(self.backoff * 2, 64)
         return ranges

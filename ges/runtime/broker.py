@@ -36,9 +36,9 @@ from ges.core import (
 )
 from ges.errors import OperationError
 from ges.runtime.admission import MAX_OPENING, Admission
-from ges.runtime.links import Links
+from ges.runtime.links import BACKOFF_FIRST, BACKOFF_MAX, Links
 from ges.runtime.notes import RateLimitedLog
-from ges.runtime.pubend_log import SqliteLog
+from ges.runtime.pubend_log import LogBounds, SqliteLog
 from ges.runtime.recording import BrokerRecorder
 from ges.topology import Topology, broker_order_key
 from ges.transport.connection import (
@@ -95,6 +95,7 @@ class BrokerServer:
         reliable: bool | None = None,
         data_dir: Path | None = None,
         strict_log: bool = False,
+        log_bounds: LogBounds | None = None,
         record_dir: Path | None = None,
         record_tags: dict | None = None,
         max_clients: int = MAX_CLIENTS,
@@ -108,7 +109,9 @@ class BrokerServer:
         # then starts a new pubend)
         reliable = (routing == "content") if reliable is None else reliable
         self.pubend_log = (
-            SqliteLog(Path(data_dir) / f"{broker_id}.pubend.db", strict=strict_log)
+            SqliteLog(
+                Path(data_dir) / f"{broker_id}.pubend.db", strict=strict_log, bounds=log_bounds
+            )
             if reliable and data_dir is not None
             else None
         )
@@ -150,6 +153,9 @@ class BrokerServer:
         #: per-client bounds (the constants above; tests and --max-clients change them)
         self.client_queue_bytes = MAX_QUEUED_BYTES
         self.client_idle_timeout = CLIENT_IDLE_TIMEOUT
+        #: seconds a link's dialler waits after a failed attempt: the first, and the most it
+        #: doubles to (ges.runtime.links)
+        self.backoff = (BACKOFF_FIRST, BACKOFF_MAX)
         self.client_write_deadline = CLIENT_WRITE_DEADLINE
         self.frame_deadline = FRAME_DEADLINE
         #: flow control and slow consumers (the constants above)

@@ -49,12 +49,13 @@ class Links:
 
     async def dial_forever(self, peer: str) -> None:
         spec = self.server.topology.brokers[peer]
-        backoff = BACKOFF_FIRST
+        backoff = self.server.backoff[0]
         while True:
+            first, most = self.server.backoff
             restored = self.server._cut.get(peer)
             if restored is not None:
                 await restored.wait()
-                backoff = BACKOFF_FIRST
+                backoff = first
                 continue
             stream = None
             try:
@@ -75,7 +76,7 @@ class Links:
                 if isinstance(reply, m.Welcome):
                     await self.run_link(peer, conn)
                     if trio.current_time() - started > 5.0:
-                        backoff = BACKOFF_FIRST
+                        backoff = first
                 elif isinstance(reply, m.Refuse):
                     cut = reply.reason.startswith(LINK_CUT_REASON)
                     self.server.log.log(
@@ -86,7 +87,7 @@ class Links:
                     )
                 await conn.aclose()
             await trio.sleep(backoff * random.uniform(0.75, 1.25))
-            backoff = min(backoff * 2, BACKOFF_MAX)
+            backoff = min(backoff * 2, most)
 
     async def run_link(self, peer: str, conn: Connection) -> None:
         if peer in self.server._cut:  # cut while this connection was shaking hands

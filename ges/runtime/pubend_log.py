@@ -39,11 +39,12 @@ import contextlib
 import sqlite3
 from pathlib import Path
 
+import attrs
 import msgspec
 import sqlite_utils
 
 from ges.errors import OperationError
-from ges.reliable.log import MAX_READ, PublisherState, remember
+from ges.reliable.log import MAX_PUBLISHERS, MAX_READ, PublisherState, remember
 from ges.wire.messages import Event
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -76,12 +77,25 @@ DELETE_COST = 4_096
 RELEASE_CHUNK = 10_000
 
 
+@attrs.frozen
+class LogBounds:
+    """The bounds of one :class:`SqliteLog` (the defaults are the module's constants; tests
+    make them small)."""
+
+    max_events: int = MAX_LOG_EVENTS
+    trim_every: int = TRIM_EVERY
+    release_chunk: int = RELEASE_CHUNK
+    checkpoint_bytes: int = CHECKPOINT_BYTES
+    max_publishers: int = MAX_PUBLISHERS
+
+
 class SqliteLog:
     """One pubend's durable log (see the module docstring)."""
 
-    def __init__(self, path: Path, *, strict: bool = False):
+    def __init__(self, path: Path, *, strict: bool = False, bounds: LogBounds | None = None):
         self.path = Path(path)
         self.strict = strict
+        self.bounds = bounds = bounds or LogBounds()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._reader = self._connect()
@@ -117,7 +131,7 @@ class SqliteLog:
             for row in self._reader.execute(
                 "SELECT publisher, seq, epoch, tick FROM publishers ORDER BY epoch, tick"
             ):
-                remember(self._publishers, row[0], tuple(row[1:]))
+                remember(self._publishers, row[0], tuple(row[1:]), bounds.max_publishers)
             db["meta"].upsert({"key": "epoch", "value": self.epoch}, pk="key")
         except (sqlite3.Error, OSError) as exc:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
@@ -167,7 +181,12 @@ class SqliteLog:
             row = None
             if publisher is not None:
                 name, seq = publisher
-                gone = remember(self._publishers, name, (seq, self.epoch, self._last))
+                gone = remember(
+                    self._publishers,
+                    name,
+                    (seq, self.epoch, self._last),
+                    self.bounds.max_publishers,
+                )
                 if gone is not None:
                     self._forgotten[gone] = None
                 self._forgotten.pop(name, None)  # back before its row went: it stays
@@ -243,7 +262,7 @@ class SqliteLog:
             gone = w.execute(
                 "DELETE FROM events WHERE rowid IN (SELECT rowid FROM events"
                 " WHERE epoch = ? AND first <= ? AND last <= ? LIMIT ?)",
-                (self.epoch, upto, upto, RELEASE_CHUNK),
+                (self.epoch, upto, upto, self.bounds.release_chunk),
             ).rowcount
             w.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
@@ -253,7 +272,7 @@ class SqliteLog:
 
         gone = self._transaction(delete)
         self._wal += COMMIT_OVERHEAD + gone * DELETE_COST
-        if gone < RELEASE_CHUNK:
+        if gone < self.bounds.release_chunk:
             self._done = upto
 
     def read_epoch(
@@ -308,7 +327,7 @@ class SqliteLog:
 
     @property
     def checkpoint_due(self) -> bool:
-        return self._wal >= CHECKPOINT_BYTES
+        return self._wal >= self.bounds.checkpoint_bytes
 
     def checkpoint(self) -> None:
         """Copy the WAL into the database (runs in a worker thread). After a complete one, a
@@ -321,7 +340,7 @@ class SqliteLog:
             w = self._writer
             busy, frames, done = w.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             if busy or frames != done:
-                self._wal = CHECKPOINT_BYTES // 2
+                self._wal = self.bounds.checkpoint_bytes // 2
                 return
             w.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('checkpoint', ?)", (done,))
         except sqlite3.Error as exc:
@@ -355,7 +374,7 @@ class SqliteLog:
         if not batches:
             return self._committed
         self._written += batches[-1][1] - batches[0][0] + 1
-        if self._written >= TRIM_EVERY:
+        if self._written >= self.bounds.trim_every:
             self._written = 0
             self.trim_pending = True
         self._wal += COMMIT_OVERHEAD + sum(len(g[2]) for g in batches)
@@ -394,10 +413,10 @@ class SqliteLog:
             w = self._writer
             if self._excess is None:  # one scan of the table per trim, not per chunk
                 (n,) = w.execute("SELECT COALESCE(SUM(last - first + 1), 0) FROM events").fetchone()
-                self._excess = n - MAX_LOG_EVENTS
+                self._excess = n - self.bounds.max_events
             rows = w.execute(
                 "SELECT rowid, last - first + 1 FROM events ORDER BY epoch, first LIMIT ?",
-                (RELEASE_CHUNK,),
+                (self.bounds.release_chunk,),
             ).fetchall()
         except sqlite3.Error as exc:
             raise OperationError(f"pubend log {self.path}: {exc}") from None

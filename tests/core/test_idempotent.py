@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import ges.reliable.log as log_mod
 from ges.core import BrokerCore, ToClient
 from ges.reliable.log import MemoryLog
-from ges.runtime.pubend_log import SqliteLog
+from ges.runtime.pubend_log import LogBounds, SqliteLog
 from ges.topology import Topology
 from ges.wire import messages as m
 
@@ -82,9 +81,8 @@ def test_a_duplicate_is_acknowledged_only_once_its_original_is_durable(tmp_path)
     log.close()
 
 
-def test_the_publishers_remembered_are_bounded(monkeypatch):
-    monkeypatch.setattr(log_mod, "MAX_PUBLISHERS", 3)
-    log = MemoryLog()
+def test_the_publishers_remembered_are_bounded():
+    log = MemoryLog(max_publishers=3)
     c = core(log)
     for p in "ABCD":
         publish(c, 1, 1, [0], publisher=p)
@@ -99,13 +97,13 @@ def test_a_bad_idempotent_publish_is_refused():
     assert type(out[0].msg) is m.Error
 
 
-def test_a_publisher_forgotten_and_back_before_the_commit_is_kept(tmp_path, monkeypatch):
-    monkeypatch.setattr(log_mod, "MAX_PUBLISHERS", 2)
-    log = SqliteLog(tmp_path / "b1.pubend.db")
+def test_a_publisher_forgotten_and_back_before_the_commit_is_kept(tmp_path):
+    bounds = LogBounds(max_publishers=2)
+    log = SqliteLog(tmp_path / "b1.pubend.db", bounds=bounds)
     for tick, p in enumerate("ABCA", start=1):  # A forgotten by C, then active again
         log.append(tick, events(tick), (p, tick))
     log.committed_to(log.write_group(log.take_group()))
     log.close()
-    log = SqliteLog(tmp_path / "b1.pubend.db")
+    log = SqliteLog(tmp_path / "b1.pubend.db", bounds=bounds)
     assert {p: s[0] for p, s in log.publishers().items()} == {"C": 3, "A": 4}
     log.close()

@@ -3,12 +3,9 @@ their bounds — against naive models that keep one entry per tick."""
 
 from __future__ import annotations
 
-from unittest import mock
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ges.reliable import claims as claims_mod
 from ges.reliable.claims import Claims, Known, Resolved
 
 TOP = 60
@@ -99,9 +96,8 @@ def test_run_start_of_a_known_tick_is_the_start_of_its_run():
     assert k.run_start(12) == 3
 
 
-def test_the_bound_forgets_the_lowest_range(monkeypatch):
-    monkeypatch.setattr(claims_mod, "MAX_KNOWN_RANGES", 2)
-    k = Known()
+def test_the_bound_forgets_the_lowest_range():
+    k = Known(max_ranges=2)
     k.add(1, 1)
     k.add(3, 3)
     assert k.ranges() == [(1, 1), (3, 3)]
@@ -114,9 +110,8 @@ def test_the_bound_forgets_the_lowest_range(monkeypatch):
     assert k.ranges() == [(5, 5), (10, 10)]
 
 
-def test_the_bound_forgets_a_new_range_below_all_others(monkeypatch):
-    monkeypatch.setattr(claims_mod, "MAX_KNOWN_RANGES", 2)
-    k = Known()
+def test_the_bound_forgets_a_new_range_below_all_others():
+    k = Known(max_ranges=2)
     k.add(5, 5)
     k.add(3, 3)
     k.add(1, 1)  # the new one is the lowest: it goes
@@ -133,19 +128,18 @@ ranges_st = st.lists(
 @given(ranges_st, st.integers(1, 6))
 def test_known_agrees_with_a_set_of_ticks_that_forgets_its_lowest_run(adds, bound):
     model: set[int] = set()
-    with mock.patch.object(claims_mod, "MAX_KNOWN_RANGES", bound):
-        k = Known()
-        for lo, hi in adds:
-            k.add(lo, hi)
-            model.update(range(lo, hi + 1))
-            rs = runs(model)
-            if len(rs) > bound:
-                lo0, hi0 = rs[0]
-                model.difference_update(range(lo0, hi0 + 1))
-            assert k.ranges() == runs(model)
-            assert len(k.ranges()) <= bound
-            for t in range(0, TOP + 10):
-                assert k.run_start(t) == naive_run_start(model, t), t
+    k = Known(max_ranges=bound)
+    for lo, hi in adds:
+        k.add(lo, hi)
+        model.update(range(lo, hi + 1))
+        rs = runs(model)
+        if len(rs) > bound:
+            lo0, hi0 = rs[0]
+            model.difference_update(range(lo0, hi0 + 1))
+        assert k.ranges() == runs(model)
+        assert len(k.ranges()) <= bound
+        for t in range(0, TOP + 10):
+            assert k.run_start(t) == naive_run_start(model, t), t
 
 
 @settings(max_examples=200, deadline=None)

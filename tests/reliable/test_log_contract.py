@@ -20,14 +20,13 @@ import inspect
 import tempfile
 from pathlib import Path
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import ges.reliable.log as log_mod
-import ges.runtime.pubend_log as sqlite_mod
 from ges.reliable.log import MAX_READ, MemoryLog, PubendLog
-from ges.runtime.pubend_log import SqliteLog
+from ges.runtime.pubend_log import TRIM_EVERY, LogBounds, SqliteLog
 from ges.wire import messages as m
 
 #: a tick above any a nack can ask for: the core answers ticks below ``lowest`` as lost
@@ -45,7 +44,7 @@ def evs(first: int, n: int) -> list[m.Event]:
 class Memory:
     """A :class:`MemoryLog` as the simulator drives it: its stable storage is the object."""
 
-    def __init__(self, path: Path, monkeypatch: pytest.MonkeyPatch | None = None):
+    def __init__(self, path: Path):
         self.log = MemoryLog()
 
     def commit(self) -> None:
@@ -54,13 +53,17 @@ class Memory:
     def settle(self) -> None:
         """A release drops at once: nothing to do."""
 
-    def restart(self) -> MemoryLog:
-        """The simulator hands the same object to the restarted core."""
+    def restart(self, max_publishers: int | None = None) -> MemoryLog:
+        """The simulator hands the same object to the restarted core (configured anew)."""
+        if max_publishers is not None:
+            self.log.max_publishers = max_publishers
         return self.log
 
-    def bounded(self, max_events: int) -> MemoryLog:
-        """A new log that holds at most ``max_events`` (call before appending)."""
-        self.log = MemoryLog(max_events=max_events)
+    def bounded(self, max_events: int | None = None, max_publishers: int | None = None):
+        """A new log that holds at most ``max_events`` events and remembers at most
+        ``max_publishers`` publishers (call before appending)."""
+        kw = {"max_events": max_events, "max_publishers": max_publishers}
+        self.log = MemoryLog(**{k: v for k, v in kw.items() if v is not None})
         return self.log
 
     def close(self) -> None:
@@ -70,9 +73,9 @@ class Memory:
 class Sqlite:
     """A :class:`SqliteLog` in a real file, driven as the runtime's log task drives it."""
 
-    def __init__(self, path: Path, monkeypatch: pytest.MonkeyPatch | None = None):
+    def __init__(self, path: Path):
         self.path = path / "b1.pubend.db"
-        self.monkeypatch = monkeypatch
+        self.bounds = LogBounds()
         self.log = SqliteLog(self.path)
 
     def commit(self) -> None:
@@ -90,17 +93,23 @@ class Sqlite:
         while log.trim_pending:
             log.trim()
 
-    def restart(self) -> SqliteLog:
-        """The broker process stops and starts again on the same file."""
+    def restart(self, max_publishers: int | None = None) -> SqliteLog:
+        """The broker process stops and starts again on the same file (configured anew)."""
         self.log.close()
-        self.log = SqliteLog(self.path)
+        if max_publishers is not None:
+            self.bounds = attrs.evolve(self.bounds, max_publishers=max_publishers)
+        self.log = SqliteLog(self.path, bounds=self.bounds)
         return self.log
 
-    def bounded(self, max_events: int) -> SqliteLog:
-        """The file's bound set to ``max_events`` for this test, looked at after every group."""
-        assert self.monkeypatch is not None
-        self.monkeypatch.setattr(sqlite_mod, "MAX_LOG_EVENTS", max_events)
-        self.monkeypatch.setattr(sqlite_mod, "TRIM_EVERY", 1)
+    def bounded(self, max_events: int | None = None, max_publishers: int | None = None):
+        """A new file whose bounds are ``max_events`` events (looked at after every group) and
+        ``max_publishers`` publishers (call before appending)."""
+        kw = {"max_events": max_events, "max_publishers": max_publishers}
+        kw = {k: v for k, v in kw.items() if v is not None}
+        self.bounds = LogBounds(**kw, trim_every=1 if max_events is not None else TRIM_EVERY)
+        self.log.close()
+        self.path = self.path.with_name("bounded.db")
+        self.log = SqliteLog(self.path, bounds=self.bounds)
         return self.log
 
     def close(self) -> None:
@@ -111,8 +120,8 @@ KINDS = {"memory": Memory, "sqlite": Sqlite}
 
 
 @pytest.fixture(params=sorted(KINDS))
-def store(request, tmp_path, monkeypatch):
-    s = KINDS[request.param](tmp_path, monkeypatch)
+def store(request, tmp_path):
+    s = KINDS[request.param](tmp_path)
     yield s
     s.close()
 
@@ -482,16 +491,14 @@ def test_publishers_are_kept_with_their_events_the_most_recent_last(store):
     assert list(again.publishers().items()) == [("Q", (7, epoch, 5)), ("P", (5, epoch, 8))]
 
 
-def test_the_publishers_remembered_are_bounded_and_the_forgotten_stay_forgotten(store, monkeypatch):
-    monkeypatch.setattr(log_mod, "MAX_PUBLISHERS", 2)
-    log = store.log
+def test_the_publishers_remembered_are_bounded_and_the_forgotten_stay_forgotten(store):
+    log = store.bounded(max_publishers=2)
     for t, p in enumerate("ABC", start=1):
         log.append(t, [ev(t)], (p, t))
         store.commit()  # a group each: A's state is on disk when C makes it go
     assert list(log.publishers()) == ["B", "C"]  # A, the least recently active, is forgotten
     # with room for A again, it does not come back: it was forgotten, not just left out
-    monkeypatch.setattr(log_mod, "MAX_PUBLISHERS", 3)
-    again = store.restart()
+    again = store.restart(max_publishers=3)
     assert {p: s[0] for p, s in again.publishers().items()} == {"B": 2, "C": 3}
 
 

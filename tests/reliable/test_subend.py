@@ -9,7 +9,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ges.reliable import D, F, KnowledgeStream, Q
-from ges.reliable import subend as subend_mod
 from ges.reliable.subend import MAX_NACK_RANGES, NACK_AFTER, NACK_MAX, NACK_MIN, Subend
 from tests.reliable.test_knowledge import Naive
 
@@ -30,11 +29,8 @@ def asks(s: Subend, until: float, step: float = 0.5) -> list[float]:
     return out
 
 
-@pytest.fixture
-def wait_one(monkeypatch):
-    """A first wait of one second and a high ceiling: times on a half-second grid are exact."""
-    monkeypatch.setattr(subend_mod, "NACK_AFTER", 1.0)
-    monkeypatch.setattr(subend_mod, "NACK_MAX", 100.0)
+#: a first wait of one second and a high ceiling: times on a half-second grid are exact
+WAIT_ONE = {"nack_after": 1.0, "nack_max": 100.0}
 
 
 # -- knowledge in, delivery out ---------------------------------------------------------------------
@@ -117,16 +113,15 @@ def test_a_gap_is_nacked_only_once_wait_has_passed():
     assert s.nack(NACK_AFTER) == []  # asked: not again at once
 
 
-def test_nacks_back_off_doubling_between_asks(wait_one):
-    s = Subend()
+def test_nacks_back_off_doubling_between_asks():
+    s = Subend(**WAIT_ONE)
     s.data(1, 2, "b", True)  # 1 unknown
     assert s.deliverable(0.0) == []
     assert asks(s, 40.0) == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
 
 
-def test_the_backoff_is_capped_by_nack_max(monkeypatch, wait_one):
-    monkeypatch.setattr(subend_mod, "NACK_MAX", 3.0)
-    s = Subend()
+def test_the_backoff_is_capped_by_nack_max():
+    s = Subend(**{**WAIT_ONE, "nack_max": 3.0})
     s.data(1, 2, "b", True)
     s.deliverable(0.0)
     assert asks(s, 14.0) == [1.0, 2.0, 4.0, 7.0, 10.0, 13.0]
@@ -149,8 +144,8 @@ def test_the_default_backoff_reaches_nack_max():
     assert all(g <= NACK_MAX + 1e-9 for g in gaps)
 
 
-def test_progress_restarts_the_gap_clock(wait_one):
-    s = Subend()
+def test_progress_restarts_the_gap_clock():
+    s = Subend(**WAIT_ONE)
     s.data(0, 1, "a", True)
     s.data(3, 4, "d", True)  # 2..3 unknown
     s.data(6, 7, "g", True)  # 5..6 unknown

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import trio
 
-from ges.client import _client as client_mod
 from ges.client import connect
 from ges.errors import OperationError
 from ges.runtime import BrokerServer
@@ -175,14 +174,13 @@ async def test_idle_hellos_are_refused_at_the_cap_and_the_broker_still_serves(on
         nursery.cancel_scope.cancel()
 
 
-async def test_a_client_library_client_that_is_idle_keeps_its_connection(one, monkeypatch):
-    monkeypatch.setattr(client_mod, "KEEPALIVE", 0.1)
+async def test_a_client_library_client_that_is_idle_keeps_its_connection(one):
     async with trio.open_nursery() as nursery:
         server = BrokerServer(one, "b1")
         server.client_idle_timeout = 1.0
         await nursery.start(server.run)
         spec = one.brokers["b1"]
-        async with connect(spec.host, spec.port, topology=one) as quiet:
+        async with connect(spec.host, spec.port, topology=one, keepalive=0.1) as quiet:
             # two silent connections, opened after it one after the other, are closed as idle:
             # by then the quiet one has said nothing but keepalives for two idle timeouts
             for name in ("silent", "silent-too"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import trio
 
-import ges.runtime.links as links_module
 from ges.client import connect
 from ges.core import ToClient, ToPeer
 from ges.errors import OperationError
@@ -130,7 +129,7 @@ async def test_a_link_cut_at_the_accepting_end_refuses_the_dialler(diamond):
         nursery.cancel_scope.cancel()
 
 
-async def test_a_link_cut_at_the_dialling_end_is_not_redialled(diamond, monkeypatch):
+async def test_a_link_cut_at_the_dialling_end_is_not_redialled(diamond):
     async with trio.open_nursery() as nursery:
         servers = await start_all(nursery, diamond)
         await wait_ready(diamond, timeout=10)
@@ -142,8 +141,7 @@ async def test_a_link_cut_at_the_dialling_end_is_not_redialled(diamond, monkeypa
             assert both_down(a, c)
             # from now on a backoff lasts an hour: the link comes back within the wait only if
             # the restore redials at once, not after a backoff grown while the link was cut
-            monkeypatch.setattr(links_module, "BACKOFF_FIRST", NEVER)
-            monkeypatch.setattr(links_module, "BACKOFF_MAX", NEVER)
+            servers["a"].backoff = (NEVER, NEVER)
             assert await at_a.link("c", up=True) is True
             await wait_until(lambda: both_up(a, c), "the restore to redial c")
         nursery.cancel_scope.cancel()

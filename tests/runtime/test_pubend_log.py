@@ -15,7 +15,7 @@ import trio
 from ges.client import connect
 from ges.core import BrokerConfig
 from ges.runtime import BrokerServer
-from ges.runtime.pubend_log import SqliteLog
+from ges.runtime.pubend_log import LogBounds, SqliteLog
 from ges.runtime.up import wait_ready
 from ges.wire import messages as m
 from tests.conftest import receive
@@ -27,12 +27,12 @@ def ev(n: int) -> m.Event:
 
 
 @asynccontextmanager
-async def chain_with_logs(chain3, data_dir, config=None):
+async def chain_with_logs(chain3, data_dir, config=None, bounds=None):
     """chain3's brokers logging in ``data_dir``: a subscriber client at b3 (subscribed to every
     event with ``n``) and a publisher client at b1."""
     async with trio.open_nursery() as nursery:
         for bid in chain3.brokers:
-            server = BrokerServer(chain3, bid, data_dir=data_dir, config=config)
+            server = BrokerServer(chain3, bid, data_dir=data_dir, config=config, log_bounds=bounds)
             await nursery.start(server.run)
         await wait_ready(chain3, timeout=10)
         s1, s3 = chain3.brokers["b1"], chain3.brokers["b3"]
@@ -92,19 +92,16 @@ def test_a_restart_opens_a_new_epoch_and_keeps_the_committed_events_of_the_old(t
 
 
 def test_the_bound_drops_whole_batches_oldest_first_and_lowest_says_where_the_log_starts(
-    tmp_path, monkeypatch
+    tmp_path,
 ):
-    import ges.runtime.pubend_log as pl
-
-    monkeypatch.setattr(pl, "MAX_LOG_EVENTS", 5)
-    monkeypatch.setattr(pl, "TRIM_EVERY", 1)
+    bounds = LogBounds(max_events=5, trim_every=1)
     path = tmp_path / "b1.pubend.db"
-    log = SqliteLog(path)
+    log = SqliteLog(path, bounds=bounds)
     assert log.lowest() == 1  # nothing committed: nothing dropped
     log.append(1, [ev(1), ev(2)])
     log.committed_to(log.write_group(log.take_group()))
     log.close()
-    log = SqliteLog(path)  # epoch 2
+    log = SqliteLog(path, bounds=bounds)  # epoch 2
     assert log.lowest(1) == 1
     for first in (1, 3, 5):
         log.append(first, [ev(first), ev(first + 1)])
@@ -174,11 +171,8 @@ def test_the_wal_is_checkpointed_by_the_log_task_not_inside_a_commit(tmp_path, m
     log.close()
 
 
-def test_a_release_deletes_in_chunks_and_counts_as_released_at_once(tmp_path, monkeypatch):
-    import ges.runtime.pubend_log as pl
-
-    monkeypatch.setattr(pl, "RELEASE_CHUNK", 2)
-    log = SqliteLog(tmp_path / "a.db")
+def test_a_release_deletes_in_chunks_and_counts_as_released_at_once(tmp_path):
+    log = SqliteLog(tmp_path / "a.db", bounds=LogBounds(release_chunk=2))
     for t in range(1, 6):
         log.append(t, [ev(t)])
         log.committed_to(log.write_group(log.take_group()))
@@ -217,11 +211,9 @@ def test_an_sqlite_failure_while_writing_is_one_error_naming_the_file(tmp_path):
             attempt()
 
 
-async def test_a_publishing_broker_keeps_its_wal_bounded(chain3, tmp_path, monkeypatch):
-    import ges.runtime.pubend_log as pl
-
-    monkeypatch.setattr(pl, "CHECKPOINT_BYTES", 64 << 10)
-    async with chain_with_logs(chain3, tmp_path) as (sub, pub_client):
+async def test_a_publishing_broker_keeps_its_wal_bounded(chain3, tmp_path):
+    bounds = LogBounds(checkpoint_bytes=64 << 10)
+    async with chain_with_logs(chain3, tmp_path, bounds=bounds) as (sub, pub_client):
         payload = b"x" * 2_000
         for i in range(200):  # single events: each commits inline, ~6 KB of WAL apiece
             await pub_client.publish([m.Event({"n": i}, payload, time.time_ns())])
@@ -231,13 +223,9 @@ async def test_a_publishing_broker_keeps_its_wal_bounded(chain3, tmp_path, monke
     assert size < 256 << 10, size
 
 
-def test_a_trim_goes_a_chunk_at_a_time_until_the_log_is_within_its_bound(tmp_path, monkeypatch):
-    import ges.runtime.pubend_log as pl
-
-    monkeypatch.setattr(pl, "MAX_LOG_EVENTS", 3)
-    monkeypatch.setattr(pl, "TRIM_EVERY", 10)
-    monkeypatch.setattr(pl, "RELEASE_CHUNK", 2)
-    log = SqliteLog(tmp_path / "a.db")
+def test_a_trim_goes_a_chunk_at_a_time_until_the_log_is_within_its_bound(tmp_path):
+    bounds = LogBounds(max_events=3, trim_every=10, release_chunk=2)
+    log = SqliteLog(tmp_path / "a.db", bounds=bounds)
     for t in range(1, 11):
         log.append(t, [ev(t)])
         log.committed_to(log.write_group(log.take_group()))
@@ -250,13 +238,10 @@ def test_a_trim_goes_a_chunk_at_a_time_until_the_log_is_within_its_bound(tmp_pat
     log.close()
 
 
-async def test_a_broker_keeps_its_log_within_the_bound(chain3, tmp_path, monkeypatch):
-    import ges.runtime.pubend_log as pl
-
-    monkeypatch.setattr(pl, "MAX_LOG_EVENTS", 40)
-    monkeypatch.setattr(pl, "TRIM_EVERY", 10)
+async def test_a_broker_keeps_its_log_within_the_bound(chain3, tmp_path):
+    bounds = LogBounds(max_events=40, trim_every=10)
     no_release = BrokerConfig(ack_every=3600.0)  # no release: only the bound trims
-    async with chain_with_logs(chain3, tmp_path, no_release) as (sub, pub_client):
+    async with chain_with_logs(chain3, tmp_path, no_release, bounds) as (sub, pub_client):
         for i in range(100):
             await pub_client.publish([m.Event({"n": i}, b"", time.time_ns())])
         await receive(sub, 100, within=10)
