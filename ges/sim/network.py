@@ -35,7 +35,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-from collections import Counter
 from collections.abc import Callable
 
 import attrs
@@ -43,72 +42,16 @@ import attrs
 from ges.core import BrokerConfig, BrokerCore, DropPeer, Notice, ToClient, ToPeer
 from ges.reliable.log import MemoryLog
 from ges.routing import Hierarchy
+from ges.sim.faults import Faults
+from ges.sim.links import SimLinks, _key
 from ges.topology import Topology
 from ges.wire import messages as m
-from ges.wire.frames import HEADER_SIZE
 
-FAULT_KINDS = ("drop", "dup", "delay", "reorder", "link", "crash", "partition", "silent")
-_DATA = (m.Events, m.Silence, m.Nack, m.Recovered, m.AckAsk, m.Ack)
-
-
-@attrs.frozen
-class Faults:
-    """Which faults a run injects, and how often."""
-
-    kinds: frozenset[str] = frozenset(FAULT_KINDS)
-    drop: float = 0.02
-    dup: float = 0.02
-    max_delay: float = 0.02
-    #: link failures, crashes and partitions per simulated second, over the whole network
-    link_rate: float = 2.0
-    crash_rate: float = 0.5
-    partition_rate: float = 0.3
-    silent_rate: float = 0.3
-    silent_for: tuple[float, float] = (0.5, 4.0)
-    #: how long a failed link, crashed broker or partition stays down (seconds, uniform)
-    down_for: tuple[float, float] = (0.1, 1.0)
-
-    @classmethod
-    def parse(cls, spec: str) -> Faults:
-        """``all``, ``none``, or a comma list of :data:`FAULT_KINDS`."""
-        spec = spec.strip()
-        if spec == "all":
-            return cls()
-        if spec in ("", "none"):
-            return cls(kinds=frozenset())
-        kinds = {k.strip() for k in spec.split(",") if k.strip()}
-        unknown = kinds - set(FAULT_KINDS)
-        if unknown:
-            raise ValueError(
-                f"unknown fault {sorted(unknown)[0]!r} (use all, none or any of "
-                f"{', '.join(FAULT_KINDS)})"
-            )
-        return cls(kinds=frozenset(kinds))
-
-    def on(self, kind: str) -> bool:
-        return kind in self.kinds
-
-
-LATENCY = 0.001  # one link, one way
-#: Seconds between a dropped link and the next attempt to dial it (the runtime backs off from
-#: 0.1 s, ges.runtime.links).
-REDIAL = 0.1
 #: Simulated seconds between two slices of a core's large requests (Sim.work_slice).
 SLICE_GAP = 0.001
 
 
-@attrs.define(eq=False)
-class _Frame:
-    """One frame on its way from ``src`` to ``dst`` over the link's generation ``gen``."""
-
-    src: str
-    dst: str
-    gen: int
-    body: bytes
-    lost: bool = False
-
-
-class Sim:
+class Sim(SimLinks):
     """N broker cores, their links and their clients, on simulated time."""
 
     def __init__(
@@ -155,20 +98,8 @@ class Sim:
         self.cores: dict[str, BrokerCore] = {}
         #: each broker's stable storage: its pubend log survives crashes
         self.logs: dict[str, MemoryLog] = {b: MemoryLog(epoch=1) for b in topology.brokers}
-        #: live links: (a, b) with a < b by name -> generation (frames of older ones are lost)
-        self._gen: dict[tuple[str, str], int] = {}
-        #: links held down (a fault, a partition, or :meth:`link_down`) until they heal
-        self._down_links: set[tuple[str, str]] = set()
-        #: links that carry nothing, unknown to their ends, until when (the ``silent`` fault)
-        self._silent: dict[tuple[str, str], float] = {}
-        #: frames on their way, per direction, in the order they were sent
-        self._flight: dict[tuple[str, str], list[_Frame]] = {}
-        self._live_frames = 0
-        self._last_arrival: dict[tuple[str, str], float] = {}
+        self._init_links()
         self._timer_at: dict[str, float] = {}
-        #: crafted faults (tests): a frame ``blocked(src, dst, message)`` returns True for is
-        #: lost, whatever its kind
-        self.blocked: Callable[[str, str, object], bool] | None = None
         #: large requests (ges.core.work): None runs them to the end at the moment they come;
         #: a number of work units makes every core run them that much at a time, SLICE_GAP
         #: apart, with frames, timers and faults in between, and holds a busy client's next
@@ -181,10 +112,6 @@ class Sim:
         self._held_msgs: dict[tuple[str, int], list] = {}
         self.slices = 0  # slices run apart from the request that started them
         self._work_at: dict[str, BrokerCore] = {}
-        self.frames = 0
-        self.data_frames = 0
-        #: frames delivered, by message type name
-        self.frame_types: Counter[str] = Counter()
         self.stats = dict.fromkeys(
             ("dropped", "duplicated", "link_failures", "crashes", "partitions", "silences"), 0
         )
@@ -240,111 +167,6 @@ class Sim:
         for n in self.topology.neighbours[broker]:
             if n in self.cores and _key(broker, n) not in self._down_links:
                 self._link_up(broker, n)
-
-    # -- links -----------------------------------------------------------------------------------
-
-    def connect_all(self) -> None:
-        """Every link of the topology not held down comes up."""
-        for link in self.topology.links:
-            if _key(link.a, link.b) not in self._down_links:
-                self._link_up(link.a, link.b)
-
-    def link_down(self, a: str, b: str) -> None:
-        """The link a–b goes down (as ``ges link down`` does) until :meth:`link_up`."""
-        self._down_links.add(_key(a, b))
-        self._link_down(a, b)
-
-    def link_up(self, a: str, b: str) -> None:
-        self._heal_link(a, b)
-
-    def _link_up(self, a: str, b: str) -> None:
-        key = _key(a, b)
-        if key in self._gen or a not in self.cores or b not in self.cores:
-            return
-        self._gen[key] = next(self._seq)
-        for x, y in ((a, b), (b, a)):
-            self._feed(x, lambda core, y=y: core.link_up(y, self.now))
-
-    def _link_down(self, a: str, b: str) -> None:
-        if self._gen.pop(_key(a, b), None) is None:
-            return
-        for direction in ((a, b), (b, a)):  # frames in flight on a closed connection are lost
-            for frame in self._flight.pop(direction, ()):
-                if not frame.lost:
-                    frame.lost = True
-                    self._live_frames -= 1
-        for x, y in ((a, b), (b, a)):
-            if x in self.cores:
-                self._feed(x, lambda core, y=y: core.link_down(y, self.now))
-
-    def fail_link(self, a: str, b: str, down_for: float) -> None:
-        key = _key(a, b)
-        if key in self._down_links:
-            return
-        self.stats["link_failures"] += 1
-        self._down_links.add(key)
-        self._link_down(a, b)
-        self.at(self.now + down_for, self._heal_link, a, b)
-
-    def _heal_link(self, a: str, b: str) -> None:
-        self._down_links.discard(_key(a, b))
-        self._link_up(a, b)
-
-    def silence(self, a: str, b: str, down_for: float) -> None:
-        """The link a–b carries nothing for ``down_for`` s; neither end is told."""
-        key = _key(a, b)
-        if key in self._silent:
-            return
-        self.stats["silences"] += 1
-        self._silent[key] = self.now + down_for
-        self.at(self.now + down_for, self._silent.pop, key, None)
-
-    def _dropped(self, a: str, b: str) -> None:
-        """``a``'s failure detector gave up on ``b``: the connection closes, and is dialled
-        again (a silent link answers once it carries frames again)."""
-        key = _key(a, b)
-        if key not in self._gen:
-            return
-        self.stats["suspected"] += 1
-        self._link_down(a, b)
-        self.at(self.now + REDIAL, self._redial, a, b)
-
-    def _redial(self, a: str, b: str) -> None:
-        key = _key(a, b)
-        if key in self._gen or key in self._down_links or a not in self.cores:
-            return
-        if key in self._silent or b not in self.cores:
-            self.at(self.now + REDIAL, self._redial, a, b)
-            return
-        self._link_up(a, b)
-
-    def partition(self, unit: tuple, down_for: float) -> None:
-        """Cut every link between two halves of ``unit``'s members (each half keeps its links
-        to the rest of the network, so messages may go round the split)."""
-        members = sorted(self.topology.units[unit])
-        if len(members) < 2:
-            return
-        self.rng.shuffle(members)
-        half = set(members[: len(members) // 2])
-        cut = [
-            (link.a, link.b)
-            for link in self.topology.links
-            if link.a in members
-            and link.b in members
-            and (link.a in half) != (link.b in half)
-            and _key(link.a, link.b) not in self._down_links
-        ]
-        if not cut:
-            return
-        self.stats["partitions"] += 1
-        for a, b in cut:
-            self._down_links.add(_key(a, b))
-            self._link_down(a, b)
-        self.at(self.now + down_for, self._heal_partition, cut)
-
-    def _heal_partition(self, cut: list) -> None:
-        for a, b in cut:
-            self._heal_link(a, b)
 
     # -- clients -----------------------------------------------------------------------------------
 
@@ -454,7 +276,7 @@ class Sim:
             if not queue:
                 del self._held_msgs[key]
 
-    # -- frames ------------------------------------------------------------------------------------
+    # -- outputs -----------------------------------------------------------------------------------
 
     def _handle(self, src: str, outputs: list) -> None:
         # the cores emit their outputs in an order that depends on nothing but the inputs (no
@@ -480,102 +302,6 @@ class Sim:
                     self.on_notice(src, out)
             else:
                 raise TypeError(f"not a broker core output: {out!r}")
-
-    def _send(self, src: str, dst: str, msg) -> None:
-        key = _key(src, dst)
-        gen = self._gen.get(key)
-        if gen is None:
-            return
-        self.cores[src].note_sent(dst, self.now)  # as the runtime does on every write
-        if self.on_send is not None:
-            self.on_send(src, dst, msg)
-        if self.blocked is not None and self.blocked(src, dst, msg):
-            self.stats["dropped"] += 1
-            return
-        frames = [frame[HEADER_SIZE:] for frame in m.encode_frames(msg)]
-        f, rng = self.faults, self.rng
-        data = isinstance(msg, _DATA)
-        if data and f.on("drop") and rng.random() < f.drop:
-            self.stats["dropped"] += 1
-            return
-        copies = 2 if f.on("dup") and rng.random() < f.dup else 1
-        if copies == 2:
-            self.stats["duplicated"] += 1
-        for _ in range(copies):
-            delay = LATENCY
-            if f.on("delay"):
-                delay += rng.random() * f.max_delay
-            when = max(self.now, self._silent.get(key, 0.0)) + delay
-            if not (data and f.on("reorder")):  # FIFO per direction
-                when = max(when, self._last_arrival.get((src, dst), 0.0))
-                self._last_arrival[(src, dst)] = when
-            for body in frames:  # a message over the frame limit goes as several
-                self._put(when, _Frame(src, dst, gen, body))
-
-    def _put(self, when: float, frame: _Frame) -> None:
-        self._flight.setdefault((frame.src, frame.dst), []).append(frame)
-        self._live_frames += 1
-        self.at(when, self._arrive, frame)
-
-    def send_at(self, when: float, src: str, dst: str, msg) -> None:
-        """``msg`` arrives from ``src`` at ``dst`` at ``when``, over the link as it is now (a
-        test holds a frame back with :attr:`blocked` and lets it arrive late with this)."""
-        gen = self._gen.get(_key(src, dst))
-        if gen is not None:
-            for frame in m.encode_frames(msg):
-                self._put(when, _Frame(src, dst, gen, frame[HEADER_SIZE:]))
-
-    def _arrive(self, frame: _Frame) -> None:
-        if frame.lost:
-            return  # its link went down meanwhile, or a test lost it
-        src, dst = frame.src, frame.dst
-        self._flight[(src, dst)].remove(frame)
-        frame.lost = True
-        self._live_frames -= 1
-        msg = m.decode(frame.body)
-        if self.on_arrive is not None:
-            self.on_arrive(src, dst, msg)
-        self.frames += 1
-        self.frame_types[type(msg).__name__] += 1
-        if isinstance(msg, _DATA):
-            self.data_frames += 1
-        self._feed(dst, lambda core: core.peer_message(src, msg, self.now))
-
-    @property
-    def in_transit(self) -> int:
-        """Frames on their way (not yet arrived, not lost)."""
-        return self._live_frames
-
-    def in_flight(self, src: str, dst: str) -> list:
-        """The messages on their way from ``src`` to ``dst``, in the order they were sent."""
-        return [m.decode(f.body) for f in self._flight.get((src, dst), ()) if not f.lost]
-
-    def lose(self, lost: Callable[[str, str, object], bool]) -> int:
-        """Lose every frame on its way for which ``lost(src, dst, message)`` holds (tests);
-        returns how many."""
-        n = 0
-        for flight in self._flight.values():
-            keep = []
-            for frame in flight:
-                if lost(frame.src, frame.dst, m.decode(frame.body)):
-                    frame.lost = True
-                    n += 1
-                else:
-                    keep.append(frame)
-            flight[:] = keep
-        self._live_frames -= n
-        return n
-
-    def reachable(self, broker: str) -> set[str]:
-        """The brokers ``broker`` reaches over links that are up (itself included)."""
-        seen, todo = {broker}, [broker]
-        while todo:
-            a = todo.pop()
-            for b in self.topology.neighbours[a]:
-                if _key(a, b) in self._gen and b not in seen:
-                    seen.add(b)
-                    todo.append(b)
-        return seen
 
     # -- faults ------------------------------------------------------------------------------------
 
@@ -607,7 +333,3 @@ class Sim:
                     self.at(t, self.silence, *rng.choice(links), rng.uniform(*f.silent_for))
                 elif units:
                     self.at(t, self.partition, rng.choice(units), down)
-
-
-def _key(a: str, b: str) -> tuple[str, str]:
-    return (a, b) if a < b else (b, a)

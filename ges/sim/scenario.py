@@ -24,7 +24,8 @@ from ges.core import BrokerConfig
 from ges.matching.model import Conjunction, Profile, profile_to_wire
 from ges.matching.syntax import parse_where
 from ges.sim.checker import Checker
-from ges.sim.network import Faults, Sim
+from ges.sim.faults import Faults
+from ges.sim.network import Sim
 from ges.topology import Topology
 from ges.wire import messages as m
 
