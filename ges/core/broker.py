@@ -6,7 +6,7 @@ Theory of operation
 client's message, a link going up or down, a timer, the log's commit — and returns the outputs
 the driver must perform, in order (ges.core.outputs): ``ToPeer`` a message to a neighbouring
 broker, ``ToClient`` a message to a client, ``DropPeer`` a link to drop, ``Notice`` a line for
-the log. The router answers ``(peer, msg)`` pairs; ``_to_peers`` makes them ``ToPeer`` outputs
+the log. The router answers ``(peer, msg)`` pairs; ``to_peers`` makes them ``ToPeer`` outputs
 for the links that are up. It never reads a clock (``now`` comes in), never does I/O, never
 draws random numbers.
 
@@ -121,8 +121,6 @@ class BrokerCore:
         )
         #: messages for one broker, passed hop by hop (nacks, answers, acks, profile wants)
         self.unicast = Unicast(topology, self.router, self.links_up)
-        #: the time of the slice running now (a job's slices run at different times)
-        self._now = 0.0
         #: work units per slice (the simulator makes it tiny to interleave more)
         self.work_slice = config.work_slice
         self.counters = dict.fromkeys(
@@ -208,8 +206,7 @@ class BrokerCore:
         was_up = peer in self.links_up
         self.links_up.discard(peer)
         self.detector.down(peer)
-        for key in [k for k in self.forwarding._path_prev if k[0] == peer]:
-            del self.forwarding._path_prev[key]
+        self.forwarding.link_down(peer)
         self.vt.link_down(peer)
         if not was_up:
             return []
@@ -234,7 +231,7 @@ class BrokerCore:
                 sends = self.router.on_ack(msg)
         except ValueError as exc:
             raise ProtocolError(f"bad profile message from {peer}: {exc}") from None
-        return self._to_peers(sends) + self.subscriptions.release_waits(now)
+        return self.to_peers(sends) + self.subscriptions.release_waits(now)
 
     def _on_vector(self, peer: str, msg: m.Vector, now: float) -> list:
         if len(msg.clocks) > len(self.topology.brokers):
@@ -253,10 +250,10 @@ class BrokerCore:
         """Connectivity changed: the router re-syncs keepers whose route changed."""
         if self.router is None:
             return []
-        out = self._to_peers(self.router.connectivity_changed(up_ends, now, downs=downs))
+        out = self.to_peers(self.router.connectivity_changed(up_ends, now, downs=downs))
         return out + self.subscriptions.release_waits(float("-inf"))
 
-    def _to_peers(self, sends: list) -> list[Output]:
+    def to_peers(self, sends: list) -> list[Output]:
         """The router's ``(peer, msg)`` sends as outputs, for the links that are up."""
         up = self.links_up
         return [ToPeer(peer, msg) for peer, msg in sends if peer in up]
@@ -316,7 +313,7 @@ class BrokerCore:
         kind = type(msg)
         if kind is m.Publish:
             return self.publishing.on_publish(conn, msg, now)
-        self._now = now  # a job's first slice runs now; later ones get the time of work()
+        self.subscriptions.now = now  # a job's first slice runs now, later ones at work()'s
         if (kind is m.Subscribe or kind is m.Unsubscribe) and self.subscriptions.busy(conn):
             raise ProtocolError(f"client {conn}: a request while its previous one is in progress")
         if kind is m.Subscribe:
@@ -355,7 +352,7 @@ class BrokerCore:
             out += self.link_down(p, now)
         if self.router is not None:
             sends, given_up = self.router.on_timer(now)
-            out += self._to_peers(sends)
+            out += self.to_peers(sends)
             for keeper in given_up:
                 text = (
                     f"keeper {keeper} has not acknowledged this broker's profile through "
@@ -488,6 +485,6 @@ FROM_PEER_RELIABLE = {
     ),
     m.Vector: _checked_values(BrokerCore._on_vector),
     m.ProfileWant: _checked_values(
-        lambda core, peer, msg, now: core._to_peers(core.router.on_want(msg, now))
+        lambda core, peer, msg, now: core.to_peers(core.router.on_want(msg, now))
     ),
 }

@@ -33,6 +33,11 @@ class Forwarding(Part):
         self.windows: OrderedDict[str, TickWindow] = OrderedDict()
         self._path_prev: dict[tuple[str, str], int] = {}
 
+    def link_down(self, peer: str) -> None:
+        """The link to ``peer`` went: the flood paths through it start again."""
+        for key in [k for k in self._path_prev if k[0] == peer]:
+            del self._path_prev[key]
+
     def route(self, pubend: str, todo: list) -> list:
         """Route ``(item, routes)`` pairs: the Events to send on."""
         route = self.router.route_event

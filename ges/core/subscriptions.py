@@ -58,6 +58,8 @@ class Subscriptions(Part):
 
     def __init__(self, core):
         super().__init__(core)
+        #: the time of the slice running now (a job's slices run at different times)
+        self.now = 0.0
         # conn_id -> {sub_id: Profile}
         self.clients: dict[int, dict[int, Profile]] = {}
         self._client_names: dict[int, str] = {}
@@ -89,7 +91,7 @@ class Subscriptions(Part):
     def client_closed(self, conn: int, now: float) -> list:
         """A client connection ended: its subscriptions go — a job, whose profile changes come
         out of this call and of :meth:`work`."""
-        self.core._now = now
+        self.now = now
         for job in self._jobs.of(conn):
             self._jobs.drop(job)  # what it entered so far is in _entered, and goes below
         subs = self.clients.pop(conn, {})
@@ -118,7 +120,7 @@ class Subscriptions(Part):
         if self.router is None:
             return [], frozenset()
         sends, waits = self.router.local_change(add, remove, now)
-        return self.core._to_peers(sends), waits
+        return self.core.to_peers(sends), waits
 
     def client_name(self, conn: int) -> str:
         """The id a connected client gave (its connection number if it has gone)."""
@@ -140,11 +142,11 @@ class Subscriptions(Part):
 
     def work(self, now: float) -> list:
         """One slice (:data:`WORK_SLICE` units) of what is in progress; the outputs."""
-        self.core._now = now
+        self.now = now
         out, left = self._jobs.run(self.work_slice)
         router = self.router
         if router is not None and router.busy and left > 0:
-            out += self.core._to_peers(router.background(now, left))
+            out += self.core.to_peers(router.background(now, left))
         return out + self.release_waits(now)
 
     def _apply(self, dest, add, remove, out: list, ticket=None, held=None) -> JobBody:
@@ -187,7 +189,7 @@ class Subscriptions(Part):
             if cost >= self.work_slice or adding is None:
                 if router is not None:
                     # a slice may run well after the request came: it stamps its own time
-                    sends, added = self._local_change(chunk_add, chunk_remove, self.core._now)
+                    sends, added = self._local_change(chunk_add, chunk_remove, self.now)
                     out += sends
                     if ticket is not None:
                         router.book.extend(ticket, router.waited(added))
@@ -293,7 +295,7 @@ class Subscriptions(Part):
         if self.reliable:
             out += self.gates.start(dest, ticket)
         if ticket is not None and not ticket.confirmed():
-            deadline = self.core._now + self.config.suback_wait
+            deadline = self.now + self.config.suback_wait
             self.waits.append(SubAckWait(conn, msg.sub_id, ticket, deadline, msg.req))
             return
         if ticket is not None:
