@@ -212,3 +212,46 @@ def test_the_checker_finds_a_cycle():
     }
     assert cycles(modules) == [["ges.a.x", "ges.a.y", "ges.a.z", "ges.a.x"]]
     assert cycles({"ges.a.x": "import ges.a.y", "ges.a.y": "", "ges.a": ""}) == []
+
+
+# -- the broker core's parts ---------------------------------------------------------------------
+
+#: The names by which a part of the core (ges/core/part.py) reaches the core and its siblings.
+PARTS = {
+    "core", "links", "subscriptions", "gates", "publishing", "subends", "forwarding",
+    "release", "repair", "unicast", "router", "claims", "vt", "log",
+}  # fmt: skip
+
+
+def private_reach_ins(source: str) -> list[str]:
+    """``self.<part>._<name>`` in ``source``: a part (or the core) using another's private
+    state instead of its interface."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr in PARTS
+            and isinstance(node.value.value, ast.Name)
+            and node.value.value.id == "self"
+        ):
+            found.append(f"{node.lineno}: self.{node.value.attr}.{node.attr}")
+    return found
+
+
+def test_the_cores_parts_use_each_others_interfaces_not_their_private_state():
+    bad = {
+        str(path.relative_to(ROOT)): hits
+        for path in sorted((ROOT / "ges" / "core").glob("*.py"))
+        if (hits := private_reach_ins(path.read_text()))
+    }
+    assert bad == {}
+
+
+def test_the_reach_in_check_sees_one():
+    assert private_reach_ins("def f(self):\n    return self.gates._levels\n") == [
+        "2: self.gates._levels"
+    ]
+    assert private_reach_ins("def f(self):\n    return self._levels, other.gates._x\n") == []
