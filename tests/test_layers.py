@@ -24,7 +24,7 @@ ROOT = Path(ges.__file__).parent.parent
 #: Lowest first; packages on one line are one layer and must not import each other.
 LAYERS: list[set[str]] = [
     {"errors", "wire"},
-    {"topology", "matching", "records"},
+    {"topology", "matching", "records", "security"},
     {"connectivity", "reliable"},
     {"routing"},
     {"core"},

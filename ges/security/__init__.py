@@ -1,0 +1,1 @@
+"""Security: the network's certificates and who they name (issue 19)."""
