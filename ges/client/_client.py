@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -36,6 +37,8 @@ from ges.matching.model import (
     profile_to_wire,
 )
 from ges.records import Delivery
+from ges.security.certs import Identity
+from ges.security.tls import peer_identity
 from ges.topology import Topology
 from ges.transport.connection import Connection, ConnectionClosed
 from ges.wire import MAX_EVENT_BYTES, FrameError, encode, event_size
@@ -424,11 +427,15 @@ async def connect(
     window: int = DEFAULT_WINDOW,
     timeout: float = CONNECT_TIMEOUT,
     keepalive: float = KEEPALIVE,
+    tls: ssl.SSLContext | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to a broker and run the client's reader until the block exits.
 
     ``topology``: the Topology the caller runs (the broker refuses a client of another
     network: its name and content digest must match), or a name alone, or None (anonymous).
+    ``tls``: a context from ``ges.security.tls.context`` (the network's CA, and this client's
+    certificate if it has one); the broker must prove with its certificate that it is the
+    broker that answers.
 
     Raises:
         BrokerUnreachable: nothing answered at ``host:port`` within ``timeout``.
@@ -441,6 +448,17 @@ async def connect(
     except (OSError, trio.TooSlowError) as exc:
         why = getattr(exc, "strerror", None) or "no answer"
         raise BrokerUnreachable(f"cannot reach broker at {host}:{port}: {why}") from None
+    if tls is not None:
+        stream = trio.SSLStream(stream, tls, server_side=False)
+        try:
+            with trio.fail_after(timeout):
+                await stream.do_handshake()
+        except (trio.BrokenResourceError, trio.TooSlowError) as exc:
+            await trio.aclose_forcefully(stream)
+            why = exc.__cause__ or exc
+            raise OperationError(
+                f"broker at {host}:{port}: TLS failed: {getattr(why, 'reason', None) or why}"
+            ) from None
     conn = Connection(stream, label=f"broker {host}:{port}")
     try:
         await stream.send_all(encode(hello_for(topology, "client", client_id)))
@@ -458,6 +476,14 @@ async def connect(
         raise OperationError(
             f"broker at {host}:{port} answered {type(reply).__name__}, not Welcome"
         )
+    if tls is not None:
+        who = peer_identity(stream)
+        if who != Identity("broker", reply.broker):
+            await conn.aclose()
+            raise OperationError(
+                f"broker at {host}:{port} says it is {reply.broker} but its certificate names "
+                f"{who or 'nobody'}"
+            )
     client = Client(
         conn, broker=reply.broker, window=window, client_id=client_id, keepalive=keepalive
     )
@@ -489,6 +515,7 @@ async def broker_stats(
     topology: Topology | str | None = None,
     timeout: float = 2.0,
     client_id: str = "stats",
+    tls: ssl.SSLContext | None = None,
 ) -> m.Stats:
     """One broker's counters over a short-lived connection.
 
@@ -498,7 +525,7 @@ async def broker_stats(
     try:
         with trio.fail_after(timeout):
             async with connect(
-                host, port, topology=topology, client_id=client_id, timeout=timeout
+                host, port, topology=topology, client_id=client_id, timeout=timeout, tls=tls
             ) as client:
                 return await client.stats()
     except trio.TooSlowError:

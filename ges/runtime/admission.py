@@ -22,6 +22,8 @@ import re
 import trio
 
 from ges.runtime.links import LINK_CUT_REASON
+from ges.security.certs import Identity
+from ges.security.tls import peer_identity
 from ges.transport.connection import (
     Connection,
     ConnectionClosed,
@@ -112,6 +114,8 @@ class Admission:
                     )
                     continue
                 self.server._opening += 1
+                if self.server.tls_accept is not None:  # the handshake runs with the first read
+                    stream = trio.SSLStream(stream, self.server.tls_accept, server_side=True)
                 self.server._nursery.start_soon(self.handle_incoming, stream)
 
     async def refuse(self, stream: trio.SocketStream, reason: str) -> None:
@@ -127,6 +131,18 @@ class Admission:
                 await stream.send_all(encode(m.Refuse(reason)))
         with trio.CancelScope(shield=True), trio.move_on_after(REFUSE_WAIT):
             await stream.aclose()
+
+    def proven(self, stream: trio.SSLStream, hello: m.Hello) -> m.Refuse | None:
+        """A broker must be the one its certificate names (None: it is, or it is a client —
+        what a client may do is decided by its identity, kept on its connection)."""
+        who = peer_identity(stream)
+        if hello.role != "broker" or who == Identity("broker", hello.id):
+            return None
+        shown = "no certificate" if who is None else f"the certificate of {who}"
+        return m.Refuse(
+            f"a connection claiming to be broker {hello.id} presented {shown}: only the broker "
+            "with the network's certificate for that id may link here"
+        )
 
     async def handle_incoming(self, stream: trio.SocketStream) -> None:
         # until its Hello, a connection may send one small frame, within HANDSHAKE_TIMEOUT
@@ -158,6 +174,8 @@ class Admission:
                 )
                 return
             reply = self.server.core.hello(hello)
+            if isinstance(stream, trio.SSLStream) and isinstance(reply, m.Welcome):
+                reply = self.proven(stream, hello) or reply
             if (
                 hello.role == "broker"
                 and hello.id in self.server._cut
@@ -203,6 +221,8 @@ class Admission:
 
 def peer_of(stream) -> str:
     """``host:port`` of a socket stream's peer (for the log)."""
+    if isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
     try:
         host, port, *_ = stream.socket.getpeername()
     except (OSError, AttributeError, ValueError):

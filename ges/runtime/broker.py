@@ -40,6 +40,8 @@ from ges.runtime.links import BACKOFF_FIRST, BACKOFF_MAX, Links
 from ges.runtime.notes import RateLimitedLog
 from ges.runtime.pubend_log import LogBounds, SqliteLog
 from ges.runtime.recording import BrokerRecorder
+from ges.security.certs import CertDir, Identity
+from ges.security.tls import context
 from ges.topology import Topology, broker_order_key
 from ges.transport.connection import (
     FRAME_DEADLINE,
@@ -100,6 +102,7 @@ class BrokerServer:
         record_tags: dict | None = None,
         max_clients: int = MAX_CLIENTS,
         config: BrokerConfig | None = None,
+        certs: CertDir | None = None,
     ):
         self.topology = topology
         self.spec = topology.brokers[broker_id]
@@ -133,6 +136,11 @@ class BrokerServer:
             config=config,
         )
         self.core.pid = os.getpid()
+        #: TLS (None: plain TCP): the contexts this broker accepts and dials with, from the
+        #: network's certificate directory (ges.security)
+        me = Identity("broker", broker_id)
+        self.tls_accept = None if certs is None else context(certs, me, server=True)
+        self.tls_dial = None if certs is None else context(certs, me, server=False)
         self.listen_host = listen_host or self.spec.host
         self.log = logging.getLogger(f"ges.broker.{broker_id}")
         self._peers: dict[str, Connection] = {}

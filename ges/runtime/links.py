@@ -22,6 +22,8 @@ import random
 import trio
 
 from ges.core import ToClient
+from ges.security.certs import Identity
+from ges.security.tls import peer_identity
 from ges.transport.connection import (
     Connection,
     ConnectionClosed,
@@ -61,8 +63,11 @@ class Links:
             try:
                 with trio.fail_after(CONNECT_TIMEOUT):
                     stream = await trio.open_tcp_stream(spec.host, spec.port)
-            except (OSError, trio.TooSlowError):
-                pass
+                    stream = await self._secure(stream, peer)
+            except (OSError, trio.TooSlowError, trio.BrokenResourceError):
+                if stream is not None:
+                    await trio.aclose_forcefully(stream)
+                stream = None
             if stream is not None:
                 started = trio.current_time()
                 conn = Connection(stream, label=f"link {self.server.id}->{peer}")
@@ -88,6 +93,34 @@ class Links:
                 await conn.aclose()
             await trio.sleep(backoff * random.uniform(0.75, 1.25))
             backoff = min(backoff * 2, most)
+
+    async def _secure(self, stream, peer: str):
+        """With TLS, the handshake, and the peer proven to be ``peer`` by its certificate (a
+        server that is not is logged once and dropped, as if it did not answer)."""
+        ctx = self.server.tls_dial
+        if ctx is None:
+            return stream
+        tls = trio.SSLStream(stream, ctx, server_side=False)
+        try:
+            await tls.do_handshake()
+        except trio.BrokenResourceError as exc:
+            why = exc.__cause__ or exc
+            self.server.notes.warning(
+                f"tls {peer}", "TLS with broker %s failed: %s", peer, getattr(why, "reason", why)
+            )
+            raise
+        who = peer_identity(tls)
+        if who != Identity("broker", peer):
+            self.server.notes.warning(
+                f"impostor {peer}",
+                "the server at broker %s's address presented %s, not %s's certificate",
+                peer,
+                who or "no certificate",
+                peer,
+            )
+            await trio.aclose_forcefully(tls)
+            raise trio.BrokenResourceError(f"not broker {peer}")
+        return tls
 
     async def run_link(self, peer: str, conn: Connection) -> None:
         if peer in self.server._cut:  # cut while this connection was shaking hands

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -113,8 +114,9 @@ async def wait_ready(
     check: Callable[[], None] | None = None,
     progress: Callable[[int, int, int, int], None] | None = None,
     report: Callable[[str, str], None] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
-    """Poll every broker until it answers and all its links are up.
+    """Poll every broker until it answers and all its links are up (over TLS with ``tls``).
 
     Args:
         pids: the pid of the process serving each broker, as started (read at every poll, so a
@@ -142,7 +144,7 @@ async def wait_ready(
     async def poll(bid: str) -> None:
         spec = topology.brokers[bid]
         try:
-            stats = await broker_stats(spec.host, spec.port, topology=topology)
+            stats = await broker_stats(spec.host, spec.port, topology=topology, tls=tls)
         except OperationError:
             return
         if pids is not None and stats.pid != pids.get(bid):

@@ -1,0 +1,150 @@
+"""TLS between brokers and to clients, over real sockets (issue 19, first step: opt-in through
+``BrokerServer(certs=…)`` and ``connect(tls=…)``).
+
+A broker accepts a link only from the broker its certificate names; one that claims to be a
+neighbour without it is refused and logged with its address and the id it claimed. A broker
+dials a neighbour only if the server there proves to be that neighbour.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+
+from ges.client import connect
+from ges.errors import OperationError
+from ges.runtime.broker import BrokerServer
+from ges.runtime.up import wait_ready
+from ges.security.certs import CertDir, Identity
+from ges.security.tls import context
+from ges.wire import FrameDecoder, decode, encode
+from ges.wire import messages as m
+from ges.wire.messages import hello_for
+from tests.conftest import receive
+
+
+@pytest.fixture
+def certs(chain3, tmp_path) -> CertDir:
+    where = CertDir(tmp_path / "certs")
+    where.init(chain3.name, {b: () for b in chain3.brokers})
+    where.add(Identity("client", "alice"))
+    return where
+
+
+async def start(nursery, topology, certs, only=None) -> dict[str, BrokerServer]:
+    servers = {}
+    for bid in only or topology.brokers:
+        servers[bid] = BrokerServer(topology, bid, certs=certs)
+        await nursery.start(servers[bid].run)
+    return servers
+
+
+async def read_one(stream, within: float = 5.0):
+    dec = FrameDecoder()
+    with trio.fail_after(within):
+        while not (frames := dec.frames()):
+            data = await stream.receive_some(65536)
+            if not data:
+                return None
+            dec.feed(data)
+    return decode(frames[0])
+
+
+async def test_brokers_link_and_deliver_over_tls(chain3, certs):
+    ctx = context(certs, Identity("client", "alice"), server=False)
+    async with trio.open_nursery() as nursery:
+        await start(nursery, chain3, certs)
+        await wait_ready(chain3, timeout=10, tls=ctx)
+        s1, s3 = chain3.brokers["b1"], chain3.brokers["b3"]
+        async with (
+            connect(s3.host, s3.port, topology=chain3, tls=ctx) as sub_client,
+            connect(s1.host, s1.port, topology=chain3, tls=ctx) as pub_client,
+        ):
+            sub = await sub_client.subscribe([m.Constraint("n", ">=", 0)])
+            await pub_client.publish([m.Event({"n": 1})])
+            (got,) = await receive(sub, 1)
+            assert dict(got.event.attributes) == {"n": 1} and got.hops == 2
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_neighbour_without_its_certificate_is_refused_and_logged(chain3, certs, caplog):
+    caplog.set_level(logging.WARNING)
+    anonymous = context(certs, None, server=False)
+    alice = context(certs, Identity("client", "alice"), server=False)
+    async with trio.open_nursery() as nursery:
+        servers = await start(nursery, chain3, certs)
+        await wait_ready(chain3, timeout=10, tls=alice)
+        spec = chain3.brokers["b2"]
+        for who, ctx in (("no certificate", anonymous), ("client alice", alice)):
+            # TLS with the network's CA, then Hello as b2's neighbour b1
+            tcp = await trio.open_tcp_stream(spec.host, spec.port)
+            stream = trio.SSLStream(tcp, ctx, server_side=False)
+            await stream.send_all(encode(hello_for(chain3, "broker", "b1")))
+            reply = await read_one(stream)
+            assert type(reply) is m.Refuse, reply
+            assert (
+                f"claiming to be broker b1 presented {'the certificate of ' * (who != 'no certificate')}{who}"
+                in reply.reason
+            )
+            await trio.aclose_forcefully(stream)
+        lines = [
+            r.getMessage() for r in caplog.records if "claiming to be broker b1" in r.getMessage()
+        ]
+        assert lines and "127.0.0.1:" in lines[0]  # its address
+        assert "b1" in servers["b2"].core.links_up  # the real b1 is still linked
+        nursery.cancel_scope.cancel()
+
+
+async def test_plain_tcp_to_a_tls_broker_gets_nowhere(chain3, certs):
+    async with trio.open_nursery() as nursery:
+        servers = await start(nursery, chain3, certs, only=["b1"])
+        spec = chain3.brokers["b1"]
+        with pytest.raises(OperationError):
+            async with connect(spec.host, spec.port, topology=chain3, timeout=3):
+                pass
+        assert servers["b1"].core.stats().clients == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_server_that_is_not_the_neighbour_it_should_be_is_not_linked(chain3, certs, caplog):
+    """b2's port is served by a broker holding b3's certificate: b1 will not link with it."""
+    caplog.set_level(logging.WARNING)
+    wrong = chain3.brokers["b2"]
+    async with trio.open_nursery() as nursery:
+        b1 = BrokerServer(chain3, "b1", certs=certs)
+        await nursery.start(b1.run)
+        # an impostor answering on b2's port with b3's certificate
+        impostor_ctx = context(certs, Identity("broker", "b3"), server=True)
+
+        async def impostor(stream):
+            tls = trio.SSLStream(stream, impostor_ctx, server_side=True)
+            try:
+                await tls.do_handshake()
+                await read_one(tls)
+            except (trio.BrokenResourceError, trio.TooSlowError):
+                pass
+
+        listeners = await trio.open_tcp_listeners(wrong.port, host=wrong.host)
+        nursery.start_soon(trio.serve_listeners, impostor, listeners)
+        with trio.fail_after(10):
+            while not any(
+                "presented broker b3, not b2's" in r.getMessage() for r in caplog.records
+            ):
+                await trio.sleep(0.05)
+        assert b1.core.links_up == set()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_client_checks_the_broker_is_who_it_says(chain3, certs, tmp_path):
+    """A client with another network's CA refuses the broker at the handshake."""
+    other = CertDir(tmp_path / "other")
+    other.init(chain3.name, {"b1": ()})
+    async with trio.open_nursery() as nursery:
+        await start(nursery, chain3, certs, only=["b1"])
+        spec = chain3.brokers["b1"]
+        with pytest.raises(OperationError, match="TLS failed"):
+            async with connect(spec.host, spec.port, tls=context(other, None, server=False)):
+                pass
+        nursery.cancel_scope.cancel()
