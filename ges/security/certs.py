@@ -212,15 +212,18 @@ def _key_pem(key) -> bytes:
 
 def _write_new(path: Path, data: bytes, *, private: bool) -> None:
     """Write a file that must not exist yet (0600 for a key), all or nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.link(tmp, path)  # fails if the file appeared meanwhile: nothing is overwritten
-    tmp.unlink()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)  # fails if the file appeared meanwhile: nothing is overwritten
+        tmp.unlink()
+    except OSError as exc:
+        raise OperationError(f"{path}: cannot write it: {exc.strerror or exc}") from None
 
 
 @attrs.frozen

@@ -157,6 +157,12 @@ def test_names_are_checked(tmp_path):
         CertDir(tmp_path / "empty").add(Identity("client", "bob"))
 
 
+def test_a_directory_that_cannot_be_written_is_one_clear_error(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(OperationError, match=r"file/ca\.key: cannot write it"):
+        CertDir(tmp_path / "file").init("demo", {})
+
+
 def test_missing_certificates_are_one_clear_error(tmp_path):
     certs = CertDir(tmp_path)
     certs.init("demo", {})
