@@ -148,3 +148,29 @@ async def test_a_client_checks_the_broker_is_who_it_says(chain3, certs, tmp_path
             async with connect(spec.host, spec.port, tls=context(other, None, server=False)):
                 pass
         nursery.cancel_scope.cancel()
+
+
+async def test_a_handshake_that_never_comes_or_is_garbage_is_bounded_in_time(chain3, certs):
+    """TLS does not open a way round the admission bounds: a connection that sends nothing is
+    closed after the handshake timeout, one that sends garbage at once; the broker serves on."""
+    from ges.transport.connection import HANDSHAKE_TIMEOUT
+
+    async with trio.open_nursery() as nursery:
+        servers = await start(nursery, chain3, certs, only=["b1"])
+        spec = chain3.brokers["b1"]
+        silent = await trio.open_tcp_stream(spec.host, spec.port)
+        garbage = await trio.open_tcp_stream(spec.host, spec.port)
+        await garbage.send_all(b"\x16\x03\x01" + b"\xff" * 5000)
+        started = trio.current_time()
+        with trio.fail_after(2):  # garbage: closed at once (perhaps after a TLS alert)
+            while await garbage.receive_some(65536):
+                pass
+        with trio.fail_after(HANDSHAKE_TIMEOUT + 3):
+            while await silent.receive_some(65536):
+                pass  # a TLS alert may come first; then the close
+        assert trio.current_time() - started >= HANDSHAKE_TIMEOUT - 0.5
+        assert servers["b1"]._opening == 0
+        alice = context(certs, Identity("client", "alice"), server=False)
+        async with connect(spec.host, spec.port, topology=chain3, tls=alice) as client:
+            assert (await client.stats()).broker == "b1"
+        nursery.cancel_scope.cancel()
