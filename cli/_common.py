@@ -183,3 +183,40 @@ def command(app: typer.Typer, name: str | None = None):
         return app.command(name, cls=OneLineUsageCommand, help="\n\n".join(paragraphs))(fn)
 
     return register
+
+
+#: ``--certs DIR``: the network's certificate directory (``ges certs init``).
+CERTS = typer.Option(
+    None,
+    "--certs",
+    help="The network's certificate directory (ges certs init): TLS, every end proving who it "
+    "is. Without it, plain TCP.",
+    metavar="DIR",
+)
+
+
+def client_tls(certs_dir: Path | None, client: str | None = None):
+    """The TLS context a client command connects with (None: plain TCP): as ``client`` if the
+    directory has its certificate, else without one."""
+    if certs_dir is None:
+        return None
+    from ges.errors import OperationError
+    from ges.security.certs import CertDir, Identity
+    from ges.security.tls import context
+
+    certs = CertDir(certs_dir)
+    if not certs.ca_cert.exists():
+        raise OperationError(f"--certs {certs_dir}: no ca.crt there (make it with ges certs init)")
+    me = Identity("client", client) if client else None
+    if me is not None and not certs.cert("client", client).exists():
+        me = None
+    return context(certs, me, server=False)
+
+
+def broker_certs(certs_dir: Path | None):
+    """What a broker serves and dials with (None: plain TCP)."""
+    if certs_dir is None:
+        return None
+    from ges.security.certs import CertDir
+
+    return CertDir(certs_dir)

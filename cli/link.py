@@ -10,7 +10,9 @@ import typer
 from rich.text import Text
 
 from cli._common import (
+    CERTS,
     OneLineUsageGroup,
+    client_tls,
     command,
     err,
     load_topology,
@@ -44,6 +46,7 @@ def down(
     a: str = END_A,
     b: str = END_B,
     timeout: float = TIMEOUT,
+    certs: Path = CERTS,
 ) -> None:
     """Cut the link between brokers A and B, at both ends.
 
@@ -52,7 +55,7 @@ def down(
     it. If one end is unreachable the other is still cut, with a warning. The cut is forgotten
     when a broker restarts.
     """
-    one_line_errors(_link)(topology_file, a, b, False, timeout)
+    one_line_errors(_link)(topology_file, a, b, False, timeout, certs)
 
 
 @command(app)
@@ -61,13 +64,14 @@ def up(
     a: str = END_A,
     b: str = END_B,
     timeout: float = TIMEOUT,
+    certs: Path = CERTS,
 ) -> None:
     """Restore the link between brokers A and B, at both ends.
 
     The lower id of the two redials the other at once; the link is up again within a round
     trip. If one end is unreachable the other is still restored, with a warning.
     """
-    one_line_errors(_link)(topology_file, a, b, True, timeout)
+    one_line_errors(_link)(topology_file, a, b, True, timeout, certs)
 
 
 @attrs.frozen
@@ -80,10 +84,13 @@ class _End:
     unreachable: bool = False
 
 
-def _link(topology_file: Path, a: str, b: str, up_: bool, timeout: float) -> None:
+def _link(
+    topology_file: Path, a: str, b: str, up_: bool, timeout: float, certs: Path | None = None
+) -> None:
     if not timeout > 0:
         raise UserInputError(f"--timeout {timeout}: must be > 0")
     topology = load_topology(topology_file)
+    tls = client_tls(certs)
     resolve_broker(topology, a)
     resolve_broker(topology, b)
     if a == b or topology.link_between(a, b) is None:
@@ -95,19 +102,21 @@ def _link(topology_file: Path, a: str, b: str, up_: bool, timeout: float) -> Non
     # cut the dialling end first and restore it last, so it never dials the other end while
     # that one refuses it
     order = (acceptor, dialler) if up_ else (dialler, acceptor)
-    ends = trio.run(_control_both, topology, order, up_, timeout)
+    ends = trio.run(_control_both, topology, order, up_, timeout, tls)
     _report((a, b), ends, up_)
 
 
-async def _control_both(topology: Topology, order, up_: bool, timeout: float) -> dict:
+async def _control_both(topology: Topology, order, up_: bool, timeout: float, tls=None) -> dict:
     first, second = order
     return {
-        first: await _control(topology, first, second, up_, timeout),
-        second: await _control(topology, second, first, up_, timeout),
+        first: await _control(topology, first, second, up_, timeout, tls),
+        second: await _control(topology, second, first, up_, timeout, tls),
     }
 
 
-async def _control(topology: Topology, broker: str, peer: str, up_: bool, timeout: float) -> _End:
+async def _control(
+    topology: Topology, broker: str, peer: str, up_: bool, timeout: float, tls=None
+) -> _End:
     spec = topology.brokers[broker]
     try:
         # connect's own timeout tells an unreachable broker from one that does not answer
@@ -117,6 +126,7 @@ async def _control(topology: Topology, broker: str, peer: str, up_: bool, timeou
             topology=topology,
             client_id=f"link-{broker}-{peer}",
             timeout=timeout,
+            tls=tls,
         ) as client:
             with trio.fail_after(timeout):
                 changed = await client.link(peer, up=up_)

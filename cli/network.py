@@ -11,7 +11,17 @@ import typer
 from rich.logging import RichHandler
 from rich.text import Text
 
-from cli._common import err, load_topology, one_line_errors, out, parse_tags, resolve_broker
+from cli._common import (
+    CERTS,
+    broker_certs,
+    client_tls,
+    err,
+    load_topology,
+    one_line_errors,
+    out,
+    parse_tags,
+    resolve_broker,
+)
 from ges.core.broker import ROUTINGS
 from ges.errors import UserInputError
 from ges.monitor import Monitor
@@ -108,6 +118,7 @@ def up(
     record: Path = RECORD,
     tag: list[str] = TAGS,
     max_clients: int = MAX_CLIENTS_OPTION,
+    certs: Path = CERTS,
 ) -> None:
     """Start every broker of a topology on this host and show them live.
 
@@ -127,6 +138,7 @@ def up(
         record,
         tag,
         max_clients,
+        certs,
     )
 
 
@@ -166,6 +178,7 @@ def _up(
     record=None,
     tag=(),
     max_clients=MAX_CLIENTS,
+    certs=None,
 ) -> None:
     log_level = _check_log_level(log_level)
     _check_max_clients(max_clients)
@@ -173,6 +186,7 @@ def _up(
     reliable = _check_delivery(delivery, routing)
     tags = parse_tags(tag)
     topology = load_topology(topology_file)
+    tls = client_tls(certs)  # ges up's own polls: TLS without a client certificate
     data_dir = data_dir or default_data_dir(topology.name)
     # with the live view on, logs print above it through the same console
     _setup_logging(log_level, console=err if no_live else out)
@@ -192,7 +206,9 @@ def _up(
             "record_dir": record,
             "record_tags": tags,
             "max_clients": _check_max_clients(max_clients),
+            "certs": broker_certs(certs),
         },
+        tls,
     )
 
 
@@ -206,8 +222,10 @@ async def _run_up(
     routing,
     reliable,
     options: dict,
+    tls=None,
 ):
-    """``options``: the keyword options every broker gets (strict_log, record_dir, …)."""
+    """``options``: the keyword options every broker gets (strict_log, record_dir, …);
+    ``tls``: what this process polls the brokers with."""
     supervisor = None
     try:
         async with trio.open_nursery() as nursery:
@@ -249,6 +267,7 @@ async def _run_up(
                 timeout=ready_timeout,
                 check=check,
                 report=_ForeignReport(),
+                tls=tls,
             )
             if supervisor is not None:
                 supervisor.ready = True
@@ -261,7 +280,7 @@ async def _run_up(
                 soft_wrap=True,
             )
             if not no_live:
-                nursery.start_soon(Monitor(topology, console=out).run)
+                nursery.start_soon(Monitor(topology, console=out, tls=tls).run)
     finally:
         if supervisor is not None:
             with trio.CancelScope(shield=True):
@@ -298,6 +317,7 @@ def broker(
     record: Path = RECORD,
     tag: list[str] = TAGS,
     max_clients: int = MAX_CLIENTS_OPTION,
+    certs: Path = CERTS,
 ) -> None:
     """Run one broker of a topology (for deployments across hosts)."""
     one_line_errors(_broker)(
@@ -311,6 +331,7 @@ def broker(
         record,
         tag,
         max_clients,
+        certs,
     )
 
 
@@ -325,6 +346,7 @@ def _broker(
     record,
     tag,
     max_clients=MAX_CLIENTS,
+    certs=None,
 ) -> None:
     log_level = _check_log_level(log_level)
     _check_max_clients(max_clients)
@@ -351,6 +373,7 @@ def _broker(
                 record_dir=record,
                 record_tags=tags,
                 max_clients=max_clients,
+                certs=broker_certs(certs),
             )
             await nursery.start(server.run)
             spec = topology.brokers[broker_id]

@@ -11,7 +11,16 @@ from pathlib import Path
 import trio
 import typer
 
-from cli._common import err, load_topology, one_line_errors, out, parse_tags, resolve_broker
+from cli._common import (
+    CERTS,
+    client_tls,
+    err,
+    load_topology,
+    one_line_errors,
+    out,
+    parse_tags,
+    resolve_broker,
+)
 from ges.client import connect
 from ges.core.publishing import MAX_PUBLISHER_ID
 from ges.errors import OperationError, UserInputError
@@ -60,6 +69,7 @@ def publish(
         help="An XML event (schemas/event.xsd): its type, attributes and payload; --attr, --type, --payload and --size override them.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
+    certs: Path = CERTS,
 ) -> None:
     """Publish events at a broker; returns once the broker acknowledged every one.
 
@@ -79,6 +89,7 @@ def publish(
         event_type,
         event_file,
         as_json,
+        certs,
     )
 
 
@@ -95,8 +106,10 @@ def _publish(
     event_type,
     event_file,
     as_json,
+    certs=None,
 ) -> None:
     topology = load_topology(topology_file)
+    tls = client_tls(certs, client_name)
     resolve_broker(topology, broker)
     if count < 1:
         raise UserInputError(f"--count {count}: must be at least 1")
@@ -135,7 +148,7 @@ def _publish(
     async def main():
         nonlocal failure
         async with connect(
-            spec.host, spec.port, topology=topology, client_id=client_name
+            spec.host, spec.port, topology=topology, client_id=client_name, tls=tls
         ) as client:
 
             def make(i: int) -> m.Event:
@@ -244,18 +257,20 @@ def subscribe(
     tag: list[str] = typer.Option(
         [], "--tag", help="KEY=VALUE experiment tag for the delivery records (repeatable)."
     ),
+    certs: Path = CERTS,
 ) -> None:
     """Subscribe at a broker and print every matching event as it arrives."""
     one_line_errors(_subscribe)(
-        topology_file, broker, where, profile_file, count, timeout, fmt, record, tag
+        topology_file, broker, where, profile_file, count, timeout, fmt, record, tag, certs
     )
 
 
 def _subscribe(
-    topology_file, broker, where, profile_file, count, timeout, fmt, record, tag=()
+    topology_file, broker, where, profile_file, count, timeout, fmt, record, tag=(), certs=None
 ) -> None:
     tags = parse_tags(tag)
     topology = load_topology(topology_file)
+    tls = client_tls(certs)
     resolve_broker(topology, broker)
     if fmt not in FORMATS:
         raise UserInputError(f"--format {fmt!r}: must be one of {', '.join(FORMATS)}")
@@ -292,7 +307,7 @@ def _subscribe(
         )
         stdout = sys.stdout
         async with connect(
-            spec.host, spec.port, topology=topology, client_id=client_name
+            spec.host, spec.port, topology=topology, client_id=client_name, tls=tls
         ) as client:
             sub = await client.subscribe(profile)
             shown = str(profile)

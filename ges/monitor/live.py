@@ -9,6 +9,7 @@ at a glance; for large topologies only the busiest rows are drawn.
 from __future__ import annotations
 
 import math
+import ssl
 
 import attrs
 import trio
@@ -43,9 +44,15 @@ class Monitor:
     """Polls brokers and renders a rich table; ``await run()`` until cancelled."""
 
     def __init__(
-        self, topology: Topology, *, console: Console | None = None, refresh: float = REFRESH
+        self,
+        topology: Topology,
+        *,
+        console: Console | None = None,
+        refresh: float = REFRESH,
+        tls: ssl.SSLContext | None = None,
     ):
         self.topology = topology
+        self.tls = tls
         self.console = console or Console()
         self.refresh = refresh
         self.views = {
@@ -62,7 +69,7 @@ class Monitor:
         spec = self.topology.brokers[view.id]
         try:
             stats = await broker_stats(
-                spec.host, spec.port, topology=self.topology, client_id="monitor"
+                spec.host, spec.port, topology=self.topology, client_id="monitor", tls=self.tls
             )
         except OperationError as exc:
             view.error = str(exc)

@@ -33,6 +33,7 @@ from ges.client import broker_stats
 from ges.errors import OperationError
 from ges.routing import Hierarchy
 from ges.runtime.broker import MAX_CLIENTS, BrokerServer
+from ges.security.certs import CertDir
 from ges.topology import Topology, broker_order_key
 
 #: Seconds a topology has to come up (every broker listening, every link up) before ``ges up``
@@ -206,6 +207,7 @@ async def run_embedded(
     record_dir: Path | None = None,
     record_tags: dict | None = None,
     max_clients: int = MAX_CLIENTS,
+    certs: CertDir | None = None,
 ) -> dict[str, BrokerServer]:
     """Start every broker as a task in ``nursery``; raises OperationError if one cannot listen."""
     servers = {}
@@ -222,6 +224,7 @@ async def run_embedded(
             record_dir=record_dir,
             record_tags=record_tags,
             max_clients=max_clients,
+            certs=certs,
         )
         await nursery.start(server.run)
         servers[bid] = server
@@ -245,8 +248,10 @@ class ProcessSupervisor:
         record_dir: Path | None = None,
         record_tags: dict | None = None,
         max_clients: int = MAX_CLIENTS,
+        certs: CertDir | None = None,
     ):
         self.max_clients = max_clients
+        self.certs = certs
         self.routing = routing
         self.reliable = reliable
         self.strict_log = strict_log
@@ -284,6 +289,7 @@ class ProcessSupervisor:
             *(a for k, v in self.record_tags.items() for a in ("--tag", f"{k}={v}")),
             "--max-clients",
             str(self.max_clients),
+            *(("--certs", str(self.certs.root)) if self.certs is not None else ()),
         ]
 
     async def start_all(self, nursery: trio.Nursery) -> None:
