@@ -465,8 +465,11 @@ async def connect(
         reply = await conn.receive_one(timeout=timeout)
     except (ConnectionClosed, FrameError, trio.BrokenResourceError, OSError) as exc:
         await conn.aclose()
+        hint = (
+            "" if tls is not None else " (if it runs TLS: connect with the network's certificates)"
+        )
         raise OperationError(
-            f"broker at {host}:{port} did not complete the handshake: {exc}"
+            f"broker at {host}:{port} did not complete the handshake: {exc}{hint}"
         ) from None
     if isinstance(reply, m.Refuse):
         await conn.aclose()
