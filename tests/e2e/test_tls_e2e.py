@@ -42,3 +42,21 @@ def test_a_network_over_tls_from_the_cli(tmp_path):
     finally:
         code = up.stop()
     assert code == 0
+
+
+def test_ges_up_with_certs_makes_them_on_first_start(tmp_path):
+    topology = tmp_path / "chain3.yaml"
+    topology.write_text(yaml.safe_dump(on_free_ports(CHAIN3)))
+    certs = tmp_path / "fresh"
+    up = Up(topology, tmp_path / "run", "--certs", str(certs))
+    try:
+        assert sorted(p.name for p in (certs / "brokers").glob("*.crt")) == [
+            "b1.crt",
+            "b2.crt",
+            "b3.crt",
+        ]
+        pub = ges("publish", topology, "-b", "b1", "--certs", certs)
+        assert pub.returncode == 0, pub.stderr
+    finally:
+        code = up.stop()
+    assert code == 0
