@@ -13,7 +13,10 @@ variant) and measure, with 100-byte payloads:
 2. ``single``: the same with one event per Publish, pipelined up to the client's window;
 3. ``latency``: single events at 1,000/s, p50 and p99 of ``received_at - published_at``;
 4. ``connect``: milliseconds to open a connection (TCP, TLS handshake, Hello/Welcome), median of
-   50.
+   50;
+5. ``record``: microseconds per 150-byte message sent and received over trio's in-memory stream
+   pair, plain and through ``trio.SSLStream`` — what one TLS record costs in this process, with
+   no broker, socket or GES code involved.
 
 The table shows each figure for plain TCP and TLS and the ratio TLS/plain. The issue's aim: TLS
 costs at most 15 % of throughput and 50 µs of p50 latency per hop. The subscriber and the
@@ -41,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from ges.client import connect  # noqa: E402
 from ges.runtime.ports import on_free_ports  # noqa: E402
 from ges.runtime.up import wait_ready  # noqa: E402
-from ges.security.certs import CertDir  # noqa: E402
+from ges.security.certs import CertDir, Identity  # noqa: E402
 from ges.security.tls import context  # noqa: E402
 from ges.topology import Topology  # noqa: E402
 from ges.wire import messages as m  # noqa: E402
@@ -136,6 +139,30 @@ async def connects(spec, topology, tls, n: int = 50) -> dict:
     return {"median_ms": round(statistics.median(times), 3)}
 
 
+async def record_cost(certs: Path | None, n: int = 20_000) -> dict:
+    """µs per 150-byte send_all + receive over an in-memory stream pair (with TLS: SSLStream)."""
+    import trio.testing
+
+    a, b = trio.testing.memory_stream_pair()
+    if certs is not None:
+        where = CertDir(certs)
+        a = trio.SSLStream(
+            a, context(where, Identity("broker", "b1"), server=True), server_side=True
+        )
+        b = trio.SSLStream(b, context(where, None, server=False), server_side=False)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(a.do_handshake)
+            nursery.start_soon(b.do_handshake)
+    msg = b"x" * 150
+    started = time.perf_counter()
+    for _ in range(n):
+        await b.send_all(msg)
+        got = 0
+        while got < len(msg):
+            got += len(await a.receive_some(65536))
+    return {"us_per_message": round((time.perf_counter() - started) / n * 1e6, 2)}
+
+
 async def one_variant(topology: Topology, path: Path, certs: Path | None, sizes: dict) -> dict:
     extra = ["--certs", str(certs)] if certs else []
     tmp = Path(tempfile.mkdtemp(prefix="ges-tls-"))
@@ -153,6 +180,7 @@ async def one_variant(topology: Topology, path: Path, certs: Path | None, sizes:
             "single": await throughput(spec, topology, tls, sizes["single"], 1),
             "latency": await latency(spec, topology, tls, sizes["latency_s"]),
             "connect": await connects(spec, topology, tls),
+            "record": await record_cost(certs),
         }
     finally:
         proc.terminate()
@@ -186,6 +214,7 @@ def main() -> int:
         ("latency p50 µs (1,000/s)", "latency", "p50_us"),
         ("latency p99 µs", "latency", "p99_us"),
         ("connect ms (median of 50)", "connect", "median_ms"),
+        ("µs per 150-byte message, in memory", "record", "us_per_message"),
     ]
     table = []
     for label, figure, key in rows:
