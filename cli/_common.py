@@ -200,13 +200,10 @@ def client_tls(certs_dir: Path | None, client: str | None = None):
     directory has its certificate, else without one."""
     if certs_dir is None:
         return None
-    from ges.errors import OperationError
     from ges.security.certs import CertDir, Identity
     from ges.security.tls import context
 
     certs = CertDir(certs_dir)
-    if not certs.ca_cert.exists():
-        raise OperationError(f"--certs {certs_dir}: no ca.crt there (make it with ges certs init)")
     me = Identity("client", client) if client else None
     if me is not None and not certs.cert("client", client).exists():
         me = None
@@ -220,3 +217,12 @@ def broker_certs(certs_dir: Path | None):
     from ges.security.certs import CertDir
 
     return CertDir(certs_dir)
+
+
+def init_certs(topology: Topology, certs_dir: Path) -> list[Path]:
+    """The network's CA and a certificate per broker of ``topology`` in ``certs_dir`` (only
+    what is missing is made); the files written."""
+    from ges.security.certs import CertDir
+
+    brokers = {b: (spec.host,) for b, spec in topology.brokers.items()}
+    return CertDir(certs_dir).init(topology.name, brokers)

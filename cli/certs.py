@@ -8,11 +8,17 @@ from pathlib import Path
 import typer
 from cryptography import x509
 
-from cli._common import OneLineUsageGroup, command, load_topology, one_line_errors, out
+from cli._common import (
+    OneLineUsageGroup,
+    command,
+    init_certs,
+    load_topology,
+    one_line_errors,
+    out,
+)
 from cli.network import default_data_dir
 from ges.errors import OperationError, UserInputError
 from ges.security.certs import CertDir, Identity, identity_of
-from ges.topology import broker_order_key
 
 app = typer.Typer(
     help="Make the network's certificate authority and certificates for its brokers and clients.",
@@ -43,15 +49,12 @@ def init(topology_file: Path = TOPOLOGY, out_dir: Path = OUT) -> None:
 def _init(topology_file: Path, out_dir: Path | None) -> None:
     topology = load_topology(topology_file)
     where = cert_dir(topology.name, out_dir)
-    brokers = {
-        b: (topology.brokers[b].host,) for b in sorted(topology.brokers, key=broker_order_key)
-    }
-    written = where.init(topology.name, brokers)
+    written = init_certs(topology, where.root)
     certs = [p for p in written if p.suffix == ".crt" and p.parent.name == "brokers"]
     ca = "made" if where.ca_cert in written else "kept"
     out.print(
         f"{where.root}: CA {ca}; {len(certs)} broker certificate(s) made, "
-        f"{len(brokers) - len(certs)} already there"
+        f"{len(topology.brokers) - len(certs)} already there"
     )
 
 

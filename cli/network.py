@@ -16,6 +16,7 @@ from cli._common import (
     broker_certs,
     client_tls,
     err,
+    init_certs,
     load_topology,
     one_line_errors,
     out,
@@ -142,15 +143,6 @@ def up(
     )
 
 
-def certs_for(topology, certs: Path) -> int:
-    """Make the network's CA and its brokers' certificates in ``certs``; how many brokers."""
-    from ges.security.certs import CertDir
-
-    brokers = {b: (spec.host,) for b, spec in topology.brokers.items()}
-    CertDir(certs).init(topology.name, brokers)
-    return len(brokers)
-
-
 def _check_max_clients(max_clients: int) -> int:
     if max_clients < 1:
         raise UserInputError(f"--max-clients {max_clients}: must be at least 1")
@@ -197,8 +189,11 @@ def _up(
     topology = load_topology(topology_file)
     if certs is not None and not (certs / "ca.crt").exists():
         # on one host, the first start makes the network's certificates (as `ges certs init`)
-        made = certs_for(topology, certs)
-        err.print(f"{certs}: made the network's CA and {made} broker certificates", highlight=False)
+        init_certs(topology, certs)
+        err.print(
+            f"{certs}: made the network's certificates for {len(topology.brokers)} brokers",
+            highlight=False,
+        )
     tls = client_tls(certs)  # ges up's own polls: TLS without a client certificate
     data_dir = data_dir or default_data_dir(topology.name)
     # with the live view on, logs print above it through the same console

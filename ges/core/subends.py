@@ -35,7 +35,6 @@ class Subends(Part):
         self._held_bytes = HeldBytes(self.config.max_held_bytes)
         #: pubends whose subend has a gap (a nack may come due): the timer looks only at these
         self._doubtful: set[str] = set()
-        #: origin -> when this keeper last asked it for a sync (its profile here was behind)
 
     def on_clocks(self, peer: str | None, clocks) -> list:
         """Leaf clocks heard (from ``peer``, or this broker's own): the news go on to every

@@ -36,11 +36,11 @@ REDIAL = 0.1
 
 @attrs.define(eq=False)
 class _Frame:
-    """One frame on its way from ``src`` to ``dst`` over the link's generation ``gen``."""
+    """One frame on its way from ``src`` to ``dst`` (``lost`` once its link went down, or a
+    test lost it)."""
 
     src: str
     dst: str
-    gen: int
     body: bytes
     lost: bool = False
 
@@ -49,7 +49,8 @@ class SimLinks:
     """Links, frames in flight and their faults (a part of :class:`ges.sim.Sim`)."""
 
     def _init_links(self) -> None:
-        #: live links: (a, b) with a < b by name -> generation (frames of older ones are lost)
+        #: links up: (a, b) with a < b by name -> the sequence number it came up under (a link
+        #: going down loses what is on it: _link_down marks those frames lost)
         self._gen: dict[tuple[str, str], int] = {}
         #: links held down (a fault, a partition, or :meth:`link_down`) until they heal
         self._down_links: set[tuple[str, str]] = set()
@@ -174,8 +175,7 @@ class SimLinks:
 
     def _send(self, src: str, dst: str, msg) -> None:
         key = _key(src, dst)
-        gen = self._gen.get(key)
-        if gen is None:
+        if key not in self._gen:
             return
         self.cores[src].note_sent(dst, self.now)  # as the runtime does on every write
         if self.on_send is not None:
@@ -201,7 +201,7 @@ class SimLinks:
                 when = max(when, self._last_arrival.get((src, dst), 0.0))
                 self._last_arrival[(src, dst)] = when
             for body in frames:  # a message over the frame limit goes as several
-                self._put(when, _Frame(src, dst, gen, body))
+                self._put(when, _Frame(src, dst, body))
 
     def _put(self, when: float, frame: _Frame) -> None:
         self._flight.setdefault((frame.src, frame.dst), []).append(frame)
@@ -211,10 +211,9 @@ class SimLinks:
     def send_at(self, when: float, src: str, dst: str, msg) -> None:
         """``msg`` arrives from ``src`` at ``dst`` at ``when``, over the link as it is now (a
         test holds a frame back with :attr:`blocked` and lets it arrive late with this)."""
-        gen = self._gen.get(_key(src, dst))
-        if gen is not None:
+        if _key(src, dst) in self._gen:
             for frame in m.encode_frames(msg):
-                self._put(when, _Frame(src, dst, gen, frame[HEADER_SIZE:]))
+                self._put(when, _Frame(src, dst, frame[HEADER_SIZE:]))
 
     def _arrive(self, frame: _Frame) -> None:
         if frame.lost:

@@ -238,11 +238,6 @@ class Sim(SimLinks):
         del self._timer_at[broker]
         self._feed(broker, lambda core: core.on_timer(self.now))
 
-    def feed(self, broker: str, fn: Callable[[BrokerCore], list]) -> None:
-        """``fn(core)``'s outputs, handled as the runtime would (tests call a core's handlers
-        directly through this)."""
-        self._feed(broker, fn)
-
     def _feed(self, broker: str, fn: Callable) -> None:
         core = self.cores[broker]
         self._handle(broker, fn(core))

@@ -19,10 +19,11 @@ from ges.runtime.broker import BrokerServer
 from ges.runtime.up import wait_ready
 from ges.security.certs import CertDir, Identity
 from ges.security.tls import context
-from ges.wire import FrameDecoder, decode, encode
+from ges.wire import encode
 from ges.wire import messages as m
 from ges.wire.messages import hello_for
 from tests.conftest import receive
+from tests.runtime.test_limits import read_one
 
 
 @pytest.fixture
@@ -39,17 +40,6 @@ async def start(nursery, topology, certs, only=None) -> dict[str, BrokerServer]:
         servers[bid] = BrokerServer(topology, bid, certs=certs)
         await nursery.start(servers[bid].run)
     return servers
-
-
-async def read_one(stream, within: float = 5.0):
-    dec = FrameDecoder()
-    with trio.fail_after(within):
-        while not (frames := dec.frames()):
-            data = await stream.receive_some(65536)
-            if not data:
-                return None
-            dec.feed(data)
-    return decode(frames[0])
 
 
 async def test_brokers_link_and_deliver_over_tls(chain3, certs):
