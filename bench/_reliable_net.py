@@ -50,7 +50,14 @@ class Network:
         self.child: Child = kids.spawn(
             f"ges up {label}",
             [*GES, "up", path, "--no-live", "--processes", "--data-dir", data_dir]
-            + ["--log-level", "warning", "--ready-timeout", str(UP_READY_TIMEOUT), *flags],
+            + [
+                "--log-level",
+                "warning",
+                "--ready-timeout",
+                str(UP_READY_TIMEOUT),
+                "--insecure",
+                *flags,
+            ],
         )
         self.child.wait_line(
             lambda line: line.startswith("ready:"), UP_READY_TIMEOUT + 10, "ready line"

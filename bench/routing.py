@@ -142,7 +142,7 @@ class Network:
             f"ges up {routing}",
             [*GES, "up", self.path, "--no-live", "--processes", "--routing", routing]
             + ["--data-dir", data, "--log-level", "warning"]
-            + ["--ready-timeout", str(UP_READY_TIMEOUT)],
+            + ["--ready-timeout", str(UP_READY_TIMEOUT), "--insecure"],
         )
         self.child.wait_line(
             lambda line: line.startswith("ready:"), UP_READY_TIMEOUT + 10, "ready line"

@@ -366,7 +366,7 @@ def start_ges_broker(kids: Children, flags: tuple[str, ...] = ()) -> Server:
     child = kids.spawn(
         "ges broker",
         [*GES, "broker", path, "--id", "b1", "--data-dir", kids.tmp / "data-one"]
-        + ["--log-level", "warning", *flags],
+        + ["--log-level", "warning", "--insecure", *flags],
         stdout_pipe=False,
     )
     wait_listening(child, port)
@@ -402,7 +402,7 @@ def start_ges_paper(kids: Children) -> Server:
     child = kids.spawn(
         "ges up",
         [*GES, "up", path, "--no-live", "--processes", "--data-dir", kids.tmp / "data-paper"]
-        + ["--log-level", "warning", "--ready-timeout", str(UP_READY_TIMEOUT)],
+        + ["--log-level", "warning", "--ready-timeout", str(UP_READY_TIMEOUT), "--insecure"],
     )
     child.wait_line(lambda line: line.startswith("ready:"), UP_READY_TIMEOUT + 10, "ready line")
     run = json.loads((kids.tmp / "data-paper" / "run.json").read_text())

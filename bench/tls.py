@@ -164,7 +164,7 @@ async def record_cost(certs: Path | None, n: int = 20_000) -> dict:
 
 
 async def one_variant(topology: Topology, path: Path, certs: Path | None, sizes: dict) -> dict:
-    extra = ["--certs", str(certs)] if certs else []
+    extra = ["--certs", str(certs)] if certs else ["--insecure"]
     tmp = Path(tempfile.mkdtemp(prefix="ges-tls-"))
     proc = subprocess.Popen(
         [*GES, "broker", str(path), "--id", "b1", "--data-dir", str(tmp), "--log-level",

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
 from pathlib import Path
 
+import attrs
 import typer
 from rich.console import Console, ConsoleDimensions
 from rich.text import Text
@@ -189,40 +191,112 @@ def command(app: typer.Typer, name: str | None = None):
 CERTS = typer.Option(
     None,
     "--certs",
-    help="The network's certificate directory (ges certs init): TLS, every end proving who it "
-    "is. Without it, plain TCP.",
+    help="The network's certificate directory (default: .ges/NAME/certs, where `ges up` makes "
+    "it on its first start).",
     metavar="DIR",
 )
+#: ``--insecure``: plain TCP, no identities, no permissions.
+INSECURE = typer.Option(
+    False,
+    "--insecure",
+    help="Plain TCP: no TLS, no identities, no permissions — anyone who can reach a broker's "
+    "port may do anything. For tests and benchmarks on a trusted host.",
+)
+#: ``--client NAME`` of a command that only connects: who it is over TLS.
+CLIENT_AS = typer.Option(
+    None,
+    "--client",
+    help="Connect as client NAME: its certificate (clients/NAME.crt of the certificate "
+    "directory) or the token in GES_TOKEN. Default: the admin certificate if the directory "
+    "has it.",
+    metavar="NAME",
+)
+#: The client certificate ``ges certs init`` makes with the operator role: what commands on
+#: the host that made the network act as when they are given no identity of their own.
+ADMIN = "admin"
 
 
-def client_tls(certs_dir: Path | None, client: str | None = None):
-    """The TLS context a client command connects with (None: plain TCP): as ``client`` if the
-    directory has its certificate, else without one."""
-    if certs_dir is None:
-        return None
-    from ges.security.certs import CertDir, Identity
-    from ges.security.tls import context
-
-    certs = CertDir(certs_dir)
-    me = Identity("client", client) if client else None
-    if me is not None and not certs.cert("client", client).exists():
-        me = None
-    return context(certs, me, server=False)
+def default_data_dir(topology_name: str) -> Path:
+    return Path(".ges") / topology_name
 
 
-def broker_certs(certs_dir: Path | None):
-    """What a broker serves and dials with (None: plain TCP)."""
-    if certs_dir is None:
-        return None
+def network_certs(
+    topology: Topology,
+    certs_dir: Path | None,
+    insecure: bool,
+    *,
+    data_dir: Path | None = None,
+    make: bool = False,
+):
+    """The network's certificate directory (a CertDir), or None under ``--insecure``.
+
+    Without ``--certs`` it is DIR/certs of the data directory (``.ges/NAME`` by default);
+    ``make``: ``ges up`` makes the CA and the certificates there if there are none yet, as
+    ``ges certs init`` would. Anything else without certificates is one error line."""
     from ges.security.certs import CertDir
 
-    return CertDir(certs_dir)
+    if insecure:
+        if certs_dir is not None:
+            raise UserInputError("--insecure and --certs: give one or the other")
+        return None
+    root = certs_dir or (data_dir or default_data_dir(topology.name)) / "certs"
+    if not (root / "ca.crt").exists():
+        if not make:
+            raise UserInputError(
+                f"{root}: no certificates of network {topology.name} (`ges up` makes them on "
+                "its first start, `ges certs init` anywhere; --certs DIR names another "
+                "directory; --insecure runs without TLS)"
+            )
+        init_certs(topology, root)
+        err.print(
+            f"{root}: made the network's certificates ({len(topology.brokers)} brokers, "
+            f"client {ADMIN} with the operator role)",
+            highlight=False,
+        )
+    return CertDir(root)
+
+
+@attrs.frozen
+class ClientAuth:
+    """How a client command connects: its TLS context (None: plain TCP), the token it
+    presents, and the client id it connects as (None: its own choice)."""
+
+    tls: object = None
+    token: str | None = None
+    client_id: str | None = None
+
+    def connect_args(self) -> dict:
+        return {"tls": self.tls, "token": self.token}
+
+
+def client_auth(certs, client: str | None = None) -> ClientAuth:
+    """How a client command proves who it is, in this order: the certificate of ``client``
+    (``--client NAME``) if the directory has it; a token in ``GES_TOKEN`` (for ``--client``);
+    the ``admin`` certificate if the directory has it (the host that made the network); none."""
+    if certs is None:
+        return ClientAuth(client_id=client)
+    from ges.security.certs import Identity
+    from ges.security.tls import context
+
+    token = os.environ.get("GES_TOKEN") or None
+    if client and certs.cert("client", client).exists():
+        me, token = Identity("client", client), None
+    elif client and token:
+        me = None
+    elif certs.cert("client", ADMIN).exists():
+        me, token = Identity("client", ADMIN), None
+    else:
+        me, token = None, None
+    return ClientAuth(context(certs, me, server=False), token, client)
 
 
 def init_certs(topology: Topology, certs_dir: Path) -> list[Path]:
-    """The network's CA and a certificate per broker of ``topology`` in ``certs_dir`` (only
-    what is missing is made); the files written."""
-    from ges.security.certs import CertDir
+    """The network's CA, a certificate per broker of ``topology`` and the operator's client
+    certificate (``admin``) in ``certs_dir`` (only what is missing is made); the files
+    written."""
+    from ges.security.certs import CertDir, Identity
 
+    certs = CertDir(certs_dir)
     brokers = {b: (spec.host,) for b, spec in topology.brokers.items()}
-    return CertDir(certs_dir).init(topology.name, brokers)
+    written = certs.init(topology.name, brokers)
+    return written + certs.add(Identity("client", ADMIN, ("operator",)))

@@ -9,14 +9,15 @@ import typer
 from cryptography import x509
 
 from cli._common import (
+    ADMIN,
     OneLineUsageGroup,
     command,
+    default_data_dir,
     init_certs,
     load_topology,
     one_line_errors,
     out,
 )
-from cli.network import default_data_dir
 from ges.errors import OperationError, UserInputError
 from ges.security.certs import CertDir, Identity, identity_of
 
@@ -52,9 +53,10 @@ def _init(topology_file: Path, out_dir: Path | None) -> None:
     written = init_certs(topology, where.root)
     certs = [p for p in written if p.suffix == ".crt" and p.parent.name == "brokers"]
     ca = "made" if where.ca_cert in written else "kept"
+    admin = "made" if where.cert("client", ADMIN) in written else "kept"
     out.print(
         f"{where.root}: CA {ca}; {len(certs)} broker certificate(s) made, "
-        f"{len(topology.brokers) - len(certs)} already there"
+        f"{len(topology.brokers) - len(certs)} already there; client {ADMIN} (operator) {admin}"
     )
 
 

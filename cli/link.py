@@ -11,11 +11,15 @@ from rich.text import Text
 
 from cli._common import (
     CERTS,
+    CLIENT_AS,
+    INSECURE,
+    ClientAuth,
     OneLineUsageGroup,
-    client_tls,
+    client_auth,
     command,
     err,
     load_topology,
+    network_certs,
     one_line_errors,
     out,
     resolve_broker,
@@ -46,7 +50,9 @@ def down(
     a: str = END_A,
     b: str = END_B,
     timeout: float = TIMEOUT,
+    client: str = CLIENT_AS,
     certs: Path = CERTS,
+    insecure: bool = INSECURE,
 ) -> None:
     """Cut the link between brokers A and B, at both ends.
 
@@ -55,7 +61,7 @@ def down(
     it. If one end is unreachable the other is still cut, with a warning. The cut is forgotten
     when a broker restarts.
     """
-    one_line_errors(_link)(topology_file, a, b, False, timeout, certs)
+    one_line_errors(_link)(topology_file, a, b, False, timeout, certs, insecure, client)
 
 
 @command(app)
@@ -64,14 +70,16 @@ def up(
     a: str = END_A,
     b: str = END_B,
     timeout: float = TIMEOUT,
+    client: str = CLIENT_AS,
     certs: Path = CERTS,
+    insecure: bool = INSECURE,
 ) -> None:
     """Restore the link between brokers A and B, at both ends.
 
     The lower id of the two redials the other at once; the link is up again within a round
     trip. If one end is unreachable the other is still restored, with a warning.
     """
-    one_line_errors(_link)(topology_file, a, b, True, timeout, certs)
+    one_line_errors(_link)(topology_file, a, b, True, timeout, certs, insecure, client)
 
 
 @attrs.frozen
@@ -85,12 +93,18 @@ class _End:
 
 
 def _link(
-    topology_file: Path, a: str, b: str, up_: bool, timeout: float, certs: Path | None = None
+    topology_file: Path,
+    a: str,
+    b: str,
+    up_: bool,
+    timeout: float,
+    certs: Path | None = None,
+    insecure: bool = False,
+    client: str | None = None,
 ) -> None:
     if not timeout > 0:
         raise UserInputError(f"--timeout {timeout}: must be > 0")
     topology = load_topology(topology_file)
-    tls = client_tls(certs)
     resolve_broker(topology, a)
     resolve_broker(topology, b)
     if a == b or topology.link_between(a, b) is None:
@@ -98,24 +112,27 @@ def _link(
             f"{topology.source}: {a} and {b} are not neighbours (no link {a}–{b} in "
             f"{topology.name})"
         )
+    auth = client_auth(network_certs(topology, certs, insecure), client)
     dialler, acceptor = sorted((a, b), key=broker_order_key)
     # cut the dialling end first and restore it last, so it never dials the other end while
     # that one refuses it
     order = (acceptor, dialler) if up_ else (dialler, acceptor)
-    ends = trio.run(_control_both, topology, order, up_, timeout, tls)
+    ends = trio.run(_control_both, topology, order, up_, timeout, auth)
     _report((a, b), ends, up_)
 
 
-async def _control_both(topology: Topology, order, up_: bool, timeout: float, tls=None) -> dict:
+async def _control_both(
+    topology: Topology, order, up_: bool, timeout: float, auth: ClientAuth
+) -> dict:
     first, second = order
     return {
-        first: await _control(topology, first, second, up_, timeout, tls),
-        second: await _control(topology, second, first, up_, timeout, tls),
+        first: await _control(topology, first, second, up_, timeout, auth),
+        second: await _control(topology, second, first, up_, timeout, auth),
     }
 
 
 async def _control(
-    topology: Topology, broker: str, peer: str, up_: bool, timeout: float, tls=None
+    topology: Topology, broker: str, peer: str, up_: bool, timeout: float, auth: ClientAuth
 ) -> _End:
     spec = topology.brokers[broker]
     try:
@@ -124,9 +141,9 @@ async def _control(
             spec.host,
             spec.port,
             topology=topology,
-            client_id=f"link-{broker}-{peer}",
+            client_id=auth.client_id or f"link-{broker}-{peer}",
             timeout=timeout,
-            tls=tls,
+            **auth.connect_args(),
         ) as client:
             with trio.fail_after(timeout):
                 changed = await client.link(peer, up=up_)

@@ -13,11 +13,12 @@ from rich.text import Text
 
 from cli._common import (
     CERTS,
-    broker_certs,
-    client_tls,
+    INSECURE,
+    client_auth,
+    default_data_dir,
     err,
-    init_certs,
     load_topology,
+    network_certs,
     one_line_errors,
     out,
     parse_tags,
@@ -90,10 +91,6 @@ MAX_CLIENTS_OPTION = typer.Option(
 )
 
 
-def default_data_dir(topology_name: str) -> Path:
-    return Path(".ges") / topology_name
-
-
 def up(
     topology_file: Path = typer.Argument(..., help="Topology YAML file.", metavar="TOPOLOGY"),
     data_dir: Path = typer.Option(
@@ -120,6 +117,7 @@ def up(
     tag: list[str] = TAGS,
     max_clients: int = MAX_CLIENTS_OPTION,
     certs: Path = CERTS,
+    insecure: bool = INSECURE,
 ) -> None:
     """Start every broker of a topology on this host and show them live.
 
@@ -140,6 +138,7 @@ def up(
         tag,
         max_clients,
         certs,
+        insecure,
     )
 
 
@@ -180,6 +179,7 @@ def _up(
     tag=(),
     max_clients=MAX_CLIENTS,
     certs=None,
+    insecure=False,
 ) -> None:
     log_level = _check_log_level(log_level)
     _check_max_clients(max_clients)
@@ -187,15 +187,10 @@ def _up(
     reliable = _check_delivery(delivery, routing)
     tags = parse_tags(tag)
     topology = load_topology(topology_file)
-    if certs is not None and not (certs / "ca.crt").exists():
-        # on one host, the first start makes the network's certificates (as `ges certs init`)
-        init_certs(topology, certs)
-        err.print(
-            f"{certs}: made the network's certificates for {len(topology.brokers)} brokers",
-            highlight=False,
-        )
-    tls = client_tls(certs)  # ges up's own polls: TLS without a client certificate
     data_dir = data_dir or default_data_dir(topology.name)
+    # on one host, the first start makes the network's certificates (as `ges certs init`)
+    cert_dir = network_certs(topology, certs, insecure, data_dir=data_dir, make=True)
+    tls = client_auth(cert_dir).tls  # ges up's own polls, as the operator
     # with the live view on, logs print above it through the same console
     _setup_logging(log_level, console=err if no_live else out)
     network = Network(topology=topology, processes=processes, data_dir=data_dir)
@@ -214,7 +209,7 @@ def _up(
             "record_dir": record,
             "record_tags": tags,
             "max_clients": _check_max_clients(max_clients),
-            "certs": broker_certs(certs),
+            "certs": cert_dir,
         },
         tls,
     )
@@ -326,8 +321,13 @@ def broker(
     tag: list[str] = TAGS,
     max_clients: int = MAX_CLIENTS_OPTION,
     certs: Path = CERTS,
+    insecure: bool = INSECURE,
 ) -> None:
-    """Run one broker of a topology (for deployments across hosts)."""
+    """Run one broker of a topology (for deployments across hosts).
+
+    It needs the network's certificate directory (`ges certs init` on one host, then copy the
+    CA certificate and the broker's own key and certificate to its host), unless --insecure.
+    """
     one_line_errors(_broker)(
         topology_file,
         broker_id,
@@ -340,6 +340,7 @@ def broker(
         tag,
         max_clients,
         certs,
+        insecure,
     )
 
 
@@ -355,6 +356,7 @@ def _broker(
     tag,
     max_clients=MAX_CLIENTS,
     certs=None,
+    insecure=False,
 ) -> None:
     log_level = _check_log_level(log_level)
     _check_max_clients(max_clients)
@@ -363,6 +365,7 @@ def _broker(
     tags = parse_tags(tag)
     topology = load_topology(topology_file)
     resolve_broker(topology, broker_id)
+    cert_dir = network_certs(topology, certs, insecure, data_dir=data_dir)
     _setup_logging(log_level)
     data_dir = data_dir or default_data_dir(topology.name)
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -381,7 +384,7 @@ def _broker(
                 record_dir=record,
                 record_tags=tags,
                 max_clients=max_clients,
-                certs=broker_certs(certs),
+                certs=cert_dir,
             )
             await nursery.start(server.run)
             spec = topology.brokers[broker_id]

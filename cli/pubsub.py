@@ -13,9 +13,12 @@ import typer
 
 from cli._common import (
     CERTS,
-    client_tls,
+    CLIENT_AS,
+    INSECURE,
+    client_auth,
     err,
     load_topology,
+    network_certs,
     one_line_errors,
     out,
     parse_tags,
@@ -23,7 +26,7 @@ from cli._common import (
 )
 from ges.client import connect
 from ges.core.publishing import MAX_PUBLISHER_ID
-from ges.errors import OperationError, UserInputError
+from ges.errors import OperationError, PermissionDenied, UserInputError
 from ges.matching.model import TYPE_ATTR, Conjunction, Profile
 from ges.matching.syntax import parse_attr, parse_where
 from ges.matching.xml import load_event, load_profile
@@ -54,7 +57,8 @@ def publish(
         "--client",
         help="Publish idempotently as NAME: event n is NAME's event number n+1, and one the "
         "broker already published is not published again — run the same command again after a "
-        "failure and only what was not acknowledged goes out.",
+        "failure and only what was not acknowledged goes out. Over TLS it is also who the "
+        "client is: clients/NAME.crt of the certificate directory, or the token in GES_TOKEN.",
     ),
     rate: float = typer.Option(
         0.0, "--rate", "-r", help="Events per second (0: as fast as possible)."
@@ -70,6 +74,7 @@ def publish(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
     certs: Path = CERTS,
+    insecure: bool = INSECURE,
 ) -> None:
     """Publish events at a broker; returns once the broker acknowledged every one.
 
@@ -90,6 +95,7 @@ def publish(
         event_file,
         as_json,
         certs,
+        insecure,
     )
 
 
@@ -107,9 +113,9 @@ def _publish(
     event_file,
     as_json,
     certs=None,
+    insecure=False,
 ) -> None:
     topology = load_topology(topology_file)
-    tls = client_tls(certs, client_name)
     resolve_broker(topology, broker)
     if count < 1:
         raise UserInputError(f"--count {count}: must be at least 1")
@@ -141,6 +147,7 @@ def _publish(
             f"an event of {event_size(biggest)} bytes (attributes and payload) is over the "
             f"{MAX_EVENT_BYTES}-byte limit of one event"
         )
+    auth = client_auth(network_certs(topology, certs, insecure), client_name)
     spec = topology.brokers[broker]
     failure: OperationError | None = None
     done = {"acknowledged": 0, "duplicates": 0}
@@ -148,7 +155,7 @@ def _publish(
     async def main():
         nonlocal failure
         async with connect(
-            spec.host, spec.port, topology=topology, client_id=client_name, tls=tls
+            spec.host, spec.port, topology=topology, client_id=client_name, **auth.connect_args()
         ) as client:
 
             def make(i: int) -> m.Event:
@@ -204,6 +211,8 @@ def _publish(
         summary["error"] = str(failure)
     if as_json:
         out.print_json(json.dumps(summary))
+    if isinstance(failure, PermissionDenied):  # sending again would be refused again
+        raise PermissionDenied(f"{failure}; {summary['acknowledged']} of {count} acknowledged")
     if failure is not None:
         raise OperationError(f"{failure}; {_acknowledged(summary, start, client_name)}")
     if not as_json:
@@ -257,20 +266,43 @@ def subscribe(
     tag: list[str] = typer.Option(
         [], "--tag", help="KEY=VALUE experiment tag for the delivery records (repeatable)."
     ),
+    client: str = CLIENT_AS,
     certs: Path = CERTS,
+    insecure: bool = INSECURE,
 ) -> None:
     """Subscribe at a broker and print every matching event as it arrives."""
     one_line_errors(_subscribe)(
-        topology_file, broker, where, profile_file, count, timeout, fmt, record, tag, certs
+        topology_file,
+        broker,
+        where,
+        profile_file,
+        count,
+        timeout,
+        fmt,
+        record,
+        tag,
+        certs,
+        insecure,
+        client,
     )
 
 
 def _subscribe(
-    topology_file, broker, where, profile_file, count, timeout, fmt, record, tag=(), certs=None
+    topology_file,
+    broker,
+    where,
+    profile_file,
+    count,
+    timeout,
+    fmt,
+    record,
+    tag=(),
+    certs=None,
+    insecure=False,
+    client=None,
 ) -> None:
     tags = parse_tags(tag)
     topology = load_topology(topology_file)
-    tls = client_tls(certs)
     resolve_broker(topology, broker)
     if fmt not in FORMATS:
         raise UserInputError(f"--format {fmt!r}: must be one of {', '.join(FORMATS)}")
@@ -295,7 +327,8 @@ def _subscribe(
             record_file = open(record, "a", encoding="utf-8")  # noqa: SIM115 - closed below
         except OSError as exc:
             raise UserInputError(f"--record {record}: cannot open: {exc.strerror}") from None
-    client_name = f"subscribe-{broker}-{time.time_ns()}"
+    auth = client_auth(network_certs(topology, certs, insecure), client)
+    client_name = client or f"subscribe-{broker}-{time.time_ns()}"
     received = 0
 
     async def main():
@@ -307,7 +340,7 @@ def _subscribe(
         )
         stdout = sys.stdout
         async with connect(
-            spec.host, spec.port, topology=topology, client_id=client_name, tls=tls
+            spec.host, spec.port, topology=topology, client_id=client_name, **auth.connect_args()
         ) as client:
             sub = await client.subscribe(profile)
             shown = str(profile)

@@ -26,6 +26,10 @@ class OperationError(GesError):
     exit_code = 1
 
 
+class PermissionDenied(OperationError):
+    """A broker refused a request the client's roles do not allow (ges.security.access)."""
+
+
 class BrokerUnreachable(OperationError):
     """No broker answered a connection at its address (nothing listening, no route, timeout)."""
 

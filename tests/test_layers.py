@@ -24,8 +24,8 @@ ROOT = Path(ges.__file__).parent.parent
 #: Lowest first; packages on one line are one layer and must not import each other.
 LAYERS: list[set[str]] = [
     {"errors", "wire"},
-    {"topology", "matching", "records", "security"},
-    {"connectivity", "reliable"},
+    {"topology", "matching", "records"},
+    {"connectivity", "reliable", "security"},
     {"routing"},
     {"core"},
     {"transport"},

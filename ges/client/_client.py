@@ -28,7 +28,7 @@ from contextlib import asynccontextmanager, suppress
 import msgspec
 import trio
 
-from ges.errors import BrokerUnreachable, OperationError
+from ges.errors import BrokerUnreachable, OperationError, PermissionDenied
 from ges.matching.model import (
     Conjunction,
     Constraint,
@@ -170,6 +170,8 @@ class Client:
         self._stats: deque[list] = deque()
         self._link_acks: deque[list] = deque()  # [trio.Event, LinkControlled | None], in order
         self._errors: list[str] = []
+        #: the last Error was a refusal for want of permission
+        self._denied = False
         self._closed: str | None = None
 
     # -- publishing --------------------------------------------------------------------------
@@ -316,7 +318,8 @@ class Client:
         await self._send(m.LinkControl(peer, up))
         await waiter[0].wait()
         if waiter[1] is None and self._errors:
-            raise OperationError(f"broker {self.broker}: {self._errors[-1]}")
+            kind = PermissionDenied if self._denied else OperationError
+            raise kind(f"broker {self.broker}: {self._errors[-1]}")
         self._raise_if_closed()
         return waiter[1].changed
 
@@ -330,8 +333,11 @@ class Client:
             raise OperationError(f"connection to broker {self.broker} closed") from None
 
     def _raise_if_closed(self) -> None:
-        if self._closed is not None:
-            raise OperationError(f"connection to broker {self.broker} lost: {self._closed}")
+        if self._closed is None:
+            return
+        if self._denied:  # the broker refused a request; the connection ended with it
+            raise PermissionDenied(f"broker {self.broker} {self._closed}")
+        raise OperationError(f"connection to broker {self.broker} lost: {self._closed}")
 
     @property
     def closed_reason(self) -> str | None:
@@ -392,7 +398,12 @@ class Client:
                             waiter[0].set()
                     elif kind is m.Error:
                         self._errors.append(msg.reason)
-                        self._fail(f"broker error: {msg.reason}")
+                        self._denied = msg.denied
+                        self._fail(
+                            f"refused: {msg.reason}"
+                            if msg.denied
+                            else f"broker error: {msg.reason}"
+                        )
                         return
         except FrameError as exc:
             self._fail(f"protocol error: {exc}")
@@ -428,6 +439,7 @@ async def connect(
     timeout: float = CONNECT_TIMEOUT,
     keepalive: float = KEEPALIVE,
     tls: ssl.SSLContext | None = None,
+    token: str | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to a broker and run the client's reader until the block exits.
 
@@ -435,12 +447,16 @@ async def connect(
     network: its name and content digest must match), or a name alone, or None (anonymous).
     ``tls``: a context from ``ges.security.tls.context`` (the network's CA, and this client's
     certificate if it has one); the broker must prove with its certificate that it is the
-    broker that answers.
+    broker that answers. ``token``: a secret proving the client is the user ``client_id`` (``ges
+    users add``) when it has no certificate; sent only over TLS.
 
     Raises:
         BrokerUnreachable: nothing answered at ``host:port`` within ``timeout``.
         OperationError: the broker refused the client or did not complete the handshake.
+        ValueError: a token without TLS, or without a client id.
     """
+    if token and (tls is None or not client_id):
+        raise ValueError("a token is sent only over TLS, for a named client (client_id)")
     client_id = client_id or f"client-{os.getpid()}-{next(_client_numbers)}"
     try:
         with trio.fail_after(timeout):
@@ -461,7 +477,7 @@ async def connect(
             ) from None
     conn = Connection(stream, label=f"broker {host}:{port}")
     try:
-        await stream.send_all(encode(hello_for(topology, "client", client_id)))
+        await stream.send_all(encode(hello_for(topology, "client", client_id, token or "")))
         reply = await conn.receive_one(timeout=timeout)
     except (ConnectionClosed, FrameError, trio.BrokenResourceError, OSError) as exc:
         await conn.aclose()

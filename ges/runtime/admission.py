@@ -21,7 +21,9 @@ import re
 
 import trio
 
+from ges.runtime.access import Admitted
 from ges.runtime.links import LINK_CUT_REASON
+from ges.security.access import OPEN
 from ges.security.certs import Identity
 from ges.security.tls import peer_identity
 from ges.transport.connection import (
@@ -37,6 +39,8 @@ MAX_OPENING = 512
 MAX_HELLO_FRAME = 64 * 1024
 #: Seconds a refusal (or a Welcome) may take to be written before the connection is dropped.
 REFUSE_WAIT = 2.0
+#: Seconds a client's Hello may wait for its token to be checked (one scrypt at a time).
+ADMIT_WAIT = 5.0
 #: File descriptors kept for what is not a connection (the log, listeners, the interpreter).
 RESERVED_FDS = 64
 #: Quoted parts of a reason (what a peer chose): left out of the cause a warning is keyed on.
@@ -144,6 +148,18 @@ class Admission:
             "with the network's certificate for that id may link here"
         )
 
+    async def admit(self, stream, hello: m.Hello) -> Admitted:
+        """Who a client proved to be, and what it may do (ges.security.access)."""
+        access = self.server.access
+        if access is None:  # --insecure: everyone may do everything
+            return Admitted(hello.id, None, False, OPEN, 0)
+        cert = peer_identity(stream) if isinstance(stream, trio.SSLStream) else None
+        with trio.move_on_after(ADMIT_WAIT):
+            return await access.admit(hello.id, cert, hello.secret)
+        return Admitted(
+            hello.id, None, False, "too many tokens to check at once; try again", access.version
+        )
+
     async def handle_incoming(self, stream: trio.SocketStream) -> None:
         # until its Hello, a connection may send one small frame, within HANDSHAKE_TIMEOUT
         conn = Connection(
@@ -176,6 +192,11 @@ class Admission:
             reply = self.server.core.hello(hello)
             if isinstance(stream, trio.SSLStream) and isinstance(reply, m.Welcome):
                 reply = self.proven(stream, hello) or reply
+            admitted = None
+            if hello.role == "client" and isinstance(reply, m.Welcome):
+                admitted = await self.admit(stream, hello)
+                if isinstance(admitted.grant, str):
+                    reply = m.Refuse(f"broker {self.server.id}: {admitted.grant}")
             if (
                 hello.role == "broker"
                 and hello.id in self.server._cut
@@ -210,7 +231,7 @@ class Admission:
                 conn.write_deadline = self.server.client_write_deadline
                 conn.idle_deadline = self.server.client_idle_timeout
                 conn.budget = self.server._client_budget
-                await self.server._run_client(hello.id, conn)
+                await self.server._run_client(hello.id, conn, admitted)
         finally:
             if opening:
                 self.server._opening -= 1

@@ -35,6 +35,7 @@ from ges.core import (
     ToPeer,
 )
 from ges.errors import OperationError
+from ges.runtime.access import INLINE_COVER_TESTS, AccessControl, Admitted
 from ges.runtime.admission import MAX_OPENING, Admission
 from ges.runtime.links import BACKOFF_FIRST, BACKOFF_MAX, Links
 from ges.runtime.notes import RateLimitedLog
@@ -103,6 +104,7 @@ class BrokerServer:
         max_clients: int = MAX_CLIENTS,
         config: BrokerConfig | None = None,
         certs: CertDir | None = None,
+        access: Path | None = None,
     ):
         self.topology = topology
         self.spec = topology.brokers[broker_id]
@@ -143,6 +145,11 @@ class BrokerServer:
         self.tls_dial = None if certs is None else context(certs, me, server=False)
         self.listen_host = listen_host or self.spec.host
         self.log = logging.getLogger(f"ges.broker.{broker_id}")
+        #: who clients are and what they may do (None: plain TCP, everyone may do everything);
+        #: the access file is ``access`` or the certificate directory's access.yaml
+        self.access = (
+            None if certs is None else AccessControl(access or certs.root / "access.yaml", self.log)
+        )
         self._peers: dict[str, Connection] = {}
         self._clients: dict[int, Connection] = {}
         self._next_conn = 1
@@ -154,6 +161,8 @@ class BrokerServer:
         self._work_wakeup = trio.Event()
         #: clients whose next message waits for their request in progress -> set when done
         self._waiting: dict[int, trio.Event] = {}
+        #: large subscription checks run in a worker thread, one at a time
+        self._checking = trio.CapacityLimiter(1)
         #: bytes queued towards all clients together
         self._client_budget = Budget()
         self.max_clients = max_clients
@@ -176,7 +185,7 @@ class BrokerServer:
         #: warnings that may repeat, each cause logged once and then summarised
         self.notes = RateLimitedLog(self.log)
         #: what the runtime itself counts (Stats)
-        self.counters = {"slow_consumers": 0, "clients_refused": 0}
+        self.counters = {"slow_consumers": 0, "clients_refused": 0, "requests_refused": 0}
         #: accepting connections, and the links to neighbours
         self.admission = Admission(self)
         self.links = Links(self)
@@ -220,6 +229,8 @@ class BrokerServer:
             await trio.sleep(max(0.0, min(deadline - now, TIMER_MAX_SLEEP)))
             outs = self.core.on_timer(trio.current_time())
             self._logged_later()  # an ack round may have released log entries
+            if self.access is not None:  # a changed access file applies within a second
+                await self.access.reload_if_changed()
             if outs:
                 await self._dispatch(outs)
 
@@ -388,6 +399,7 @@ class BrokerServer:
                 links_cut=sorted(self._cut),
                 slow_consumers=self.counters["slow_consumers"],
                 clients_refused=self.counters["clients_refused"],
+                requests_refused=self.counters["requests_refused"],
             )
             return [ToClient(conn_id, stats)]
         return self.core.client_message(conn_id, msg, now)
@@ -404,6 +416,7 @@ class BrokerServer:
         counters = self.core.counters
         core = self.core
         budget = self._client_budget
+        access = self.access if client is not None else None
         try:
             async for batch in conn.read_messages():
                 counters["frames_in"] += len(batch)
@@ -416,6 +429,11 @@ class BrokerServer:
                 started = trio.current_time()
                 outs: list = []
                 for msg in batch:
+                    if access is not None and type(msg) in _CHECKED:
+                        why = await self._refusal(client, msg)
+                        if why is not None:
+                            outs.append(ToClient(client, m.Error(why, denied=True)))
+                            continue
                     now = trio.current_time()
                     outs += handle(msg, now)
                     busy = client is not None and core.busy(client)
@@ -432,6 +450,32 @@ class BrokerServer:
             self.log.warning("closing %s: %s", conn.label, exc)
             conn.close(str(exc))
 
+    async def _refusal(self, conn_id: int, msg) -> str | None:
+        """Why a client may not make this request (None: it may); a refusal is logged once per
+        client and kind, then summarised (ges.runtime.notes)."""
+        grant = self.access.grant(conn_id)
+        kind = type(msg)
+        if isinstance(grant, str):
+            why = grant
+        elif kind is m.Publish:
+            why = grant.publish_refusal(msg.events, msg.publisher)
+        elif kind is m.LinkControl:
+            why = grant.operator_refusal(f"{'restore' if msg.up else 'cut'} a link")
+        elif grant.subscribe_cost(msg.conjunctions) <= INLINE_COVER_TESTS:
+            why = grant.subscribe_refusal(msg.conjunctions)
+        else:  # covering tests take ~20 us each: a large profile's check leaves the loop
+            why = await trio.to_thread.run_sync(
+                grant.subscribe_refusal, msg.conjunctions, limiter=self._checking
+            )
+        if why is None:
+            return None
+        self.counters["requests_refused"] += 1
+        who = self.access.who(conn_id)
+        self.notes.warning(
+            f"refused {kind.__name__} {who}", "refused a %s of %s: %s", kind.__name__, who, why
+        )
+        return why
+
     async def _flush(self, outs: list) -> None:
         self._logged_later()
         if self.core.has_work:
@@ -442,9 +486,13 @@ class BrokerServer:
 
     # -- clients -----------------------------------------------------------------------------
 
-    async def _run_client(self, client_id: str, conn: Connection) -> None:
+    async def _run_client(
+        self, client_id: str, conn: Connection, admitted: Admitted | None = None
+    ) -> None:
         conn_id = self._next_conn
         self._next_conn += 1
+        if self.access is not None and admitted is not None:
+            self.access.opened(conn_id, admitted)
         conn.label = f"client {client_id}#{conn_id}"
         self._clients[conn_id] = conn
         self.core.client_open(conn_id, client_id)
@@ -462,6 +510,8 @@ class BrokerServer:
                 self.counters["slow_consumers"] += 1
                 self.log.warning("%s: %s, disconnected", conn.label, conn.close_reason)
             del self._clients[conn_id]
+            if self.access is not None:
+                self.access.closed(conn_id)
             # the client's profile leaves with it; a slow peer cannot hold up shutdown for
             # longer than this (a retraction that does not go now is resent by the router)
             self._waiting.pop(conn_id, None)
@@ -470,6 +520,10 @@ class BrokerServer:
             if self.core.has_work:  # the rest of a large profile's removal
                 self._work_wakeup.set()
             self.log.debug("%s gone: %s", conn.label, conn.close_reason or "cancelled")
+
+
+#: Client requests held against the client's grant (ges.security.access).
+_CHECKED = frozenset({m.Publish, m.Subscribe, m.LinkControl})
 
 
 def freeze_heap() -> None:

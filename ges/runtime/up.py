@@ -289,7 +289,7 @@ class ProcessSupervisor:
             *(a for k, v in self.record_tags.items() for a in ("--tag", f"{k}={v}")),
             "--max-clients",
             str(self.max_clients),
-            *(("--certs", str(self.certs.root)) if self.certs is not None else ()),
+            *(("--certs", str(self.certs.root)) if self.certs is not None else ("--insecure",)),
         ]
 
     async def start_all(self, nursery: trio.Nursery) -> None:

@@ -95,19 +95,22 @@ class Hello(_Msg):
     proto: int = PROTOCOL_VERSION
     digest: str = ""
     source: str = ""
+    #: a client's token (``ges users add``), sent only over TLS; empty: none
+    secret: str = ""
 
 
-def hello_for(topology, role: str, id: str) -> Hello:
+def hello_for(topology, role: str, id: str, secret: str = "") -> Hello:
     """The Hello of a broker or client running ``topology`` (a Topology: its name, digest and
     file; a name alone; or None for an anonymous client)."""
     if topology is None or isinstance(topology, str):
-        return Hello(role=role, id=id, topology=topology or "")
+        return Hello(role=role, id=id, topology=topology or "", secret=secret)
     return Hello(
         role=role,
         id=id,
         topology=topology.name,
         digest=topology.digest,
         source=str(topology.source),
+        secret=secret,
     )
 
 
@@ -417,12 +420,16 @@ class Stats(_Msg):
     #: network, a bad handshake), since the broker started
     slow_consumers: int = 0
     clients_refused: int = 0
+    #: client requests refused for want of permission (ges.security.access)
+    requests_refused: int = 0
 
 
 class Error(_Msg):
     """The broker refused a client request; the connection stays open."""
 
     reason: str
+    #: the request was refused for want of permission (ges.security.access)
+    denied: bool = False
 
 
 # -- operator ↔ broker (client protocol) -------------------------------------------------------

@@ -100,18 +100,18 @@ def one_error_line(result) -> str:
 
 def test_down_cuts_both_ends_and_up_restores_them(diamond_file):
     with running(diamond_file) as brokers:
-        result = ges("link", "down", diamond_file, "c", "a")
+        result = ges("link", "down", diamond_file, "c", "a", "--insecure")
         assert result.exit_code == 0, result.stderr
         assert result.stdout.strip() == "link c–a down: cut at a, cut at c"
         assert brokers.cut("a") == {"c"} and brokers.cut("c") == {"a"}
         # down in both cores by the time the command returns (each end answers after it)
         assert brokers.links_up("a") == {"b"} and brokers.links_up("c") == {"d"}
 
-        again = ges("link", "down", diamond_file, "a", "c")
+        again = ges("link", "down", diamond_file, "a", "c", "--insecure")
         assert again.exit_code == 0, again.stderr
         assert again.stdout.strip() == "link a–c down: already cut at a, already cut at c"
 
-        restored = ges("link", "up", diamond_file, "a", "c")
+        restored = ges("link", "up", diamond_file, "a", "c", "--insecure")
         assert restored.exit_code == 0, restored.stderr
         # the accepting end first, so the dialler's first try gets in
         assert restored.stdout.strip() == "link a–c up: restored at c, restored at a"
@@ -122,7 +122,7 @@ def test_down_cuts_both_ends_and_up_restores_them(diamond_file):
 
 def test_one_end_not_running_is_a_warning_and_the_other_end_still_acts(diamond_file):
     with running(diamond_file, only=["a", "b"]) as brokers:
-        result = ges("link", "down", diamond_file, "a", "c")
+        result = ges("link", "down", diamond_file, "a", "c", "--insecure")
         assert result.exit_code == 0, result.stderr
         assert result.stdout.strip() == "link a–c down: cut at a"
         (warning,) = result.stderr.splitlines()
@@ -130,7 +130,7 @@ def test_one_end_not_running_is_a_warning_and_the_other_end_still_acts(diamond_f
         assert warning.endswith("cut at a only, which neither dials c nor accepts it")
         assert brokers.cut("a") == {"c"}
 
-        result = ges("link", "up", diamond_file, "a", "c")
+        result = ges("link", "up", diamond_file, "a", "c", "--insecure")
         assert result.exit_code == 0, result.stderr
         assert result.stdout.strip() == "link a–c up: restored at a"
         assert "restored at a only (c forgets a cut when it restarts)" in result.stderr
@@ -138,7 +138,7 @@ def test_one_end_not_running_is_a_warning_and_the_other_end_still_acts(diamond_f
 
 
 def test_neither_end_running_fails_with_exit_1(diamond_file):
-    result = ges("link", "down", diamond_file, "a", "c")
+    result = ges("link", "down", diamond_file, "a", "c", "--insecure")
     assert result.exit_code == 1
     line = one_error_line(result)
     assert line.startswith("error: link a–c: cut at neither end (a: cannot reach broker at ")
@@ -154,7 +154,7 @@ def test_a_command_given_another_network_of_the_same_name_is_refused(diamond_fil
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump(data))
     with running(diamond_file) as brokers:
-        result = ges("link", "down", other, "a", "d")
+        result = ges("link", "down", other, "a", "d", "--insecure")
         assert result.exit_code == 1
         line = one_error_line(result)
         assert "not the same network" in line
@@ -178,7 +178,7 @@ def test_a_command_given_another_network_of_the_same_name_is_refused(diamond_fil
 def test_bad_input_is_one_line_with_exit_2(diamond_file, tmp_path, args, needle):
     missing = tmp_path / "missing.yaml"
     args = [a.format(t=diamond_file, m=missing) for a in args]
-    result = ges("link", *args)
+    result = ges("link", *args, "--insecure")
     assert result.exit_code == 2, result.output
     assert needle in one_error_line(result)
 
@@ -196,7 +196,7 @@ def test_an_end_that_accepts_but_never_answers_fails_the_command(diamond_file):
     with socket.socket() as silent, running(diamond_file, only=["a"]) as brokers:
         silent.bind(("127.0.0.1", port))
         silent.listen()
-        result = ges("link", "down", diamond_file, "a", "c", "--timeout", "1")
+        result = ges("link", "down", diamond_file, "a", "c", "--timeout", "1", "--insecure")
         assert result.exit_code == 1
         line = one_error_line(result)
         assert line.startswith("error: link a–c: cut at a, but c failed: broker at 127.0.0.1:")

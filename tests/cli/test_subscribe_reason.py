@@ -61,7 +61,7 @@ def test_the_reason_a_subscription_ended_is_in_the_error_line(tmp_path):
     broker.start()
     assert ready.wait(WAIT)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "subscribe", str(path), "--broker", "b1"],
+        [sys.executable, "-m", "cli.main", "subscribe", str(path), "--broker", "b1", "--insecure"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -59,11 +59,11 @@ class Subscriber:
         return [json.loads(line) for line in self.lines.all() if line.strip()]
 
 
-def published_by_b1(topology: Path, at_least: int) -> int:
+def published_by_b1(topology: Path, at_least: int, tls) -> int:
     """Wait until b1 has published ``at_least`` events; returns how many it has."""
 
     def count() -> int:
-        n = stats_of(topology, "b1").published
+        n = stats_of(topology, "b1", tls).published
         return n if n >= at_least else 0
 
     return wait_until_sync(count, f"b1 to publish {at_least} events", timeout=90)
@@ -78,13 +78,22 @@ def test_a_publisher_killed_mid_stream_sends_again_and_nothing_is_delivered_twic
     topology = chain(tmp_path)
     up = Up(topology, tmp_path / "data")
     try:
-        sub = Subscriber(topology, "--count", "6000", "--timeout", "90")
-        first = publisher(topology, "--client", "P", "--count", "6000", "--rate", "3000")
-        published_by_b1(topology, UNDER_WAY)
+        sub = Subscriber(topology, "--count", "6000", "--timeout", "90", *up.auth)
+        first = publisher(topology, "--client", "P", "--count", "6000", "--rate", "3000", *up.auth)
+        published_by_b1(topology, UNDER_WAY, up.tls())
         first.kill()  # mid-stream: it never learns what was acknowledged
         first.wait()
         again = ges(
-            "publish", topology, "--broker", "b1", "--client", "P", "--count", "6000", "--json"
+            "publish",
+            topology,
+            "--broker",
+            "b1",
+            "--client",
+            "P",
+            "--count",
+            "6000",
+            "--json",
+            *up.auth,
         )
         assert again.returncode == 0, again.stderr
         summary = json.loads(again.stdout)
@@ -108,9 +117,9 @@ def test_the_publishing_broker_killed_mid_stream_says_what_was_acknowledged(tmp_
     up = Up(topology, tmp_path / "data", "--processes")
     try:
         pid = {b["id"]: b["pid"] for b in up.run_json()["brokers"]}
-        sub = Subscriber(topology, "--count", "8000", "--timeout", "120")
-        first = publisher(topology, "--client", "P", "--count", "8000", "--rate", "3000")
-        published_by_b1(topology, UNDER_WAY)
+        sub = Subscriber(topology, "--count", "8000", "--timeout", "120", *up.auth)
+        first = publisher(topology, "--client", "P", "--count", "8000", "--rate", "3000", *up.auth)
+        published_by_b1(topology, UNDER_WAY, up.tls())
         os.kill(pid["b1"], signal.SIGKILL)
         out, err = first.communicate(timeout=60)
         assert first.returncode == 1
@@ -123,7 +132,16 @@ def test_the_publishing_broker_killed_mid_stream_says_what_was_acknowledged(tmp_
         deadline = time.monotonic() + 60
         while True:  # ges up restarts b1
             again = ges(
-                "publish", topology, "--broker", "b1", "--client", "P", "--count", "8000", "--json"
+                "publish",
+                topology,
+                "--broker",
+                "b1",
+                "--client",
+                "P",
+                "--count",
+                "8000",
+                "--json",
+                *up.auth,
             )
             if again.returncode == 0 or time.monotonic() > deadline:
                 break
@@ -140,15 +158,17 @@ def test_events_near_the_frame_limit_are_published_in_frames_that_fit(tmp_path):
     topology = chain(tmp_path)
     up = Up(topology, tmp_path / "data")
     try:
-        sub = Subscriber(topology, "--count", "3", "--timeout", "60")
+        sub = Subscriber(topology, "--count", "3", "--timeout", "60", *up.auth)
         # 18 MB in one call: three frames (each event alone is within the event limit)
-        done = ges("publish", topology, "--broker", "b1", "--size", "6000000", "--count", "3")
+        done = ges(
+            "publish", topology, "--broker", "b1", "--size", "6000000", "--count", "3", *up.auth
+        )
         assert done.returncode == 0, done.stderr
         records = sub.received()
         assert sorted(r["attributes"]["n"] for r in records) == [0, 1, 2]
         assert {len(r["payload"]) for r in records} == {6_000_000}
         # one event over the limit is refused before anything is sent
-        big = ges("publish", topology, "--broker", "b1", "--size", "17000000")
+        big = ges("publish", topology, "--broker", "b1", "--size", "17000000", *up.auth)
         assert big.returncode == 2
         assert big.stderr.startswith("error: ") and "over the" in big.stderr
         assert len(big.stderr.strip().splitlines()) == 1
@@ -166,14 +186,14 @@ def test_a_cut_during_a_1kb_stream_is_recovered_without_cutting_the_subscriber(t
     up = Up(topology, tmp_path / "data")
     try:
         n = 60_000
-        sub = Subscriber(topology, "--count", str(n), "--timeout", "120")
-        pub = publisher(topology, "--count", str(n), "--rate", "10000", "--size", "1000")
-        published_by_b1(topology, UNDER_WAY)
-        cut = ges("link", "down", topology, "b2", "b3")
+        sub = Subscriber(topology, "--count", str(n), "--timeout", "120", *up.auth)
+        pub = publisher(topology, "--count", str(n), "--rate", "10000", "--size", "1000", *up.auth)
+        published_by_b1(topology, UNDER_WAY, up.tls())
+        cut = ges("link", "down", topology, "b2", "b3", *up.auth)
         assert cut.returncode == 0, cut.stderr
-        at_cut = stats_of(topology, "b1").published
-        published_by_b1(topology, min(at_cut + DURING_CUT, n))
-        back = ges("link", "up", topology, "b2", "b3")
+        at_cut = stats_of(topology, "b1", up.tls()).published
+        published_by_b1(topology, min(at_cut + DURING_CUT, n), up.tls())
+        back = ges("link", "up", topology, "b2", "b3", *up.auth)
         assert back.returncode == 0, back.stderr
         out, err = pub.communicate(timeout=60)
         assert pub.returncode == 0, err

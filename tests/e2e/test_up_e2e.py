@@ -17,7 +17,9 @@ import pytest
 import trio
 import yaml
 
+from cli._common import client_auth
 from ges.client import broker_stats
+from ges.security.certs import CertDir
 from ges.topology import Topology
 from ges.wire import messages as m
 from tests.conftest import CHAIN3, on_free_ports
@@ -47,6 +49,12 @@ class Up:
 
     def __init__(self, topology: Path, data_dir: Path, *extra: str):
         self.data_dir = data_dir
+        #: secure by default: ges up made the network's certificates here, and every client
+        #: command names them (it would find them itself in the default data directory)
+        insecure = "--insecure" in extra
+        given = extra[extra.index("--certs") + 1] if "--certs" in extra else None
+        self.certs = None if insecure else Path(given) if given else data_dir / "certs"
+        self.auth = ("--insecure",) if insecure else ("--certs", str(self.certs))
         self.proc = subprocess.Popen(
             [*GES, "up", str(topology), "--no-live", "--data-dir", str(data_dir), *extra],
             cwd=ROOT,
@@ -65,6 +73,9 @@ class Up:
                 return
         self.stop()
         raise AssertionError(f"ges up never became ready: {self.proc.stderr.read()[-2000:]}")
+
+    def tls(self):
+        return None if self.certs is None else client_auth(CertDir(self.certs)).tls
 
     def run_json(self) -> dict:
         return json.loads((self.data_dir / "run.json").read_text())
@@ -130,8 +141,10 @@ def test_up_embedded_delivers_across_super_clusters_exactly_once(tmp_path):
         assert {b["id"] for b in run["brokers"]} == {f"b{i}" for i in range(1, 21)}
         assert all(b["pid"] == up.proc.pid for b in run["brokers"])
         # subscriber in SSC-B/SC-4, publisher in SSC-A/SC-1
-        sub = start_subscriber(topology, "b20", "--count", "1000", "--timeout", "60")
-        pub = ges("publish", topology, "--broker", "b1", "--count", "1000", "--size", "100")
+        sub = start_subscriber(topology, "b20", "--count", "1000", "--timeout", "60", *up.auth)
+        pub = ges(
+            "publish", topology, "--broker", "b1", "--count", "1000", "--size", "100", *up.auth
+        )
         assert pub.returncode == 0, pub.stderr
         stdout, stderr = sub.communicate(timeout=90)
         assert sub.returncode == 0, stderr
@@ -149,8 +162,8 @@ def test_up_processes_survives_a_killed_broker_and_leaves_nothing_behind(tmp_pat
         run = up.run_json()
         pids = [b["pid"] for b in run["brokers"]]
         assert len(set(pids)) == 20 and up.proc.pid not in pids
-        sub = start_subscriber(topology, "b16", "--count", "1200", "--timeout", "90")
-        first = ges("publish", topology, "--broker", "b1", "--count", "1000")
+        sub = start_subscriber(topology, "b16", "--count", "1200", "--timeout", "90", *up.auth)
+        first = ges("publish", topology, "--broker", "b1", "--count", "1000", *up.auth)
         assert first.returncode == 0, first.stderr
         # events on their way through a broker die with it until the reliable layer lands, so
         # the first thousand are received before the kill
@@ -160,7 +173,15 @@ def test_up_processes_survives_a_killed_broker_and_leaves_nothing_behind(tmp_pat
         os.kill(b6, signal.SIGKILL)
         assert wait_gone([b6]) == []
         later = ges(
-            "publish", topology, "--broker", "b1", "--count", "200", "--attr", "phase=later"
+            "publish",
+            topology,
+            "--broker",
+            "b1",
+            "--count",
+            "200",
+            "--attr",
+            "phase=later",
+            *up.auth,
         )
         assert later.returncode == 0, later.stderr
         stdout, stderr = sub.communicate(timeout=120)
@@ -236,7 +257,10 @@ def test_second_up_on_the_ports_of_a_running_network_fails_and_stops_its_brokers
     first = Up(topology, tmp_path / "first")
     try:
         second_dir = tmp_path / "second"
-        result = ges("up", topology, "--no-live", "--processes", "--data-dir", second_dir)
+        # the same network's certificates (as two ges up in one directory would share)
+        result = ges(
+            "up", topology, "--no-live", "--processes", "--data-dir", second_dir, *first.auth
+        )
         assert result.returncode == 1, result.stdout + result.stderr
         assert "ready:" not in result.stdout and not (second_dir / "run.json").exists()
         errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
@@ -250,7 +274,7 @@ def test_second_up_on_the_ports_of_a_running_network_fails_and_stops_its_brokers
         assert "not ready after" not in errors[0]
         assert processes_mentioning(str(second_dir)) == [], "a broker of the second ges up lives"
         for bid in SMALL["brokers"]:
-            assert stats_of(topology, bid).pid == first.proc.pid
+            assert stats_of(topology, bid, first.tls()).pid == first.proc.pid
     finally:
         assert first.stop() == 0
 
@@ -263,12 +287,21 @@ def test_bad_inputs_are_one_line_each(tmp_path):
         (["up", broken, "--no-live"], 2, "broken.yaml:"),
         (["publish", topology, "--broker", "nope"], 2, "unknown broker 'nope'"),
         (["subscribe", topology, "--broker", "b99"], 2, "unknown broker 'b99'"),
-        (["publish", topology, "--broker", "b1", "--count", "1"], 1, "cannot reach broker"),
+        (["publish", topology, "--broker", "b1", "--count", "1"], 2, "no certificates of network"),
+        (
+            ["publish", topology, "--broker", "b1", "--count", "1", "--insecure"],
+            1,
+            "cannot reach broker",
+        ),
         (["subscribe", topology, "--broker", "b1", "--where", "price >"], 2, "--where"),
         (["publish", topology, "--broker", "b1", "--attr", "novalue"], 2, "--attr"),
         (["up", tmp_path / "missing.yaml"], 2, "no such topology file"),
         (["link", "down", topology, "b1", "b16"], 2, "b1 and b16 are not neighbours"),
-        (["link", "up", topology, "b1", "b2"], 1, "restored at neither end (b2: cannot reach"),
+        (
+            ["link", "up", topology, "b1", "b2", "--insecure"],
+            1,
+            "restored at neither end (b2: cannot reach",
+        ),
     ]
     for args, code, needle in cases:
         result = ges(*args)
@@ -282,7 +315,9 @@ def test_subscribe_times_out_with_exit_1(tmp_path):
     topology = demo_on_free_ports(tmp_path)
     up = Up(topology, tmp_path / "run")
     try:
-        result = ges("subscribe", topology, "--broker", "b3", "--count", "5", "--timeout", "1")
+        result = ges(
+            "subscribe", topology, "--broker", "b3", "--count", "5", "--timeout", "1", *up.auth
+        )
         assert result.returncode == 1
         assert "timeout after 1s: received 0 of 5 events" in result.stderr
     finally:
@@ -359,19 +394,21 @@ def link_to_cut(path: Path, src: str, dst: str, victims: set[str]) -> tuple[str,
     raise AssertionError("no link to cut")
 
 
-def stats_of(path: Path, broker: str) -> m.Stats:
+def stats_of(path: Path, broker: str, tls=None) -> m.Stats:
     topology = Topology.from_yaml(path)
     spec = topology.brokers[broker]
     return trio.run(
-        functools.partial(broker_stats, spec.host, spec.port, topology=topology.name, timeout=5)
+        functools.partial(
+            broker_stats, spec.host, spec.port, topology=topology.name, timeout=5, tls=tls
+        )
     )
 
 
-def wait_link(path: Path, a: str, b: str, *, up: bool, timeout: float = 15.0) -> None:
+def wait_link(path: Path, a: str, b: str, *, up: bool, tls=None, timeout: float = 15.0) -> None:
     """Both ends of a-b report the link up (or down), each within ``timeout``."""
     deadline = time.monotonic() + timeout
     for x, y in ((a, b), (b, a)):
-        while (y in stats_of(path, x).links_up) != up:
+        while (y in stats_of(path, x, tls).links_up) != up:
             assert time.monotonic() < deadline, (
                 f"{x}: link to {y} never went {'up' if up else 'down'}"
             )
@@ -399,10 +436,22 @@ def test_up_processes_reliable_through_kills_of_intermediate_brokers(tmp_path):
     try:
         run = up.run_json()
         pid = {b["id"]: b["pid"] for b in run["brokers"]}
-        sub = start_subscriber(topology, "b16", "--count", str(n), "--timeout", "120")
+        sub = start_subscriber(topology, "b16", "--count", str(n), "--timeout", "120", *up.auth)
         received = LineReader(sub.stdout)
+        tls = up.tls()
         pub = subprocess.Popen(
-            [*GES, "publish", str(topology), "--broker", "b1", "--count", str(n), "--rate", "400"],
+            [
+                *GES,
+                "publish",
+                str(topology),
+                "--broker",
+                "b1",
+                "--count",
+                str(n),
+                "--rate",
+                "400",
+                *up.auth,
+            ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -414,7 +463,7 @@ def test_up_processes_reliable_through_kills_of_intermediate_brokers(tmp_path):
             assert wait_gone([pid[victim]]) == []
 
         def link(action: str) -> None:
-            result = ges("link", action, topology, cut_a, cut_b, timeout=60)
+            result = ges("link", action, topology, cut_a, cut_b, *up.auth, timeout=60)
             assert result.returncode == 0, result.stderr
             assert result.stderr == "", result.stderr  # both ends answered
             verb = "restored" if action == "up" else "cut"
@@ -429,13 +478,13 @@ def test_up_processes_reliable_through_kills_of_intermediate_brokers(tmp_path):
         then(300)
         link("down")
         # down at both ends once the command has returned, and cut at both
-        assert cut_b not in stats_of(topology, cut_a).links_up
-        assert stats_of(topology, cut_b).links_cut == [cut_a]
+        assert cut_b not in stats_of(topology, cut_a, tls).links_up
+        assert stats_of(topology, cut_b, tls).links_cut == [cut_a]
         kill(victims[0])  # while the link is cut
         then(600)
-        assert cut_a not in stats_of(topology, cut_b).links_up  # still down
+        assert cut_a not in stats_of(topology, cut_b, tls).links_up  # still down
         link("up")
-        wait_link(topology, cut_a, cut_b, up=True)
+        wait_link(topology, cut_a, cut_b, up=True, tls=tls)
         # the last fault must come with much of the stream still to go (each ges command takes
         # a second or more of a loaded machine)
         assert len(received.lines) <= n - 500, "the stream ended before the last fault"

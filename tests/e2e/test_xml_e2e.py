@@ -112,7 +112,7 @@ def test_profiles_and_xml_events_end_to_end(tmp_path):
     try:
         cheap_ibm = start_subscriber(
             topology, "b20", "--profile", EXAMPLES / "quote-ibm.xml", "--count", "4",
-            "--timeout", "60",
+            "--timeout", "60", *up.auth,
         )  # fmt: skip
         dear_or_trade = tmp_path / "dear-or-batch3.xml"
         dear_or_trade.write_text(
@@ -123,7 +123,7 @@ def test_profiles_and_xml_events_end_to_end(tmp_path):
         )
         other = start_subscriber(
             topology, "b16", "--profile", dear_or_trade, "--where", "symbol = IBM",
-            "--count", "2", "--timeout", "60",
+            "--count", "2", "--timeout", "60", *up.auth,
         )  # fmt: skip
         event = EXAMPLES / "quote-event.xml"  # IBM 119.5 on NYSE, type quote, volume 300
         publishes = [
@@ -133,7 +133,7 @@ def test_profiles_and_xml_events_end_to_end(tmp_path):
             ["--event", event, "--attr", "batch=4"],  # cheap again
         ]
         for args in publishes:
-            pub = ges("publish", topology, "--broker", "b1", *args)
+            pub = ges("publish", topology, "--broker", "b1", *args, *up.auth)
             assert pub.returncode == 0, pub.stderr
         stdout, stderr = cheap_ibm.communicate(timeout=90)
         assert cheap_ibm.returncode == 0, stderr
