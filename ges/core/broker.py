@@ -36,6 +36,7 @@ from ges.core.forwarding import Forwarding
 from ges.core.gates import Gates
 from ges.core.links import Links
 from ges.core.outputs import DropPeer, Notice, Output, ProtocolError, ToClient, ToPeer
+from ges.core.provenance import Provenance
 from ges.core.publishing import Publishing
 from ges.core.release import ReleaseRounds
 from ges.core.repair import NackRepair
@@ -145,6 +146,8 @@ class BrokerCore:
             ),
             0,
         )
+        #: only a pubend's own broker originates its ticks (ges.core.provenance)
+        self.provenance = Provenance(topology, broker_id, self.counters)
         #: the parts (ges.core.part), each named after what it owns
         self.forwarding = Forwarding(self)
         self.subscriptions = Subscriptions(self)
@@ -402,6 +405,7 @@ class BrokerCore:
             event_frames=c["event_frames"],
             log_held=0 if self.log is None else self.log.committed - self.log.released(),
             log_released=0 if self.log is None else self.log.released(),
+            forged=c["forged"],
         )
 
 
@@ -451,31 +455,67 @@ def _checked_values(handle):
     return checked
 
 
+def _proven(handle, refusal):
+    """``handle`` for frames that pass ``refusal(provenance, peer, msg)``; one that does not
+    is dropped, counted and noticed (ges.core.provenance)."""
+
+    def proven(core, peer: str, msg, now: float) -> list:
+        why = refusal(core.provenance, peer, msg)
+        if why is not None:
+            return core.provenance.dropped(peer, msg, why)
+        return handle(core, peer, msg, now)
+
+    return proven
+
+
+def _flooded_refusal(p: Provenance, peer: str, msg) -> str | None:
+    return p.events_refusal(peer, msg.pubend, msg.items, routed=False)
+
+
+def _routed_refusal(p: Provenance, peer: str, msg) -> str | None:
+    return p.events_refusal(peer, msg.pubend, msg.items, routed=True)
+
+
+def _silence_refusal(p: Provenance, peer: str, msg) -> str | None:
+    return p.origin_refusal(peer, p.owner(msg.pubend), msg.hops)
+
+
 _BEST_EFFORT_REFUSES = dict.fromkeys(
     _RELIABLE_ONLY, _refused("{kind} from {peer}, but delivery is best effort")
 )
 FROM_PEER_FLOODING = {
     **_LINKS,
     **_BEST_EFFORT_REFUSES,
-    m.Events: lambda core, peer, msg, now: core.forwarding.on_flooded(peer, msg.pubend, msg.items),
+    m.Events: _proven(
+        lambda core, peer, msg, now: core.forwarding.on_flooded(peer, msg.pubend, msg.items),
+        _flooded_refusal,
+    ),
     m.Profiles: _refused("profile message from {peer}, but this broker floods"),
     m.ProfileAck: _refused("profile message from {peer}, but this broker floods"),
 }
 FROM_PEER_BEST_EFFORT = {
     **_LINKS,
     **_BEST_EFFORT_REFUSES,
-    m.Events: lambda core, peer, msg, now: core.forwarding.on_routed(peer, msg.pubend, msg.items),
+    m.Events: _proven(
+        lambda core, peer, msg, now: core.forwarding.on_routed(peer, msg.pubend, msg.items),
+        _routed_refusal,
+    ),
     m.Profiles: BrokerCore._on_profile_message,
     m.ProfileAck: BrokerCore._on_profile_message,
 }
 FROM_PEER_RELIABLE = {
     **_LINKS,
-    m.Events: lambda core, peer, msg, now: core.subends.on_reliable_events(
-        peer, msg.pubend, msg.items, now, msg.vm
+    m.Events: _proven(
+        lambda core, peer, msg, now: core.subends.on_reliable_events(
+            peer, msg.pubend, msg.items, now, msg.vm
+        ),
+        _routed_refusal,
     ),
     m.Profiles: BrokerCore._on_profile_message,
     m.ProfileAck: BrokerCore._on_profile_message,
-    m.Silence: lambda core, peer, msg, now: core.subends.on_silence(peer, msg, now),
+    m.Silence: _proven(
+        lambda core, peer, msg, now: core.subends.on_silence(peer, msg, now), _silence_refusal
+    ),
     m.Nack: lambda core, peer, msg, now: core.repair.on_nack(msg, now),
     m.Recovered: lambda core, peer, msg, now: core.repair.on_recovered(msg, now),
     m.AckAsk: lambda core, peer, msg, now: core.release.on_ack_ask(peer, msg, now),

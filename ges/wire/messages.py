@@ -422,6 +422,9 @@ class Stats(_Msg):
     clients_refused: int = 0
     #: client requests refused for want of permission (ges.security.access)
     requests_refused: int = 0
+    #: frames from peers dropped because they could not have come from their pubend's broker
+    #: (ges.core.provenance)
+    forged: int = 0
 
 
 class Error(_Msg):

@@ -79,8 +79,9 @@ def ev(**attributes) -> m.Event:
     return m.Event(attributes)
 
 
-def items(*ticks: int, hops: int = 1, prev: int | None = None) -> list[m.EventItem]:
-    """Items as a neighbour forwards them: consecutive prevs, ``n`` = tick as an attribute."""
+def items(*ticks: int, hops: int = 2, prev: int | None = None) -> list[m.EventItem]:
+    """Items of pubend b2 as a neighbour of b3 forwards them (two hops from b2): consecutive
+    prevs, ``n`` = tick as an attribute."""
     out = []
     last = ticks[0] - 1 if prev is None else prev
     for t in ticks:

@@ -554,7 +554,7 @@ def test_a_keeper_shares_the_answer_it_makes_only_with_waiting_origins_inside_it
     # ticks 21..24 reach the keeper on SC-4's route (its claim: nothing since 20)
     routes = (m.Route(SC4, prev=20),)
     items = [
-        m.EventItem(t, 0, 4, m.Event({"n": t - 21}), routes, ("b1", "b2", "b4", "b6", "b14"))
+        m.EventItem(t, 0, 6, m.Event({"n": t - 21}), routes, ("b1", "b2", "b4", "b6", "b14", "b16"))
         for t in range(21, 25)
     ]
     keeper.peer_message("b16", m.Events(pe, items), 3.02)

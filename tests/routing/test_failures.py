@@ -175,9 +175,9 @@ def test_a_route_naming_an_unknown_detour_broker_is_a_protocol_error():
     net = Net(TOPOLOGIES["demo"])
     core = net.cores["b1"]
     route = m.Route(("SSC-A",), "", "", ("b99",))
-    item = m.EventItem(1, 0, 1, m.Event({"x": 1}), to=(route,))
+    item = m.EventItem(1, 0, 1, m.Event({"x": 1}), to=(route,), path=("b2",))
     with pytest.raises(ProtocolError, match="b99"):
-        core.peer_message("b2", m.Events("b5~5", [item]), 0.0)
+        core.peer_message("b2", m.Events("b2~5", [item]), 0.0)
 
 
 # -- random failures ---------------------------------------------------------------------------
