@@ -196,6 +196,12 @@ class Checker:
             out = [t for t in out if at[t] > since or all(p.matches(ticks[t]) for p in sub.before)]
         return out
 
+    def broker_fault(self, now: float, broker: str, what: str) -> None:
+        """A broker did what no broker of an honest network may (drop a frame as forged)."""
+        self.n_violations += 1
+        if len(self.violations) < self.MAX_VIOLATIONS:
+            self.violations.append(Violation(now, f"broker {broker}", "-", what))
+
     def _violate(self, now: float, sub: _Sub, pubend: str, what: str) -> None:
         self.n_violations += 1
         if len(self.violations) < self.MAX_VIOLATIONS:

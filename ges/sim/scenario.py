@@ -112,6 +112,11 @@ def run_seed(
             key, msg.pubend, [(it.tick, dict(it.event.attributes)) for it in msg.items], now
         )
 
+    def on_notice(broker, notice):
+        # every broker here is honest: a frame dropped as forged is a false alarm
+        if notice.text.startswith("dropped a forged"):
+            checker.broker_fault(sim.now, broker, notice.text)
+
     def on_puback(broker, conn, msg: m.PubAck, now):
         batch = pending.pop((broker, conn, msg.seq), None)
         if batch is not None:
@@ -137,6 +142,7 @@ def run_seed(
         on_puback=on_puback,
         on_suback=on_suback,
         on_crash=on_crash,
+        on_notice=on_notice,
         work_slice=work_slice,
         config=config,
     )
