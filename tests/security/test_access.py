@@ -125,3 +125,16 @@ def test_a_bad_access_file_is_one_line_naming_it(data, needle):
     with pytest.raises(UserInputError) as info:
         Policy.from_dict(data, "access.yaml")
     assert str(info.value).startswith("access.yaml") and needle in str(info.value)
+
+
+def test_many_allowed_conjunctions_are_looked_up_in_a_covering_index():
+    allowed = [[f"sym = S{i}", "price >= 0"] for i in range(200)] + [["@type = alarm"]]
+    policy = Policy.from_dict({"roles": {"r": {"subscribe": allowed}}}, "a.yaml")
+    grant = policy.grant("u", ["r"])
+    assert grant.subscribe.cover_cost < 50  # bounded per query, not 201 comparisons
+    assert grant.subscribe_refusal([where("sym = S150", "price > 3")]) is None
+    assert grant.subscribe_refusal([where("@type = alarm", "zone = 4")]) is None
+    assert "S999" in grant.subscribe_refusal([where("sym = S999", "price > 3")])
+    assert "conjunction 2" in grant.subscribe_refusal(
+        [where("sym = S1", "price > 1"), where("sym = S2", "price > -5")]
+    )
