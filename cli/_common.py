@@ -240,20 +240,26 @@ def network_certs(
             raise UserInputError("--insecure and --certs: give one or the other")
         return None
     root = certs_dir or (data_dir or default_data_dir(topology.name)) / "certs"
-    if not (root / "ca.crt").exists():
-        if not make:
-            raise UserInputError(
-                f"{root}: no certificates of network {topology.name} (`ges up` makes them on "
-                "its first start, `ges certs init` anywhere; --certs DIR names another "
-                "directory; --insecure runs without TLS)"
-            )
-        init_certs(topology, root)
-        err.print(
-            f"{root}: made the network's certificates ({len(topology.brokers)} brokers, "
-            f"client {ADMIN} with the operator role)",
-            highlight=False,
+    certs = CertDir(root)
+    first = not certs.ca_cert.exists()
+    if first and not make:
+        raise UserInputError(
+            f"{root}: no certificates of network {topology.name} (`ges up` makes them on "
+            "its first start, `ges certs init` anywhere; --certs DIR names another "
+            "directory; --insecure runs without TLS)"
         )
-    return CertDir(root)
+    if make and (first or certs.ca_key.exists()):
+        # the first start makes them all; later ones, those of brokers added since
+        made = [p for p in init_certs(topology, root) if p.suffix == ".crt"]
+        if first:
+            err.print(
+                f"{root}: made the network's certificates ({len(topology.brokers)} brokers, "
+                f"client {ADMIN} with the operator role)",
+                highlight=False,
+            )
+        elif made:
+            err.print(f"{root}: made {len(made)} certificate(s) for brokers added", highlight=False)
+    return certs
 
 
 @attrs.frozen

@@ -192,3 +192,32 @@ def test_ges_certs_init_client_and_show(tmp_path):
     assert bad.exit_code == 2 and bad.output.count("\n") == 1 and "not a PEM" in bad.output
     odd = runner.invoke(app, ["certs", "client", str(DEMO), "no/slash", "--out", out])
     assert odd.exit_code == 2 and odd.output.count("\n") == 1
+
+
+def test_ges_up_makes_certificates_first_and_adds_those_of_brokers_added_later(tmp_path):
+    """What ``ges up`` does before starting (cli._common.network_certs): everything on the first
+    start, then only what brokers added to the topology lack; a client command finds nothing
+    to make and says how to get certificates."""
+    from cli._common import network_certs
+
+    data = {
+        "name": "grow",
+        "brokers": {"b1": {"unit": "A/c", "port": 7001}, "b2": {"unit": "A/c", "port": 7002}},
+        "links": [["b1", "b2"]],
+    }
+    small = Topology.from_dict(data, source="<test>")
+    with pytest.raises(UserInputError, match="no certificates of network grow"):
+        network_certs(small, None, False, data_dir=tmp_path)
+    certs = network_certs(small, None, False, data_dir=tmp_path, make=True)
+    assert certs.root == tmp_path / "certs"
+    assert sorted(p.name for p in certs.root.glob("*/*.crt")) == ["admin.crt", "b1.crt", "b2.crt"]
+    data["brokers"]["b3"] = {"unit": "A/c", "port": 7003}
+    data["links"].append(["b2", "b3"])
+    grown = Topology.from_dict(data, source="<test>")
+    before = certs.cert("broker", "b1").read_bytes()
+    network_certs(grown, None, False, data_dir=tmp_path, make=True)
+    assert certs.cert("broker", "b3").exists()
+    assert certs.cert("broker", "b1").read_bytes() == before  # nothing replaced
+    assert network_certs(grown, None, True) is None  # --insecure
+    with pytest.raises(UserInputError, match="one or the other"):
+        network_certs(grown, certs.root, True)
