@@ -1,5 +1,6 @@
 """Helpers of bench/reliable.py: a whole network under ``ges up --processes`` with a delivery
-variant's flags, latency figures, and the 22 → 10 runs on seed 004's network.
+variant's flags (``--insecure``, or over TLS with ``--certs``), latency figures, and the 22 → 10
+runs on seed 004's network.
 
 Not a benchmark itself; ``bench/reliable.py`` drives it.
 """
@@ -26,6 +27,7 @@ from throughput import (
     ges_publish_fast,
     ges_publish_paced,
     log,
+    make_certs,
     percentile,
     throughput_figures,
 )
@@ -37,15 +39,28 @@ from ges.topology import Topology
 class Network:
     """``ges up TOPOLOGY --processes --no-live`` on free ports, with a delivery variant's flags.
 
-    Every start gets a fresh data directory, so a reliable run's pubend log starts empty.
+    Every start gets a fresh data directory, so a reliable run's pubend log starts empty. With
+    ``tls`` every broker runs TLS (``--certs``: the network's certificates, made once per
+    network name in the bench's temp directory, see ``throughput.make_certs``), links as well
+    as clients, and the bench's clients present ``clients/admin``; else ``--insecure``.
     """
 
-    def __init__(self, kids: Children, data: dict, label: str, flags: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        kids: Children,
+        data: dict,
+        label: str,
+        flags: tuple[str, ...],
+        *,
+        tls: bool = False,
+    ) -> None:
         self.label = label
         path = kids.tmp / f"{data['name']}.yaml"
         path.write_text(yaml.safe_dump(on_free_ports(data)))
         self.path = path
         self.topology = Topology.from_yaml(path)
+        self.certs: Path | None = make_certs(kids, self.topology) if tls else None
+        security = ["--certs", self.certs] if self.certs else ["--insecure"]
         data_dir = _fresh(kids.tmp / f"data-{data['name']}")
         self.child: Child = kids.spawn(
             f"ges up {label}",
@@ -55,7 +70,7 @@ class Network:
                 "warning",
                 "--ready-timeout",
                 str(UP_READY_TIMEOUT),
-                "--insecure",
+                *security,
                 *flags,
             ],
         )
@@ -75,6 +90,7 @@ class Network:
             brokers[subscriber].port,
             self.topology.name,
             pids=self.pids,
+            certs=self.certs,
         )
 
     def alive(self) -> list[str]:
@@ -123,8 +139,11 @@ def paper_data() -> dict:
     return yaml.safe_load(PAPER_TOPOLOGY.read_text())
 
 
-def run_paper_path(kids: Children, variant: str, flags: tuple[str, ...], plan: dict) -> dict:
-    """One network start of ``variant``: a latency run, then a throughput run, 22 → 10.
+def run_paper_path(
+    kids: Children, variant: str, flags: tuple[str, ...], plan: dict, *, tls: bool = False
+) -> dict:
+    """One network start of ``variant`` (over TLS with ``tls``, else ``--insecure``): a latency
+    run, then a throughput run, 22 → 10.
 
     Latency: single events (one per Publish) at ``plan["path_rate"]`` per second, published
     from this process with ``published_at = time.time_ns()``; the subscriber process
@@ -134,7 +153,7 @@ def run_paper_path(kids: Children, variant: str, flags: tuple[str, ...], plan: d
     """
     label = f"22→10 {variant}"
     log(f"{label}: starting ges up --processes on ges-paper.yaml …")
-    net = Network(kids, paper_data(), label, flags)
+    net = Network(kids, paper_data(), label, flags, tls=tls)
     server = net.server(PAPER_PUBLISHER, PAPER_SUBSCRIBER)
     out: dict = {"variant": variant, "errors": []}
     subs = None

@@ -1,10 +1,13 @@
 """The subscriber side of bench/throughput.py: N clients in one trio process, counting deliveries.
 
     python bench/_subscriber.py --proto ges|raw --port P [--clients N] [--expect E] [--latency]
+                                [--certs DIR]
 
 ``--proto ges`` connects N GES clients (``ges.client.connect``) and subscribes each to
-everything; ``--proto raw`` connects N subscribers to ``_relay.py`` and parses its
-length-prefixed records. Prints ``ready`` on stdout once every client is subscribed, then, when
+everything — over TLS with ``--certs DIR`` (the network's certificate directory: each client
+checks the broker's certificate against ``DIR/ca.crt`` and presents ``DIR/clients/admin``), else
+over plain TCP to an ``--insecure`` broker; ``--proto raw`` connects N subscribers to
+``_relay.py`` and parses its length-prefixed records. Prints ``ready`` on stdout once every client is subscribed, then, when
 every client has received ``--expect`` events (or nothing arrived for ``--idle`` seconds, or
 ``--timeout`` passed), one JSON object: per client the count, the first and last receive times
 (time.time_ns) and the size of the first batch; with ``--latency`` also every event's
@@ -19,12 +22,18 @@ import os
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import trio
 from _relay import READ_SIZE, RECORD_HEADER, REGISTERED, ROLE_SUBSCRIBER
 
 from ges.client import connect
 from ges.errors import OperationError
+from ges.security.certs import CertDir, Identity
+from ges.security.tls import context
+
+#: The client certificate presented with --certs (``ges certs init`` makes it, role operator).
+TLS_CLIENT = "admin"
 
 
 class ClientStats:
@@ -59,6 +68,12 @@ class Run:
         self.all_subscribed = trio.Event()
         self.finished = 0
         self.last_activity = time.monotonic()
+        #: one TLS context shared by every client (None: plain TCP)
+        self.tls = (
+            context(CertDir(Path(args.certs)), Identity("client", TLS_CLIENT), server=False)
+            if args.certs
+            else None
+        )
 
     def _subscribed(self, i: int) -> None:
         self.subscribed.add(i)
@@ -69,7 +84,9 @@ class Run:
         args, st = self.args, self.stats[i]
         latency, expect = args.latency, args.expect
         client_id = f"bench-sub-{os.getpid()}-{i}"
-        async with connect(args.host, args.port, topology=args.topology, client_id=client_id) as c:
+        async with connect(
+            args.host, args.port, topology=args.topology, client_id=client_id, tls=self.tls
+        ) as c:
             sub = await c.subscribe([])
             self._subscribed(i)
             async for batch in sub.batches():
@@ -172,6 +189,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=1)
     parser.add_argument("--expect", type=int, default=0, help="events per client")
     parser.add_argument("--latency", action="store_true", help="report every event's latency")
+    parser.add_argument(
+        "--certs",
+        default="",
+        help=f"GES over TLS: the network's certificate directory (presents clients/{TLS_CLIENT})",
+    )
     parser.add_argument("--idle", type=float, default=5.0, help="give up after S idle seconds")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after S seconds")
     parser.add_argument("--connect-timeout", type=float, default=60.0)

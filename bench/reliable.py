@@ -5,9 +5,13 @@
 The variants are broker flags: ``--delivery reliable`` (the pubend appends each event to its
 SQLite log — WAL, group commit from a writer thread — before it acknowledges the publish and
 sends the event on), the same with ``--strict-log`` (an fsync at every group commit), and
-``--delivery best-effort``, the baseline every ratio is taken against. Runs of the variants
-alternate, so a busy neighbour slows all of them alike; every network start is fresh (an empty
-log). Events carry a 100-byte payload.
+``--delivery best-effort``, the baseline every ratio is taken against. Each runs ``--insecure``
+(plain TCP, no identities or permission checks), except ``reliable, TLS``: ``--delivery
+reliable`` with ``--certs`` instead — TLS 1.3 on every client connection and (22 → 10) every
+link, with certificates made for the run's topology in the temp directory; the bench's clients
+present the operator's ``clients/admin``. Runs of the variants alternate, so a busy neighbour
+slows all of them alike; every network start is fresh (an empty log). Events carry a 100-byte
+payload.
 
 1. **1 → 1 through one broker** (``ges broker``, own process): the publisher (this process)
    sends ``publish_nowait`` batches of 256 as fast as it can; a subscriber process counts
@@ -50,7 +54,12 @@ log). Events carry a 100-byte payload.
    "time (5)", which it kept small the same way) plus where the starting point fell; negative
    when an event already in flight was delivered. Each subscription is unsubscribed after its
    first event; the next comes 0.1–0.3 s later. Medians, per hop count and variant.
-5. **Simulator speed**: simulated broker-to-broker frames per wall second of the deterministic
+5. **TLS against --insecure** (issue 19), from the runs of 1 and 2: ``reliable, TLS`` beside
+   ``reliable``, both measured in this run — throughput TLS/--insecure (1 → 1 and 22 → 10), and
+   the p50 TLS adds on 22 → 10, per path (pooled, and the median of each round's difference)
+   and per hop (÷ the route's 5 hops; the path's two client legs are in it too). Aims (issue
+   19): TLS costs at most 15 % of throughput and 50 µs of p50 per hop.
+6. **Simulator speed**: simulated broker-to-broker frames per wall second of the deterministic
    simulator (``ges.sim``) on ``topologies/generated-512.yaml`` (512 brokers), without faults
    and with every fault on (the checker's verdict is part of the result).
 
@@ -96,10 +105,14 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the broker's flags per variant (the pubend log is SQLite in the broker's data directory)
 VARIANTS = {
     "reliable": ("--delivery", "reliable"),
+    "reliable, TLS": ("--delivery", "reliable"),
     "reliable, strict log": ("--delivery", "reliable", "--strict-log"),
     "best-effort": ("--delivery", "best-effort"),
 }
 BASELINE = "best-effort"
+#: the variants whose brokers and clients run TLS (``--certs``; every other runs
+#: ``--insecure``), each with the --insecure variant of the same flags it is compared with
+TLS = {"reliable, TLS": "reliable"}
 #: hop counts and delivery starts: the strict log only adds an fsync per group commit at the
 #: publisher's broker, which the 22 → 10 runs already show
 HOP_VARIANTS = ("reliable", "best-effort")
@@ -141,6 +154,9 @@ AIMS = {
     "reliable_1to1_events_per_s_min": 120_000,
     "reliable_over_best_effort_min": 0.70,
     "added_p50_us_per_path_max": 300,
+    # TLS against --insecure (issue 19)
+    "tls_throughput_cost_max": 0.15,
+    "tls_added_p50_us_per_hop_max": 50,
 }
 ANCHORS = {
     "gryphon_5_hops_ms (seed 001)": 50,
@@ -151,6 +167,8 @@ ANCHORS = {
     "nats_jetstream_file_acked_msgs_per_s (this machine)": 117_000,
     "mosquitto_qos1_persistent_msgs_per_s (this machine)": 71_000,
 }
+#: hops of the 22 → 10 route (22 → 20 → 17 → 8 → 11 → 10), should no delivery report its own
+PAPER_ROUTE_HOPS = 5
 #: above this share of a core used by processes outside a run, its figures are pessimistic
 BUSY_NEIGHBOUR = 25.0
 
@@ -188,7 +206,9 @@ def throughput(kids: tp.Children, plan: dict, errors: list[str]) -> dict:
     for _ in range(repeats):  # alternate, so a busy neighbour hits all alike
         for name, flags in VARIANTS.items():
             try:
-                runs[name].append(tp.run_throughput(kids, "ges", 1, n, args, size, flags=flags))
+                runs[name].append(
+                    tp.run_throughput(kids, "ges", 1, n, args, size, flags=flags, tls=name in TLS)
+                )
             except tp.BenchError as exc:
                 errors.append(f"1→1 {name}: {exc}")
     out: dict = {"events": n, "runs_per_variant": repeats}
@@ -202,6 +222,17 @@ def throughput(kids: tp.Children, plan: dict, errors: list[str]) -> dict:
     out["ratio_to_best_effort"] = {
         d: _ratio(out[d].get("deliveries_per_s"), be) for d in VARIANTS if d != BASELINE
     }
+    out["tls_vs_insecure"] = {}
+    for d, plain in TLS.items():
+        ratio = _ratio(out[d].get("deliveries_per_s"), out[plain].get("deliveries_per_s"))
+        out["tls_vs_insecure"][d] = {
+            "compared_with": plain,
+            "throughput_ratio": ratio,
+            "throughput_cost": None if ratio is None else round(1 - ratio, 3),
+            "publish_ratio": _ratio(
+                out[d].get("publish_events_per_s"), out[plain].get("publish_events_per_s")
+            ),
+        }
     return out
 
 
@@ -220,7 +251,7 @@ def paper_path(kids: tp.Children, plan: dict, errors: list[str]) -> dict:
     for _ in range(plan["path_rounds"]):
         for name, flags in VARIANTS.items():
             try:
-                run = run_paper_path(kids, name, flags, run_plan)
+                run = run_paper_path(kids, name, flags, run_plan, tls=name in TLS)
             except tp.BenchError as exc:
                 errors.append(f"22→10 {name}: {exc}")
                 continue
@@ -285,7 +316,35 @@ def paper_path(kids: tp.Children, plan: dict, errors: list[str]) -> dict:
             "p50_ratio": _ratio(mine["latency"].get("p50_us"), base["latency"].get("p50_us")),
             "p99_ratio": _ratio(mine["latency"].get("p99_us"), base["latency"].get("p99_us")),
         }
+    out["tls_vs_insecure"] = {}
+    for d, plain in TLS.items():
+        mine, base = out[d], out[plain]
+        ratio = _ratio(
+            mine["throughput"].get("deliveries_per_s"), base["throughput"].get("deliveries_per_s")
+        )
+        added = _minus(mine["latency"].get("p50_us"), base["latency"].get("p50_us"))
+        paired = _paired_added(mine["runs"], base["runs"])
+        hops = _route_hops(mine["latency_hops"])
+        out["tls_vs_insecure"][d] = {
+            "compared_with": plain,
+            "throughput_ratio": ratio,
+            "throughput_cost": None if ratio is None else round(1 - ratio, 3),
+            "added_p50_us": added,
+            "added_p50_us_paired": paired,
+            "added_p99_us": _minus(mine["latency"].get("p99_us"), base["latency"].get("p99_us")),
+            "p50_ratio": _ratio(mine["latency"].get("p50_us"), base["latency"].get("p50_us")),
+            "route_hops": hops,
+            "added_p50_us_per_hop": None if added is None else round(added / hops, 1),
+            "added_p50_us_per_hop_paired": None if paired is None else round(paired / hops, 1),
+        }
     return out
+
+
+def _route_hops(delivered_hops: dict) -> int:
+    """The hop count most deliveries had (5 on 22 → 10, the route's length)."""
+    if not delivered_hops:
+        return PAPER_ROUTE_HOPS
+    return max(1, int(max(delivered_hops.items(), key=lambda kv: kv[1])[0]))
 
 
 # -- hop counts and delivery starts --------------------------------------------------------------
@@ -603,6 +662,9 @@ def render(report: dict, out: Console) -> None:
                 )
         out.print(t)
 
+    if report.get("tls_meets_aims"):
+        out.print(render_tls(report))
+
     s = report.get("simulator")
     if s:
         t = Table(title=f"simulator speed, {s['brokers']} brokers (generated-512)")
@@ -624,6 +686,103 @@ def render(report: dict, out: Console) -> None:
         out.print(line, soft_wrap=True)
     for w in report["warnings"]:
         out.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
+
+
+def tls_meets_aims(report: dict) -> dict:
+    """Per TLS variant and part, whether the issue's aims for TLS are met (None: no figure)."""
+    out = {}
+    cost_max, per_hop_max = AIMS["tls_throughput_cost_max"], AIMS["tls_added_p50_us_per_hop_max"]
+
+    def meets(value, ok):
+        return None if value is None else ok(value)
+
+    for d in TLS:
+        one = report.get("throughput_1to1", {}).get("tls_vs_insecure", {}).get(d, {})
+        path = report.get("paper_path_22_to_10", {}).get("tls_vs_insecure", {}).get(d, {})
+        out[d] = {
+            "1to1_throughput_cost": meets(one.get("throughput_cost"), lambda v: v <= cost_max),
+            "22to10_throughput_cost": meets(path.get("throughput_cost"), lambda v: v <= cost_max),
+            "22to10_added_p50_us_per_hop": meets(
+                path.get("added_p50_us_per_hop"), lambda v: v <= per_hop_max
+            ),
+        }
+    return out
+
+
+def render_tls(report: dict) -> Table:
+    """Each TLS variant beside the --insecure variant of the same flags, from this run."""
+    t = Table(
+        title="TLS against --insecure (issue 19), measured in this run",
+        caption="TLS: every broker started with --certs (TLS 1.3, the run's own CA; on 22 → 10"
+        " every link too), the bench's clients presenting clients/admin; --insecure: plain TCP."
+        "\nadded p50 = TLS p50 − --insecure p50, pooled · the median of each round's difference;"
+        " per hop ÷ the route's hops (the two client legs are in it too). Aims: TLS costs ≤ 15 %"
+        " of throughput, ≤ 50 µs p50 per hop.",
+        caption_justify="left",
+    )
+    for col in ("measure", "--insecure", "TLS", "TLS ÷ --insecure", "TLS adds", "aim (TLS)"):
+        t.add_column(col, justify="right" if col != "measure" else "left")
+    meets = report.get("tls_meets_aims", {})
+
+    def mark(ok):
+        return "" if ok is None else (" [green]✓[/green]" if ok else " [red]✗[/red]")
+
+    def cost(vs):
+        c = vs.get("throughput_cost")
+        return "—" if c is None else f"{100 * c:.0f} % cost"
+
+    cost_aim = f"cost ≤ {100 * AIMS['tls_throughput_cost_max']:.0f} %"
+    tput = report.get("throughput_1to1", {})
+    path = report.get("paper_path_22_to_10", {})
+    for d, plain in TLS.items():
+        ok = meets.get(d, {})
+        vs = tput.get("tls_vs_insecure", {}).get(d)
+        if vs:
+            t.add_row(
+                f"1 → 1 {plain} events/s",
+                _n(tput[plain].get("deliveries_per_s")),
+                _n(tput[d].get("deliveries_per_s")),
+                _x(vs["throughput_ratio"]),
+                cost(vs),
+                cost_aim + mark(ok.get("1to1_throughput_cost")),
+                end_section=True,
+            )
+        vs = path.get("tls_vs_insecure", {}).get(d)
+        if vs:
+            mine, base = path[d], path[plain]
+            t.add_row(
+                f"22 → 10 {plain} events/s",
+                _n(base["throughput"].get("deliveries_per_s")),
+                _n(mine["throughput"].get("deliveries_per_s")),
+                _x(vs["throughput_ratio"]),
+                cost(vs),
+                cost_aim + mark(ok.get("22to10_throughput_cost")),
+            )
+            t.add_row(
+                f"22 → 10 {plain} latency p50",
+                _us(base["latency"].get("p50_us")),
+                _us(mine["latency"].get("p50_us")),
+                _x(vs["p50_ratio"]),
+                f"{_signed_us(vs['added_p50_us'])} · {_signed_us(vs['added_p50_us_paired'])}",
+            )
+            t.add_row(
+                f"22 → 10 {plain} latency p50, per hop ({vs['route_hops']})",
+                "",
+                "",
+                "",
+                f"{_signed_us(vs['added_p50_us_per_hop'])} ·"
+                f" {_signed_us(vs['added_p50_us_per_hop_paired'])}",
+                f"≤ {AIMS['tls_added_p50_us_per_hop_max']} µs"
+                + mark(ok.get("22to10_added_p50_us_per_hop")),
+            )
+            t.add_row(
+                f"22 → 10 {plain} latency p99",
+                _us(base["latency"].get("p99_us")),
+                _us(mine["latency"].get("p99_us")),
+                "",
+                _signed_us(vs["added_p99_us"]),
+            )
+    return t
 
 
 def _starts(f: dict) -> str:
@@ -653,7 +812,7 @@ def summary_lines(report: dict) -> list[str]:
             f"{d} {_signed_us(v['added_p50_us'])} pooled,"
             f" {_signed_us(v['added_p50_us_paired'])} median of rounds"
             for d, v in added.items()
-            if v["added_p50_us"]
+            if v["added_p50_us"] and d not in TLS  # TLS against --insecure: its own line
         ]
         out.append(f"added p50 on 22 → 10 (aim ≤ 300 µs per path): {', '.join(parts)}")
     hops = report.get("hop_counts", {}).get("by_hops", {})
@@ -663,6 +822,17 @@ def summary_lines(report: dict) -> list[str]:
             for h, row in hops.items()
         ]
         out.append(f"added p50 by hop count (reliable − best effort): {', '.join(parts)}")
+    for d, plain in TLS.items():
+        one = tput.get("tls_vs_insecure", {}).get(d, {})
+        path = report.get("paper_path_22_to_10", {}).get("tls_vs_insecure", {}).get(d, {})
+        if one or path:
+            out.append(
+                f"aim TLS ({d} ÷ {plain} --insecure; cost ≤ 15 %, ≤ 50 µs p50 per hop): 1→1"
+                f" {_x(one.get('throughput_ratio'))}, 22 → 10 {_x(path.get('throughput_ratio'))},"
+                f" p50 {_signed_us(path.get('added_p50_us'))} per path ="
+                f" {_signed_us(path.get('added_p50_us_per_hop'))} per hop"
+                f" ({_signed_us(path.get('added_p50_us_per_hop_paired'))} median of rounds)"
+            )
     return out
 
 
@@ -708,13 +878,18 @@ def main() -> int:
             errors.append(f"simulator ({name}): the checker found violations")
     report["config"] = {
         "plan": plan,
-        "variants": {d: list(f) for d, f in VARIANTS.items()},
+        "variants": {
+            d: [*f, *(("--certs", "DIR") if d in TLS else ("--insecure",))]
+            for d, f in VARIANTS.items()
+        },
+        "tls_compared_with": TLS,
         "baseline": BASELINE,
         "payload_bytes": tp.PAYLOAD_BYTES,
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
     }
     report["aims"] = AIMS
+    report["tls_meets_aims"] = tls_meets_aims(report)
     report["anchors_not_measured_here"] = ANCHORS
     report["warnings"] = warnings(report)
     report["errors"] = errors

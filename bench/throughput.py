@@ -20,6 +20,18 @@ with no protocol) — with the same process layout, event sizes and rates:
    free ports), publisher at broker 22, subscriber at broker 10; the baseline is a chain of relay
    processes along the same shortest path (22 → 20 → 17 → 8 → 11 → 10).
 
+Every GES figure above is measured with ``--insecure`` (plain TCP, no identities, no
+permission checks), as the baseline relay has none of those. **TLS against --insecure** (issue
+19), in the same run: ``1→1`` and the one-hop latency are run a third time with the broker
+started with ``--certs DIR`` instead (TLS 1.3, certificates made for the run's one-broker
+topology in the temp directory: the CA, ``brokers/b1`` and the operator client ``admin``), the
+publisher (this process) and the subscriber process each connecting over TLS and presenting
+``clients/admin`` (a secure broker admits only clients that prove who they are). The same
+events, batches, rates and process layout; the ``1→1`` runs alternate GES, GES over TLS and
+the baseline. Reported: TLS/--insecure for throughput and the µs TLS adds to the one-hop p50
+and p99, against the issue's aim (TLS costs at most 15 % of throughput and 50 µs of p50 per
+hop). ``--no-tls`` leaves these runs out.
+
 The table also shows the issue's aims and its reference figures for mosquitto and amqtt; those
 were measured earlier on this machine and are NOT measured by this run. ``--json`` prints one
 JSON object on stdout (the table then goes to stderr with the progress lines). ``--profile``
@@ -56,6 +68,8 @@ from rich.table import Table
 
 from ges.client import connect
 from ges.runtime.ports import free_ports, on_free_ports
+from ges.security.certs import CertDir, Identity
+from ges.security.tls import context
 from ges.topology import Topology
 from ges.wire import encode
 from ges.wire import messages as m
@@ -94,7 +108,15 @@ AIMS = {
     "1to100": 250_000,
     "latency_1hop_p50_us": 150,
     "latency_paper_p50_us": 1_000,
+    # TLS against --insecure (issue 19): what TLS may cost
+    "tls_throughput_cost_max": 0.15,
+    "tls_added_p50_us_per_hop_max": 50,
 }
+#: The scenarios also run over TLS (unless --no-tls), beside their --insecure GES run.
+TLS_SCENARIOS = ("1to1", "latency_1hop")
+#: The client certificate the bench's clients present over TLS (role operator, as made by
+#: ``ges certs init``; an operator may also publish idempotently under another client id).
+TLS_CLIENT = "admin"
 #: The issue's reference figures, measured earlier on this 2-core machine in the same kind of
 #: harness. Not measured by this script.
 REFERENCE = {
@@ -327,6 +349,23 @@ def _percent(seconds: float | None, wall: float) -> float | None:
 # -- servers: a GES broker or network, or the baseline relay(s) ----------------------------------
 
 
+def make_certs(kids: Children, topology: Topology) -> Path:
+    """The certificates of ``topology``'s network (its name is the CA's) in the temp directory:
+    the CA, one per broker and the operator client ``admin``, as ``ges certs init`` makes them.
+    Made once per network name; a later start of the same network only adds what is missing."""
+    where = CertDir(kids.tmp / f"certs-{topology.name}")
+    where.init(topology.name, {b: (spec.host,) for b, spec in topology.brokers.items()})
+    where.add(Identity("client", TLS_CLIENT, ("operator",)))
+    return where.root
+
+
+def client_tls(certs: Path | None):
+    """The TLS context of a bench client (presenting ``clients/admin``), None for plain TCP."""
+    if certs is None:
+        return None
+    return context(CertDir(certs), Identity("client", TLS_CLIENT), server=False)
+
+
 class Server:
     """What a scenario publishes into and subscribes from."""
 
@@ -337,11 +376,14 @@ class Server:
         sub_port: int,
         topology: str = "",
         pids: list[int] | None = None,
+        certs: Path | None = None,
     ):
         self.children = children
         self.pub_port = pub_port
         self.sub_port = sub_port
         self.topology = topology
+        #: the network's certificate directory when its brokers run TLS (None: --insecure)
+        self.certs = certs
         #: every process doing the broker/relay work (ges up's brokers, not ges up itself)
         self.pids = pids or [c.pid for c in children]
 
@@ -353,7 +395,9 @@ class Server:
         return roles
 
 
-def start_ges_broker(kids: Children, flags: tuple[str, ...] = ()) -> Server:
+def start_ges_broker(kids: Children, flags: tuple[str, ...] = (), *, tls: bool = False) -> Server:
+    """``ges broker`` of a one-broker topology on a free port: ``--insecure``, or with ``tls``
+    over TLS with ``--certs`` (certificates made for this topology)."""
     port = free_ports(1)[0]
     name = "bench-one-broker"
     data = {
@@ -363,14 +407,16 @@ def start_ges_broker(kids: Children, flags: tuple[str, ...] = ()) -> Server:
     }
     path = kids.tmp / "one-broker.yaml"
     path.write_text(yaml.safe_dump(data))
+    certs = make_certs(kids, Topology.from_yaml(path)) if tls else None
+    security = ["--certs", certs] if certs else ["--insecure"]
     child = kids.spawn(
-        "ges broker",
+        "ges broker" + (" TLS" if tls else ""),
         [*GES, "broker", path, "--id", "b1", "--data-dir", kids.tmp / "data-one"]
-        + ["--log-level", "warning", "--insecure", *flags],
+        + ["--log-level", "warning", *security, *flags],
         stdout_pipe=False,
     )
     wait_listening(child, port)
-    return Server([child], port, port, name)
+    return Server([child], port, port, name, certs=certs)
 
 
 def paper_on_free_ports(kids: Children) -> tuple[Path, Topology]:
@@ -439,6 +485,8 @@ class Subscribers:
         cmd += ["--port", server.sub_port, "--clients", clients, "--expect", expect]
         if server.topology:
             cmd += ["--topology", server.topology]
+        if server.certs:
+            cmd += ["--certs", server.certs]
         if latency:
             cmd.append("--latency")
         self.child = kids.spawn(f"{proto} subscriber", cmd)
@@ -462,7 +510,11 @@ async def ges_publish_fast(server: Server, n: int, batch: int) -> float:
     payload = b"x" * PAYLOAD_BYTES
     event = m.Event
     async with connect(
-        "127.0.0.1", server.pub_port, topology=server.topology, client_id="bench-publisher"
+        "127.0.0.1",
+        server.pub_port,
+        topology=server.topology,
+        client_id="bench-publisher",
+        tls=client_tls(server.certs),
     ) as client:
         started = time.perf_counter()
         for start in range(0, n, batch):
@@ -504,7 +556,11 @@ async def ges_publish_paced(server: Server, rate: float, count: int) -> float:
     payload = b"x" * PAYLOAD_BYTES
     event = m.Event
     async with connect(
-        "127.0.0.1", server.pub_port, topology=server.topology, client_id="bench-publisher"
+        "127.0.0.1",
+        server.pub_port,
+        topology=server.topology,
+        client_id="bench-publisher",
+        tls=client_tls(server.certs),
     ) as client:
 
         async def send_one(i: int) -> None:
@@ -564,12 +620,15 @@ def run_throughput(
     args,
     size: int,
     flags: tuple[str, ...] = (),
+    *,
+    tls: bool = False,
 ) -> dict:
-    label = f"{'GES' if proto == 'ges' else 'baseline'} 1→{clients}"
+    """One throughput run; ``tls``: the GES broker and clients over TLS, not ``--insecure``."""
+    label = f"{'GES' if proto == 'ges' else 'baseline'}{' TLS' if tls else ''} 1→{clients}"
     if flags:
         label += f" ({' '.join(flags)})"
     log(f"{label}: {n:,} events of {PAYLOAD_BYTES} B to {clients} subscriber(s) …")
-    server = start_ges_broker(kids, flags) if proto == "ges" else start_relays(kids, 0)
+    server = start_ges_broker(kids, flags, tls=tls) if proto == "ges" else start_relays(kids, 0)
     subs = None
     try:
         subs = Subscribers(kids, proto, server, clients=clients, expect=n, latency=False)
@@ -643,8 +702,12 @@ def latency_figures(result: dict, count: int, skip: int) -> dict:
     return out
 
 
-def run_latency(kids: Children, proto: str, paper: bool, args, sizes: dict, size: int) -> dict:
-    label = f"{'GES' if proto == 'ges' else 'baseline'} latency {'22→10' if paper else 'one hop'}"
+def run_latency(
+    kids: Children, proto: str, paper: bool, args, sizes: dict, size: int, *, tls: bool = False
+) -> dict:
+    """One latency run; ``tls`` (one hop only): the GES broker and clients over TLS."""
+    label = f"{'GES' if proto == 'ges' else 'baseline'}{' TLS' if tls else ''} latency"
+    label += f" {'22→10' if paper else 'one hop'}"
     rate = LATENCY_RATE
     count = int(rate * (sizes["latency_seconds"] + sizes["warmup_seconds"]))
     skip = int(rate * sizes["warmup_seconds"])
@@ -660,7 +723,7 @@ def run_latency(kids: Children, proto: str, paper: bool, args, sizes: dict, size
             log(f"{label}: a chain of {len(route)} relay processes along {' → '.join(route)} …")
             server = start_relays(kids, hops)
     else:
-        server = start_ges_broker(kids) if proto == "ges" else start_relays(kids, 0)
+        server = start_ges_broker(kids, tls=tls) if proto == "ges" else start_relays(kids, 0)
     subs = None
     try:
         subs = Subscribers(kids, proto, server, clients=1, expect=count, latency=True)
@@ -808,6 +871,8 @@ def build_report(results: dict, sizes: dict, size: int, args, started: float) ->
             else ("p50_us", "p99_us", "mean_us", "max_us")
         )
         res["ratio_ges_over_baseline"] = {f: _ratio(g.get(f), b.get(f)) for f in fields}
+        if "ges_tls" in res:
+            res["tls_vs_insecure"] = tls_vs_insecure(key, g, res["ges_tls"])
     meets = {}
     for key in ("1to1", "1to100"):
         if key in results:
@@ -817,6 +882,14 @@ def build_report(results: dict, sizes: dict, size: int, args, started: float) ->
         if key in results:
             value = results[key]["ges"].get("p50_us")
             meets[f"{key}_p50_us"] = _meets(value, AIMS[f"{key}_p50_us"], higher=False)
+    if "tls_vs_insecure" in results.get("1to1", {}):
+        value = results["1to1"]["tls_vs_insecure"]["deliveries_per_s_ratio"]
+        meets["1to1_tls_cost"] = _meets(value, 1 - AIMS["tls_throughput_cost_max"], higher=True)
+    if "tls_vs_insecure" in results.get("latency_1hop", {}):
+        value = results["latency_1hop"]["tls_vs_insecure"]["added_p50_us"]
+        meets["latency_1hop_tls_added_p50_us"] = _meets(
+            value, AIMS["tls_added_p50_us_per_hop_max"], higher=False
+        )
     return {
         "bench": "throughput",
         "mode": "quick" if args.quick else "full",
@@ -829,6 +902,8 @@ def build_report(results: dict, sizes: dict, size: int, args, started: float) ->
             "publish_batch": args.batch,
             "fanout_subscribers": FANOUT_CLIENTS,
             "latency_rate_per_s": LATENCY_RATE,
+            "tls_scenarios": [k for k in TLS_SCENARIOS if "ges_tls" in results.get(k, {})],
+            "tls_client_certificate": f"clients/{TLS_CLIENT} (role operator)",
             "cpus": os.cpu_count(),
             "python": sys.version.split()[0],
         },
@@ -839,6 +914,25 @@ def build_report(results: dict, sizes: dict, size: int, args, started: float) ->
         "warnings": _busy_neighbours(results),
         "seconds": round(time.perf_counter() - started, 1),
     }
+
+
+def tls_vs_insecure(key: str, insecure: dict, tls: dict) -> dict:
+    """TLS against --insecure, both GES runs of this process: TLS/--insecure for throughput
+    (and the share of it TLS costs), the µs TLS adds for latency."""
+    if key.startswith("1to"):
+        out = {
+            f"{f}_ratio": _ratio(tls.get(f), insecure.get(f))
+            for f in ("deliveries_per_s", "publish_events_per_s")
+        }
+        ratio = out["deliveries_per_s_ratio"]
+        out["throughput_cost"] = None if ratio is None else round(1 - ratio, 3)
+        return out
+    out = {}
+    for f in ("p50_us", "p99_us", "mean_us"):
+        a, b = tls.get(f), insecure.get(f)
+        out[f"added_{f}"] = None if a is None or b is None else round(a - b, 1)
+        out[f"{f}_ratio"] = _ratio(a, b)
+    return out
 
 
 def _meets(value, aim, *, higher: bool) -> bool | None:
@@ -953,6 +1047,8 @@ def render(report: dict, out: Console) -> None:
         )
         cpu_row(f"latency {label}", g, b)
     out.print(table)
+    if any("tls_vs_insecure" in r for r in res.values()):
+        out.print(render_tls(report))
     hops = res.get("latency_paper", {}).get("ges", {}).get("hops")
     if hops:
         out.print(f"GES 22→10 deliveries by hop count: {hops}")
@@ -975,6 +1071,83 @@ def render(report: dict, out: Console) -> None:
                 c = prof["inclusive"][i] if i < len(prof["inclusive"]) else ("", "")
                 t.add_row(str(s[1]), s[0], str(c[1]), c[0])
             out.print(t)
+
+
+def render_tls(report: dict) -> Table:
+    """GES over TLS beside GES --insecure, both measured in this run."""
+    res = report["results"]
+    table = Table(
+        title="GES over TLS against GES --insecure (issue 19), measured in this run",
+        caption=(
+            "TLS: the broker started with --certs (TLS 1.3, the run's own CA), the publisher and"
+            f" the subscriber process presenting clients/{TLS_CLIENT}; --insecure: plain TCP, the"
+            " GES column above. Same events, batches, rates and process layout; 1→1 runs"
+            " alternate.\nAims (issue 19): TLS costs ≤ 15 % of throughput (TLS/--insecure ≥"
+            " 0.85×) and ≤ 50 µs p50 per hop."
+        ),
+        caption_justify="left",
+    )
+    table.add_column("measure")
+    table.add_column("GES --insecure", justify="right")
+    table.add_column("GES TLS", justify="right", style="bold")
+    table.add_column("TLS/--insecure", justify="right")
+    table.add_column("TLS adds", justify="right")
+    table.add_column("aim (TLS)", justify="right")
+
+    def mark(key):
+        ok = report["meets_aims"].get(key)
+        return "" if ok is None else (" [green]✓[/green]" if ok else " [red]✗[/red]")
+
+    def x(value):
+        return "—" if value is None else f"{value:.2f}×"
+
+    def row(*cells, end_section=False):
+        table.add_row(*cells, *[""] * (6 - len(cells)), end_section=end_section)
+
+    if "tls_vs_insecure" in res.get("1to1", {}):
+        g, t, vs = res["1to1"]["ges"], res["1to1"]["ges_tls"], res["1to1"]["tls_vs_insecure"]
+        cost = vs.get("throughput_cost")
+        row(
+            "1→1 events/s (subscriber side)",
+            _fmt(g.get("deliveries_per_s")),
+            _fmt(t.get("deliveries_per_s")),
+            x(vs.get("deliveries_per_s_ratio")),
+            "—" if cost is None else f"{100 * cost:.0f} % cost",
+            f"cost ≤ {100 * AIMS['tls_throughput_cost_max']:.0f} %{mark('1to1_tls_cost')}",
+        )
+        if "runs" in t:
+            row(f"1→1 all {len(t['runs'])} runs (median shown)", _spread(g), _spread(t))
+        row(
+            "1→1 publish-side events/s",
+            _fmt(g.get("publish_events_per_s")),
+            _fmt(t.get("publish_events_per_s")),
+            x(vs.get("publish_events_per_s_ratio")),
+        )
+        row("1→1 delivered / lost", _count(g), _count(t))
+        row("1→1 CPU % broker·sub·pub (other)", _cpu(g), _cpu(t), end_section=True)
+    if "tls_vs_insecure" in res.get("latency_1hop", {}):
+        lat = res["latency_1hop"]
+        g, t, vs = lat["ges"], lat["ges_tls"], lat["tls_vs_insecure"]
+        for field in ("p50_us", "p99_us", "mean_us"):
+            added = vs.get(f"added_{field}")
+            row(
+                f"latency one hop {field.removesuffix('_us')}",
+                _fmt(g.get(field), "µs"),
+                _fmt(t.get(field), "µs"),
+                x(vs.get(f"{field}_ratio")),
+                "—" if added is None else f"{added:+,.0f} µs",
+                f"≤ {AIMS['tls_added_p50_us_per_hop_max']} µs{mark('latency_1hop_tls_added_p50_us')}"
+                if field == "p50_us"
+                else "",
+            )
+        row("latency one hop p50 first → last 10 %", _drift(g), _drift(t))
+        row(
+            "latency one hop samples / lost",
+            f"{g.get('samples', 0):,} / {g['lost']}",
+            f"{t.get('samples', 0):,} / {t['lost']}",
+        )
+        row("latency one hop CPU % broker·sub·pub (other)", _cpu(g), _cpu(t))
+    return table
 
 
 def _cpu(fig: dict) -> str:
@@ -1002,7 +1175,7 @@ def _busy_neighbours(results: dict, limit: float = 25.0) -> list[str]:
     for key, res in results.items():
         if key == "profile":
             continue
-        for side in ("ges", "baseline"):
+        for side in [s for s in ("ges", "ges_tls", "baseline") if s in res]:
             other = res[side].get("cpu_percent", {}).get("other")
             if other is not None and other > limit:
                 warnings.append(
@@ -1020,7 +1193,7 @@ def _failures(results: dict) -> list[str]:
     for key, res in results.items():
         if key == "profile":
             continue
-        for side in ("ges", "baseline"):
+        for side in [s for s in ("ges", "ges_tls", "baseline") if s in res]:
             for i, fig in enumerate(res[side].get("runs") or [res[side]]):
                 run = f"{key} {side}" + (f" run {i + 1}" if "runs" in res[side] else "")
                 if fig.get("lost"):
@@ -1028,6 +1201,15 @@ def _failures(results: dict) -> list[str]:
                 for error in fig.get("errors", []):
                     problems.append(f"{run}: {error}")
     return problems
+
+
+def variants(key: str, args) -> list[tuple[str, str, bool]]:
+    """(result key, protocol, over TLS) of a scenario's runs, in the order they alternate:
+    GES --insecure, GES over TLS (the TLS scenarios, unless --no-tls), the baseline."""
+    out = [("ges", "ges", False)]
+    if key in TLS_SCENARIOS and not args.no_tls:
+        out.append(("ges_tls", "ges", True))
+    return [*out, ("baseline", "raw", False)]
 
 
 def main() -> int:
@@ -1039,6 +1221,11 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=256, help="events per publish batch")
     parser.add_argument(
         "--profile", action="store_true", help="add a GES 1→1 run under py-spy and report hot spots"
+    )
+    parser.add_argument(
+        "--no-tls",
+        action="store_true",
+        help=f"leave out the runs over TLS ({', '.join(TLS_SCENARIOS)} beside --insecure)",
     )
     parser.add_argument(
         "--only",
@@ -1066,17 +1253,18 @@ def main() -> int:
         ):
             if key not in only:
                 continue
-            runs: dict[str, list] = {"ges": [], "baseline": []}
-            for _ in range(repeats):  # alternate, so a busy neighbour hits both alike
-                for proto_key, proto in (("ges", "ges"), ("baseline", "raw")):
-                    runs[proto_key].append(run_throughput(kids, proto, clients, n, args, size))
-            results[key] = {proto_key: median_run(r) for proto_key, r in runs.items()}
+            sides = variants(key, args)
+            runs: dict[str, list] = {side: [] for side, _proto, _tls in sides}
+            for _ in range(repeats):  # alternate, so a busy neighbour hits all alike
+                for side, proto, tls in sides:
+                    runs[side].append(run_throughput(kids, proto, clients, n, args, size, tls=tls))
+            results[key] = {side: median_run(r) for side, r in runs.items()}
         for key, paper in (("latency_1hop", False), ("latency_paper", True)):
             if key not in only:
                 continue
             results[key] = {
-                proto_key: run_latency(kids, proto, paper, args, sizes, size)
-                for proto_key, proto in (("ges", "ges"), ("baseline", "raw"))
+                side: run_latency(kids, proto, paper, args, sizes, size, tls=tls)
+                for side, proto, tls in variants(key, args)
             }
         if args.profile:
             results["profile"] = run_profiled(kids, sizes["events_1to1"], args)

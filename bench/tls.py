@@ -171,7 +171,8 @@ async def one_variant(topology: Topology, path: Path, certs: Path | None, sizes:
          "error", *extra],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    tls = context(CertDir(certs), None, server=False) if certs else None
+    # a secure broker admits only clients that prove who they are: the operator's certificate
+    tls = context(CertDir(certs), Identity("client", "admin"), server=False) if certs else None
     try:
         await wait_ready(topology, timeout=30, tls=tls)
         spec = topology.brokers["b1"]
@@ -199,6 +200,7 @@ def main() -> int:
     topology = Topology.from_yaml(path)
     certs = tmp / "certs"
     CertDir(certs).init(topology.name, {"b1": ("127.0.0.1",)})
+    CertDir(certs).add(Identity("client", "admin", ("operator",)))
     runs: dict[str, list[dict]] = {"plain": [], "tls": []}
     for r in range(sizes["rounds"]):
         for name, where in (("plain", None), ("tls", certs)):
