@@ -47,6 +47,7 @@ from ges.runtime.up import wait_ready  # noqa: E402
 from ges.security.certs import CertDir, Identity  # noqa: E402
 from ges.security.tls import context  # noqa: E402
 from ges.topology import Topology  # noqa: E402
+from ges.transport.tls import TLSStream  # noqa: E402
 from ges.wire import messages as m  # noqa: E402
 
 GES = [sys.executable, "-m", "cli.main"]
@@ -140,16 +141,15 @@ async def connects(spec, topology, tls, n: int = 50) -> dict:
 
 
 async def record_cost(certs: Path | None, n: int = 20_000) -> dict:
-    """µs per 150-byte send_all + receive over an in-memory stream pair (with TLS: SSLStream)."""
+    """µs per 150-byte send_all + receive over an in-memory stream pair (with TLS: the
+    TLSStream the broker and clients use)."""
     import trio.testing
 
     a, b = trio.testing.memory_stream_pair()
     if certs is not None:
         where = CertDir(certs)
-        a = trio.SSLStream(
-            a, context(where, Identity("broker", "b1"), server=True), server_side=True
-        )
-        b = trio.SSLStream(b, context(where, None, server=False), server_side=False)
+        a = TLSStream(a, context(where, Identity("broker", "b1"), server=True), server_side=True)
+        b = TLSStream(b, context(where, None, server=False), server_side=False)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(a.do_handshake)
             nursery.start_soon(b.do_handshake)

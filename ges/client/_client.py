@@ -41,6 +41,7 @@ from ges.security.certs import Identity
 from ges.security.tls import peer_identity
 from ges.topology import Topology
 from ges.transport.connection import Connection, ConnectionClosed
+from ges.transport.tls import TLSStream
 from ges.wire import MAX_EVENT_BYTES, FrameError, encode, event_size
 from ges.wire import messages as m
 from ges.wire.frames import HEADER_SIZE
@@ -465,7 +466,7 @@ async def connect(
         why = getattr(exc, "strerror", None) or "no answer"
         raise BrokerUnreachable(f"cannot reach broker at {host}:{port}: {why}") from None
     if tls is not None:
-        stream = trio.SSLStream(stream, tls, server_side=False)
+        stream = TLSStream(stream, tls, server_side=False)
         try:
             with trio.fail_after(timeout):
                 await stream.do_handshake()

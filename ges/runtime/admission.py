@@ -30,6 +30,7 @@ from ges.transport.connection import (
     Connection,
     ConnectionClosed,
 )
+from ges.transport.tls import TLSStream
 from ges.wire import DEFAULT_MAX_FRAME, FrameError, encode
 from ges.wire import messages as m
 
@@ -119,7 +120,7 @@ class Admission:
                     continue
                 self.server._opening += 1
                 if self.server.tls_accept is not None:  # the handshake runs with the first read
-                    stream = trio.SSLStream(stream, self.server.tls_accept, server_side=True)
+                    stream = TLSStream(stream, self.server.tls_accept, server_side=True)
                 self.server._nursery.start_soon(self.handle_incoming, stream)
 
     async def refuse(self, stream: trio.SocketStream, reason: str) -> None:
@@ -136,7 +137,7 @@ class Admission:
         with trio.CancelScope(shield=True), trio.move_on_after(REFUSE_WAIT):
             await stream.aclose()
 
-    def proven(self, stream: trio.SSLStream, hello: m.Hello) -> m.Refuse | None:
+    def proven(self, stream: TLSStream, hello: m.Hello) -> m.Refuse | None:
         """A broker must be the one its certificate names (None: it is, or it is a client —
         what a client may do is decided by its identity, kept on its connection)."""
         who = peer_identity(stream)
@@ -153,7 +154,7 @@ class Admission:
         access = self.server.access
         if access is None:  # --insecure: everyone may do everything
             return Admitted(hello.id, None, False, OPEN, 0)
-        cert = peer_identity(stream) if isinstance(stream, trio.SSLStream) else None
+        cert = peer_identity(stream) if isinstance(stream, TLSStream) else None
         with trio.move_on_after(ADMIT_WAIT):
             return await access.admit(hello.id, cert, hello.secret)
         return Admitted(
@@ -190,7 +191,7 @@ class Admission:
                 )
                 return
             reply = self.server.core.hello(hello)
-            if isinstance(stream, trio.SSLStream) and isinstance(reply, m.Welcome):
+            if isinstance(stream, TLSStream) and isinstance(reply, m.Welcome):
                 reply = self.proven(stream, hello) or reply
             admitted = None
             if hello.role == "client" and isinstance(reply, m.Welcome):
@@ -242,7 +243,7 @@ class Admission:
 
 def peer_of(stream) -> str:
     """``host:port`` of a socket stream's peer (for the log)."""
-    if isinstance(stream, trio.SSLStream):
+    if isinstance(stream, TLSStream):
         stream = stream.transport_stream
     try:
         host, port, *_ = stream.socket.getpeername()

@@ -28,6 +28,7 @@ from ges.transport.connection import (
     Connection,
     ConnectionClosed,
 )
+from ges.transport.tls import TLSStream
 from ges.wire import FrameError, encode
 from ges.wire import messages as m
 from ges.wire.messages import hello_for
@@ -100,7 +101,7 @@ class Links:
         ctx = self.server.tls_dial
         if ctx is None:
             return stream
-        tls = trio.SSLStream(stream, ctx, server_side=False)
+        tls = TLSStream(stream, ctx, server_side=False)
         try:
             await tls.do_handshake()
         except trio.BrokenResourceError as exc:

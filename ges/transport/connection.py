@@ -76,6 +76,11 @@ class Budget:
             await self._drained.wait()
 
 
+#: What :meth:`Connection._write_now` returns when a TLS stream took a frame but the kernel
+#: did not take all of its ciphertext: an empty frame for the writer, whose send flushes it.
+_FLUSH = bytearray()  # compared by identity
+
+
 class ConnectionClosed(Exception):
     """The connection is gone (peer closed, reset, or we closed it)."""
 
@@ -122,6 +127,8 @@ class Connection:
         # the raw descriptor for direct writes; None for streams that are not sockets
         sock = getattr(stream, "socket", None)
         self._fd = sock.fileno() if sock is not None else None
+        # a TLS stream writes directly itself (ges.transport.tls)
+        self._tls = stream if hasattr(stream, "write_nowait") else None
 
     def _write_now(self, data: bytes) -> bytes | None:
         """Write ``data`` directly if nothing is queued or in flight.
@@ -129,7 +136,13 @@ class Connection:
         Returns None if a direct write was not possible (queue it all), else what the kernel did
         not take (b"" when it took everything).
         """
-        if self._fd is None or self._unwritten:
+        if self._unwritten:
+            return None
+        if self._tls is not None:
+            done = self._tls.write_nowait(data)
+            # encrypted and partly written: the writer sends the rest (an empty frame flushes)
+            return None if done is None else b"" if done else _FLUSH
+        if self._fd is None:
             return None
         try:
             written = os.write(self._fd, data)
@@ -158,6 +171,9 @@ class Connection:
             raise ConnectionClosed(self.label)
         if not self._senders.locked():  # nobody waits: nothing to overtake
             rest = self._write_now(data)
+            if rest is _FLUSH:
+                self._enqueue(b"")
+                return
             if rest == b"":
                 return
             if rest is not None and rest is not data:
@@ -182,18 +198,19 @@ class Connection:
         if self.queued and self.queued + len(data) > self.max_queued:
             return False
         rest = self._write_now(data)
-        if rest == b"":
-            return True
-        self._enqueue(data if rest is None else rest)
+        if rest is _FLUSH:
+            self._enqueue(b"")
+        elif rest != b"":
+            self._enqueue(data if rest is None else rest)
         return True
 
     def write_last(self, data: bytes) -> None:
         """A last frame, written now if the kernel takes it whole and nothing is queued before
         it (a connection about to close; the writer task may be gone already)."""
-        if self._fd is None or self._unwritten or self._closed:
+        if self._unwritten or self._closed:
             return
         rest = self._write_now(data)
-        if rest:  # part of it went: the connection is closing, the peer will see it cut
+        if rest or rest is _FLUSH:  # part of it went: the peer will see it cut
             self.close("closed mid-frame")
 
     async def send_message(self, message) -> None:
@@ -247,7 +264,7 @@ class Connection:
                     await stream.send_all(data)
                 else:  # the deadline is for progress: each piece gets it anew
                     view = memoryview(data)
-                    for at in range(0, len(view), PROGRESS_PIECE):
+                    for at in range(0, max(1, len(view)), PROGRESS_PIECE):  # b"": a flush
                         with trio.move_on_after(deadline) as late:
                             await stream.send_all(view[at : at + PROGRESS_PIECE])
                         if late.cancelled_caught:
