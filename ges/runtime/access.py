@@ -25,7 +25,7 @@ import trio
 import yaml
 
 from ges.errors import UserInputError
-from ges.security.access import MAX_SECRET, OPEN, Grant, Policy, verify_secret
+from ges.security.access import MAX_SECRET, Grant, Policy, verify_secret
 from ges.security.certs import Identity
 
 #: Seconds between looks at the access file.
@@ -161,8 +161,8 @@ class AccessControl:
     def grant(self, conn_id: int) -> Grant | str:
         """A connection's grant under the current policy (a string: it no longer has one)."""
         admitted = self._clients.get(conn_id)
-        if admitted is None:
-            return OPEN
+        if admitted is None:  # never happens: every client is admitted before it is served
+            return "this connection was not admitted"
         if admitted.version != self.version:
             admitted.version = self.version
             if admitted.token_ok and self.policy.secret_of(admitted.client_id) != admitted.stored:
