@@ -147,7 +147,12 @@ class BrokerCore:
             0,
         )
         #: only a pubend's own broker originates its ticks (ges.core.provenance)
-        self.provenance = Provenance(topology, broker_id, self.counters)
+        self.provenance = Provenance(
+            topology,
+            broker_id,
+            self.counters,
+            None if self.router is None else self.router.h.kept_by,
+        )
         #: the parts (ges.core.part), each named after what it owns
         self.forwarding = Forwarding(self)
         self.subscriptions = Subscriptions(self)
@@ -480,6 +485,10 @@ def _silence_refusal(p: Provenance, peer: str, msg) -> str | None:
     return p.origin_refusal(peer, p.owner(msg.pubend), msg.hops)
 
 
+def _answer_refusal(p: Provenance, peer: str, msg) -> str | None:
+    return p.answer_refusal(peer, msg)
+
+
 _BEST_EFFORT_REFUSES = dict.fromkeys(
     _RELIABLE_ONLY, _refused("{kind} from {peer}, but delivery is best effort")
 )
@@ -517,7 +526,9 @@ FROM_PEER_RELIABLE = {
         lambda core, peer, msg, now: core.subends.on_silence(peer, msg, now), _silence_refusal
     ),
     m.Nack: lambda core, peer, msg, now: core.repair.on_nack(msg, now),
-    m.Recovered: lambda core, peer, msg, now: core.repair.on_recovered(msg, now),
+    m.Recovered: _proven(
+        lambda core, peer, msg, now: core.repair.on_recovered(msg, now), _answer_refusal
+    ),
     m.AckAsk: lambda core, peer, msg, now: core.release.on_ack_ask(peer, msg, now),
     m.Ack: lambda core, peer, msg, now: core.release.on_ack(msg),
     m.Clocks: _checked_values(

@@ -13,18 +13,21 @@ must hold for one that really left the owner:
   steps only along links of the topology, and is as long as the copy's hop count (a path may
   pass through this broker already: a keeper can route an event back down the way it came);
 - flooded events and silence: at least one hop, exactly one only if the peer *is* the owner,
-  and never fewer than the topology's distance from the owner to the peer plus one.
+  and never fewer than the topology's distance from the owner to the peer plus one;
+- answers to nacks: they name the broker that made them (``Recovered.by``: the pubend's, from
+  its log, or a keeper of the unit the answer is whole for, from its cache), which must be one
+  of those, and the same distance rule holds from it (a broker on the way that shares an
+  answer with other nacking brokers sends its copies on with the hops counted so far).
 
-Answers to nacks are not checked: a broker on the way shares an answer with every origin
-waiting on it, so an answer from the pubend's log may start anywhere. Frames about this
-broker's own pubend pass (what comes back of it is dropped later as an echo).
+Frames about this broker's own pubend pass (what comes back of it is dropped later as an
+echo).
 
 A frame that fails is dropped whole — before the duplicate filter, the subend or the log's
 knowledge see it, so it cannot shadow the real tick that comes later — counted
 (``forged``), and noticed in the log (the first time for each peer, then every 1,000th).
 
 What this does not stop: a broker of the network that holds its own certificate and lies
-about data it relays along a consistent path. Checking that would take the owner's signature
+about data it relays along a consistent path, or, as a keeper, about what its cache holds. Checking that would take the owner's signature
 on every event (or on every frame, with the events' digests, which relays would have to carry
 whole when they split a frame): an ECDSA P-256 verification costs ~115 us here per frame and
 hop, more than a hop's whole budget. The threat model in the README says who is trusted for
@@ -45,9 +48,11 @@ NOTICE_EVERY = 1_000
 class Provenance:
     """Checks a broker core applies to frames that claim to come from a pubend's owner."""
 
-    def __init__(self, topology, me: str, counters: dict):
+    def __init__(self, topology, me: str, counters: dict, kept_by=None):
         self.me = me
         self.neighbours = topology.neighbours
+        #: broker -> the units it keeps (content routing; who may answer from a cache)
+        self.kept_by = kept_by or {}
         self.counters = counters
         counters.setdefault("forged", 0)
         self._distances: dict[str, dict[str, int]] = {}
@@ -86,6 +91,18 @@ class Provenance:
         if least is None or hops < least + 1:
             return f"it claims {hops} hop(s) from {owner}, and {peer} is {least} away from it"
         return None
+
+    def answer_refusal(self, peer: str, msg) -> str | None:
+        """Why an answer to a nack cannot have come from ``peer``: it must name the broker
+        that made it — the pubend's, or a keeper of the unit the answer is whole for — and be
+        at least as far from that broker as the topology puts ``peer``, plus one."""
+        by = msg.by
+        if not by:
+            return "it does not say which broker answered"
+        if by != self.owner(msg.pubend) and msg.unit not in self.kept_by.get(by, ()):
+            unit = "/".join(msg.unit) or "the whole system"
+            return f"{by} is neither the pubend's broker nor a keeper of {unit}"
+        return self.origin_refusal(peer, by, msg.hops)
 
     def path_refusal(self, peer: str, owner: str, path: tuple, hops: int) -> str | None:
         """Why an event copy with this path cannot have come from ``peer`` (None: it can)."""

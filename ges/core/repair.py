@@ -129,6 +129,7 @@ class NackRepair:
         """Answers on their way, each also to the origins waiting on a nack it answers."""
         out = []
         for a in answers:
+            a = msgspec.structs.replace(a, by=self.id)  # who answered: provenance
             out += self._relay_answer(a)
             out += self._to_waiters(a)
         return out
@@ -139,7 +140,8 @@ class NackRepair:
 
     def _to_waiters(self, a: m.Recovered) -> list:
         """Copies of an answer for every origin waiting on a nack it answers (each gets the part
-        it asked for) — those in the unit the answer is whole for."""
+        it asked for) — those in the unit the answer is whole for. A copy goes on counting the
+        hops from the broker that answered (ges.core.provenance)."""
         out = []
         contains = self.router.h.contains
         for origin, lo, hi in self.board.answered(
@@ -149,7 +151,7 @@ class NackRepair:
                 continue
             items = [it for it in a.items if lo <= it.tick <= hi]
             copy = msgspec.structs.replace(
-                a, to=origin, lo=lo, hi=hi, items=items, hops=0, detour=[]
+                a, to=origin, lo=lo, hi=hi, items=items, hops=a.hops, detour=[]
             )
             out += self._relay_answer(copy)
         self.counters["nack_answers_shared"] += len(out)

@@ -259,6 +259,9 @@ class Recovered(_Msg):
     lost: bool = False
     #: the unit whose brokers this answer is whole for (``()``: everyone — from the log)
     unit: tuple[str, ...] = ()
+    #: the broker that made the answer (the pubend's, from its log; or a keeper of ``unit``,
+    #: from its cache): ``hops`` counts the links from it (ges.core.provenance)
+    by: str = ""
 
 
 class AckAsk(_Msg):

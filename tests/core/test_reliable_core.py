@@ -188,8 +188,10 @@ def test_a_lost_answer_lets_the_subend_go_on_and_says_so():
     top = sub.top
     sub.silence(top + 5, top + 5)  # five more ticks heard of, none known
     assert list(sub.stream.gaps(sub.top)) == [(top + 1, top + 5)]
-    answer = m.Recovered(pubend, "b20", top + 1, top + 5, [], lost=True)
-    out = core.peer_message(next(iter(core.links_up)), answer, 3.0)
+    peer = next(iter(core.links_up))
+    far = core.provenance.distance("b1", peer) + 1  # from the pubend's log, b1
+    answer = m.Recovered(pubend, "b20", top + 1, top + 5, [], far, lost=True, by="b1")
+    out = core.peer_message(peer, answer, 3.0)
     assert core.counters["lost"] == 5
     assert any(type(o) is Notice and "lost" in o.text for o in out)
     assert list(sub.stream.gaps(sub.top)) == []
@@ -204,8 +206,10 @@ def test_an_answer_past_anything_heard_of_is_ignored():
     core = w.sim.cores["b20"]
     pubend = w.sim.cores["b1"].pubend
     top = core.subends.streams[pubend].top
-    bogus = m.Recovered(pubend, "b20", top + 1, top + 10**9, [])
-    out = core.peer_message(next(iter(core.links_up)), bogus, 3.0)
+    peer = next(iter(core.links_up))
+    far = core.provenance.distance("b1", peer) + 1
+    bogus = m.Recovered(pubend, "b20", top + 1, top + 10**9, [], far, by="b1")
+    out = core.peer_message(peer, bogus, 3.0)
     assert out == [] and core.subends.streams[pubend].stream.known_to == top
 
 

@@ -514,7 +514,10 @@ def test_a_relay_shares_an_answer_only_with_waiting_origins_inside_its_unit():
     items = [m.EventItem(t, 0, 0, ev) for t, ev in log]
 
     # an answer whole for c8 only: b19 gets its part; b17 (c7) and b16 (SC-3) wait on
-    answer = m.Recovered(pe, SUB, 1, 20, items, 3, [], False, C8)
+    # made by a keeper of c8 (provenance: hops counted from it, at least its distance)
+    keeper = next(k for k in relay.router.h.keepers[C8] if k not in (RELAY, "b17"))
+    far = relay.provenance.distance(keeper, "b17") + 1
+    answer = m.Recovered(pe, SUB, 1, 20, items, far, [], False, C8, by=keeper)
     out = relay.peer_message("b17", answer, 3.1)
     recovered = {a.to: (hop, a) for hop, a in sent(out, m.Recovered)}
     assert set(recovered) == {SUB, "b19"}
@@ -527,7 +530,8 @@ def test_a_relay_shares_an_answer_only_with_waiting_origins_inside_its_unit():
     assert relay.counters["nack_answers_shared"] == 1
 
     # the log's answer (whole for everyone) releases the others, and b19 is not sent it again
-    answer = m.Recovered(pe, SUB, 1, 20, items, 3, [], True)
+    far = relay.provenance.distance(PUB, "b17") + 1
+    answer = m.Recovered(pe, SUB, 1, 20, items, far, [], True, by=PUB)
     out = relay.peer_message("b17", answer, 3.2)
     recovered = {a.to: a for _, a in sent(out, m.Recovered)}
     assert set(recovered) == {SUB, "b17", "b16"}

@@ -1,7 +1,8 @@
 """Pubends cannot be spoofed (issue 19, item 4), over real TLS sockets.
 
 b0 is a broker of the network — it holds the network's certificate for b0 — that lies: linked
-to b3, it sends events and silence of b1's pubend as if they came straight from b1. b3 drops
+to b3, it sends events, silence and a nack answer of b1's pubend as if they came straight from
+b1. b3 drops
 them (counted, logged), so when b1 publishes its real event at that tick the subscriber at b3
 gets the real one — the forged event does not shadow it as a duplicate.
 """
@@ -104,9 +105,11 @@ async def test_a_forged_event_cannot_shadow_the_owners_real_tick(forge, caplog):
                 encode(m.Events(pubend, [forged]))
                 + encode(m.Events(pubend, [relayed]))
                 + encode(m.Silence(pubend, tick + 5, list(to_b3), hops=1))
+                # an answer "from b1's log", one hop away — from b0
+                + encode(m.Recovered(pubend, "b3", tick + 1, tick + 1, [forged], 1, by="b1"))
             )
             with trio.fail_after(10):
-                while servers["b3"].core.stats().forged < 3:
+                while servers["b3"].core.stats().forged < 4:
                     await trio.sleep(0.05)
             # the owner's real event at that tick is delivered, once, and nothing forged
             real = await pub_client.publish([m.Event({"n": 1})])
@@ -116,7 +119,7 @@ async def test_a_forged_event_cannot_shadow_the_owners_real_tick(forge, caplog):
             with trio.move_on_after(0.5):
                 extra = await receive(sub, 1)
                 raise AssertionError(f"delivered more: {extra}")
-            assert (await sub_client.stats()).forged == 3
+            assert (await sub_client.stats()).forged == 4
             await trio.aclose_forcefully(b0)
         lines = [r.getMessage() for r in caplog.records if "forged" in r.getMessage()]
         assert lines[0].startswith(f"dropped a forged Events of pubend {pubend} from b0: ")
