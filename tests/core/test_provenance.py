@@ -58,3 +58,16 @@ def test_forged_frames_are_counted_and_noticed_sparingly():
         f"dropped a forged Events of pubend b2~1 from b1: why ({NOTICE_EVERY} from b1 so far)",
     ]
     assert len(p.dropped("b4", msg, "other")) == 1  # each peer's first
+
+
+def test_an_answer_must_be_made_by_the_pubends_broker_or_a_keeper_of_its_unit():
+    p = Provenance(TOPO, "b3", {}, kept_by={"b4": (("A",),), "b1": ()})
+    log = m.Recovered("b2~1", "b3", 1, 2, [], hops=2, by="b2")  # b2 -> b1 -> b3
+    assert p.answer_refusal("b1", log) is None
+    cached = m.Recovered("b2~1", "b3", 1, 2, [], hops=1, unit=("A",), by="b4")
+    assert p.answer_refusal("b4", cached) is None
+    assert "does not say" in p.answer_refusal("b1", m.Recovered("b2~1", "b3", 1, 2, [], 2))
+    liar = m.Recovered("b2~1", "b3", 1, 2, [], hops=1, unit=("A",), by="b1")
+    assert "b1 is neither the pubend's broker nor a keeper of A" in p.answer_refusal("b1", liar)
+    near = m.Recovered("b2~1", "b3", 1, 2, [], hops=1, by="b2")
+    assert "claims to come straight from b2" in p.answer_refusal("b1", near)
