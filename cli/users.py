@@ -103,7 +103,7 @@ def _add(topology_file: Path, name: str, roles: tuple[str, ...], certs: Path | N
 
 @command(app)
 def remove(topology_file: Path = TOPOLOGY, name: str = USER, certs: Path = CERTS) -> None:
-    """Remove user NAME: its token stops working, also on connections already open."""
+    """Remove user NAME: its token stops working, and its open connections are closed."""
     one_line_errors(_remove)(topology_file, name, certs)
 
 

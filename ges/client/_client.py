@@ -476,6 +476,14 @@ async def connect(
             raise OperationError(
                 f"broker at {host}:{port}: TLS failed: {getattr(why, 'reason', None) or why}"
             ) from None
+    if tls is not None:  # a broker of the network, before anything (a token) is sent
+        who = peer_identity(stream)
+        if who is None or who.kind != "broker":
+            await trio.aclose_forcefully(stream)
+            raise OperationError(
+                f"the server at {host}:{port} presented {who or 'no certificate'}, not a "
+                "broker's certificate"
+            )
     conn = Connection(stream, label=f"broker {host}:{port}")
     try:
         await stream.send_all(encode(hello_for(topology, "client", client_id, token or "")))

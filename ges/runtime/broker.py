@@ -35,7 +35,7 @@ from ges.core import (
     ToPeer,
 )
 from ges.errors import OperationError
-from ges.runtime.access import INLINE_COVER_TESTS, AccessControl, Admitted
+from ges.runtime.access import INLINE_COVER_TESTS, INLINE_MATCHES, AccessControl, Admitted
 from ges.runtime.admission import MAX_OPENING, Admission
 from ges.runtime.links import BACKOFF_FIRST, BACKOFF_MAX, Links
 from ges.runtime.notes import RateLimitedLog
@@ -231,6 +231,13 @@ class BrokerServer:
             self._logged_later()  # an ack round may have released log entries
             if self.access is not None:  # a changed access file applies within a second
                 await self.access.reload_if_changed()
+                for conn_id, why in self.access.take_changed():
+                    conn = self._clients.get(conn_id)
+                    if conn is not None:
+                        self.log.warning("%s: %s", conn.label, why)
+                        conn.close_after(
+                            encode(m.Error(why, denied=True)), why, self.last_frame_wait
+                        )
             if outs:
                 await self._dispatch(outs)
 
@@ -458,7 +465,12 @@ class BrokerServer:
         if isinstance(grant, str):
             why = grant
         elif kind is m.Publish:
-            why = grant.publish_refusal(msg.events, msg.publisher)
+            if grant.publish_cost(msg.events) <= INLINE_MATCHES:
+                why = grant.publish_refusal(msg.events, msg.publisher)
+            else:  # a large batch against many allowed conjunctions leaves the loop
+                why = await trio.to_thread.run_sync(
+                    grant.publish_refusal, msg.events, msg.publisher, limiter=self._checking
+                )
         elif kind is m.LinkControl:
             why = grant.operator_refusal(f"{'restore' if msg.up else 'cut'} a link")
         elif grant.subscribe_cost(msg.conjunctions) <= INLINE_COVER_TESTS:

@@ -59,6 +59,8 @@ from ges.security.certs import NAME, Identity
 
 #: scrypt's cost: 2**14 rounds of 8-block mixing, 16 MiB and ~50 ms per check here.
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
+#: The memory a check may use (OpenSSL's default, 32 MiB, refuses N = 2**15 with r = 8).
+SCRYPT_MAXMEM = 64 * 1024 * 1024
 #: A secret a Hello may carry, in characters (a token ``ges users add`` makes is 43).
 MAX_SECRET = 256
 #: Conjunctions in one role's publish or subscribe list.
@@ -66,6 +68,8 @@ MAX_GRANTS = 1_000
 #: Roles and users an access file may define.
 MAX_ENTRIES = 100_000
 BUILT_IN = ("operator", "client")
+#: Combinations of roles whose merged permissions a policy remembers.
+MAX_MERGED = 1_024
 ANONYMOUS = "anonymous"
 
 
@@ -90,7 +94,13 @@ def verify_secret(secret: str, stored: str) -> bool:
             return False
         want = _unb64(digest)
         got = hashlib.scrypt(
-            secret.encode(), salt=_unb64(salt), n=int(n), r=int(r), p=int(p), dklen=len(want)
+            secret.encode(),
+            salt=_unb64(salt),
+            n=int(n),
+            r=int(r),
+            p=int(p),
+            dklen=len(want),
+            maxmem=SCRYPT_MAXMEM,
         )
     except (ValueError, TypeError):
         return False
@@ -104,10 +114,11 @@ def _check_stored(stored: str, where: str) -> None:
         ok = (
             len(parts) == 6
             and parts[0] == "scrypt"
-            and 2**10 <= int(parts[1]) <= 2**17
+            and 2**10 <= int(parts[1]) <= 2**16
             and int(parts[1]) & (int(parts[1]) - 1) == 0
             and 1 <= int(parts[2]) <= 16
             and 1 <= int(parts[3]) <= 4
+            and 128 * int(parts[1]) * int(parts[2]) * int(parts[3]) <= SCRYPT_MAXMEM // 2
             and 8 <= len(_unb64(parts[4])) <= 64
             and 16 <= len(_unb64(parts[5])) <= 64
         )
@@ -116,7 +127,7 @@ def _check_stored(stored: str, where: str) -> None:
     if not ok:
         raise UserInputError(
             f"{where}: not a secret's hash as `ges users add` writes it "
-            "(scrypt$N$r$p$salt$hash, N a power of two up to 131072)"
+            "(scrypt$N$r$p$salt$hash, N a power of two, at most 32 MiB of memory)"
         )
 
 
@@ -232,6 +243,8 @@ class Grant:
         the id it publishes idempotently under — the client's own name, unless an operator
         publishes for another (an id is what a pubend de-duplicates by: another's would
         suppress their events)."""
+        if publisher and ANONYMOUS in self.roles:
+            return "an anonymous client may not publish idempotently (it has no name of its own)"
         if publisher and publisher != self.who and not self.operator:
             return (
                 f"{self._holder} may publish idempotently only as {self.who!r}, not as "
@@ -249,6 +262,10 @@ class Grant:
                     f"it matches none of what its roles allow ({allowed})"
                 )
         return None
+
+    def publish_cost(self, events: Sequence) -> int:
+        """Conjunction matches a publish check may take (a large one runs off the loop)."""
+        return 0 if self.publish.every else len(events) * len(self.publish.conjunctions)
 
     def subscribe_cost(self, conjunctions: Sequence) -> int:
         """Covering tests a subscription check may take (the runtime runs a large one off its
@@ -308,6 +325,8 @@ class Policy:
 
     roles: Mapping[str, Role] = attrs.field(factory=lambda: dict(DEFAULT_ROLES))
     users: Mapping[str, User] = attrs.field(factory=dict)
+    #: the permissions of each combination of roles asked for, merged once
+    _merged: dict = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @classmethod
     def from_dict(cls, data, where: str) -> Policy:
@@ -386,16 +405,22 @@ class Policy:
         return self.grant(name, roles or ["client"])
 
     def grant(self, who: str, roles: Sequence[str]) -> Grant:
-        publish = subscribe = NOTHING
-        operator = False
-        for name in roles:
-            role = self.roles.get(name)
-            if role is None:  # a role in a certificate that the policy does not define
-                continue
-            publish |= role.publish
-            subscribe |= role.subscribe
-            operator = operator or role.operator
-        return Grant(who, tuple(roles), publish, subscribe, operator)
+        roles = tuple(roles)
+        merged = self._merged.get(roles)
+        if merged is None:  # merging roles can rebuild a covering index: once per policy
+            publish = subscribe = NOTHING
+            operator = False
+            for name in roles:
+                role = self.roles.get(name)
+                if role is None:  # a role in a certificate that the policy does not define
+                    continue
+                publish |= role.publish
+                subscribe |= role.subscribe
+                operator = operator or role.operator
+            merged = (publish, subscribe, operator)
+            if len(self._merged) < MAX_MERGED:
+                self._merged[roles] = merged
+        return Grant(who, roles, *merged)
 
 
 #: Every client may do everything: ``--insecure``.

@@ -30,10 +30,17 @@ import trio
 
 #: Bytes asked of the socket per read.
 RECEIVE_SIZE = 65536
+#: The largest frame :meth:`TLSStream.write_nowait` takes: a larger one goes through
+#: ``send_all`` from the connection's writer, in pieces, each with its write deadline (and
+#: what the kernel does not take at once stays this small).
+WRITE_NOWAIT_MAX = 64 * 1024
 
 
 class TLSStream(trio.abc.Stream):
-    """TLS over ``transport_stream`` with ``ssl_context`` (see the module docstring)."""
+    """TLS over ``transport_stream`` with ``ssl_context`` (see the module docstring).
+
+    The handshake must be done (:meth:`do_handshake`, or the first ``receive_some``) before a
+    second task uses the stream: two tasks driving it at once would both read the socket."""
 
     def __init__(self, transport_stream, ssl_context: ssl.SSLContext, *, server_side: bool):
         self.transport_stream = transport_stream
@@ -102,6 +109,7 @@ class TLSStream(trio.abc.Stream):
         writes the rest, before anything else."""
         if (
             self._fd is None
+            or len(data) > WRITE_NOWAIT_MAX
             or not self._handshaken
             or self._broken is not None
             or self._closed
@@ -180,7 +188,12 @@ class TLSStream(trio.abc.Stream):
         if self._closed:
             return
         self._closed = True
-        if self._handshaken and self._broken is None and not self._write_lock.locked():
+        if (
+            self._handshaken
+            and self._broken is None
+            and not self._pending  # after half a record, an alert would read as garbage
+            and not self._write_lock.locked()
+        ):
             with contextlib.suppress(ssl.SSLError, OSError, AttributeError):
                 self._ssl.unwrap()
             notify = self._outgoing.read()

@@ -13,7 +13,7 @@ import trio
 import yaml
 
 from ges.client import connect
-from ges.errors import OperationError
+from ges.errors import OperationError, PermissionDenied
 from ges.matching.model import Conjunction, Constraint, Profile
 from ges.runtime.broker import BrokerServer
 from ges.security.access import hash_secret
@@ -173,21 +173,31 @@ async def test_cutting_a_link_needs_the_operator_role(chain3, certs):
 
 
 async def test_a_changed_access_file_applies_to_open_connections(chain3, certs, caplog):
+    """A client whose permissions a reload changes is told so and disconnected (a subscription
+    its new roles would not allow must not go on delivering); the others stay."""
     async with trio.open_nursery() as nursery:
         await serve(nursery, chain3, certs)
-        async with connect(*at(chain3), topology=chain3, tls=tls(certs, "bob")) as bob:
+        async with (
+            connect(*at(chain3), topology=chain3, tls=tls(certs, "bob")) as bob,
+            connect(*at(chain3), topology=chain3, tls=tls(certs, "carol")) as carol,
+        ):
             await bob.publish([m.Event({"@type": "reading"})])
+            sub = await carol.subscribe()
             changed = dict(ACCESS, roles=dict(ACCESS["roles"], sensor={"publish": "none"}))
             path = certs.root / "access.yaml"
             path.write_text(yaml.safe_dump(changed))
-            with trio.fail_after(5):
-                while True:  # within about a second
-                    try:
-                        await bob.publish([m.Event({"@type": "reading"})])
-                    except OperationError as exc:
-                        assert "client bob (roles: sensor) may not publish" in str(exc)
-                        break
-                    await trio.sleep(0.1)
+            with trio.fail_after(5):  # within about a second
+                while bob.closed_reason is None:
+                    await trio.sleep(0.05)
+            assert "the permissions of client bob (certificate) changed" in bob.closed_reason
+            with pytest.raises(PermissionDenied, match="changed; connect again"):
+                await bob.publish([m.Event({"@type": "reading"})])
+            await carol.publish([m.Event({"n": 7})])  # carol's grant did not change
+            (got,) = await receive(sub, 1)
+            assert got.event.attributes["n"] == 7
+        async with connect(*at(chain3), topology=chain3, tls=tls(certs, "bob")) as bob:
+            with pytest.raises(PermissionDenied, match=r"client bob \(roles: sensor\) may not"):
+                await bob.publish([m.Event({"@type": "reading"})])
         # a file that no longer parses leaves the policy as it was, with one log line
         path.write_text("roles: [")
         await trio.sleep(1.5)

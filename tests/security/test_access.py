@@ -65,6 +65,13 @@ def test_the_anonymous_get_what_an_anonymous_role_allows():
     grant = policy.admit("anon", None, token_ok=False)
     assert grant.subscribe_refusal([]) is None
     assert "may not publish" in grant.publish_refusal([m.Event({"n": 1})])
+    # an anonymous client names itself: it may not publish idempotently, under any name
+    generous = Policy.from_dict({"roles": {"anonymous": {"publish": "any"}}}, "a.yaml")
+    anon = generous.admit("alice", None, token_ok=False)
+    assert anon.publish_refusal([m.Event({"n": 1})]) is None
+    assert "anonymous client may not publish idempotently" in anon.publish_refusal(
+        [m.Event({"n": 1})], publisher="alice"
+    )
 
 
 def test_publish_needs_an_event_each_grant_allows(policy):
@@ -118,6 +125,7 @@ def test_operator_actions(policy):
         ({"users": {"u": {"roles": ["nope"]}}}, "role 'nope' is not defined"),
         ({"users": {"u": {"secret": "plain"}}}, "not a secret's hash"),
         ({"users": {"u": {"secret": "scrypt$1048576$8$1$AAAAAAAAAAA$" + "A" * 43}}}, "hash"),
+        ({"users": {"u": {"secret": "scrypt$65536$16$1$AAAAAAAAAAA$" + "A" * 43}}}, "32 MiB"),
         ({"users": {"bad name": {}}}, "is not a name"),
     ],
 )
