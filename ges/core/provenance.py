@@ -120,20 +120,17 @@ class Provenance:
 
     def events_refusal(self, peer: str, pubend: str, items: list, routed: bool) -> str | None:
         owner = self.owner(pubend)
-        last = None
+        last_hops = last_path = None  # the items of a frame mostly share both: checked once
         for it in items:
+            if it.hops == last_hops and it.path == last_path:
+                continue
             if routed:
-                shape = (it.path, it.hops)
-                if shape != last:
-                    why = self.path_refusal(peer, owner, it.path, it.hops)
-                    if why is not None:
-                        return f"tick {it.tick}: {why}"
-                    last = shape
-            elif it.hops != last:
+                why = self.path_refusal(peer, owner, it.path, it.hops)
+            else:
                 why = self.origin_refusal(peer, owner, it.hops)
-                if why is not None:
-                    return f"tick {it.tick}: {why}"
-                last = it.hops
+            if why is not None:
+                return f"tick {it.tick}: {why}"
+            last_hops, last_path = it.hops, it.path
         return None
 
     def dropped(self, peer: str, msg, why: str) -> list:

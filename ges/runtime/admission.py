@@ -23,7 +23,6 @@ import trio
 
 from ges.runtime.access import Admitted
 from ges.runtime.links import LINK_CUT_REASON
-from ges.security.access import OPEN
 from ges.security.certs import Identity
 from ges.security.tls import peer_identity
 from ges.transport.connection import (
@@ -152,8 +151,6 @@ class Admission:
     async def admit(self, stream, hello: m.Hello) -> Admitted:
         """Who a client proved to be, and what it may do (ges.security.access)."""
         access = self.server.access
-        if access is None:  # --insecure: everyone may do everything
-            return Admitted(hello.id, None, False, OPEN, 0)
         cert = peer_identity(stream) if isinstance(stream, TLSStream) else None
         with trio.move_on_after(ADMIT_WAIT):
             return await access.admit(hello.id, cert, hello.secret)
@@ -193,8 +190,12 @@ class Admission:
             reply = self.server.core.hello(hello)
             if isinstance(stream, TLSStream) and isinstance(reply, m.Welcome):
                 reply = self.proven(stream, hello) or reply
-            admitted = None
-            if hello.role == "client" and isinstance(reply, m.Welcome):
+            admitted = None  # --insecure: everyone may do everything
+            if (
+                self.server.access is not None
+                and hello.role == "client"
+                and isinstance(reply, m.Welcome)
+            ):
                 admitted = await self.admit(stream, hello)
                 if isinstance(admitted.grant, str):
                     reply = m.Refuse(f"broker {self.server.id}: {admitted.grant}")

@@ -503,7 +503,7 @@ class BrokerServer:
     ) -> None:
         conn_id = self._next_conn
         self._next_conn += 1
-        if self.access is not None and admitted is not None:
+        if admitted is not None:
             self.access.opened(conn_id, admitted)
         conn.label = f"client {client_id}#{conn_id}"
         self._clients[conn_id] = conn

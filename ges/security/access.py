@@ -423,10 +423,6 @@ class Policy:
         return Grant(who, roles, *merged)
 
 
-#: Every client may do everything: ``--insecure``.
-OPEN = Grant("anyone", ("insecure",), ALL, ALL, True)
-
-
 def _mapping(value, where: str) -> dict:
     if value is None:
         return {}

@@ -6,7 +6,7 @@ import pytest
 
 from ges.errors import UserInputError
 from ges.matching.model import Conjunction, conjunction_to_wire
-from ges.security.access import OPEN, Grant, Policy, _constraint, hash_secret, verify_secret
+from ges.security.access import Grant, Policy, _constraint, hash_secret, verify_secret
 from ges.security.certs import Identity
 from ges.wire import messages as m
 
@@ -103,7 +103,7 @@ def test_subscribe_needs_every_conjunction_covered(policy):
     assert "subscribe to everything" in alice.subscribe_refusal([])  # the empty profile matches all
     bob = policy.admit("bob", Identity("client", "bob"), token_ok=False)
     assert bob.subscribe_refusal(ok) == "client bob (roles: sensor) may not subscribe"
-    assert alice.subscribe_cost(ok) == 4 and OPEN.subscribe_cost(ok) == 0
+    assert alice.subscribe_cost(ok) == 4 and policy.grant("x", ["client"]).subscribe_cost(ok) == 0
 
 
 def test_operator_actions(policy):
