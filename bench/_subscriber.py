@@ -27,13 +27,13 @@ from pathlib import Path
 import trio
 from _relay import READ_SIZE, RECORD_HEADER, REGISTERED, ROLE_SUBSCRIBER
 
+from cli._common import ADMIN, client_auth
 from ges.client import connect
 from ges.errors import OperationError
-from ges.security.certs import CertDir, Identity
-from ges.security.tls import context
+from ges.security.certs import CertDir
 
 #: The client certificate presented with --certs (``ges certs init`` makes it, role operator).
-TLS_CLIENT = "admin"
+TLS_CLIENT = ADMIN
 
 
 class ClientStats:
@@ -69,11 +69,7 @@ class Run:
         self.finished = 0
         self.last_activity = time.monotonic()
         #: one TLS context shared by every client (None: plain TCP)
-        self.tls = (
-            context(CertDir(Path(args.certs)), Identity("client", TLS_CLIENT), server=False)
-            if args.certs
-            else None
-        )
+        self.tls = client_auth(CertDir(Path(args.certs))).tls if args.certs else None
 
     def _subscribed(self, i: int) -> None:
         self.subscribed.add(i)

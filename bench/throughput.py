@@ -66,10 +66,10 @@ from _relay import RECORD_HEADER, ROLE_PUBLISHER
 from rich.console import Console
 from rich.table import Table
 
+from cli._common import ADMIN, client_auth, init_certs
 from ges.client import connect
 from ges.runtime.ports import free_ports, on_free_ports
-from ges.security.certs import CertDir, Identity
-from ges.security.tls import context
+from ges.security.certs import CertDir
 from ges.topology import Topology
 from ges.wire import encode
 from ges.wire import messages as m
@@ -116,7 +116,7 @@ AIMS = {
 TLS_SCENARIOS = ("1to1", "latency_1hop")
 #: The client certificate the bench's clients present over TLS (role operator, as made by
 #: ``ges certs init``; an operator may also publish idempotently under another client id).
-TLS_CLIENT = "admin"
+TLS_CLIENT = ADMIN
 #: The issue's reference figures, measured earlier on this 2-core machine in the same kind of
 #: harness. Not measured by this script.
 REFERENCE = {
@@ -350,20 +350,17 @@ def _percent(seconds: float | None, wall: float) -> float | None:
 
 
 def make_certs(kids: Children, topology: Topology) -> Path:
-    """The certificates of ``topology``'s network (its name is the CA's) in the temp directory:
-    the CA, one per broker and the operator client ``admin``, as ``ges certs init`` makes them.
-    Made once per network name; a later start of the same network only adds what is missing."""
-    where = CertDir(kids.tmp / f"certs-{topology.name}")
-    where.init(topology.name, {b: (spec.host,) for b, spec in topology.brokers.items()})
-    where.add(Identity("client", TLS_CLIENT, ("operator",)))
-    return where.root
+    """The certificates of ``topology``'s network (its name is the CA's) in the temp directory,
+    as ``ges up`` makes them (the CA, one per broker, the operator client ``admin``). Made once
+    per network name; a later start of the same network only adds what is missing."""
+    root = kids.tmp / f"certs-{topology.name}"
+    init_certs(topology, root)
+    return root
 
 
 def client_tls(certs: Path | None):
     """The TLS context of a bench client (presenting ``clients/admin``), None for plain TCP."""
-    if certs is None:
-        return None
-    return context(CertDir(certs), Identity("client", TLS_CLIENT), server=False)
+    return None if certs is None else client_auth(CertDir(certs)).tls
 
 
 class Server:

@@ -41,6 +41,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cli._common import client_auth, init_certs  # noqa: E402
 from ges.client import connect  # noqa: E402
 from ges.runtime.ports import on_free_ports  # noqa: E402
 from ges.runtime.up import wait_ready  # noqa: E402
@@ -172,7 +173,7 @@ async def one_variant(topology: Topology, path: Path, certs: Path | None, sizes:
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     # a secure broker admits only clients that prove who they are: the operator's certificate
-    tls = context(CertDir(certs), Identity("client", "admin"), server=False) if certs else None
+    tls = client_auth(CertDir(certs)).tls if certs else None
     try:
         await wait_ready(topology, timeout=30, tls=tls)
         spec = topology.brokers["b1"]
@@ -199,8 +200,7 @@ def main() -> int:
     path.write_text(yaml.safe_dump(on_free_ports(ONE)))
     topology = Topology.from_yaml(path)
     certs = tmp / "certs"
-    CertDir(certs).init(topology.name, {"b1": ("127.0.0.1",)})
-    CertDir(certs).add(Identity("client", "admin", ("operator",)))
+    init_certs(topology, certs)  # as ges up makes them: the CA, b1, the operator admin
     runs: dict[str, list[dict]] = {"plain": [], "tls": []}
     for r in range(sizes["rounds"]):
         for name, where in (("plain", None), ("tls", certs)):

@@ -220,6 +220,11 @@ def default_data_dir(topology_name: str) -> Path:
     return Path(".ges") / topology_name
 
 
+def default_certs_dir(topology_name: str, data_dir: Path | None = None) -> Path:
+    """Where a network's certificates (and access file) are unless ``--certs`` says."""
+    return (data_dir or default_data_dir(topology_name)) / "certs"
+
+
 def network_certs(
     topology: Topology,
     certs_dir: Path | None,
@@ -239,7 +244,7 @@ def network_certs(
         if certs_dir is not None:
             raise UserInputError("--insecure and --certs: give one or the other")
         return None
-    root = certs_dir or (data_dir or default_data_dir(topology.name)) / "certs"
+    root = certs_dir or default_certs_dir(topology.name, data_dir)
     certs = CertDir(root)
     first = not certs.ca_cert.exists()
     if first and not make:

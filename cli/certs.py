@@ -12,7 +12,7 @@ from cli._common import (
     ADMIN,
     OneLineUsageGroup,
     command,
-    default_data_dir,
+    default_certs_dir,
     init_certs,
     load_topology,
     one_line_errors,
@@ -34,7 +34,7 @@ OUT = typer.Option(
 
 
 def cert_dir(topology_name: str, out_dir: Path | None) -> CertDir:
-    return CertDir(out_dir or default_data_dir(topology_name) / "certs")
+    return CertDir(out_dir or default_certs_dir(topology_name))
 
 
 @command(app)

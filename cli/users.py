@@ -18,7 +18,7 @@ from cli._common import (
     CERTS,
     OneLineUsageGroup,
     command,
-    default_data_dir,
+    default_certs_dir,
     load_topology,
     one_line_errors,
     out,
@@ -40,7 +40,7 @@ USER = typer.Argument(..., help="The user's name: the client id it connects as."
 
 def access_file(topology_file: Path, certs: Path | None) -> Path:
     topology = load_topology(topology_file, show_warnings=False)
-    return (certs or default_data_dir(topology.name) / "certs") / "access.yaml"
+    return (certs or default_certs_dir(topology.name)) / "access.yaml"
 
 
 def _read(path: Path) -> dict:
