@@ -22,11 +22,11 @@ from pathlib import Path
 
 import attrs
 import trio
-import yaml
 
 from ges.errors import UserInputError
 from ges.security.access import MAX_SECRET, Grant, Policy, verify_secret
 from ges.security.certs import Identity
+from ges.topology import parse_yaml
 
 #: Seconds between looks at the access file.
 RELOAD_EVERY = 1.0
@@ -56,12 +56,10 @@ def load_policy(path: Path) -> Policy:
     if len(data) > MAX_FILE_BYTES:
         raise UserInputError(f"{path}: over {MAX_FILE_BYTES} bytes")
     try:
-        parsed = yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise UserInputError(f"{path}: not YAML{at}: {getattr(exc, 'problem', exc)}") from None
-    return Policy.from_dict(parsed, str(path))
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserInputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    return Policy.from_dict(parse_yaml(text, str(path)), str(path))
 
 
 @attrs.define

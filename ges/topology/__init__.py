@@ -1,5 +1,6 @@
 """Topologies: brokers organised into units (seed 004 §2), their links, validation, generators."""
 
+from ges.topology._loader import parse_yaml
 from ges.topology.model import Topology
 from ges.topology.specs import (
     DEFAULT_BLOCK_LIMIT,
@@ -22,6 +23,7 @@ __all__ = [
     "Topology",
     "UnitPath",
     "broker_order_key",
+    "parse_yaml",
     "link_key",
     "unit_name",
 ]

@@ -109,8 +109,14 @@ def load_yaml_file(path, make: type[T]) -> T:
 
 
 def load_yaml_text(text: str, make: type[T], *, source: str) -> T:
+    return build(parse_yaml(text, source, _LineLoader), make, source=source, lines=True)
+
+
+def parse_yaml(text: str | bytes, source: str, loader=yaml.SafeLoader):
+    """The data in a YAML document (safe loading); malformed YAML is one UserInputError naming
+    ``source``, the line and the column."""
     try:
-        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
+        return yaml.load(text, Loader=loader)  # noqa: S506 - SafeLoader or a subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -118,7 +124,6 @@ def load_yaml_text(text: str, make: type[T], *, source: str) -> T:
         raise UserInputError(f"{where}: malformed YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise UserInputError(f"{source}: malformed YAML: {exc}") from None
-    return build(data, make, source=source, lines=True)
 
 
 class _Where:
