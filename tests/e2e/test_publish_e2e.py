@@ -69,6 +69,12 @@ def published_by_b1(topology: Path, at_least: int, tls) -> int:
     return wait_until_sync(count, f"b1 to publish {at_least} events", timeout=90)
 
 
+def publish_as_p(topology: Path, count: int, up: Up):
+    """``ges publish --client P --count COUNT --json`` at b1, to completion."""
+    return ges("publish", topology, "--broker", "b1", "--client", "P", "--count", str(count),
+               "--json", *up.auth)  # fmt: skip
+
+
 def once_each(records: list[dict], n: int) -> None:
     ns = [r["attributes"]["n"] for r in records]
     assert len(ns) == n and sorted(ns) == list(range(n)), f"missing {set(range(n)) - set(ns)}"
@@ -83,18 +89,7 @@ def test_a_publisher_killed_mid_stream_sends_again_and_nothing_is_delivered_twic
         published_by_b1(topology, UNDER_WAY, up.tls())
         first.kill()  # mid-stream: it never learns what was acknowledged
         first.wait()
-        again = ges(
-            "publish",
-            topology,
-            "--broker",
-            "b1",
-            "--client",
-            "P",
-            "--count",
-            "6000",
-            "--json",
-            *up.auth,
-        )
+        again = publish_as_p(topology, 6000, up)
         assert again.returncode == 0, again.stderr
         summary = json.loads(again.stdout)
         assert summary["acknowledged"] == 6000
@@ -131,18 +126,7 @@ def test_the_publishing_broker_killed_mid_stream_says_what_was_acknowledged(tmp_
         assert "run the same command again" in line
         deadline = time.monotonic() + 60
         while True:  # ges up restarts b1
-            again = ges(
-                "publish",
-                topology,
-                "--broker",
-                "b1",
-                "--client",
-                "P",
-                "--count",
-                "8000",
-                "--json",
-                *up.auth,
-            )
+            again = publish_as_p(topology, 8000, up)
             if again.returncode == 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
