@@ -13,7 +13,8 @@ Publishing is pipelined: :meth:`Client.publish` waits for the broker's acknowled
 unacknowledged batches in flight (:meth:`Client.flush` waits for the rest).
 """
 
-from ges.client._client import Client, Subscription, broker_stats, connect
+from ges.client._client import Client, Subscription
+from ges.client._connect import broker_stats, connect
 from ges.records import Delivery
 
 __all__ = ["Client", "Delivery", "Subscription", "broker_stats", "connect"]
