@@ -52,6 +52,15 @@ class Delivery:
     received_at: int
 
 
+@attrs.frozen
+class SessionDelivery(Delivery):
+    """A delivery of a durable session: also its epoch at the session's replicator (its
+    position in the session's stream) and the session's subscriptions it matched."""
+
+    epoch: int = 0
+    subs: tuple[int, ...] = ()
+
+
 #: Every field of a delivery record and its kind, in the order records are written.
 FIELDS: tuple[tuple[str, str], ...] = (
     ("event_id", "string"),

@@ -25,7 +25,7 @@ ROOT = Path(ges.__file__).parent.parent
 LAYERS: list[set[str]] = [
     {"errors", "wire"},
     {"topology", "matching", "records"},
-    {"connectivity", "reliable", "security"},
+    {"connectivity", "reliable", "security", "durable"},
     {"routing"},
     {"core"},
     {"transport"},

@@ -13,8 +13,22 @@ Publishing is pipelined: :meth:`Client.publish` waits for the broker's acknowled
 unacknowledged batches in flight (:meth:`Client.flush` waits for the rest).
 """
 
-from ges.client._client import Client, Subscription
+from ges.client._client import Client, SessionStream, Subscription
 from ges.client._connect import broker_stats, connect
-from ges.records import Delivery
+from ges.client._session import DurableSession, Move, SessionEnded, Token, failover_order
+from ges.records import Delivery, SessionDelivery
 
-__all__ = ["Client", "Delivery", "Subscription", "broker_stats", "connect"]
+__all__ = [
+    "Client",
+    "Delivery",
+    "DurableSession",
+    "Move",
+    "SessionDelivery",
+    "SessionEnded",
+    "SessionStream",
+    "Subscription",
+    "Token",
+    "broker_stats",
+    "connect",
+    "failover_order",
+]

@@ -35,7 +35,7 @@ from ges.matching.model import (
     conjunction_from_wire,
     profile_to_wire,
 )
-from ges.records import Delivery
+from ges.records import Delivery, SessionDelivery
 from ges.transport.connection import Connection, ConnectionClosed
 from ges.wire import MAX_EVENT_BYTES, FrameError, encode, event_size
 from ges.wire import messages as m
@@ -128,6 +128,22 @@ class Subscription:
             await self._room.wait()
 
 
+class SessionStream(Subscription):
+    """A durable session open on one connection: its deliveries in epoch order (a bounded
+    buffer, as a subscription's), acknowledged with :meth:`ack`; :attr:`closed` says why the
+    broker stopped it (taken over, moved, ended, its replicator unreachable)."""
+
+    def __init__(self, client: Client, name: str):
+        super().__init__(client, 0, Profile(name))
+        self.name = name
+        self.closed: m.SessionClosed | None = None
+
+    async def ack(self, epoch: int) -> None:
+        """The application has every event up to ``epoch``: the session resumes after it."""
+        with suppress(OperationError):
+            await self.client._send(m.SessionAck(self.name, epoch))
+
+
 class Client:
     """A connection to one broker. Create it with :func:`connect`."""
 
@@ -162,6 +178,9 @@ class Client:
         #: sub_id -> the req of the latest request for it (older requests' SubAcks are stale)
         self._latest_req: dict[int, int] = {}
         self._subs: dict[int, Subscription] = {}
+        #: durable sessions open on this connection, and answers awaited by request number
+        self._sessions: dict[str, SessionStream] = {}
+        self._answers: dict[int, list] = {}
         self._stats: deque[list] = deque()
         self._link_acks: deque[list] = deque()  # [trio.Event, LinkControlled | None], in order
         self._errors: list[str] = []
@@ -281,6 +300,62 @@ class Client:
         self._latest_req.pop(sub.id, None)
         sub._send.close()
 
+    # -- durable sessions --------------------------------------------------------------------
+
+    async def open_session(
+        self,
+        name: str,
+        subs: Sequence[m.SessionSub] | None,
+        *,
+        replicator: str = "",
+        store: str = "",
+        epoch: int = -1,
+    ) -> tuple[m.SessionOpened | m.SessionClosed, SessionStream]:
+        """Open (or resume, or take over) durable session ``name`` on this connection; the
+        broker's answer — ``SessionOpened``, or ``SessionClosed`` when it cannot be opened now
+        (``retry``) — and the stream its deliveries arrive on.
+
+        Raises:
+            OperationError: the broker refused (a bad name or profile, another owner's
+                session, one that does not exist without subscriptions).
+        """
+        self._raise_if_closed()
+        stream = SessionStream(self, name)
+        self._sessions[name] = stream
+        req = next(self._reqs)
+        answer = await self._ask(
+            m.SessionOpen(
+                name,
+                None if subs is None else list(subs),
+                replicator=replicator,
+                store=store,
+                epoch=epoch,
+                req=req,
+            ),
+            req,
+            name,
+        )
+        return answer, stream
+
+    async def sessions(self, action: str, name: str = "", to: str = "") -> m.SessionList:
+        """Ask this broker's replicator about its durable sessions (``list``, ``end``,
+        ``roam``, ``find``)."""
+        self._raise_if_closed()
+        req = next(self._reqs)
+        return await self._ask(m.SessionControl(action, name, to, req), req)
+
+    async def _ask(self, msg, req: int, name: str = ""):
+        waiter = self._answers[req] = [trio.Event(), None, name]
+        await self._send(msg)
+        await waiter[0].wait()
+        self._answers.pop(req, None)
+        if waiter[1] is None:
+            if self._errors:
+                kind = PermissionDenied if self._denied else OperationError
+                raise kind(f"broker {self.broker}: {self._errors[-1]}")
+            self._raise_if_closed()
+        return waiter[1]
+
     # -- introspection -----------------------------------------------------------------------
 
     async def stats(self) -> m.Stats:
@@ -381,6 +456,38 @@ class Client:
                         done = self._subacks.pop((msg.sub_id, msg.req), None)
                         if done is not None:
                             done.set()
+                    elif kind is m.SessionEvents:
+                        stream = self._sessions.get(msg.name)
+                        if stream is not None:
+                            deliveries = [
+                                SessionDelivery(
+                                    it.pubend,
+                                    it.item.tick,
+                                    it.item.hops,
+                                    it.item.event,
+                                    now,
+                                    it.epoch,
+                                    tuple(it.subs),
+                                )
+                                for it in msg.items
+                            ]
+                            size = sum(event_size(it.item.event) for it in msg.items)
+                            with suppress(trio.ClosedResourceError):
+                                await stream._put(deliveries, size)
+                    elif kind is m.SessionOpened or kind is m.SessionList:
+                        waiter = self._answers.get(msg.req)
+                        if waiter is not None:
+                            waiter[1] = msg
+                            waiter[0].set()
+                    elif kind is m.SessionClosed:
+                        for waiter in self._answers.values():
+                            if waiter[2] == msg.name and waiter[1] is None:
+                                waiter[1] = msg  # the open it answers could not be done now
+                                waiter[0].set()
+                        stream = self._sessions.pop(msg.name, None)
+                        if stream is not None:
+                            stream.closed = msg
+                            stream._send.close()
                     elif kind is m.Stats:
                         if self._stats:
                             waiter = self._stats.popleft()
@@ -418,7 +525,9 @@ class Client:
             waiter[0].set()
         for waiter in self._link_acks:
             waiter[0].set()
-        for sub in self._subs.values():
+        for waiter in self._answers.values():
+            waiter[0].set()
+        for sub in [*self._subs.values(), *self._sessions.values()]:
             sub._send.close()
         self.conn.close(reason)
 

@@ -40,9 +40,11 @@ from ges.core.provenance import Provenance
 from ges.core.publishing import Publishing
 from ges.core.release import ReleaseRounds
 from ges.core.repair import NackRepair
+from ges.core.replicator import Replicator
 from ges.core.subends import Subends
 from ges.core.subscriptions import Subscriptions
 from ges.core.unicast import Unicast
+from ges.durable.store import SessionStore
 from ges.reliable.claims import Claims
 from ges.reliable.log import MemoryLog, PubendLog
 from ges.reliable.vt import VirtualTime
@@ -68,6 +70,7 @@ class BrokerCore:
         reliable: bool = False,
         log: PubendLog | None = None,
         config: BrokerConfig | None = None,
+        sessions: SessionStore | None = None,
     ):
         if broker_id not in topology.brokers:
             raise ValueError(f"unknown broker {broker_id!r}")
@@ -159,6 +162,8 @@ class BrokerCore:
         self.gates = Gates(self)
         self.publishing = Publishing(self)
         self.subends = Subends(self)
+        #: a replicator's durable sessions (reliable delivery; None: no replicator here)
+        self.replicator = Replicator(self, sessions) if sessions is not None and reliable else None
         #: reliable delivery: log release rounds (seed 002 §1) and nack repair (§2.3)
         self.release: ReleaseRounds | None = None
         self.repair: NackRepair | None = None
@@ -183,6 +188,7 @@ class BrokerCore:
             self.gates,
             self.publishing,
             self.subends,
+            *([self.replicator] if self.replicator is not None else []),
         ):
             part.bind()
         #: what each message from a peer is handled by: chosen here, once, by the mode
@@ -394,7 +400,7 @@ class BrokerCore:
         return m.Stats(
             broker=self.id,
             incarnation=str(self.incarnation),
-            clients=len(self.subscriptions.clients),
+            clients=sum(1 for conn in self.subscriptions.clients if conn >= 0),
             subscriptions=self.subscriptions.count,
             links_up=sorted(self.links_up),
             links_expected=len(self.neighbours),
@@ -411,6 +417,7 @@ class BrokerCore:
             log_held=0 if self.log is None else self.log.committed - self.log.released(),
             log_released=0 if self.log is None else self.log.released(),
             forged=c["forged"],
+            sessions=0 if self.replicator is None else len(self.replicator.sessions),
         )
 
 

@@ -331,6 +331,10 @@ class Gates(Part):
         level = self.level(pubend)
         if any(g.levels[level] is None for g in self.gate.values()):
             return None
+        if self.replicator is not None:  # nothing above what durable sessions have stored
+            floor = self.replicator.floor(pubend)
+            if floor is not None:
+                tick = min(tick, floor)
         sub = self.subends.streams.get(pubend)
         if sub is not None:
             return min(tick, sub.stream.floor)

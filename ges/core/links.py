@@ -73,6 +73,9 @@ class Links:
                 return m.Refuse(
                     f"broker {hello.id} should wait for {self.id} to dial (lower id dials)"
                 )
+        elif hello.role == "sessions":  # a broker following its clients' durable sessions
+            if hello.id not in self.topology.brokers:
+                return m.Refuse(f"broker {_shown(hello.id)} is not in the topology")
         elif hello.role != "client":
             return m.Refuse(f"unknown role {_shown(hello.role)}")
         return m.Welcome(broker=self.id, incarnation=str(self.incarnation))

@@ -44,3 +44,4 @@ class Part:
         self.gates = core.gates
         self.publishing = core.publishing
         self.subends = core.subends
+        self.replicator = core.replicator

@@ -402,10 +402,16 @@ class Subscriptions(Part):
         shared: dict[tuple[int, int], m.Deliver] = {}
         delivered = 0
         clients = self.clients
+        durable = None
         for (conn, sub_id), matched in per.items():
             subs = clients.get(conn)
             if subs is None or sub_id not in subs:
                 continue  # a subscription still being entered, or one going away
+            if conn < 0:  # a durable session's own (ges.core.replicator)
+                if durable is None:
+                    durable = []
+                durable.append(((conn, sub_id), matched))
+                continue
             key = (sub_id, id(matched))
             msg = shared.get(key)
             if msg is None:
@@ -414,6 +420,8 @@ class Subscriptions(Part):
             delivered += len(matched)
         self.counters["delivered"] += delivered
         self.counters["events_out"] += delivered
+        if durable is not None:
+            out += self.replicator.stored(pubend, durable)
         return out
 
 

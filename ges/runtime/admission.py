@@ -140,7 +140,7 @@ class Admission:
         """A broker must be the one its certificate names (None: it is, or it is a client —
         what a client may do is decided by its identity, kept on its connection)."""
         who = peer_identity(stream)
-        if hello.role != "broker" or who == Identity("broker", hello.id):
+        if hello.role not in ("broker", "sessions") or who == Identity("broker", hello.id):
             return None
         shown = "no certificate" if who is None else f"the certificate of {who}"
         return m.Refuse(
@@ -205,7 +205,7 @@ class Admission:
                 and isinstance(reply, m.Welcome)
             ):
                 reply = m.Refuse(f"{LINK_CUT_REASON} at {self.server.id} (ges link up restores it)")
-            client = hello.role == "client" and isinstance(reply, m.Welcome)
+            client = hello.role in ("client", "sessions") and isinstance(reply, m.Welcome)
             if client and self.server._admitted >= self.server.max_clients:
                 reply = m.Refuse(
                     f"broker {self.server.id} has its maximum of {self.server.max_clients} clients; try again "
@@ -233,7 +233,9 @@ class Admission:
                 conn.write_deadline = self.server.client_write_deadline
                 conn.idle_deadline = self.server.client_idle_timeout
                 conn.budget = self.server._client_budget
-                await self.server._run_client(hello.id, conn, admitted)
+                await self.server._run_client(
+                    hello.id, conn, admitted, follower=hello.role == "sessions"
+                )
         finally:
             if opening:
                 self.server._opening -= 1

@@ -34,6 +34,8 @@ from ges.core import (
     ToClient,
     ToPeer,
 )
+from ges.durable import replicators
+from ges.durable.store import MemorySessionStore
 from ges.errors import OperationError
 from ges.runtime.access import INLINE_COVER_TESTS, INLINE_MATCHES, AccessControl, Admitted
 from ges.runtime.admission import MAX_OPENING, Admission
@@ -41,6 +43,8 @@ from ges.runtime.links import BACKOFF_FIRST, BACKOFF_MAX, Links
 from ges.runtime.notes import RateLimitedLog
 from ges.runtime.pubend_log import LogBounds, SqliteLog
 from ges.runtime.recording import BrokerRecorder
+from ges.runtime.session_store import SqliteSessionStore
+from ges.runtime.sessions import SESSION_REQUESTS, SessionDesk
 from ges.security.certs import CertDir, Identity
 from ges.security.tls import context
 from ges.topology import Topology, broker_order_key
@@ -121,6 +125,16 @@ class BrokerServer:
             else None
         )
         self._log_wakeup = trio.Event()
+        #: a replicator's store of durable sessions (ges.core.replicator): a SQLite file in the
+        #: data directory (in memory without one: sessions then end with the broker)
+        self.session_store = None
+        if reliable and broker_id in {r.broker for r in replicators(topology)}:
+            self.session_store = (
+                SqliteSessionStore(Path(data_dir) / f"{broker_id}.sessions.db")
+                if data_dir is not None
+                else MemorySessionStore()
+            )
+        self._sessions_wakeup = trio.Event()
         #: ``--record DIR``: delivery records of this broker's local clients
         self.recorder = (
             BrokerRecorder(record_dir, broker_id, tags=record_tags)
@@ -136,6 +150,7 @@ class BrokerServer:
             reliable=reliable,
             log=self.pubend_log,
             config=config,
+            sessions=self.session_store,
         )
         self.core.pid = os.getpid()
         #: TLS (None: plain TCP): the contexts this broker accepts and dials with, from the
@@ -189,6 +204,10 @@ class BrokerServer:
         #: accepting connections, and the links to neighbours
         self.admission = Admission(self)
         self.links = Links(self)
+        #: durable sessions of this broker's clients, wherever their replicator is
+        self.sessions = SessionDesk(self)
+        #: connections of brokers following sessions of this replicator (Hello role "sessions")
+        self._followers: set[int] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -214,6 +233,10 @@ class BrokerServer:
         nursery.start_soon(self._worker)
         if self.pubend_log is not None:
             nursery.start_soon(self._log_task)
+        if isinstance(self.session_store, SqliteSessionStore):  # a memory store commits at once
+            nursery.start_soon(self._sessions_task)
+        if self.core.replicator is not None:
+            await self._dispatch(self.core.replicator.restore(trio.current_time()))
         for peer in self.core.neighbours:
             if broker_order_key(self.id) < broker_order_key(peer):
                 nursery.start_soon(self.links.dial_forever, peer)
@@ -301,8 +324,35 @@ class BrokerServer:
         finally:
             log.close()
 
+    async def _sessions_task(self) -> None:
+        """Group commit of the replicator's store, as :meth:`_log_task` does for the log; then
+        the core streams what was committed."""
+        store = self.session_store
+        try:
+            while True:
+                await self._sessions_wakeup.wait()
+                self._sessions_wakeup = trio.Event()
+                while store.pending:
+                    group = store.take_group()
+                    if store.inline(group):
+                        last = store.write_group(group)
+                    else:
+                        last = await trio.to_thread.run_sync(store.write_group, group)
+                    store.committed_to(last)
+                    outs = self.core.replicator.on_committed()
+                    if outs:
+                        await self._dispatch(outs)
+        finally:
+            store.close()
+
+    def is_follower(self, conn_id: int) -> bool:
+        """Connection ``conn_id`` is a broker following sessions of this replicator."""
+        return conn_id in self._followers
+
     def _logged_later(self) -> None:
         """A client message may have appended to the log: wake the log task."""
+        if self.session_store is not None and getattr(self.session_store, "pending", False):
+            self._sessions_wakeup.set()
         log = self.pubend_log
         if log is not None and (
             log.pending or log.release_pending or log.trim_pending or log.checkpoint_due
@@ -312,6 +362,7 @@ class BrokerServer:
     # -- outputs -----------------------------------------------------------------------------
 
     async def _dispatch(self, outs: list) -> None:
+        outs = list(outs)  # what a session's own answers lead to is added on the way
         encoded: dict[int, list[bytes]] = {}
         now = trio.current_time()
         recorder = self.recorder
@@ -323,6 +374,9 @@ class BrokerServer:
                 dest = out.peer
             elif kind is ToClient:
                 dest = out.conn
+                if dest < 0:  # to a durable session's own subscriptions (ges.core.replicator)
+                    outs.extend(self.core.replicator.own(dest, out.msg, now))
+                    continue
             elif kind is Notice:
                 level = logging.WARNING if out.level == "warning" else logging.INFO
                 self.log.log(level, "%s", out.text)
@@ -442,6 +496,10 @@ class BrokerServer:
                             outs.append(ToClient(client, m.Error(why, denied=True)))
                             continue
                     now = trio.current_time()
+                    if client is not None and type(msg) in SESSION_REQUESTS:
+                        await self._flush(outs)  # a lookup may wait for replicators
+                        outs = await self.sessions.request(client, msg)
+                        continue
                     outs += handle(msg, now)
                     busy = client is not None and core.busy(client)
                     if busy or now - started > SLICE_SECONDS:
@@ -460,8 +518,16 @@ class BrokerServer:
     async def _refusal(self, conn_id: int, msg) -> str | None:
         """Why a client may not make this request (None: it may); a refusal is logged once per
         client and kind, then summarised (ges.runtime.notes)."""
-        grant = self.access.grant(conn_id)
         kind = type(msg)
+        if kind is m.SessionOpen:
+            if conn_id in self._followers or not msg.subs:
+                return None  # a broker vouches for its client; no profile: the stored one
+            for sub in msg.subs:  # each subscription as a Subscribe would be
+                why = await self._refusal(conn_id, m.Subscribe(sub.sub_id, sub.conjunctions))
+                if why is not None:
+                    return why
+            return None
+        grant = self.access.grant(conn_id)
         if isinstance(grant, str):
             why = grant
         elif kind is m.Publish:
@@ -499,10 +565,17 @@ class BrokerServer:
     # -- clients -----------------------------------------------------------------------------
 
     async def _run_client(
-        self, client_id: str, conn: Connection, admitted: Admitted | None = None
+        self,
+        client_id: str,
+        conn: Connection,
+        admitted: Admitted | None = None,
+        *,
+        follower: bool = False,
     ) -> None:
         conn_id = self._next_conn
         self._next_conn += 1
+        if follower:
+            self._followers.add(conn_id)
         if admitted is not None:
             self.access.opened(conn_id, admitted)
         conn.label = f"client {client_id}#{conn_id}"
@@ -528,14 +601,17 @@ class BrokerServer:
             # longer than this (a retraction that does not go now is resent by the router)
             self._waiting.pop(conn_id, None)
             with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_SEND_WAIT):
-                await self._dispatch(self.core.client_closed(conn_id, trio.current_time()))
+                now = trio.current_time()
+                await self._dispatch(self.sessions.client_closed(conn_id, now))
+                self._followers.discard(conn_id)
+                await self._dispatch(self.core.client_closed(conn_id, now))
             if self.core.has_work:  # the rest of a large profile's removal
                 self._work_wakeup.set()
             self.log.debug("%s gone: %s", conn.label, conn.close_reason or "cancelled")
 
 
 #: Client requests held against the client's grant (ges.security.access).
-_CHECKED = frozenset({m.Publish, m.Subscribe, m.LinkControl})
+_CHECKED = frozenset({m.Publish, m.Subscribe, m.LinkControl, m.SessionOpen})
 
 
 def freeze_heap() -> None:

@@ -428,6 +428,8 @@ class Stats(_Msg):
     #: frames from peers dropped because they could not have come from their pubend's broker
     #: (ges.core.provenance)
     forged: int = 0
+    #: durable sessions this broker's replicator holds (ges.core.replicator)
+    sessions: int = 0
 
 
 class Error(_Msg):
@@ -436,6 +438,8 @@ class Error(_Msg):
     reason: str
     #: the request was refused for want of permission (ges.security.access)
     denied: bool = False
+    #: the ``req`` of the request refused (durable sessions' requests carry one; 0: none)
+    req: int = 0
 
 
 # -- operator ↔ broker (client protocol) -------------------------------------------------------
@@ -460,6 +464,132 @@ class LinkControlled(_Msg):
     peer: str
     up: bool
     changed: bool
+
+
+# -- durable sessions (ges.core.replicator, ges.runtime.sessions) -------------------------------
+
+
+class SessionSub(msgspec.Struct, array_like=True, frozen=True):
+    """One subscription of a durable session: its number in the session, the profile's id,
+    and the profile (a disjunction of conjunctions, as in :class:`Subscribe`)."""
+
+    sub_id: int
+    profile_id: str
+    conjunctions: list[list[Constraint]]
+
+
+class SessionOpen(_Msg):
+    """Open, resume or take over the durable session ``name`` (client → its broker; the broker
+    passes it to the session's replicator with ``owner``, ``operator`` and ``at`` filled in).
+
+    ``subs`` None keeps the stored subscriptions; given, they replace them (a changed profile
+    keeps ``Client.change``'s guarantee). The resume token is ``replicator``, ``store`` and
+    ``epoch``: the replicator holding the session, its store's id, and the last epoch the
+    client has (-1: none — resume after the last one the session acknowledged)."""
+
+    name: str
+    subs: list[SessionSub] | None = None
+    replicator: str = ""
+    store: str = ""
+    epoch: int = -1
+    #: broker → replicator: create it if it does not exist (else: an Error saying so)
+    create: bool = True
+    owner: str = ""
+    operator: bool = False
+    at: str = ""
+    req: int = 0
+
+
+class SessionOpened(_Msg):
+    """The session is open on this connection: deliveries follow from epoch ``start`` + 1 on;
+    ``backlog`` of them were stored before it was opened (catch-up)."""
+
+    name: str
+    replicator: str
+    store: str
+    created: bool
+    start: int
+    backlog: int
+    subs: list[tuple[int, str]]
+    req: int = 0
+
+
+class SessionItem(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A stored event of a session: its epoch at the replicator, its pubend and position, and
+    the session's subscriptions it matched."""
+
+    epoch: int
+    pubend: str
+    item: EventItem
+    subs: list[int]
+
+
+class SessionEvents(_Msg):
+    """Events of session ``name`` in epoch order (replicator → broker → client)."""
+
+    name: str
+    items: list[SessionItem]
+
+
+class SessionAck(_Msg):
+    """The client has every event of session ``name`` up to ``epoch`` (client → broker →
+    replicator); the replicator keeps it as the session's resume point."""
+
+    name: str
+    epoch: int
+
+
+class SessionLeave(_Msg):
+    """The client of session ``name`` left its broker (broker → replicator): the session stays,
+    and keeps what is published for it."""
+
+    name: str
+
+
+class SessionClosed(_Msg):
+    """Session ``name`` no longer delivers on this connection: taken over by a connection
+    elsewhere, moved by an operator (``to``: the broker to resume at), ended, or its
+    replicator is unreachable (``retry``: open it again later)."""
+
+    name: str
+    reason: str
+    to: str = ""
+    ended: bool = False
+    retry: bool = False
+
+
+class SessionControl(_Msg):
+    """Operator's request about sessions, answered by :class:`SessionList` (or ``Error``):
+    ``list`` (every session of this replicator, or ``name``), ``end`` (end ``name`` and free
+    what it holds), ``roam`` (move ``name``'s client to broker ``to``)."""
+
+    action: str
+    name: str = ""
+    to: str = ""
+    req: int = 0
+
+
+class SessionInfo(msgspec.Struct, array_like=True, frozen=True):
+    """One durable session as its replicator sees it."""
+
+    name: str
+    owner: str
+    replicator: str
+    #: the broker its client is connected at ('' when none), and since when (unix seconds)
+    #: it is connected there or disconnected
+    at: str
+    since: float
+    subs: list[tuple[int, str, str]]
+    #: the last epoch acknowledged, the last stored for it, and how many are held for it
+    acked: int
+    last: int
+    held: int
+    created: float
+
+
+class SessionList(_Msg):
+    sessions: list[SessionInfo]
+    req: int = 0
 
 
 Message = (
@@ -491,6 +621,14 @@ Message = (
     | Error
     | LinkControl
     | LinkControlled
+    | SessionOpen
+    | SessionOpened
+    | SessionEvents
+    | SessionAck
+    | SessionLeave
+    | SessionClosed
+    | SessionControl
+    | SessionList
 )
 
 _encoder = msgspec.msgpack.Encoder()
@@ -566,6 +704,8 @@ _SPLIT_BY = {
     Connectivity: "reports",
     Clocks: "clocks",
     Ack: "acks",
+    SessionEvents: "items",
+    SessionList: "sessions",
 }
 
 

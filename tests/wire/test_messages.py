@@ -121,6 +121,26 @@ EXAMPLES = [
     m.Error(reason="bad"),
     m.LinkControl(peer="b2", up=False),
     m.LinkControlled(peer="b2", up=False, changed=True),
+    m.SessionOpen(
+        "alice",
+        [m.SessionSub(1, "p", [[m.Constraint("n", ">", 1)]])],
+        replicator="b18",
+        store="ab12",
+        epoch=7,
+        req=3,
+    ),
+    m.SessionOpened("alice", "b18", "ab12", True, 7, 12, [(1, "p")], req=3),
+    m.SessionEvents(
+        "alice", [m.SessionItem(8, "b1~1", m.EventItem(4, 0, 2, m.Event({"n": 2})), [1])]
+    ),
+    m.SessionAck("alice", 8),
+    m.SessionLeave("alice"),
+    m.SessionClosed("alice", "moved to b19 by an operator", to="b19"),
+    m.SessionControl("roam", "alice", "b19", req=4),
+    m.SessionList(
+        [m.SessionInfo("alice", "alice", "b18", "b20", 1.5, [(1, "p", "n > 1")], 8, 9, 1, 1.0)],
+        req=4,
+    ),
 ]
 
 

@@ -1,0 +1,221 @@
+"""A durable session that roams: resume anywhere, follow a redirect, fail over by itself.
+
+Theory of operation
+-------------------
+:class:`DurableSession` keeps the session's *resume token* — the replicator holding it, that
+replicator's store, and the last epoch the application took — and opens the session on one
+connection after another. Each batch of deliveries is acknowledged when the application asks
+for the next one, so the replicator resumes the session after what the application has; a
+delivery at or below the token's epoch (one the replicator had sent before a resume crossed
+it) is dropped, so the stream the application sees has each epoch once, in order.
+
+The session moves when the broker says so — an operator's ``ges roam`` names the broker to
+resume at — and when its connection fails: then it tries the other brokers of the topology,
+those sharing the most units with the last one first, and that one again last, with a
+growing pause between rounds. Being taken over by another connection, or the session
+ending, ends it here (:class:`SessionEnded`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+
+import attrs
+import trio
+
+from ges.client._connect import connect
+from ges.errors import BrokerUnreachable, OperationError, PermissionDenied
+from ges.records import SessionDelivery
+from ges.topology import Topology, broker_order_key
+from ges.wire import messages as m
+
+#: Seconds between rounds of failover attempts: the first, and the most it doubles to.
+RETRY_FIRST = 0.2
+RETRY_MAX = 5.0
+
+
+class SessionEnded(OperationError):
+    """The session stopped here for good: taken over by another connection, or ended."""
+
+
+@attrs.define
+class Token:
+    """What a roaming client presents: the replicator, its store, the last epoch it has."""
+
+    replicator: str = ""
+    store: str = ""
+    epoch: int = -1
+
+
+@attrs.frozen
+class Move:
+    """The session opened at ``to`` (after ``frm``; '' the first time): ``replayed`` events
+    were stored for it before that open (caught up first), ``why`` it moved."""
+
+    frm: str
+    to: str
+    replayed: int
+    why: str
+    created: bool
+
+
+class DurableSession:
+    """Durable session ``name`` of ``topology``, first opened at ``broker``.
+
+    ``subs``: its subscriptions (None: resume with the stored ones). ``connect_args(broker)``:
+    the keyword arguments of :func:`connect` for a broker (TLS, token). ``on_move(move)`` is
+    called at each open."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        name: str,
+        broker: str,
+        subs: Sequence[m.SessionSub] | None,
+        *,
+        connect_args: Callable[[str], dict] = lambda broker: {},
+        on_move: Callable[[Move], None] = lambda move: None,
+        token: Token | None = None,
+    ):
+        self.topology = topology
+        self.name = name
+        self.broker = broker
+        self.subs = None if subs is None else list(subs)
+        self.connect_args = connect_args
+        self.on_move = on_move
+        self.token = token or Token()
+        #: the opens so far
+        self.moves: list[Move] = []
+        self._receive: trio.MemoryReceiveChannel | None = None
+        self._error: OperationError | None = None
+        #: the last batch handed out and not acknowledged: (its stream, its last epoch)
+        self._handed = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[DurableSession]:
+        """Run the session (connections, moves) while the block is open: iterate
+        :meth:`batches` inside it."""
+        send, receive = trio.open_memory_channel(0)
+        self._receive = receive
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._run, send)
+                try:
+                    yield self
+                    await self.ack()  # the block ended normally: it has the last batch
+                finally:
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # the caller's own exception, not one wrapped by this internal nursery
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+
+    async def ack(self) -> None:
+        """Acknowledge every batch handed out so far (the next is asked for, or the
+        ``running`` block ends normally, does the same): the session resumes after them."""
+        if self._handed is None:
+            return
+        stream, epoch = self._handed
+        self._handed = None
+        self.token.epoch = max(self.token.epoch, epoch)
+        await stream.ack(self.token.epoch)
+
+    async def batches(self) -> AsyncIterator[list[SessionDelivery]]:
+        """The session's deliveries, a batch at a time, across every move; each batch is
+        acknowledged when the next one is asked for. Raises what ended the session
+        (:class:`SessionEnded`, a refusal)."""
+        if self._receive is None:
+            raise RuntimeError("iterate a session inside `async with session.running()`")
+        async for stream, batch in self._receive:
+            self._handed = (stream, batch[-1].epoch)
+            yield batch
+            await self.ack()
+        if self._error is not None:
+            raise self._error
+
+    async def _run(self, out: trio.MemorySendChannel) -> None:
+        """Open the session on one connection after another and hand its batches over."""
+        async with out:
+            try:
+                await self._roam(out)
+            except OperationError as exc:
+                self._error = exc
+
+    async def _roam(self, out: trio.MemorySendChannel) -> None:
+        broker, why, frm = self.broker, "opened", ""
+        failures = 0
+        while True:
+            closed: m.SessionClosed | None = None
+            try:
+                spec = self.topology.brokers[broker]
+                async with connect(
+                    spec.host,
+                    spec.port,
+                    topology=self.topology,
+                    client_id=self.name,
+                    **self.connect_args(broker),
+                ) as client:
+                    token = self.token
+                    answer, stream = await client.open_session(
+                        self.name,
+                        self.subs,
+                        replicator=token.replicator,
+                        store=token.store,
+                        epoch=token.epoch,
+                    )
+                    if isinstance(answer, m.SessionClosed):
+                        closed = answer
+                    else:
+                        failures = 0
+                        self.subs = None  # entered: later opens resume with them
+                        token.replicator, token.store = answer.replicator, answer.store
+                        if token.epoch < 0:
+                            token.epoch = answer.start
+                        move = Move(frm, broker, answer.backlog, why, answer.created)
+                        self.moves.append(move)
+                        self.broker = broker
+                        self.on_move(move)
+                        sent = token.epoch
+                        async for batch in stream.batches():
+                            batch = [d for d in batch if d.epoch > max(sent, token.epoch)]
+                            if batch:
+                                await out.send((stream, batch))
+                                sent = batch[-1].epoch
+                        closed = stream.closed
+                        if closed is None:
+                            why = f"connection lost: {client.closed_reason or 'closed'}"
+            except PermissionDenied:
+                raise
+            except BrokerUnreachable as exc:
+                why = str(exc)
+            except OperationError as exc:
+                if "unreachable" not in str(exc) and "did not complete" not in str(exc):
+                    raise
+                why = str(exc)
+            if closed is not None:
+                if closed.ended or closed.reason.startswith("taken over"):
+                    raise SessionEnded(f"session {self.name}: {closed.reason}")
+                why = closed.reason
+                if closed.to:
+                    frm, broker = self.broker, closed.to
+                    continue
+            failures += 1
+            if failures > 1:  # every broker once, then pause between rounds
+                await trio.sleep(min(RETRY_FIRST * 2 ** min(failures // 4, 8), RETRY_MAX))
+            frm, broker = self.broker, self._next(broker, failures)
+
+    def _next(self, failed: str, failures: int) -> str:
+        """The broker to try after ``failed``: nearest to the last one first, it last."""
+        order = failover_order(self.topology, self.broker)
+        return order[(failures - 1) % len(order)]
+
+
+def failover_order(topology: Topology, broker: str) -> list[str]:
+    """Every broker, those in the smallest unit around ``broker`` first, ``broker`` last."""
+    others = sorted(
+        (b for b in topology.brokers if b != broker),
+        key=lambda b: (topology.link_level(broker, b), broker_order_key(b)),
+    )
+    return [*others, broker]

@@ -1,0 +1,422 @@
+"""A replicator: durable sessions, the events stored for them, and their streams (seed 004 §4).
+
+Theory of operation
+-------------------
+A broker that hosts a unit's replicator holds the durable sessions homed there. Each session's
+subscriptions are this broker's own — entered, exported and started like a client's, under the
+connection number ``-key`` — so content routing brings every event they match into the unit
+whether or not the session's client is connected, and the subend delivers each exactly once,
+in order per pubend. :meth:`Replicator.stored` takes those deliveries (from
+``Subscriptions.deliver``) and appends each event once to the store with the sessions and
+subscriptions it matched (seed 001 §4.2), numbered by the replicator's epochs. This broker
+acknowledges no tick of a pubend to its log release rounds above what the store has made
+durable (:meth:`floor`), so whatever a crash loses is still in the pubend's log.
+
+A session's *follower* is the connection its events stream to: its client's, when the client
+is connected here, or the link-like connection of the broker the client is at
+(ges.runtime.sessions), which passes them on. A session streams in epoch order what is
+committed after its resume point, at most :data:`WINDOW_BYTES` beyond what its client
+acknowledged: catch-up and live are the same stream, read from the store a page at a time, so
+the seam between them is one number. Opening a session where another connection follows it
+takes it over: the old follower is told (``SessionClosed``) before the new one is answered,
+and the new one resumes after the epoch its client presents or the session's acknowledged
+one, whichever is later — nothing that either connection acknowledged is delivered again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import attrs
+
+from ges.core.outputs import ToClient
+from ges.core.part import Part
+from ges.durable import session_name_problem
+from ges.durable.store import SessionState, SessionStore
+from ges.matching.model import MAX_CONJUNCTIONS
+from ges.wire import messages as m
+from ges.wire.messages import event_size
+
+#: Bytes of a session's events streamed beyond what its client acknowledged.
+WINDOW_BYTES = 1 << 20
+#: Durable sessions one replicator holds at most.
+MAX_SESSIONS = 10_000
+#: Subscriptions one session holds at most.
+MAX_SESSION_SUBS = 16
+
+
+@attrs.define(eq=False)
+class Live:
+    """A session held here, with its stream."""
+
+    state: SessionState
+    #: the connection its events go to (None: its client is not connected anywhere)
+    follower: int | None = None
+    #: the broker its client is at, and since when it is there (or disconnected)
+    at: str = ""
+    since: float = 0.0
+    #: the last epoch sent to the follower, and what is in flight beyond the acknowledgement
+    sent: int = 0
+    inflight: deque = attrs.Factory(deque)
+    inflight_bytes: int = 0
+    #: an open waiting for its subscriptions to start: (conn, the SessionOpen, the reqs left)
+    opening: tuple[int, m.SessionOpen, set[int], bool] | None = None
+
+
+class Replicator(Part):
+    """The durable sessions of this broker's replicator (see the module docstring)."""
+
+    def __init__(self, core, store: SessionStore):
+        super().__init__(core)
+        self.store = store
+        self.sessions: dict[str, Live] = {}
+        self._by_key: dict[int, Live] = {}
+        #: sessions with events appended since the last commit was streamed
+        self._dirty: set[int] = set()
+        #: per pubend, the lowest tick stored but not yet committed
+        self._uncommitted: dict[str, int] = {}
+        self._reqs = 0
+
+    # -- starting ---------------------------------------------------------------------------
+
+    def restore(self, now: float) -> list:
+        """Enter the stored sessions' subscriptions (a restarted replicator); the outputs."""
+        out: list = []
+        for name, state in sorted(self.store.sessions().items()):
+            live = self._add(state, now)
+            out += self._subscribe(live, state.subs, {}, set())
+            del name
+        return out
+
+    def _add(self, state: SessionState, now: float) -> Live:
+        live = Live(state, since=now, sent=state.acked)
+        self.sessions[state.name] = live
+        self._by_key[state.key] = live
+        self.subscriptions.client_open(-state.key, f"session {state.name}")
+        return live
+
+    def _subscribe(self, live: Live, subs: dict, old: dict, waiting: set[int]) -> list:
+        """Enter ``subs`` (new or changed against ``old``) and take out what ``old`` has that
+        ``subs`` does not, as the session's own subscriptions; the reqs to wait for go into
+        ``waiting``."""
+        out: list = []
+        conn = -live.state.key
+        for sub_id, (profile_id, conjunctions) in subs.items():
+            if old.get(sub_id) == (profile_id, conjunctions):
+                continue
+            self._reqs += 1
+            waiting.add(self._reqs)
+            msg = m.Subscribe(sub_id, conjunctions, profile_id, req=self._reqs)
+            out += self.subscriptions.on_subscribe(conn, msg, self.subscriptions.now)
+        for sub_id in old:
+            if sub_id not in subs:
+                self._reqs += 1
+                waiting.add(self._reqs)
+                msg = m.Unsubscribe(sub_id, req=self._reqs)
+                out += self.subscriptions.on_unsubscribe(conn, msg, self.subscriptions.now)
+        return out
+
+    # -- what the session's own subscriptions answer (the driver hands them over) ------------
+
+    def own(self, conn: int, msg, now: float) -> list:
+        """A message the core addressed to a session's own connection ``conn`` (< 0): the
+        ``SubAck`` an open waits for; the outputs."""
+        live = self._by_key.get(-conn)
+        if live is None or type(msg) is not m.SubAck or live.opening is None:
+            return []
+        follower, open_msg, waiting, created = live.opening
+        waiting.discard(msg.req)
+        if waiting:
+            return []
+        live.opening = None
+        return self._opened(live, follower, open_msg, created, now)
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def find(self, name: str) -> m.SessionList:
+        live = self.sessions.get(name)
+        return m.SessionList([] if live is None else [self._info(live)])
+
+    def open(self, conn: int, msg: m.SessionOpen, now: float) -> list:
+        """Open, resume or take over session ``msg.name`` for connection ``conn``."""
+        why = session_name_problem(msg.name) or _subs_problem(msg.subs)
+        if why is not None:
+            return [ToClient(conn, m.Error(why, req=msg.req))]
+        live = self.sessions.get(msg.name)
+        created = False
+        if live is None:
+            if not msg.create:
+                return [
+                    ToClient(conn, m.Error(f"no durable session {msg.name!r} here", req=msg.req))
+                ]
+            if msg.subs is None:
+                reason = f"durable session {msg.name!r} does not exist: give its subscriptions"
+                return [ToClient(conn, m.Error(reason, req=msg.req))]
+            if len(self.sessions) >= MAX_SESSIONS:
+                reason = f"replicator {self.id} holds {MAX_SESSIONS} durable sessions, the most"
+                return [ToClient(conn, m.Error(reason, req=msg.req))]
+            key = max(self._by_key, default=0) + 1
+            live = self._add(SessionState(msg.name, msg.owner, key, {}, now), now)
+            created = True
+        elif live.state.owner and msg.owner != live.state.owner and not msg.operator:
+            reason = f"durable session {msg.name!r} belongs to {live.state.owner!r}"
+            return [ToClient(conn, m.Error(reason, denied=True, req=msg.req))]
+        elif live.opening is not None:
+            old_conn, old_msg, _, _ = live.opening
+            live.opening = None
+            out = [
+                ToClient(old_conn, m.SessionClosed(msg.name, f"taken over at {msg.at or self.id}"))
+            ]
+            return out + self._open(live, conn, msg, created, now)
+        return self._open(live, conn, msg, created, now)
+
+    def _open(self, live: Live, conn: int, msg: m.SessionOpen, created: bool, now: float) -> list:
+        out: list = []
+        if live.follower is not None:
+            reason = f"taken over at {msg.at or self.id}"
+            out.append(ToClient(live.follower, m.SessionClosed(msg.name, reason)))
+            self._detach(live, now)
+        waiting: set[int] = set()
+        if msg.subs is not None:
+            subs = {s.sub_id: (s.profile_id, s.conjunctions) for s in msg.subs}
+            out += self._subscribe(live, subs, live.state.subs, waiting)
+            live.state.subs = subs
+            self.store.save_session(live.state)
+        if waiting:
+            live.opening = (conn, msg, waiting, created)
+            return out
+        return out + self._opened(live, conn, msg, created, now)
+
+    def _opened(self, live: Live, conn: int, msg: m.SessionOpen, created: bool, now: float) -> list:
+        """The session's subscriptions are in place: it streams to ``conn`` from its resume
+        point."""
+        state = live.state
+        start = state.acked
+        if msg.epoch >= 0 and msg.store == self.store.id:
+            start = max(start, min(msg.epoch, self.store.committed))
+        if start > state.acked:
+            self._acked(live, start)
+        live.follower = conn
+        live.at = msg.at or self.id
+        live.since = now
+        live.sent = start
+        live.inflight.clear()
+        live.inflight_bytes = 0
+        backlog, _ = self.store.held(state.key, start)
+        subs = [(sub_id, profile_id) for sub_id, (profile_id, _) in sorted(state.subs.items())]
+        opened = m.SessionOpened(
+            state.name, self.id, self.store.id, created, start, backlog, subs, req=msg.req
+        )
+        return [ToClient(conn, opened), *self._pump(live)]
+
+    def ack(self, conn: int, msg: m.SessionAck) -> list:
+        live = self.sessions.get(msg.name)
+        if live is None or live.follower != conn:
+            return []
+        epoch = min(msg.epoch, live.sent)
+        if epoch > live.state.acked:
+            self._acked(live, epoch)
+            inflight = live.inflight
+            while inflight and inflight[0][0] <= epoch:
+                live.inflight_bytes -= inflight.popleft()[1]
+            return self._pump(live)
+        return []
+
+    def _acked(self, live: Live, epoch: int) -> None:
+        live.state.acked = epoch
+        self.store.release(live.state.key, epoch)
+        self.store.save_session(live.state)
+
+    def leave(self, conn: int, name: str, now: float) -> None:
+        """The client of ``name`` left the broker that follows it on ``conn``."""
+        live = self.sessions.get(name)
+        if live is not None and live.follower == conn:
+            self._detach(live, now)
+
+    def follower_closed(self, conn: int, now: float) -> None:
+        """Connection ``conn`` ended: every session following it is disconnected."""
+        for live in self.sessions.values():
+            if live.follower == conn:
+                self._detach(live, now)
+            if live.opening is not None and live.opening[0] == conn:
+                live.opening = None
+
+    def _detach(self, live: Live, now: float) -> None:
+        live.follower = None
+        live.at = ""
+        live.since = now
+        live.inflight.clear()
+        live.inflight_bytes = 0
+
+    def control(
+        self, conn: int, msg: m.SessionControl, who: str, operator: bool, now: float
+    ) -> list:
+        """An operator's (or a session owner's) list, end or roam."""
+        if msg.action == "list":
+            found = [
+                self._info(live)
+                for name, live in sorted(self.sessions.items())
+                if (not msg.name or name == msg.name)
+                and (operator or live.state.owner in ("", who))
+            ]
+            return [ToClient(conn, m.SessionList(found, req=msg.req))]
+        if msg.action not in ("end", "roam"):
+            return [ToClient(conn, m.Error(f"unknown session action {msg.action!r}", req=msg.req))]
+        live = self.sessions.get(msg.name)
+        if live is None:
+            return [ToClient(conn, m.Error(f"no durable session {msg.name!r} here", req=msg.req))]
+        if live.state.owner not in ("", who) and not operator:
+            reason = f"durable session {msg.name!r} belongs to {live.state.owner!r}"
+            return [ToClient(conn, m.Error(reason, denied=True, req=msg.req))]
+        info = self._info(live)
+        out: list = []
+        if msg.action == "roam":
+            if msg.to not in self.topology.brokers:
+                return [ToClient(conn, m.Error(f"unknown broker {msg.to!r}", req=msg.req))]
+            if live.follower is None:
+                reason = f"durable session {msg.name!r} is not connected: it resumes where its client connects"
+                return [ToClient(conn, m.Error(reason, req=msg.req))]
+            note = m.SessionClosed(msg.name, f"moved to {msg.to} by an operator", to=msg.to)
+            out.append(ToClient(live.follower, note))
+            self._detach(live, now)
+        else:
+            if live.follower is not None:
+                out.append(
+                    ToClient(
+                        live.follower, m.SessionClosed(msg.name, "ended by an operator", ended=True)
+                    )
+                )
+            out += self._end(live, now)
+        return [*out, ToClient(conn, m.SessionList([info], req=msg.req))]
+
+    def _end(self, live: Live, now: float) -> list:
+        state = live.state
+        del self.sessions[state.name]
+        del self._by_key[state.key]
+        self._dirty.discard(state.key)
+        self.store.drop_session(state)
+        return self.subscriptions.client_closed(-state.key, now)
+
+    def _info(self, live: Live) -> m.SessionInfo:
+        state = live.state
+        held, last = self.store.held(state.key, state.acked)
+        subs = [
+            (sub_id, profile_id, _describe(conjunctions))
+            for sub_id, (profile_id, conjunctions) in sorted(state.subs.items())
+        ]
+        return m.SessionInfo(
+            state.name,
+            state.owner,
+            self.id,
+            live.at,
+            live.since,
+            subs,
+            state.acked,
+            max(last, state.acked),
+            held,
+            state.created,
+        )
+
+    # -- storing and streaming --------------------------------------------------------------
+
+    def stored(self, pubend: str, matched: list) -> list:
+        """Events of ``pubend`` the sessions' own subscriptions got: ``matched`` is
+        ``[((conn, sub_id), items)]``. Each event is stored once with the sessions and
+        subscriptions it is for, in tick order."""
+        per_tick: dict[int, tuple[m.EventItem, dict[int, list[int]]]] = {}
+        for (conn, sub_id), items in matched:
+            key = -conn
+            if key not in self._by_key:
+                continue
+            for it in items:
+                got = per_tick.get(it.tick)
+                if got is None:
+                    per_tick[it.tick] = (it, {key: [sub_id]})
+                else:
+                    got[1].setdefault(key, []).append(sub_id)
+        if not per_tick:
+            return []
+        store = self.store
+        for tick in sorted(per_tick):
+            item, wants = per_tick[tick]
+            store.append(pubend, _stored_item(item), sorted(wants.items()))
+            self._dirty.update(wants)
+        first = min(per_tick)
+        if self._uncommitted.get(pubend, first + 1) > first:
+            self._uncommitted[pubend] = first
+        if store.committed >= store.last:  # a store that commits at once
+            return self.on_committed()
+        return []
+
+    def floor(self, pubend: str) -> int | None:
+        """The highest tick of ``pubend`` this broker may acknowledge for its sessions (None:
+        any): below what the store has not committed yet."""
+        first = self._uncommitted.get(pubend)
+        return None if first is None else first - 1
+
+    def on_committed(self) -> list:
+        """The store committed everything appended: stream it."""
+        if self.store.committed < self.store.last:
+            return []
+        self._uncommitted.clear()
+        out: list = []
+        dirty, self._dirty = self._dirty, set()
+        for key in sorted(dirty):
+            live = self._by_key.get(key)
+            if live is not None:
+                out += self._pump(live)
+        return out
+
+    def _pump(self, live: Live) -> list:
+        """Send the follower what is committed after what it was sent, within the window."""
+        if live.follower is None or live.opening is not None:
+            return []
+        out: list = []
+        key = live.state.key
+        while live.inflight_bytes < WINDOW_BYTES and live.sent < self.store.committed:
+            items = self.store.read(key, live.sent, max_bytes=WINDOW_BYTES - live.inflight_bytes)
+            if not items:
+                live.sent = self.store.committed
+                break
+            size = sum(event_size(it.item.event) for it in items)
+            live.sent = items[-1].epoch
+            live.inflight.append((live.sent, size))
+            live.inflight_bytes += size
+            out.append(ToClient(live.follower, m.SessionEvents(live.state.name, items)))
+        return out
+
+
+def _stored_item(item: m.EventItem) -> m.EventItem:
+    """What is kept of a delivered event item: its tick, hops and event (no routes)."""
+    if not item.to and not item.path:
+        return item
+    return m.EventItem(item.tick, 0, item.hops, item.event)
+
+
+def _subs_problem(subs) -> str | None:
+    if subs is None:
+        return None
+    if not subs:
+        return "a durable session needs at least one subscription"
+    if len(subs) > MAX_SESSION_SUBS:
+        return f"a durable session holds at most {MAX_SESSION_SUBS} subscriptions"
+    if len({s.sub_id for s in subs}) != len(subs):
+        return "a durable session's subscriptions repeat a number"
+    for s in subs:
+        if len(s.conjunctions) > MAX_CONJUNCTIONS:
+            return f"subscription {s.sub_id}: over {MAX_CONJUNCTIONS} conjunctions"
+    return None
+
+
+def _describe(conjunctions: list) -> str:
+    """A profile's conjunctions in one line (for ``ges clients``)."""
+    parts = []
+    for conj in conjunctions[:4]:
+        parts.append(
+            " and ".join(
+                f"{c.attr} {c.op}" + ("" if c.value is None else f" {c.value!r}") for c in conj
+            )
+            or "everything"
+        )
+    more = f" or … ({len(conjunctions) - 4} more)" if len(conjunctions) > 4 else ""
+    return " or ".join(parts) + more

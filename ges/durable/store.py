@@ -1,0 +1,154 @@
+"""What a replicator keeps: durable sessions and the events stored for them (seed 001 §4.2).
+
+An event that some sessions want is stored once, with an *epoch* (the replicator's number, one
+more for each event stored) and, per session, the subscriptions it matched — the persistent
+filtering subsystem's layout, not a copy per subscriber. A session keeps its subscriptions,
+its owner and its resume point (``acked``: the last epoch its client acknowledged). ``append``
+takes an event at once and :attr:`committed` says how far appends are durable: a driver with
+an asynchronous writer (``ges.runtime.session_store``) commits a group at a time, and the core
+streams nothing to a client before it is committed (a replicator that crashes never numbers an
+event twice). :class:`MemorySessionStore` is the same in memory (the simulator, unit tests);
+``tests/durable/test_store_contract.py`` runs the same tests against both.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import attrs
+
+from ges.wire import messages as m
+from ges.wire.messages import event_size
+
+#: What one read returns at most (events; bytes: ``max_bytes``).
+MAX_READ = 512
+
+
+@attrs.define
+class SessionState:
+    """A durable session as stored."""
+
+    name: str
+    #: the identity that made it ('' without identities: --insecure)
+    owner: str
+    #: its number in the store (events are kept for it under this)
+    key: int
+    #: sub_id -> (profile id, conjunctions as on the wire)
+    subs: dict[int, tuple[str, list]]
+    created: float
+    #: the last epoch its client acknowledged (0: none)
+    acked: int = 0
+
+
+class SessionStore(Protocol):
+    """What the replicator (:class:`ges.core.replicator.Replicator`) asks of its storage."""
+
+    #: this store's identity: a token naming another store (a replicator whose files were
+    #: replaced) does not resume at a position of this one
+    id: str
+
+    def sessions(self) -> dict[str, SessionState]:
+        """Every stored session by name, as when the store was opened (read once)."""
+
+    def save_session(self, state: SessionState) -> None:
+        """Keep ``state`` (its subscriptions, owner, resume point) with the next commit."""
+
+    def drop_session(self, state: SessionState) -> None:
+        """Forget the session and what was held for it only."""
+
+    @property
+    def last(self) -> int:
+        """The highest epoch appended (0 for none)."""
+
+    @property
+    def committed(self) -> int:
+        """The highest epoch that is durable."""
+
+    def append(self, pubend: str, item: m.EventItem, wants: list[tuple[int, list[int]]]) -> int:
+        """Store an event for the sessions ``wants`` names (``(key, sub_ids)``); its epoch."""
+
+    def read(self, key: int, after: int, limit: int = MAX_READ, max_bytes: int = 1 << 20) -> list:
+        """Session ``key``'s committed events after epoch ``after``, in order, as
+        :class:`~ges.wire.messages.SessionItem` (at most ``limit``, and ``max_bytes`` but one)."""
+
+    def held(self, key: int, after: int) -> tuple[int, int]:
+        """How many events are held for session ``key`` after epoch ``after``, and the last
+        epoch among them (0: none)."""
+
+    def release(self, key: int, upto: int) -> None:
+        """Session ``key`` needs nothing up to epoch ``upto`` any more."""
+
+
+class MemorySessionStore:
+    """:class:`SessionStore` in memory: every append is committed at once."""
+
+    def __init__(self, store_id: str = "memory"):
+        self.id = store_id
+        self._sessions: dict[str, SessionState] = {}
+        #: epoch -> (pubend, item, {key: sub_ids})
+        self._events: dict[int, tuple[str, m.EventItem, dict[int, list[int]]]] = {}
+        #: key -> its epochs, in order
+        self._wants: dict[int, list[int]] = {}
+        self._last = 0
+
+    def sessions(self) -> dict[str, SessionState]:
+        return {n: attrs.evolve(s, subs=dict(s.subs)) for n, s in self._sessions.items()}
+
+    def save_session(self, state: SessionState) -> None:
+        self._sessions[state.name] = attrs.evolve(state, subs=dict(state.subs))
+        self._wants.setdefault(state.key, [])
+
+    def drop_session(self, state: SessionState) -> None:
+        self._sessions.pop(state.name, None)
+        self.release(state.key, self._last)
+        self._wants.pop(state.key, None)
+
+    @property
+    def last(self) -> int:
+        return self._last
+
+    @property
+    def committed(self) -> int:
+        return self._last
+
+    def append(self, pubend: str, item: m.EventItem, wants: list[tuple[int, list[int]]]) -> int:
+        self._last += 1
+        epoch = self._last
+        self._events[epoch] = (pubend, item, dict(wants))
+        for key, _ in wants:
+            self._wants.setdefault(key, []).append(epoch)
+        return epoch
+
+    def _epochs_after(self, key: int, after: int) -> list[int]:
+        from bisect import bisect_right
+
+        epochs = self._wants.get(key, [])
+        return epochs[bisect_right(epochs, after) :]
+
+    def read(self, key: int, after: int, limit: int = MAX_READ, max_bytes: int = 1 << 20) -> list:
+        out = []
+        size = 0
+        for epoch in self._epochs_after(key, after)[:limit]:
+            pubend, item, wants = self._events[epoch]
+            out.append(m.SessionItem(epoch, pubend, item, wants[key]))
+            size += event_size(item.event)
+            if size >= max_bytes:
+                break
+        return out
+
+    def held(self, key: int, after: int) -> tuple[int, int]:
+        epochs = self._epochs_after(key, after)
+        return len(epochs), (epochs[-1] if epochs else 0)
+
+    def release(self, key: int, upto: int) -> None:
+        epochs = self._wants.get(key)
+        if not epochs:
+            return
+        keep = self._epochs_after(key, upto)
+        for epoch in epochs[: len(epochs) - len(keep)]:
+            got = self._events.get(epoch)
+            if got is not None:
+                got[2].pop(key, None)
+                if not got[2]:
+                    del self._events[epoch]
+        self._wants[key] = keep

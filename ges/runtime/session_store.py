@@ -1,0 +1,236 @@
+"""A replicator's store in SQLite: durable sessions and their events (seed 001 §4.2).
+
+Same footing as the pubend log (ges.runtime.pubend_log): WAL, ``synchronous=NORMAL``, group
+commit. The core appends (in memory, at once); the broker's session task takes everything
+appended as one group and writes it in one transaction — on the event loop's thread when it is
+small (a write to the WAL, tens of µs), else from a worker thread — then tells the core, which
+streams it. Reads (a page of a session's events) run on the event loop's thread against a
+reader connection: at most :data:`~ges.durable.store.MAX_READ` rows by primary key.
+
+Layout: ``events(epoch, pubend, item)`` holds each stored event once; ``wants(key, epoch,
+subs)`` says which sessions it is for (the persistent filtering subsystem's matching records);
+``sessions`` holds each session's name, owner, subscriptions and resume point. An event goes
+once no session wants it any more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from pathlib import Path
+
+import msgspec
+
+from ges.durable.store import MAX_READ, SessionState
+from ges.errors import OperationError
+from ges.wire import messages as m
+from ges.wire.messages import event_size
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode_item = msgspec.msgpack.Decoder(m.EventItem).decode
+_decode_subs = msgspec.msgpack.Decoder(dict[int, tuple[str, list[list[m.Constraint]]]]).decode
+_decode_ints = msgspec.msgpack.Decoder(list[int]).decode
+
+#: A group at most this large (bytes of events) is committed on the event loop's thread.
+INLINE_MAX_BYTES = 256 * 1024
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    name TEXT PRIMARY KEY, key INTEGER NOT NULL UNIQUE, owner TEXT NOT NULL,
+    subs BLOB NOT NULL, created REAL NOT NULL, acked INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS events (epoch INTEGER PRIMARY KEY, pubend TEXT NOT NULL, item BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS wants (
+    key INTEGER NOT NULL, epoch INTEGER NOT NULL, subs BLOB NOT NULL,
+    PRIMARY KEY (key, epoch)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS wants_epoch ON wants (epoch);
+"""
+
+
+class SqliteSessionStore:
+    """:class:`ges.durable.store.SessionStore` in one SQLite file."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = self._connect()
+            self._writer.executescript(_SCHEMA)
+            row = self._writer.execute("SELECT value FROM meta WHERE key = 'id'").fetchone()
+            if row is None:
+                self.id = os.urandom(8).hex()
+                self._writer.execute("INSERT INTO meta (key, value) VALUES ('id', ?)", (self.id,))
+            else:
+                self.id = row[0]
+            (last,) = self._writer.execute("SELECT COALESCE(MAX(epoch), 0) FROM events").fetchone()
+            (floor,) = self._writer.execute(
+                "SELECT COALESCE(MAX(CAST(value AS INTEGER)), 0) FROM meta WHERE key = 'last'"
+            ).fetchone()
+            self._reader = self._connect()
+        except sqlite3.Error as exc:
+            raise OperationError(f"session store {self.path}: {exc}") from None
+        #: epochs are never reused, even once the events numbered by them are gone
+        self._last = self._committed = max(last, floor)
+        self._pending_events: list[tuple] = []
+        self._pending_wants: list[tuple] = []
+        self._pending_bytes = 0
+        self._saves: dict[str, SessionState | None] = {}
+        self._releases: dict[int, int] = {}
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    # -- the SessionStore interface -------------------------------------------------------------
+
+    def sessions(self) -> dict[str, SessionState]:
+        rows = self._query("SELECT name, owner, key, subs, created, acked FROM sessions", ())
+        return {
+            name: SessionState(name, owner, key, _decode_subs(subs), created, acked)
+            for name, owner, key, subs, created, acked in rows
+        }
+
+    def save_session(self, state: SessionState) -> None:
+        self._saves[state.name] = SessionState(
+            state.name, state.owner, state.key, dict(state.subs), state.created, state.acked
+        )
+
+    def drop_session(self, state: SessionState) -> None:
+        self._saves[state.name] = None
+        self._releases[state.key] = -1  # everything
+
+    @property
+    def last(self) -> int:
+        return self._last
+
+    @property
+    def committed(self) -> int:
+        return self._committed
+
+    def append(self, pubend: str, item: m.EventItem, wants: list[tuple[int, list[int]]]) -> int:
+        self._last += 1
+        epoch = self._last
+        body = _encode(item)
+        self._pending_events.append((epoch, pubend, body))
+        self._pending_wants += [(key, epoch, _encode(subs)) for key, subs in wants]
+        self._pending_bytes += len(body)
+        return epoch
+
+    def read(self, key: int, after: int, limit: int = MAX_READ, max_bytes: int = 1 << 20) -> list:
+        rows = self._query(
+            "SELECT w.epoch, e.pubend, e.item, w.subs FROM wants w JOIN events e ON e.epoch = w.epoch"
+            " WHERE w.key = ? AND w.epoch > ? AND w.epoch <= ? ORDER BY w.epoch LIMIT ?",
+            (key, after, self._committed, limit),
+        )
+        out = []
+        size = 0
+        for epoch, pubend, body, subs in rows:
+            item = _decode_item(body)
+            out.append(m.SessionItem(epoch, pubend, item, _decode_ints(subs)))
+            size += event_size(item.event)
+            if size >= max_bytes:
+                break
+        return out
+
+    def held(self, key: int, after: int) -> tuple[int, int]:
+        ((n, last),) = self._query(
+            "SELECT COUNT(*), COALESCE(MAX(epoch), 0) FROM wants WHERE key = ? AND epoch > ?",
+            (key, after),
+        )
+        return n, last
+
+    def release(self, key: int, upto: int) -> None:
+        if self._releases.get(key) != -1:
+            self._releases[key] = max(upto, self._releases.get(key, 0))
+
+    # -- group commit (the broker's session task) ----------------------------------------------
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending_events or self._saves or self._releases)
+
+    def take_group(self) -> tuple:
+        group = (
+            self._pending_events,
+            self._pending_wants,
+            self._saves,
+            self._releases,
+            self._last,
+            self._pending_bytes,
+        )
+        self._pending_events, self._pending_wants, self._saves, self._releases = [], [], {}, {}
+        self._pending_bytes = 0
+        return group
+
+    @staticmethod
+    def inline(group: tuple) -> bool:
+        return group[5] <= INLINE_MAX_BYTES
+
+    def write_group(self, group: tuple) -> int:
+        """Write one group in one transaction; returns the last epoch it covers."""
+        events, wants, saves, releases, last, _ = group
+
+        def work(w: sqlite3.Connection) -> None:
+            w.executemany("INSERT INTO events (epoch, pubend, item) VALUES (?, ?, ?)", events)
+            w.executemany("INSERT INTO wants (key, epoch, subs) VALUES (?, ?, ?)", wants)
+            for name, state in saves.items():
+                if state is None:
+                    w.execute("DELETE FROM sessions WHERE name = ?", (name,))
+                else:
+                    w.execute(
+                        "INSERT OR REPLACE INTO sessions (name, key, owner, subs, created, acked)"
+                        " VALUES (?, ?, ?, ?, ?, ?)",
+                        (
+                            name,
+                            state.key,
+                            state.owner,
+                            _encode(state.subs),
+                            state.created,
+                            state.acked,
+                        ),
+                    )
+            for key, upto in releases.items():
+                upto = last if upto < 0 else upto
+                # the events only this session still wanted go with its matching records
+                w.execute(
+                    "DELETE FROM events WHERE epoch IN"
+                    " (SELECT epoch FROM wants WHERE key = ? AND epoch <= ?) AND NOT EXISTS"
+                    " (SELECT 1 FROM wants o WHERE o.epoch = events.epoch AND o.key != ?)",
+                    (key, upto, key),
+                )
+                w.execute("DELETE FROM wants WHERE key = ? AND epoch <= ?", (key, upto))
+            w.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('last', ?)", (str(last),))
+
+        self._transaction(work)
+        return last
+
+    def committed_to(self, epoch: int) -> None:
+        self._committed = max(self._committed, epoch)
+
+    def _transaction(self, work) -> None:
+        w = self._writer
+        try:
+            w.execute("BEGIN")
+            try:
+                work(w)
+                w.execute("COMMIT")
+            except BaseException:
+                if w.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        w.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise OperationError(f"session store {self.path}: {exc}") from None
+
+    def _query(self, sql: str, args: tuple) -> list:
+        try:
+            return self._reader.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise OperationError(f"session store {self.path}: {exc}") from None
+
+    def close(self) -> None:
+        for conn in (self._reader, self._writer):
+            conn.close()

@@ -1,0 +1,317 @@
+"""Durable sessions at the client's broker: finding a session's replicator and following it.
+
+Theory of operation
+-------------------
+A client opens (or resumes) durable session NAME at any broker. That broker finds the
+session's replicator — the one its resume token names, else the first of the topology's
+replicators, nearest first, that holds NAME; a new session is homed at the replicator of the
+broker's own unit (ges.durable) — and opens it there for the client, saying who the client is
+and where. A replicator on this broker is asked directly (ges.core.replicator); another one
+through a *follow* connection: one per replicator this broker has clients for, opened with
+``Hello(role="sessions")`` and this broker's certificate (the replicator trusts what a broker
+says of its clients, as it trusts the events it routes). The replicator streams the session's
+events on it in epoch order, within a window the client's acknowledgements open, and this
+broker passes them to the client, and the acknowledgements back. When the client goes the
+replicator is told (``SessionLeave``): the session stays and goes on storing. When the follow
+connection fails every client it served is told to open its session again (``retry``).
+
+A name lookup that cannot ask every replicator (one is unreachable) does not create the
+session elsewhere: the client is told to try again, or to present its token.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import msgspec
+import trio
+
+from ges.core import ToClient
+from ges.durable import home_replicator, replicator_brokers
+from ges.runtime.admission import MAX_HELLO_FRAME
+from ges.transport.connection import Connection, ConnectionClosed
+from ges.wire import FrameError, encode
+from ges.wire import messages as m
+from ges.wire.frames import DEFAULT_MAX_FRAME
+from ges.wire.messages import hello_for
+
+#: Seconds to wait for a replicator to answer a lookup or an open.
+ASK_WAIT = 5.0
+#: Seconds to wait for a follow connection to a replicator to open.
+FOLLOW_CONNECT_WAIT = 5.0
+
+#: What a client may send about durable sessions (the runtime hands them here).
+SESSION_REQUESTS = frozenset({m.SessionOpen, m.SessionAck, m.SessionControl, m.SessionLeave})
+
+
+class Follow:
+    """A follow connection to a replicator's broker."""
+
+    def __init__(self, replicator: str):
+        self.replicator = replicator
+        self.conn: Connection | None = None
+        self.ready = trio.Event()
+        self.failed: str | None = None
+        #: our req -> (client conn, the client's req, a waiter or None)
+        self.asks: dict[int, list] = {}
+        #: sessions it serves: name -> client conn
+        self.sessions: dict[str, int] = {}
+
+
+class SessionDesk:
+    """The client-side half of durable sessions at one broker (see the module docstring)."""
+
+    def __init__(self, server):
+        self.server = server
+        self.topology = server.topology
+        self.id = server.id
+        self.home = home_replicator(self.topology, self.id)
+        self.log = logging.getLogger(f"ges.broker.{self.id}.sessions")
+        self._follows: dict[str, Follow] = {}
+        self._reqs = itertools.count(1)
+        #: client conn -> {session name: replicator} it holds here
+        self._held: dict[int, dict[str, str]] = {}
+
+    @property
+    def core(self):
+        return self.server.core
+
+    # -- a client's requests --------------------------------------------------------------------
+
+    async def request(self, conn_id: int, msg) -> list:
+        """A client's session request; the outputs for the runtime to dispatch."""
+        kind = type(msg)
+        now = trio.current_time()
+        if kind is m.SessionAck:
+            if self.server.is_follower(conn_id):  # passed on by the client's broker
+                return self.core.replicator.ack(conn_id, msg) if self.core.replicator else []
+            rep = self._held.get(conn_id, {}).get(msg.name)
+            if rep is None:
+                return []
+            if rep == self.id:
+                return self.core.replicator.ack(conn_id, msg)
+            follow = self._follows.get(rep)
+            if follow is not None and follow.conn is not None:
+                self._send(follow, msg)
+            return []
+        if kind is m.SessionLeave:  # a broker's client of this replicator's session went
+            if self.core.replicator is not None and self.server.is_follower(conn_id):
+                self.core.replicator.leave(conn_id, msg.name, now)
+            return []
+        who, operator = self._who(conn_id)
+        if kind is m.SessionControl:
+            replicator = self.core.replicator
+            if replicator is None:
+                reason = f"broker {self.id} holds no durable sessions (it is not a replicator)"
+                return [ToClient(conn_id, m.Error(reason, req=msg.req))]
+            if msg.action == "find":
+                found = replicator.find(msg.name)
+                return [ToClient(conn_id, msgspec.structs.replace(found, req=msg.req))]
+            return replicator.control(conn_id, msg, who, operator, now)
+        if self.server.is_follower(conn_id):  # a broker opening a session for its client here
+            return self._open_here(conn_id, msg, now)
+        msg = msgspec.structs.replace(msg, owner=who, operator=operator, at=self.id)
+        return await self._open(conn_id, msg, now)
+
+    def _who(self, conn_id: int) -> tuple[str, bool]:
+        access = self.server.access
+        if access is None:
+            return "", True
+        grant = access.grant(conn_id)
+        if isinstance(grant, str):
+            return access.who(conn_id), False
+        return grant.who, grant.operator
+
+    def _open_here(self, conn_id: int, msg: m.SessionOpen, now: float) -> list:
+        replicator = self.core.replicator
+        if replicator is None:
+            reason = f"broker {self.id} holds no durable sessions (it is not a replicator)"
+            return [ToClient(conn_id, m.Error(reason, req=msg.req))]
+        self.core.subscriptions.now = now
+        return replicator.open(conn_id, msg, now)
+
+    async def _open(self, conn_id: int, msg: m.SessionOpen, now: float) -> list:
+        reps = set(replicator_brokers(self.topology, self.id))
+        if msg.replicator in reps:
+            rep = msg.replicator
+        else:
+            rep, why = await self._find(msg.name)
+            if why is not None:
+                return [ToClient(conn_id, m.Error(why, req=msg.req))]
+            if rep is None:
+                rep = self.home
+        self._held.setdefault(conn_id, {})[msg.name] = rep
+        if rep == self.id:
+            return self._open_here(conn_id, msg, now)
+        follow = await self._follow(rep)
+        if follow.conn is None:
+            self._held[conn_id].pop(msg.name, None)
+            reason = f"replicator {rep} of session {msg.name!r} is unreachable: {follow.failed}"
+            return [ToClient(conn_id, m.Error(reason, req=msg.req))]
+        req = next(self._reqs)
+        follow.asks[req] = [conn_id, msg.req, None, msg.name]
+        self._send(follow, msgspec.structs.replace(msg, req=req))
+        return []
+
+    async def _find(self, name: str) -> tuple[str | None, str | None]:
+        """The replicator holding session ``name`` (None: none does), or why that cannot be
+        told."""
+        missing = []
+        for rep in replicator_brokers(self.topology, self.id):
+            if rep == self.id:
+                if self.core.replicator is not None and name in self.core.replicator.sessions:
+                    return rep, None
+                continue
+            follow = await self._follow(rep)
+            answer = None
+            if follow.conn is not None:
+                req = next(self._reqs)
+                done = trio.Event()
+                follow.asks[req] = [None, 0, done]
+                self._send(follow, m.SessionControl("find", name, req=req))
+                with trio.move_on_after(ASK_WAIT):
+                    await done.wait()
+                answer = follow.asks.pop(req, [None, 0, None])[3:]
+            if not answer or answer[0] is None:
+                missing.append(rep)
+            elif answer[0].sessions:
+                return rep, None
+        if missing:
+            return None, (
+                f"cannot tell whether durable session {name!r} exists: replicator "
+                f"{', '.join(missing)} did not answer (try again, or resume with its token)"
+            )
+        return None, None
+
+    def client_closed(self, conn_id: int, now: float) -> list:
+        """A client of this broker went: its sessions stay, and go on storing."""
+        held = self._held.pop(conn_id, {})
+        out: list = []
+        for name, rep in held.items():
+            if rep == self.id:
+                if self.core.replicator is not None:
+                    self.core.replicator.leave(conn_id, name, now)
+                continue
+            follow = self._follows.get(rep)
+            if follow is not None and follow.sessions.get(name) == conn_id:
+                del follow.sessions[name]
+                if follow.conn is not None:
+                    self._send(follow, m.SessionLeave(name))
+        if self.server.is_follower(conn_id) and self.core.replicator is not None:
+            self.core.replicator.follower_closed(conn_id, now)
+        return out
+
+    # -- follow connections ---------------------------------------------------------------------
+
+    async def _follow(self, rep: str) -> Follow:
+        follow = self._follows.get(rep)
+        if follow is None or (follow.ready.is_set() and follow.conn is None):
+            follow = self._follows[rep] = Follow(rep)
+            self.server._nursery.start_soon(self._run_follow, follow)
+        with trio.move_on_after(FOLLOW_CONNECT_WAIT + 1):
+            await follow.ready.wait()
+        return follow
+
+    async def _run_follow(self, follow: Follow) -> None:
+        rep = follow.replicator
+        spec = self.topology.brokers[rep]
+        stream = None
+        try:
+            with trio.fail_after(FOLLOW_CONNECT_WAIT):
+                stream = await trio.open_tcp_stream(spec.host, spec.port)
+                stream = await self.server.links._secure(stream, rep)
+                conn = Connection(
+                    stream, label=f"sessions {self.id}->{rep}", max_frame=MAX_HELLO_FRAME
+                )
+                await stream.send_all(encode(hello_for(self.topology, "sessions", self.id)))
+                reply = await conn.receive_one()
+        except (
+            OSError,
+            trio.TooSlowError,
+            trio.BrokenResourceError,
+            ConnectionClosed,
+            FrameError,
+        ) as exc:
+            follow.failed = str(exc) or type(exc).__name__
+            follow.ready.set()
+            if stream is not None:
+                await trio.aclose_forcefully(stream)
+            return
+        if not isinstance(reply, m.Welcome):
+            follow.failed = getattr(reply, "reason", "no welcome")
+            follow.ready.set()
+            await conn.aclose()
+            return
+        conn.decoder.max_frame = DEFAULT_MAX_FRAME
+        follow.conn = conn
+        follow.ready.set()
+        why = "closed"
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(conn.writer)
+                try:
+                    async for batch in conn.read_messages():
+                        outs: list = []
+                        for msg in batch:
+                            outs += self._from_replicator(follow, msg)
+                        if outs:
+                            await self.server._dispatch(outs)
+                except FrameError as exc:
+                    why = str(exc)
+                why = conn.close_reason or why
+                nursery.cancel_scope.cancel()
+        finally:
+            follow.conn = None
+            follow.failed = why
+            outs = []
+            for name, client in follow.sessions.items():
+                self._held.get(client, {}).pop(name, None)
+                note = m.SessionClosed(name, f"replicator {rep} unreachable: {why}", retry=True)
+                outs.append(ToClient(client, note))
+            follow.sessions.clear()
+            for ask in follow.asks.values():
+                if ask[2] is not None:
+                    ask[2].set()
+            with trio.CancelScope(shield=True):
+                await conn.aclose()
+                if outs:
+                    await self.server._dispatch(outs)
+
+    def _send(self, follow: Follow, msg) -> None:
+        conn = follow.conn
+        if conn is None:
+            return
+        try:
+            if not conn.send_nowait(encode(msg)):
+                conn.close("follow connection over its queue bound")
+        except ConnectionClosed:
+            pass
+
+    def _from_replicator(self, follow: Follow, msg) -> list:
+        kind = type(msg)
+        if kind is m.SessionEvents:
+            client = follow.sessions.get(msg.name)
+            return [] if client is None else [ToClient(client, msg)]
+        if kind is m.SessionOpened or kind is m.Error or kind is m.SessionList:
+            ask = follow.asks.get(msg.req)
+            if ask is None:
+                return []
+            client, req, done = ask[:3]
+            if done is not None:  # a lookup: the waiter reads the answer
+                ask.append(msg if kind is m.SessionList else None)
+                done.set()
+                return []
+            del follow.asks[msg.req]
+            if kind is m.SessionOpened:  # streams to this client from now on
+                follow.sessions[msg.name] = client
+            else:
+                self._held.get(client, {}).pop(ask[3], None)
+            return [ToClient(client, msgspec.structs.replace(msg, req=req))]
+        if kind is m.SessionClosed:
+            client = follow.sessions.pop(msg.name, None)
+            if client is None:
+                return []
+            self._held.get(client, {}).pop(msg.name, None)
+            return [ToClient(client, msg)]
+        return []

@@ -1,0 +1,121 @@
+"""Durable sessions over real TCP: resume at another broker, take over, survive the client."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from ges.client import DurableSession, SessionEnded, Token, connect
+from ges.runtime import BrokerServer
+from ges.runtime.up import wait_ready
+from ges.wire import messages as m
+from tests.conftest import DIAMOND, topology_on_free_ports
+
+#: the diamond with a replicator in each cluster: a (S/c1) and c (S/c2)
+REPLICATED = {
+    **DIAMOND,
+    "replicators": [{"unit": "S/c1", "broker": "a"}, {"unit": "S/c2", "broker": "c"}],
+}
+EVERYTHING = [m.SessionSub(1, "all", [[m.Constraint("n", "exists")]])]
+
+
+async def start(nursery, topology, data_dir):
+    servers = {}
+    for bid in topology.brokers:
+        servers[bid] = await nursery.start(BrokerServer(topology, bid, data_dir=data_dir / bid).run)
+    await wait_ready(topology, timeout=10)
+    return servers
+
+
+async def publish(topology, broker, first, n):
+    spec = topology.brokers[broker]
+    async with connect(spec.host, spec.port, topology=topology) as c:
+        await c.publish([m.Event({"n": first + i}, b"", time.time_ns()) for i in range(n)])
+
+
+async def take(session, n, within=10.0):
+    got = []
+    with trio.fail_after(within):
+        async with session.running():
+            async for batch in session.batches():
+                got += [d.event.attributes["n"] for d in batch]
+                if len(got) >= n:
+                    break
+    return got
+
+
+async def test_a_session_resumes_at_another_broker_with_exactly_what_it_missed(tmp_path):
+    topology = topology_on_free_ports(REPLICATED)
+    async with trio.open_nursery() as nursery:
+        await start(nursery, topology, tmp_path)
+        moves = []
+        first = trio.Event()
+
+        def moved(move):
+            moves.append(move)
+            first.set()
+
+        s = DurableSession(topology, "alice", "d", EVERYTHING, on_move=moved)
+
+        async def publisher():
+            await first.wait()
+            await publish(topology, "a", 0, 20)
+
+        nursery.start_soon(publisher)
+        got = await take(s, 20)
+        assert got == list(range(20))
+        assert moves[0].to == "d" and moves[0].created
+        # away: what is published meanwhile is kept for it
+        await publish(topology, "a", 20, 30)
+        token = s.token
+        again = DurableSession(
+            topology, "alice", "b", None, token=Token(token.replicator, token.store, token.epoch)
+        )
+        assert await take(again, 30) == list(range(20, 50))
+        assert again.moves[0].replayed == 30 and not again.moves[0].created
+        # a new process without the token finds it by name, after what was acknowledged
+        await publish(topology, "a", 50, 5)
+        fresh = DurableSession(topology, "alice", "a", None)
+        assert await take(fresh, 5) == list(range(50, 55))
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_second_connection_takes_the_session_over(tmp_path):
+    topology = topology_on_free_ports(REPLICATED)
+    async with trio.open_nursery() as nursery:
+        await start(nursery, topology, tmp_path)
+        s1 = DurableSession(topology, "bob", "b", EVERYTHING)
+        got1, ended = [], []
+
+        async def first_one():
+            try:
+                async with s1.running():
+                    async for batch in s1.batches():
+                        got1.extend(d.event.attributes["n"] for d in batch)
+            except SessionEnded as exc:
+                ended.append(str(exc))
+
+        nursery.start_soon(first_one)
+        with trio.fail_after(5):
+            while not s1.moves:
+                await trio.sleep(0.02)
+        await publish(topology, "c", 0, 5)
+        with trio.fail_after(5):
+            while len(got1) < 5:
+                await trio.sleep(0.02)
+        opened = trio.Event()
+        s2 = DurableSession(topology, "bob", "d", None, on_move=lambda move: opened.set())
+
+        async def publish_when_open():
+            await opened.wait()
+            await publish(topology, "c", 5, 5)
+
+        nursery.start_soon(publish_when_open)
+        assert await take(s2, 5) == list(range(5, 10))
+        with trio.fail_after(5):
+            while not ended:
+                await trio.sleep(0.02)
+        assert "taken over at d" in ended[0]
+        assert got1 == list(range(5))
+        nursery.cancel_scope.cancel()
