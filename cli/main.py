@@ -6,7 +6,7 @@ from importlib import metadata
 
 import typer
 
-from cli import certs, link, network, profile, pubsub, simulate, stats, users
+from cli import certs, clients, link, network, profile, pubsub, simulate, stats, users
 from cli import topology as topology_cmd
 from cli._common import OneLineUsageGroup, command
 
@@ -25,10 +25,12 @@ app.add_typer(link.app, name="link")
 app.add_typer(stats.app, name="stats")
 app.add_typer(certs.app, name="certs")
 app.add_typer(users.app, name="users")
+app.add_typer(clients.app, name="clients")
 command(app)(network.up)
 command(app)(network.broker)
 command(app)(pubsub.publish)
 command(app)(pubsub.subscribe)
+command(app)(clients.roam)
 command(app)(simulate.simulate)
 
 

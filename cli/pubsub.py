@@ -13,7 +13,6 @@ import typer
 
 from cli._common import (
     CERTS,
-    CLIENT_AS,
     INSECURE,
     client_auth,
     err,
@@ -24,13 +23,14 @@ from cli._common import (
     parse_tags,
     resolve_broker,
 )
-from ges.client import connect
+from ges.client import DurableSession, Move, connect
 from ges.core.publishing import MAX_PUBLISHER_ID
+from ges.durable import session_name_problem
 from ges.errors import OperationError, PermissionDenied, UserInputError
-from ges.matching.model import TYPE_ATTR, Conjunction, Profile
+from ges.matching.model import TYPE_ATTR, Conjunction, Profile, profile_to_wire
 from ges.matching.syntax import parse_attr, parse_where
 from ges.matching.xml import load_event, load_profile
-from ges.records import RecordWriter
+from ges.records import RecordWriter, SessionDelivery
 from ges.wire import MAX_EVENT_BYTES, event_size
 from ges.wire import messages as m
 
@@ -266,11 +266,25 @@ def subscribe(
     tag: list[str] = typer.Option(
         [], "--tag", help="KEY=VALUE experiment tag for the delivery records (repeatable)."
     ),
-    client: str = CLIENT_AS,
+    client: str = typer.Option(
+        None,
+        "--client",
+        help="Open (or resume) the durable session NAME, connecting as client NAME (its "
+        "certificate clients/NAME.crt, or the token in GES_TOKEN; else the admin certificate): "
+        "what is published while it is away is kept for it, and it resumes at any broker. "
+        "Without --where/--profile it keeps its stored profile.",
+        metavar="NAME",
+    ),
     certs: Path = CERTS,
     insecure: bool = INSECURE,
 ) -> None:
-    """Subscribe at a broker and print every matching event as it arrives."""
+    """Subscribe at a broker and print every matching event as it arrives.
+
+    With --client NAME the subscription is the durable session NAME: it outlives this command
+    (and its broker), every matching event published meanwhile is kept by the session's
+    replicator, and running this again at any broker resumes it with exactly what it missed.
+    A line on stderr says each time it opens, resumes or moves (`ges roam`, or its broker
+    failing)."""
     one_line_errors(_subscribe)(
         topology_file,
         broker,
@@ -330,6 +344,16 @@ def _subscribe(
     auth = client_auth(network_certs(topology, certs, insecure), client)
     client_name = client or f"subscribe-{broker}-{time.time_ns()}"
     received = 0
+    session_name = client
+    if client:
+        why = session_name_problem(client)
+        if why is not None:
+            raise UserInputError(f"--client: {why}")
+        subs = (
+            [m.SessionSub(1, profile.id, profile_to_wire(profile))]
+            if where or profile_file is not None
+            else None
+        )
 
     async def main():
         nonlocal received
@@ -339,6 +363,38 @@ def _subscribe(
             else None
         )
         stdout = sys.stdout
+
+        def show(batch) -> bool:
+            """Print a batch (and record it); True once --count events have come."""
+            nonlocal received
+            if count:
+                batch = batch[: count - received]
+            lines = [_format(d, fmt) for d in batch]
+            stdout.write("\n".join(lines) + "\n")
+            stdout.flush()
+            if writer:
+                writer.write(batch)
+            received += len(batch)
+            return bool(count) and received >= count
+
+        if session_name:
+            session = DurableSession(
+                topology,
+                session_name,
+                broker,
+                subs,
+                connect_args=lambda b: auth.connect_args(),
+                on_move=_say_moved,
+            )
+            async with session.running():
+                try:
+                    async for batch in session.batches():
+                        if show(batch):
+                            return True
+                finally:  # what was printed is had, however this ends (--count, --timeout, ^C)
+                    with trio.CancelScope(shield=True), trio.move_on_after(1):
+                        await session.ack()
+            return None
         async with connect(
             spec.host, spec.port, topology=topology, client_id=client_name, **auth.connect_args()
         ) as client:
@@ -352,15 +408,7 @@ def _subscribe(
                     highlight=False,
                 )
             async for batch in sub.batches():
-                if count:
-                    batch = batch[: count - received]
-                lines = [_format(d, fmt) for d in batch]
-                stdout.write("\n".join(lines) + "\n")
-                stdout.flush()
-                if writer:
-                    writer.write(batch)
-                received += len(batch)
-                if count and received >= count:
+                if show(batch):
                     return True
             why = client.closed_reason or "it ended the subscription"
             raise OperationError(
@@ -389,22 +437,34 @@ def _payload_json(payload: bytes) -> tuple[str, str]:
         return base64.b64encode(payload).decode("ascii"), "base64"
 
 
+def _say_moved(move: Move) -> None:
+    """A line on stderr each time a durable session opens, resumes or moves."""
+    caught = f"{move.replayed:,} missed events replayed"
+    if move.frm:
+        text = f"roamed {move.frm} -> {move.to}: {caught} ({move.why})"
+    elif move.created:
+        text = f"opened durable session at {move.to}"
+    else:
+        text = f"resumed durable session at {move.to}: {caught}"
+    err.print(text, highlight=False)
+
+
 def _format(d, fmt: str) -> str:
     if fmt == "jsonl":
         text, enc = _payload_json(d.event.payload)
-        return json.dumps(
-            {
-                "pubend": d.pubend,
-                "tick": d.tick,
-                "attributes": d.event.attributes,
-                "payload": text,
-                "payload_encoding": enc,
-                "published_at": d.event.published_at,
-                "received_at": d.received_at,
-                "hops": d.hops,
-            },
-            separators=(",", ":"),
-        )
+        obj = {
+            "pubend": d.pubend,
+            "tick": d.tick,
+            "attributes": d.event.attributes,
+            "payload": text,
+            "payload_encoding": enc,
+            "published_at": d.event.published_at,
+            "received_at": d.received_at,
+            "hops": d.hops,
+        }
+        if isinstance(d, SessionDelivery):
+            obj["epoch"] = d.epoch
+        return json.dumps(obj, separators=(",", ":"))
     attrs_text = " ".join(f"{k}={v!r}" for k, v in d.event.attributes.items())
     latency_us = (d.received_at - d.event.published_at) / 1000 if d.event.published_at else 0
     size = len(d.event.payload)

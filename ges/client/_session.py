@@ -201,6 +201,10 @@ class DurableSession:
                 if closed.to:
                     frm, broker = self.broker, closed.to
                     continue
+                if closed.retry:  # this broker is fine; the session's replicator is not, yet
+                    failures += 1
+                    await trio.sleep(min(RETRY_FIRST * 2 ** min(failures, 5), RETRY_MAX))
+                    continue
             failures += 1
             if failures > 1:  # every broker once, then pause between rounds
                 await trio.sleep(min(RETRY_FIRST * 2 ** min(failures // 4, 8), RETRY_MAX))

@@ -181,6 +181,9 @@ class BrokerCore:
                 self.unicast,
                 self.counters,
                 self.subends.on_recovered_here,
+                lambda msg, now: (
+                    [] if self.replicator is None else self.replicator.replayed(msg, now)
+                ),
             )
         for part in (
             self.forwarding,
@@ -376,6 +379,8 @@ class BrokerCore:
                 out.append(Notice("warning", text))
         if self.reliable:
             out += self._reliable_timer(now)
+        if self.replicator is not None:
+            out += self.replicator.on_timer(now)
         return out + self.subscriptions.release_waits(now)
 
     def next_deadline(self) -> float:
@@ -387,6 +392,8 @@ class BrokerCore:
             deadline = min(deadline, self.router.next_deadline())
         if self.reliable:
             deadline = min(deadline, self._reliable_deadline())
+        if self.replicator is not None:
+            deadline = min(deadline, self.replicator.next_deadline())
         return deadline
 
     def note_sent(self, peer: str, now: float) -> None:

@@ -48,6 +48,7 @@ class NackRepair:
         unicast: Unicast,
         counters: dict[str, int],
         here: Callable[[m.Recovered, float], list],
+        replayed: Callable[[m.Recovered, float], list] = lambda msg, now: [],
     ):
         self.id = broker_id
         self.pubend = pubend
@@ -58,6 +59,7 @@ class NackRepair:
         self._unicast = unicast
         self.counters = counters
         self._here = here
+        self._replayed = replayed
         #: recent events this keeper routed, and nacks held back
         self.cache = EventCache()
         self.board = NackBoard()
@@ -72,6 +74,8 @@ class NackRepair:
             raise ProtocolError(f"nack with over {MAX_NACK_RANGES} ranges from {msg.origin}")
         if msg.origin == self.id:
             return []
+        if broker != self.id and msg.replay:  # only the log answers a replay
+            return self._unicast.relay(broker, msg.detour, msg.hops, lambda h, d: hop(msg, h, d))
         if broker != self.id:
             answers, rest = self._answer_from_cache(msg.pubend, msg.origin, msg.ranges)
             out = self._send_answers(answers)
@@ -91,6 +95,14 @@ class NackRepair:
         else:
             log = self.log
             answers = _log_answers(msg, log.committed, log.released(), log.lowest(), log.read)
+            if msg.replay:  # a range past the last commit: nothing, up to it
+                answers += [
+                    m.Recovered(msg.pubend, msg.origin, lo, lo - 1, [])
+                    for lo, _ in msg.ranges
+                    if lo > log.committed
+                ]
+        if msg.replay:
+            answers = [msgspec.structs.replace(a, replay=True) for a in answers]
         self.counters["nacks_answered"] += 1
         return self._send_answers(answers)
 
@@ -131,7 +143,8 @@ class NackRepair:
         for a in answers:
             a = msgspec.structs.replace(a, by=self.id)  # who answered: provenance
             out += self._relay_answer(a)
-            out += self._to_waiters(a)
+            if not a.replay:
+                out += self._to_waiters(a)
         return out
 
     def _relay_answer(self, a: m.Recovered) -> list:
@@ -180,9 +193,11 @@ class NackRepair:
         self._unicast.check(msg.to, msg.detour)
         if msg.unit and msg.unit not in self.topology.units:
             raise ProtocolError(f"answer for unknown unit {'/'.join(msg.unit)!r}")
-        shared = self._to_waiters(msg) if msg.lo <= msg.hi else []
+        shared = self._to_waiters(msg) if msg.lo <= msg.hi and not msg.replay else []
         if msg.to != self.id:
             return shared + self._relay_answer(msg)
+        if msg.replay:
+            return self._replayed(msg, now)
         return shared + self._here(msg, now)
 
 

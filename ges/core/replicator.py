@@ -35,7 +35,7 @@ from ges.durable import session_name_problem
 from ges.durable.store import SessionState, SessionStore
 from ges.matching.model import MAX_CONJUNCTIONS
 from ges.wire import messages as m
-from ges.wire.messages import event_size
+from ges.wire.messages import event_size, held_size
 
 #: Bytes of a session's events streamed beyond what its client acknowledged.
 WINDOW_BYTES = 1 << 20
@@ -43,6 +43,25 @@ WINDOW_BYTES = 1 << 20
 MAX_SESSIONS = 10_000
 #: Subscriptions one session holds at most.
 MAX_SESSION_SUBS = 16
+#: Seconds before a replay request with no answer is sent again.
+REPLAY_RESEND = 1.0
+#: Bytes of live events one recovering pubend holds back until its replay is done (beyond,
+#: they are let go: the replay reads them from the pubend's log too).
+MAX_HELD_BYTES = 16 * 1024 * 1024
+#: "up to the last committed tick", in a replay request
+_ALL = 1 << 62
+
+
+@attrs.define(eq=False)
+class Replay:
+    """A pubend whose events a restarted replicator reads back from the pubend's log: the tick
+    asked for next, when, the live events held back meanwhile, and the highest tick let go."""
+
+    next: int
+    asked: float | None = None
+    held: list = attrs.Factory(list)
+    held_bytes: int = 0
+    let_go: int = 0
 
 
 @attrs.define(eq=False)
@@ -76,22 +95,32 @@ class Replicator(Part):
         #: per pubend, the lowest tick stored but not yet committed
         self._uncommitted: dict[str, int] = {}
         self._reqs = 0
+        self._next_key = 1
+        #: per pubend, the tick up to which everything its sessions want is stored (kept)
+        self._top: dict[str, int] = store.tops()
+        #: after a restart with sessions: their subscriptions' SubAcks still to come, whether
+        #: they are all in place, the pubends read back (or not needing it), and those being
+        self._restarted = False
+        self._restoring: set[int] = set()
+        self._live: set[str] = set()
+        self._replays: dict[str, Replay] = {}
 
     # -- starting ---------------------------------------------------------------------------
 
     def restore(self, now: float) -> list:
         """Enter the stored sessions' subscriptions (a restarted replicator); the outputs."""
         out: list = []
-        for name, state in sorted(self.store.sessions().items()):
+        for _, state in sorted(self.store.sessions().items()):
             live = self._add(state, now)
-            out += self._subscribe(live, state.subs, {}, set())
-            del name
+            out += self._subscribe(live, state.subs, {}, self._restoring)
+        self._restarted = bool(self._restoring)
         return out
 
     def _add(self, state: SessionState, now: float) -> Live:
         live = Live(state, since=now, sent=state.acked)
         self.sessions[state.name] = live
         self._by_key[state.key] = live
+        self._next_key = max(self._next_key, state.key + 1)
         self.subscriptions.client_open(-state.key, f"session {state.name}")
         return live
 
@@ -122,7 +151,12 @@ class Replicator(Part):
         """A message the core addressed to a session's own connection ``conn`` (< 0): the
         ``SubAck`` an open waits for; the outputs."""
         live = self._by_key.get(-conn)
-        if live is None or type(msg) is not m.SubAck or live.opening is None:
+        if live is None or type(msg) is not m.SubAck:
+            return []
+        if msg.req in self._restoring:
+            self._restoring.discard(msg.req)
+            return [] if self._restoring else self._replay_all(now)
+        if live.opening is None:
             return []
         follower, open_msg, waiting, created = live.opening
         waiting.discard(msg.req)
@@ -133,12 +167,13 @@ class Replicator(Part):
 
     # -- requests ---------------------------------------------------------------------------
 
-    def find(self, name: str) -> m.SessionList:
+    def find(self, name: str, now: float) -> m.SessionList:
         live = self.sessions.get(name)
-        return m.SessionList([] if live is None else [self._info(live)])
+        return m.SessionList([] if live is None else [self._info(live, now)])
 
-    def open(self, conn: int, msg: m.SessionOpen, now: float) -> list:
-        """Open, resume or take over session ``msg.name`` for connection ``conn``."""
+    def open(self, conn: int, msg: m.SessionOpen, now: float, wall: float = 0.0) -> list:
+        """Open, resume or take over session ``msg.name`` for connection ``conn`` (``wall``:
+        the time of day, kept as its creation time)."""
         why = session_name_problem(msg.name) or _subs_problem(msg.subs)
         if why is not None:
             return [ToClient(conn, m.Error(why, req=msg.req))]
@@ -155,8 +190,7 @@ class Replicator(Part):
             if len(self.sessions) >= MAX_SESSIONS:
                 reason = f"replicator {self.id} holds {MAX_SESSIONS} durable sessions, the most"
                 return [ToClient(conn, m.Error(reason, req=msg.req))]
-            key = max(self._by_key, default=0) + 1
-            live = self._add(SessionState(msg.name, msg.owner, key, {}, now), now)
+            live = self._add(SessionState(msg.name, msg.owner, self._next_key, {}, wall), now)
             created = True
         elif live.state.owner and msg.owner != live.state.owner and not msg.operator:
             reason = f"durable session {msg.name!r} belongs to {live.state.owner!r}"
@@ -254,7 +288,7 @@ class Replicator(Part):
         """An operator's (or a session owner's) list, end or roam."""
         if msg.action == "list":
             found = [
-                self._info(live)
+                self._info(live, now)
                 for name, live in sorted(self.sessions.items())
                 if (not msg.name or name == msg.name)
                 and (operator or live.state.owner in ("", who))
@@ -268,7 +302,7 @@ class Replicator(Part):
         if live.state.owner not in ("", who) and not operator:
             reason = f"durable session {msg.name!r} belongs to {live.state.owner!r}"
             return [ToClient(conn, m.Error(reason, denied=True, req=msg.req))]
-        info = self._info(live)
+        info = self._info(live, now)
         out: list = []
         if msg.action == "roam":
             if msg.to not in self.topology.brokers:
@@ -297,7 +331,7 @@ class Replicator(Part):
         self.store.drop_session(state)
         return self.subscriptions.client_closed(-state.key, now)
 
-    def _info(self, live: Live) -> m.SessionInfo:
+    def _info(self, live: Live, now: float) -> m.SessionInfo:
         state = live.state
         held, last = self.store.held(state.key, state.acked)
         subs = [
@@ -309,7 +343,7 @@ class Replicator(Part):
             state.owner,
             self.id,
             live.at,
-            live.since,
+            max(0.0, now - live.since),
             subs,
             state.acked,
             max(last, state.acked),
@@ -323,12 +357,17 @@ class Replicator(Part):
         """Events of ``pubend`` the sessions' own subscriptions got: ``matched`` is
         ``[((conn, sub_id), items)]``. Each event is stored once with the sessions and
         subscriptions it is for, in tick order."""
+        if self._restarted and pubend not in self._live and not self._local(pubend):
+            return self._hold(pubend, matched)
+        top = self._top.get(pubend, 0)
         per_tick: dict[int, tuple[m.EventItem, dict[int, list[int]]]] = {}
         for (conn, sub_id), items in matched:
             key = -conn
             if key not in self._by_key:
                 continue
             for it in items:
+                if it.tick <= top:  # stored already (read back after a restart)
+                    continue
                 got = per_tick.get(it.tick)
                 if got is None:
                     per_tick[it.tick] = (it, {key: [sub_id]})
@@ -341,18 +380,145 @@ class Replicator(Part):
             item, wants = per_tick[tick]
             store.append(pubend, _stored_item(item), sorted(wants.items()))
             self._dirty.update(wants)
+        self._top[pubend] = last = max(per_tick)
+        store.set_top(pubend, last)
         first = min(per_tick)
         if self._uncommitted.get(pubend, first + 1) > first:
             self._uncommitted[pubend] = first
-        if store.committed >= store.last:  # a store that commits at once
-            return self.on_committed()
-        return []
+        return self._committed_now()
 
     def floor(self, pubend: str) -> int | None:
         """The highest tick of ``pubend`` this broker may acknowledge for its sessions (None:
-        any): below what the store has not committed yet."""
+        any): below what the store has not committed yet, and — after a restart, until the
+        pubend is read back — what it had stored (the pubend's log keeps the rest)."""
+        if self._restarted and pubend not in self._live and not self._local(pubend):
+            self._begin(pubend)
+            return self._horizon(pubend)
         first = self._uncommitted.get(pubend)
         return None if first is None else first - 1
+
+    # -- after a restart: reading back what was missed (seed 004 §4: a replicator that fails
+    # -- recovers from the pubends' logs, which keep what it has not acknowledged) -------------
+
+    def _horizon(self, pubend: str) -> int:
+        """The tick of ``pubend`` up to which everything the sessions want is stored: what was
+        stored, or what this broker acknowledged to the release rounds (never above what was
+        stored — :meth:`floor`)."""
+        promised = self.release.promised(pubend) if self.release is not None else 0
+        return max(self._top.get(pubend, 0), promised)
+
+    def _local(self, pubend: str) -> bool:
+        """A pubend of this broker: its events reach the sessions here only after its own log
+        has them, and are not read back (see the README's limits)."""
+        return pubend.partition("~")[0] == self.id
+
+    def _begin(self, pubend: str) -> Replay:
+        rp = self._replays.get(pubend)
+        if rp is None:
+            rp = self._replays[pubend] = Replay(self._horizon(pubend) + 1)
+        return rp
+
+    def _replay_all(self, now: float) -> list:
+        """The restored subscriptions are all in place: every pubend known here is read back
+        from its log after what was stored — up to its last commit, past every tick a
+        subscription's starting point can be — and others as they are heard of."""
+        known = set(self._top) | set(self.subends.streams)
+        if self.log is not None:
+            known |= {pubend for pubend, _ in self.log.promised().values()}
+        for pubend in sorted(known):
+            if not self._local(pubend):
+                self._begin(pubend)
+        out: list = []
+        for pubend, rp in sorted(self._replays.items()):
+            out += self._ask(pubend, rp, now)
+        return out
+
+    def _ask(self, pubend: str, rp: Replay, now: float) -> list:
+        rp.asked = now
+        ranges = [(rp.next, _ALL)]
+        return self.unicast.relay(
+            pubend.partition("~")[0],
+            [],
+            0,
+            lambda h, d: m.Nack(pubend, self.id, ranges, h, d, replay=True),
+        )
+
+    def _hold(self, pubend: str, matched: list) -> list:
+        """Live events of a pubend being read back: held until it is done."""
+        rp = self._begin(pubend)
+        size = sum(held_size(it) for _, items in matched for it in items)
+        if rp.held_bytes + size > MAX_HELD_BYTES:  # let go: the replay reads them too
+            ticks = [it.tick for h in [*rp.held, matched] for _, items in h for it in items]
+            rp.let_go = max(rp.let_go, *ticks)
+            rp.held, rp.held_bytes = [], 0
+            return []
+        rp.held.append(matched)
+        rp.held_bytes += size
+        if rp.asked is None and not self._restoring:
+            return self._ask(pubend, rp, self.subscriptions.now)
+        return []
+
+    def replayed(self, msg: m.Recovered, now: float) -> list:
+        """A page of a pubend's log read back: stored for the sessions its events match (a
+        range the log no longer holds is a gap notice for every session)."""
+        rp = self._replays.get(msg.pubend)
+        if rp is None or msg.lo != rp.next:
+            return []  # an old answer, or one already had
+        pubend = msg.pubend
+        store = self.store
+        top = self._top.get(pubend, 0)
+        if msg.lost and msg.hi >= msg.lo:
+            why = "gone from the pubend's log (its bound) while this replicator was down"
+            wants = sorted((key, []) for key in self._by_key)
+            if wants:
+                gap = m.EventItem(msg.lo, 0, 0, m.Event({}))
+                store.append(pubend, gap, wants, gap_to=msg.hi, why=why)
+                self._dirty.update(key for key, _ in wants)
+        else:
+            match = self.subscriptions.profiles.match
+            for it in msg.items:
+                if it.tick <= top:
+                    continue
+                wants: dict[int, list[int]] = {}
+                for conn, sub_id in match(it.event.attributes):
+                    if conn < 0 and -conn in self._by_key:
+                        wants.setdefault(-conn, []).append(sub_id)
+                if wants:
+                    store.append(pubend, it, sorted(wants.items()))
+                    self._dirty.update(wants)
+        if msg.hi >= msg.lo:
+            self._top[pubend] = max(top, msg.hi)
+            store.set_top(pubend, self._top[pubend])
+            self._uncommitted.setdefault(pubend, msg.lo)
+            rp.next = msg.hi + 1
+            return self._ask(pubend, rp, now) + self._committed_now()
+        if rp.next - 1 < rp.let_go:  # an answer older than what was let go
+            return self._ask(pubend, rp, now)
+        # read back up to the last commit: from here the live subscription has everything
+        del self._replays[pubend]
+        self._live.add(pubend)
+        out: list = []
+        for matched in rp.held:
+            out += self.stored(pubend, matched)
+        return out + self._committed_now()
+
+    def _committed_now(self) -> list:
+        store = self.store
+        return self.on_committed() if store.committed >= store.last else []
+
+    def on_timer(self, now: float) -> list:
+        """Replay requests with no answer go again."""
+        out: list = []
+        if not self._restoring:
+            for pubend, rp in sorted(self._replays.items()):
+                if rp.asked is None or now - rp.asked >= REPLAY_RESEND:
+                    out += self._ask(pubend, rp, now)
+        return out
+
+    def next_deadline(self) -> float:
+        if self._restoring or not self._replays:
+            return float("inf")
+        return min((rp.asked or 0.0) + REPLAY_RESEND for rp in self._replays.values())
 
     def on_committed(self) -> list:
         """The store committed everything appended: stream it."""

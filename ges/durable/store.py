@@ -64,8 +64,22 @@ class SessionStore(Protocol):
     def committed(self) -> int:
         """The highest epoch that is durable."""
 
-    def append(self, pubend: str, item: m.EventItem, wants: list[tuple[int, list[int]]]) -> int:
-        """Store an event for the sessions ``wants`` names (``(key, sub_ids)``); its epoch."""
+    def append(
+        self,
+        pubend: str,
+        item: m.EventItem,
+        wants: list[tuple[int, list[int]]],
+        gap_to: int = 0,
+        why: str = "",
+    ) -> int:
+        """Store an event for the sessions ``wants`` names (``(key, sub_ids)``); its epoch.
+        With ``gap_to``: a gap notice for ticks ``item.tick..gap_to`` instead, and ``why``."""
+
+    def tops(self) -> dict[str, int]:
+        """Per pubend, the tick up to which every event its sessions wanted is stored."""
+
+    def set_top(self, pubend: str, tick: int) -> None:
+        """Keep :meth:`tops` of ``pubend`` with the next commit."""
 
     def read(self, key: int, after: int, limit: int = MAX_READ, max_bytes: int = 1 << 20) -> list:
         """Session ``key``'s committed events after epoch ``after``, in order, as
@@ -85,11 +99,12 @@ class MemorySessionStore:
     def __init__(self, store_id: str = "memory"):
         self.id = store_id
         self._sessions: dict[str, SessionState] = {}
-        #: epoch -> (pubend, item, {key: sub_ids})
-        self._events: dict[int, tuple[str, m.EventItem, dict[int, list[int]]]] = {}
+        #: epoch -> (pubend, item, {key: sub_ids}, gap_to, why)
+        self._events: dict[int, tuple] = {}
         #: key -> its epochs, in order
         self._wants: dict[int, list[int]] = {}
         self._last = 0
+        self._tops: dict[str, int] = {}
 
     def sessions(self) -> dict[str, SessionState]:
         return {n: attrs.evolve(s, subs=dict(s.subs)) for n, s in self._sessions.items()}
@@ -111,10 +126,17 @@ class MemorySessionStore:
     def committed(self) -> int:
         return self._last
 
-    def append(self, pubend: str, item: m.EventItem, wants: list[tuple[int, list[int]]]) -> int:
+    def append(
+        self,
+        pubend: str,
+        item: m.EventItem,
+        wants: list[tuple[int, list[int]]],
+        gap_to: int = 0,
+        why: str = "",
+    ) -> int:
         self._last += 1
         epoch = self._last
-        self._events[epoch] = (pubend, item, dict(wants))
+        self._events[epoch] = (pubend, item, dict(wants), gap_to, why)
         for key, _ in wants:
             self._wants.setdefault(key, []).append(epoch)
         return epoch
@@ -129,12 +151,18 @@ class MemorySessionStore:
         out = []
         size = 0
         for epoch in self._epochs_after(key, after)[:limit]:
-            pubend, item, wants = self._events[epoch]
-            out.append(m.SessionItem(epoch, pubend, item, wants[key]))
+            pubend, item, wants, gap_to, why = self._events[epoch]
+            out.append(m.SessionItem(epoch, pubend, item, wants[key], gap_to, why))
             size += event_size(item.event)
             if size >= max_bytes:
                 break
         return out
+
+    def tops(self) -> dict[str, int]:
+        return dict(self._tops)
+
+    def set_top(self, pubend: str, tick: int) -> None:
+        self._tops[pubend] = tick
 
     def held(self, key: int, after: int) -> tuple[int, int]:
         epochs = self._epochs_after(key, after)

@@ -40,7 +40,10 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (
     name TEXT PRIMARY KEY, key INTEGER NOT NULL UNIQUE, owner TEXT NOT NULL,
     subs BLOB NOT NULL, created REAL NOT NULL, acked INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS events (epoch INTEGER PRIMARY KEY, pubend TEXT NOT NULL, item BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    epoch INTEGER PRIMARY KEY, pubend TEXT NOT NULL, item BLOB NOT NULL,
+    gap_to INTEGER NOT NULL DEFAULT 0, why TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS tops (pubend TEXT PRIMARY KEY, tick INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS wants (
     key INTEGER NOT NULL, epoch INTEGER NOT NULL, subs BLOB NOT NULL,
     PRIMARY KEY (key, epoch)) WITHOUT ROWID;
@@ -77,6 +80,7 @@ class SqliteSessionStore:
         self._pending_bytes = 0
         self._saves: dict[str, SessionState | None] = {}
         self._releases: dict[int, int] = {}
+        self._tops: dict[str, int] = {}
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -110,30 +114,44 @@ class SqliteSessionStore:
     def committed(self) -> int:
         return self._committed
 
-    def append(self, pubend: str, item: m.EventItem, wants: list[tuple[int, list[int]]]) -> int:
+    def append(
+        self,
+        pubend: str,
+        item: m.EventItem,
+        wants: list[tuple[int, list[int]]],
+        gap_to: int = 0,
+        why: str = "",
+    ) -> int:
         self._last += 1
         epoch = self._last
         body = _encode(item)
-        self._pending_events.append((epoch, pubend, body))
+        self._pending_events.append((epoch, pubend, body, gap_to, why))
         self._pending_wants += [(key, epoch, _encode(subs)) for key, subs in wants]
         self._pending_bytes += len(body)
         return epoch
 
     def read(self, key: int, after: int, limit: int = MAX_READ, max_bytes: int = 1 << 20) -> list:
         rows = self._query(
-            "SELECT w.epoch, e.pubend, e.item, w.subs FROM wants w JOIN events e ON e.epoch = w.epoch"
+            "SELECT w.epoch, e.pubend, e.item, w.subs, e.gap_to, e.why"
+            " FROM wants w JOIN events e ON e.epoch = w.epoch"
             " WHERE w.key = ? AND w.epoch > ? AND w.epoch <= ? ORDER BY w.epoch LIMIT ?",
             (key, after, self._committed, limit),
         )
         out = []
         size = 0
-        for epoch, pubend, body, subs in rows:
+        for epoch, pubend, body, subs, gap_to, why in rows:
             item = _decode_item(body)
-            out.append(m.SessionItem(epoch, pubend, item, _decode_ints(subs)))
+            out.append(m.SessionItem(epoch, pubend, item, _decode_ints(subs), gap_to, why))
             size += event_size(item.event)
             if size >= max_bytes:
                 break
         return out
+
+    def tops(self) -> dict[str, int]:
+        return dict(self._query("SELECT pubend, tick FROM tops", ()))
+
+    def set_top(self, pubend: str, tick: int) -> None:
+        self._tops[pubend] = tick
 
     def held(self, key: int, after: int) -> tuple[int, int]:
         ((n, last),) = self._query(
@@ -150,7 +168,7 @@ class SqliteSessionStore:
 
     @property
     def pending(self) -> bool:
-        return bool(self._pending_events or self._saves or self._releases)
+        return bool(self._pending_events or self._saves or self._releases or self._tops)
 
     def take_group(self) -> tuple:
         group = (
@@ -160,8 +178,10 @@ class SqliteSessionStore:
             self._releases,
             self._last,
             self._pending_bytes,
+            self._tops,
         )
         self._pending_events, self._pending_wants, self._saves, self._releases = [], [], {}, {}
+        self._tops = {}
         self._pending_bytes = 0
         return group
 
@@ -171,10 +191,14 @@ class SqliteSessionStore:
 
     def write_group(self, group: tuple) -> int:
         """Write one group in one transaction; returns the last epoch it covers."""
-        events, wants, saves, releases, last, _ = group
+        events, wants, saves, releases, last, _, tops = group
 
         def work(w: sqlite3.Connection) -> None:
-            w.executemany("INSERT INTO events (epoch, pubend, item) VALUES (?, ?, ?)", events)
+            w.executemany(
+                "INSERT INTO events (epoch, pubend, item, gap_to, why) VALUES (?, ?, ?, ?, ?)",
+                events,
+            )
+            w.executemany("INSERT OR REPLACE INTO tops (pubend, tick) VALUES (?, ?)", tops.items())
             w.executemany("INSERT INTO wants (key, epoch, subs) VALUES (?, ?, ?)", wants)
             for name, state in saves.items():
                 if state is None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 
 import msgspec
 import trio
@@ -106,7 +107,7 @@ class SessionDesk:
                 reason = f"broker {self.id} holds no durable sessions (it is not a replicator)"
                 return [ToClient(conn_id, m.Error(reason, req=msg.req))]
             if msg.action == "find":
-                found = replicator.find(msg.name)
+                found = replicator.find(msg.name, now)
                 return [ToClient(conn_id, msgspec.structs.replace(found, req=msg.req))]
             return replicator.control(conn_id, msg, who, operator, now)
         if self.server.is_follower(conn_id):  # a broker opening a session for its client here
@@ -129,7 +130,7 @@ class SessionDesk:
             reason = f"broker {self.id} holds no durable sessions (it is not a replicator)"
             return [ToClient(conn_id, m.Error(reason, req=msg.req))]
         self.core.subscriptions.now = now
-        return replicator.open(conn_id, msg, now)
+        return replicator.open(conn_id, msg, now, time.time())
 
     async def _open(self, conn_id: int, msg: m.SessionOpen, now: float) -> list:
         reps = set(replicator_brokers(self.topology, self.id))
@@ -137,8 +138,8 @@ class SessionDesk:
             rep = msg.replicator
         else:
             rep, why = await self._find(msg.name)
-            if why is not None:
-                return [ToClient(conn_id, m.Error(why, req=msg.req))]
+            if why is not None:  # the client may try again
+                return [ToClient(conn_id, m.SessionClosed(msg.name, why, retry=True))]
             if rep is None:
                 rep = self.home
         self._held.setdefault(conn_id, {})[msg.name] = rep
@@ -148,7 +149,7 @@ class SessionDesk:
         if follow.conn is None:
             self._held[conn_id].pop(msg.name, None)
             reason = f"replicator {rep} of session {msg.name!r} is unreachable: {follow.failed}"
-            return [ToClient(conn_id, m.Error(reason, req=msg.req))]
+            return [ToClient(conn_id, m.SessionClosed(msg.name, reason, retry=True))]
         req = next(self._reqs)
         follow.asks[req] = [conn_id, msg.req, None, msg.name]
         self._send(follow, msgspec.structs.replace(msg, req=req))

@@ -241,6 +241,10 @@ class Nack(_Msg):
     ranges: list[tuple[int, int]]
     hops: int = 0
     detour: list[str] = []
+    #: a replicator recovering what it missed while it was down (ges.core.replicator): only the
+    #: pubend's log answers (a keeper's cache knows only what its profiles wanted then), and a
+    #: range past its last committed tick is answered as empty up to it
+    replay: bool = False
 
 
 class Recovered(_Msg):
@@ -262,6 +266,8 @@ class Recovered(_Msg):
     #: the broker that made the answer (the pubend's, from its log; or a keeper of ``unit``,
     #: from its cache): ``hops`` counts the links from it (ges.core.provenance)
     by: str = ""
+    #: the answer to a replay (:class:`Nack`)
+    replay: bool = False
 
 
 class AckAsk(_Msg):
@@ -522,6 +528,10 @@ class SessionItem(msgspec.Struct, array_like=True, frozen=True, gc=False):
     pubend: str
     item: EventItem
     subs: list[int]
+    #: a gap notice instead of an event: the ticks ``item.tick..gap_to`` of the pubend may have
+    #: held events for the session that are gone, and why (its item's event is empty)
+    gap_to: int = 0
+    why: str = ""
 
 
 class SessionEvents(_Msg):

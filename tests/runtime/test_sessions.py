@@ -119,3 +119,47 @@ async def test_a_second_connection_takes_the_session_over(tmp_path):
         assert "taken over at d" in ended[0]
         assert got1 == list(range(5))
         nursery.cancel_scope.cancel()
+
+
+async def test_a_replicator_that_crashes_reads_back_what_was_published_meanwhile(tmp_path):
+    topology = topology_on_free_ports(REPLICATED)
+    async with trio.open_nursery() as nursery:
+        scopes = {}
+
+        async def run(bid, task_status=trio.TASK_STATUS_IGNORED):
+            with trio.CancelScope() as scope:
+                scopes[bid] = scope
+                server = BrokerServer(topology, bid, data_dir=tmp_path / bid)
+                await server.run(task_status=task_status)
+
+        for bid in topology.brokers:
+            await nursery.start(run, bid)
+        await wait_ready(topology, timeout=10)
+        opened = trio.Event()
+        s = DurableSession(topology, "carol", "d", EVERYTHING, on_move=lambda mv: opened.set())
+        got = []
+
+        async def consume():
+            async with s.running():
+                async for batch in s.batches():
+                    got.extend(d.event.attributes["n"] for d in batch)
+
+        nursery.start_soon(consume)
+        with trio.fail_after(5):
+            await opened.wait()
+        await publish(topology, "a", 0, 10)
+        with trio.fail_after(5):
+            while len(got) < 10:
+                await trio.sleep(0.02)
+        scopes["c"].cancel()  # the session's replicator stops, as on a crash
+        await trio.sleep(3)  # its neighbours see it gone
+        await publish(topology, "a", 10, 10)  # kept by a's log: c has not acknowledged them
+        await trio.sleep(2)
+        await nursery.start(run, "c")
+        await publish(topology, "a", 20, 5)
+        with trio.fail_after(20):
+            while len(got) < 25:
+                await trio.sleep(0.05)
+        await trio.sleep(0.5)
+        assert got == list(range(25))
+        nursery.cancel_scope.cancel()
