@@ -365,8 +365,16 @@ def _subscribe(
         stdout = sys.stdout
 
         def show(batch) -> bool:
-            """Print a batch (and record it); True once --count events have come."""
+            """Print a batch (and record it); True once --count events have come. A durable
+            session's gap notice is a line of its own (stderr in text, an object in jsonl)."""
             nonlocal received
+            if any(getattr(d, "gap_to", 0) for d in batch):
+                for d in batch:
+                    if d.gap_to:
+                        _say_gap(d, fmt, stdout)
+                batch = [d for d in batch if not getattr(d, "gap_to", 0)]
+                if not batch:
+                    return False
             if count:
                 batch = batch[: count - received]
             lines = [_format(d, fmt) for d in batch]
@@ -435,6 +443,15 @@ def _payload_json(payload: bytes) -> tuple[str, str]:
         return payload.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         return base64.b64encode(payload).decode("ascii"), "base64"
+
+
+def _say_gap(d, fmt: str, stdout) -> None:
+    """A durable session's gap notice: nothing is let go silently."""
+    if fmt == "jsonl":
+        gap = {"pubend": d.pubend, "from": d.tick, "to": d.gap_to, "why": d.why, "epoch": d.epoch}
+        stdout.write(json.dumps({"gap": gap}, separators=(",", ":")) + "\n")
+    else:
+        err.print(f"gap: {d.pubend} ticks {d.tick}..{d.gap_to}: {d.why}", highlight=False)
 
 
 def _say_moved(move: Move) -> None:

@@ -59,6 +59,10 @@ class SessionDelivery(Delivery):
 
     epoch: int = 0
     subs: tuple[int, ...] = ()
+    #: a gap notice instead of an event: ticks ``tick..gap_to`` of the pubend may have held
+    #: events for the session that are gone, and why (``event`` is empty)
+    gap_to: int = 0
+    why: str = ""
 
 
 #: Every field of a delivery record and its kind, in the order records are written.

@@ -468,6 +468,8 @@ class Client:
                                     now,
                                     it.epoch,
                                     tuple(it.subs),
+                                    it.gap_to,
+                                    it.why,
                                 )
                                 for it in msg.items
                             ]

@@ -1,0 +1,152 @@
+"""Durable sessions end to end over real processes: a subscriber roams, its broker and its
+replicator are killed, it is away for a while and resumes elsewhere — and has every event once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+from tests.e2e.test_up_e2e import (
+    GES,
+    ROOT,
+    LineReader,
+    Up,
+    demo_on_free_ports,
+    ges,
+    wait_gone,
+)
+
+#: events published (150 a second: the faults below come well before the end)
+N = 5_000
+
+
+class Subscriber:
+    """A ``ges subscribe --client alice`` process, its stdout and stderr read in threads."""
+
+    def __init__(self, topology, broker: str, auth, *extra: str):
+        self.proc = subprocess.Popen(
+            [
+                *GES,
+                "subscribe",
+                str(topology),
+                "--broker",
+                broker,
+                "--client",
+                "alice",
+                "--format",
+                "jsonl",
+                *extra,
+                *auth,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.out = LineReader(self.proc.stdout)
+        self.err = LineReader(self.proc.stderr)
+
+    def wait_err(self, needle: str, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.err.lines:
+                if needle in line:
+                    return line
+            time.sleep(0.05)
+        raise AssertionError(f"no {needle!r} on stderr: {''.join(self.err.lines)[-2000:]}")
+
+    def then(self, count: int) -> None:
+        self.out.wait_for(len(self.out.lines) + count)
+
+
+def test_a_durable_subscriber_roams_survives_kills_and_resumes_with_every_event_once(tmp_path):
+    topology = demo_on_free_ports(tmp_path)
+    up = Up(topology, tmp_path / "run", "--processes")
+    pub = first = second = None
+    try:
+        pid = {b["id"]: b["pid"] for b in up.run_json()["brokers"]}
+        first = Subscriber(topology, "b20", up.auth, "--where", "n exists")
+        first.wait_err("opened durable session at b20")
+        pub = subprocess.Popen(
+            [*GES, "publish", str(topology), "--broker", "b1", "--client", "P",
+             "--count", str(N), "--rate", "150", *up.auth],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+        def roam(to: str, frm: str) -> None:
+            result = ges("roam", topology, "alice", "--to", to, *up.auth, timeout=60)
+            assert result.returncode == 0, result.stderr
+            first.wait_err(f"roamed {frm} -> {to}")
+
+        def kill(broker: str) -> None:
+            os.kill(pid[broker], signal.SIGKILL)
+            assert wait_gone([pid[broker]]) == []
+
+        first.then(150)
+        roam("b19", "b20")  # same cluster
+        first.then(150)
+        roam("b3", "b19")  # another super-super-cluster: its replicator b18 stays home
+        first.then(150)
+        kill("b3")  # the broker it is on: the library fails over to b3's cluster
+        first.wait_err("roamed b3 -> ")
+        first.then(150)
+        kill("b18")  # its replicator: restarted by ges up, it reads back what it missed
+        first.then(150)
+        first.proc.send_signal(signal.SIGINT)  # away for a while (a clean disconnect)
+        assert first.proc.wait(timeout=30) in (0, 1, 130), "".join(first.err.lines)
+        got_first = [json.loads(line) for line in first.out.all() if line.strip()]
+        time.sleep(2)  # published meanwhile is kept for it
+        second = Subscriber(
+            topology, "b12", up.auth, "--count", str(N - len(got_first)), "--timeout", "120"
+        )
+        second.wait_err("resumed durable session at b12")
+        assert pub.wait(timeout=120) == 0, pub.stderr.read()
+        assert len(got_first) <= N - 150, "the publisher finished before the last fault"
+        assert second.proc.wait(timeout=150) == 0, "".join(second.err.lines)[-3000:]
+        got = got_first + [json.loads(line) for line in second.out.all() if line.strip()]
+        ns = [r["attributes"]["n"] for r in got]
+        assert sorted(ns) == list(range(N)), (
+            f"missing {sorted(set(range(N)) - set(ns))[:20]}, "
+            f"twice {sorted(n for n in set(ns) if ns.count(n) > 1)[:20]}"
+        )
+        per_pubend: dict[str, list[int]] = {}
+        for r in got:
+            per_pubend.setdefault(r["pubend"], []).append(r["tick"])
+        assert all(t == sorted(t) for t in per_pubend.values()), "out of order per publisher"
+        epochs = [r["epoch"] for r in got]
+        assert epochs == sorted(epochs) and len(set(epochs)) == len(epochs)
+        listed = ges("clients", topology, "--json", *up.auth)
+        assert listed.returncode == 0, listed.stderr
+        (alice,) = json.loads(listed.stdout)["sessions"]
+        assert alice["replicator"] == "b18" and alice["name"] == "alice"
+    finally:
+        for proc in (pub, first and first.proc, second and second.proc):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+        code = up.stop()
+    assert code == 0
+
+
+def test_session_commands_refuse_bad_input_in_one_line(tmp_path):
+    topology = demo_on_free_ports(tmp_path)
+    up = Up(topology, tmp_path / "run")
+    try:
+        cases = [
+            (("roam", topology, "nobody", "--to", "b19"), 2, "no durable session 'nobody'"),
+            (("roam", topology, "alice", "--to", "b99"), 2, "unknown broker 'b99'"),
+            (("roam", topology, "bad name", "--to", "b19"), 2, "session name"),
+            (("clients", "end", topology, "nobody"), 2, "no durable session 'nobody'"),
+            (("subscribe", topology, "-b", "b1", "--client", "-x"), 2, "session name"),
+            (("subscribe", topology, "-b", "b1", "--client", "fresh", "--count", "1", "-t", "5"),
+             1, "does not exist: give its subscriptions"),
+        ]  # fmt: skip
+        for args, code, needle in cases:
+            result = ges(*args, *up.auth, timeout=60)
+            lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+            assert result.returncode == code and len(lines) == 1, (args, result.stderr)
+            assert needle in lines[0] and "Traceback" not in result.stderr, (args, lines[0])
+    finally:
+        assert up.stop() == 0
