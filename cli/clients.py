@@ -8,7 +8,6 @@ and what the others hold is still shown.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import trio
@@ -110,7 +109,6 @@ def _list(topology_file, name, as_json, timeout, client, certs, insecure) -> Non
     sessions = sorted((s for _, got, _ in found if got for s in got.sessions), key=lambda s: s.name)
     if len(missing) == len(found):
         raise OperationError("no replicator answered")
-    now = time.time()
     if as_json:
         out.print_json(
             json.dumps(
@@ -121,7 +119,7 @@ def _list(topology_file, name, as_json, timeout, client, certs, insecure) -> Non
                             "owner": s.owner,
                             "replicator": s.replicator,
                             "connected_at": s.at or None,
-                            "since": s.since,
+                            "for_seconds": round(s.for_s, 3),
                             "subscriptions": [
                                 {"id": i, "profile_id": p, "profile": text} for i, p, text in s.subs
                             ],
@@ -144,7 +142,7 @@ def _list(topology_file, name, as_json, timeout, client, certs, insecure) -> Non
     for col in ("session", "owner", "connected", "replicator", "subscriptions", "held", "acked"):
         table.add_column(col, justify="right" if col in ("held", "acked") else "left")
     for s in sessions:
-        ago = _ago(now - s.since)
+        ago = _ago(s.for_s)
         where = f"at {s.at} for {ago}" if s.at else f"no, for {ago}"
         subs = "; ".join(f"{p or i}: {text}" for i, p, text in s.subs)
         table.add_row(

@@ -33,6 +33,8 @@ from ges.wire import messages as m
 #: Seconds between rounds of failover attempts: the first, and the most it doubles to.
 RETRY_FIRST = 0.2
 RETRY_MAX = 5.0
+#: Seconds a broker has to open the session (it may look for it at every replicator).
+OPEN_WAIT = 30.0
 
 
 class SessionEnded(OperationError):
@@ -158,14 +160,18 @@ class DurableSession:
                     **self.connect_args(broker),
                 ) as client:
                     token = self.token
-                    answer, stream = await client.open_session(
-                        self.name,
-                        self.subs,
-                        replicator=token.replicator,
-                        store=token.store,
-                        epoch=token.epoch,
-                    )
-                    if isinstance(answer, m.SessionClosed):
+                    answer = None
+                    with trio.move_on_after(OPEN_WAIT):
+                        answer, stream = await client.open_session(
+                            self.name,
+                            self.subs,
+                            replicator=token.replicator,
+                            store=token.store,
+                            epoch=token.epoch,
+                        )
+                    if answer is None:
+                        why = f"broker {broker} did not open the session within {OPEN_WAIT:g}s"
+                    elif isinstance(answer, m.SessionClosed):
                         closed = answer
                     else:
                         failures = 0

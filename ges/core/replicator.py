@@ -33,7 +33,12 @@ from ges.core.outputs import ToClient
 from ges.core.part import Part
 from ges.durable import session_name_problem
 from ges.durable.store import SessionState, SessionStore
-from ges.matching.model import MAX_CONJUNCTIONS
+from ges.matching.model import (
+    MAX_CONJUNCTIONS,
+    MAX_PROFILE_WEIGHT,
+    conjunction_from_wire,
+    weight,
+)
 from ges.wire import messages as m
 from ges.wire.messages import event_size, held_size
 
@@ -151,7 +156,16 @@ class Replicator(Part):
         """A message the core addressed to a session's own connection ``conn`` (< 0): the
         ``SubAck`` an open waits for; the outputs."""
         live = self._by_key.get(-conn)
-        if live is None or type(msg) is not m.SubAck:
+        if live is None:
+            return []
+        if type(msg) is m.Error:  # a subscription refused: the open fails, in one line
+            if live.opening is None:
+                return []
+            follower, open_msg, _, created = live.opening
+            live.opening = None
+            out = [ToClient(follower, m.Error(msg.reason, req=open_msg.req))]
+            return out + (self._end(live, now) if created else [])
+        if type(msg) is not m.SubAck:
             return []
         if msg.req in self._restoring:
             self._restoring.discard(msg.req)
@@ -195,22 +209,28 @@ class Replicator(Part):
         elif live.state.owner and msg.owner != live.state.owner and not msg.operator:
             reason = f"durable session {msg.name!r} belongs to {live.state.owner!r}"
             return [ToClient(conn, m.Error(reason, denied=True, req=msg.req))]
-        elif live.opening is not None:
-            old_conn, old_msg, _, _ = live.opening
+        elif live.opening is not None:  # taken over while its subscriptions go in: wait too
+            old_conn, _, waiting, created = live.opening
             live.opening = None
-            out = [
-                ToClient(old_conn, m.SessionClosed(msg.name, f"taken over at {msg.at or self.id}"))
-            ]
-            return out + self._open(live, conn, msg, created, now)
+            note = m.SessionClosed(msg.name, f"taken over at {msg.at or self.id}")
+            return [ToClient(old_conn, note), *self._open(live, conn, msg, created, now, waiting)]
         return self._open(live, conn, msg, created, now)
 
-    def _open(self, live: Live, conn: int, msg: m.SessionOpen, created: bool, now: float) -> list:
+    def _open(
+        self,
+        live: Live,
+        conn: int,
+        msg: m.SessionOpen,
+        created: bool,
+        now: float,
+        waiting: set[int] | None = None,
+    ) -> list:
         out: list = []
         if live.follower is not None:
             reason = f"taken over at {msg.at or self.id}"
             out.append(ToClient(live.follower, m.SessionClosed(msg.name, reason)))
             self._detach(live, now)
-        waiting: set[int] = set()
+        waiting = set() if waiting is None else waiting
         if msg.subs is not None:
             subs = {s.sub_id: (s.profile_id, s.conjunctions) for s in msg.subs}
             out += self._subscribe(live, subs, live.state.subs, waiting)
@@ -314,12 +334,10 @@ class Replicator(Part):
             out.append(ToClient(live.follower, note))
             self._detach(live, now)
         else:
-            if live.follower is not None:
-                out.append(
-                    ToClient(
-                        live.follower, m.SessionClosed(msg.name, "ended by an operator", ended=True)
-                    )
-                )
+            note = m.SessionClosed(msg.name, "ended by an operator", ended=True)
+            for told in (live.follower, live.opening[0] if live.opening else None):
+                if told is not None:
+                    out.append(ToClient(told, note))
             out += self._end(live, now)
         return [*out, ToClient(conn, m.SessionList([info], req=msg.req))]
 
@@ -568,9 +586,17 @@ def _subs_problem(subs) -> str | None:
         return f"a durable session holds at most {MAX_SESSION_SUBS} subscriptions"
     if len({s.sub_id for s in subs}) != len(subs):
         return "a durable session's subscriptions repeat a number"
+    total = 0
     for s in subs:
         if len(s.conjunctions) > MAX_CONJUNCTIONS:
             return f"subscription {s.sub_id}: over {MAX_CONJUNCTIONS} conjunctions"
+        try:  # what the broker's own subscription would refuse, refused at once
+            for items in s.conjunctions:
+                total += weight(conjunction_from_wire(items))
+        except ValueError as exc:
+            return f"subscription {s.sub_id}: {exc}"
+        if total > MAX_PROFILE_WEIGHT:
+            return f"a durable session's profiles weigh over {MAX_PROFILE_WEIGHT}"
     return None
 
 

@@ -585,10 +585,10 @@ class SessionInfo(msgspec.Struct, array_like=True, frozen=True):
     name: str
     owner: str
     replicator: str
-    #: the broker its client is connected at ('' when none), and since when (unix seconds)
-    #: it is connected there or disconnected
+    #: the broker its client is connected at ('' when none), and for how many seconds it has
+    #: been connected there (or disconnected)
     at: str
-    since: float
+    for_s: float
     subs: list[tuple[int, str, str]]
     #: the last epoch acknowledged, the last stored for it, and how many are held for it
     acked: int

@@ -1,0 +1,345 @@
+"""The session store's contract, run against both stores: ges.durable.store.MemorySessionStore
+and ges.runtime.session_store.SqliteSessionStore (group commit: appends are read only once a
+group is written and committed, see :func:`commit`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ges.durable.store import MemorySessionStore, SessionState
+from ges.runtime.session_store import SqliteSessionStore
+from ges.wire import messages as m
+
+A, B = 1, 2  # two sessions' keys
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request, tmp_path):
+    if request.param == "memory":
+        yield MemorySessionStore()
+        return
+    s = SqliteSessionStore(tmp_path / "s.db")
+    yield s
+    s.close()
+
+
+def commit(store) -> None:
+    """Make everything appended (and saved, released, set) durable and readable."""
+    if hasattr(store, "take_group"):
+        group = store.take_group()
+        last = store.write_group(group)
+        store.committed_to(last)
+
+
+def item(n: int = 1, tick: int = 1, payload: bytes = b"") -> m.EventItem:
+    return m.EventItem(tick, tick - 1, 2, m.Event({"n": n}, payload))
+
+
+def state(name: str = "alice", key: int = A, acked: int = 0) -> SessionState:
+    subs = {
+        1: ("p1", [[m.Constraint("n", "exists")]]),
+        2: ("p2", [[m.Constraint("n", "gt", 3), m.Constraint("s", "eq", "x")], []]),
+    }
+    return SessionState(name, "owner-" + name, key, subs, 1234.5, acked)
+
+
+def epochs(items: list) -> list[int]:
+    return [it.epoch for it in items]
+
+
+# -- appending and reading --------------------------------------------------------------------
+
+
+def test_append_returns_increasing_epochs(store):
+    got = [store.append("p~1", item(i, tick=i), [(A, [1])]) for i in range(1, 6)]
+    assert got == sorted(got) and len(set(got)) == 5
+    assert store.last == got[-1]
+    commit(store)
+    assert store.committed == got[-1]
+
+
+def test_read_returns_only_that_sessions_events_after_the_epoch_in_order(store):
+    e1 = store.append("p~1", item(1, tick=1), [(A, [1])])
+    e2 = store.append("p~1", item(2, tick=2), [(B, [7])])
+    e3 = store.append("q~1", item(3, tick=1), [(A, [2, 1])])
+    e4 = store.append("p~1", item(4, tick=3), [(A, [1])])
+    commit(store)
+    assert store.read(A, 0) == [
+        m.SessionItem(e1, "p~1", item(1, tick=1), [1]),
+        m.SessionItem(e3, "q~1", item(3, tick=1), [2, 1]),
+        m.SessionItem(e4, "p~1", item(4, tick=3), [1]),
+    ]
+    assert epochs(store.read(A, e1)) == [e3, e4]
+    assert epochs(store.read(A, e4)) == []
+    assert store.read(B, 0) == [m.SessionItem(e2, "p~1", item(2, tick=2), [7])]
+
+
+def test_read_gives_items_as_session_items_with_the_event(store):
+    store.append("p~1", item(5, tick=9, payload=b"abc"), [(A, [3])])
+    commit(store)
+    (got,) = store.read(A, 0)
+    assert type(got) is m.SessionItem
+    assert got.item == item(5, tick=9, payload=b"abc")
+    assert got.item.event.attributes == {"n": 5} and got.item.event.payload == b"abc"
+    assert (got.pubend, got.subs, got.gap_to, got.why) == ("p~1", [3], 0, "")
+
+
+def test_an_event_two_sessions_want_is_stored_once(store):
+    e = store.append("p~1", item(1), [(A, [1]), (B, [2, 3])])
+    commit(store)
+    assert store.last == e  # one epoch for both
+    (a,) = store.read(A, 0)
+    (b,) = store.read(B, 0)
+    assert a.epoch == b.epoch == e
+    assert a.item == b.item == item(1)
+    assert (a.subs, b.subs) == ([1], [2, 3])
+
+
+def test_read_respects_limit(store):
+    got = [store.append("p~1", item(i, tick=i), [(A, [1])]) for i in range(1, 11)]
+    commit(store)
+    assert epochs(store.read(A, 0, limit=3)) == got[:3]
+    assert epochs(store.read(A, got[2], limit=3)) == got[3:6]
+
+
+def test_read_respects_max_bytes_but_returns_at_least_one_item(store):
+    big = b"x" * 1000
+    got = [store.append("p~1", item(i, tick=i, payload=big), [(A, [1])]) for i in range(1, 6)]
+    commit(store)
+    size = m.event_size(item(1, payload=big).event)
+    assert epochs(store.read(A, 0, max_bytes=1)) == got[:1]
+    two = store.read(A, 0, max_bytes=2 * size)
+    assert epochs(two) == got[:2]
+    assert epochs(store.read(A, 0, max_bytes=2 * size + 1)) == got[:3]
+    assert epochs(store.read(A, 0, max_bytes=1 << 30)) == got
+
+
+def test_gap_items_are_read_back_with_their_range_and_reason(store):
+    gap = m.EventItem(3, 0, 0, m.Event({}))
+    e = store.append("p~1", gap, [(A, []), (B, [])], gap_to=9, why="x")
+    commit(store)
+    for key in (A, B):
+        (got,) = store.read(key, 0)
+        assert (got.epoch, got.pubend, got.item.tick, got.gap_to, got.why) == (e, "p~1", 3, 9, "x")
+        assert got.subs == []
+
+
+# -- held and released ------------------------------------------------------------------------
+
+
+def test_held_counts_a_sessions_events_after_an_epoch_and_the_last(store):
+    assert store.held(A, 0) == (0, 0)
+    e1 = store.append("p~1", item(1, tick=1), [(A, [1])])
+    store.append("p~1", item(2, tick=2), [(B, [1])])
+    e3 = store.append("p~1", item(3, tick=3), [(A, [1]), (B, [1])])
+    commit(store)
+    assert store.held(A, 0) == (2, e3)
+    assert store.held(A, e1) == (1, e3)
+    assert store.held(A, e3) == (0, 0)
+    assert store.held(B, 0) == (2, e3)
+
+
+def test_release_drops_that_sessions_records_up_to_the_epoch(store):
+    got = [store.append("p~1", item(i, tick=i), [(A, [1])]) for i in range(1, 5)]
+    commit(store)
+    store.release(A, got[1])
+    commit(store)
+    assert epochs(store.read(A, 0)) == got[2:]
+    assert store.held(A, 0) == (2, got[-1])
+
+
+def test_an_event_another_session_still_wants_stays_after_one_releases_it(store):
+    e1 = store.append("p~1", item(1, tick=1), [(A, [1]), (B, [5])])
+    e2 = store.append("p~1", item(2, tick=2), [(A, [1])])
+    commit(store)
+    store.release(A, e2)
+    commit(store)
+    assert store.read(A, 0) == []
+    assert store.read(B, 0) == [m.SessionItem(e1, "p~1", item(1, tick=1), [5])]
+    assert store.held(B, 0) == (1, e1)
+
+
+def test_an_event_goes_once_no_session_wants_it(store):
+    e1 = store.append("p~1", item(1, tick=1), [(A, [1]), (B, [5])])
+    commit(store)
+    store.release(A, e1)
+    commit(store)
+    store.release(B, e1)
+    commit(store)
+    assert store.read(A, 0) == store.read(B, 0) == []
+    assert store.held(A, 0) == store.held(B, 0) == (0, 0)
+    if isinstance(store, SqliteSessionStore):
+        assert store._query("SELECT COUNT(*) FROM events", ()) == [(0,)]
+    else:
+        assert store._events == {}
+
+
+# -- sessions and tops ------------------------------------------------------------------------
+
+
+def test_saved_sessions_come_back_from_sessions(store):
+    alice, bob = state("alice", A, acked=0), state("bob", B, acked=7)
+    store.save_session(alice)
+    store.save_session(bob)
+    commit(store)
+    got = store.sessions()
+    assert got == {"alice": alice, "bob": bob}
+    sub = got["alice"].subs[2]
+    assert sub[0] == "p2"
+    assert [[type(c) for c in conj] for conj in sub[1]] == [[m.Constraint, m.Constraint], []]
+
+
+def test_saving_a_session_again_replaces_it(store):
+    s = state("alice", A)
+    store.save_session(s)
+    commit(store)
+    s.acked = 5
+    s.subs = {3: ("p3", [[m.Constraint("k", "eq", 1)]])}
+    store.save_session(s)
+    commit(store)
+    got = store.sessions()["alice"]
+    assert (got.acked, got.subs) == (5, {3: ("p3", [[m.Constraint("k", "eq", 1)]])})
+
+
+def test_a_saved_session_is_a_copy(store):
+    s = state("alice", A)
+    store.save_session(s)
+    s.subs[9] = ("p9", [])
+    s.acked = 3
+    commit(store)
+    got = store.sessions()["alice"]
+    assert 9 not in got.subs and got.acked == 0
+
+
+def test_drop_session_forgets_it_and_what_only_it_held(store):
+    alice, bob = state("alice", A), state("bob", B)
+    store.save_session(alice)
+    store.save_session(bob)
+    e1 = store.append("p~1", item(1, tick=1), [(A, [1])])
+    e2 = store.append("p~1", item(2, tick=2), [(A, [1]), (B, [1])])
+    commit(store)
+    store.drop_session(alice)
+    commit(store)
+    assert set(store.sessions()) == {"bob"}
+    assert store.read(A, 0) == [] and store.held(A, 0) == (0, 0)
+    assert epochs(store.read(B, 0)) == [e2]
+    assert e1 < e2
+
+
+def test_tops_keep_each_pubends_tick(store):
+    assert store.tops() == {}
+    store.set_top("p~1", 5)
+    store.set_top("q~2", 3)
+    store.set_top("p~1", 8)
+    commit(store)
+    assert store.tops() == {"p~1": 8, "q~2": 3}
+
+
+# -- SQLite: what a reopened file keeps -----------------------------------------------------
+
+
+def test_a_reopened_store_keeps_sessions_events_tops_and_its_id(tmp_path):
+    path = tmp_path / "s.db"
+    s = SqliteSessionStore(path)
+    store_id = s.id
+    alice = state("alice", A, acked=1)
+    s.save_session(alice)
+    e1 = s.append("p~1", item(1, tick=1), [(A, [1])])
+    e2 = s.append("p~1", item(2, tick=2), [(A, [1]), (B, [4])])
+    s.set_top("p~1", 2)
+    commit(s)
+    s.close()
+
+    again = SqliteSessionStore(path)
+    try:
+        assert again.id == store_id
+        assert again.sessions() == {"alice": alice}
+        assert again.tops() == {"p~1": 2}
+        assert (again.last, again.committed) == (e2, e2)
+        assert epochs(again.read(A, 0)) == [e1, e2]
+        assert again.read(B, 0) == [m.SessionItem(e2, "p~1", item(2, tick=2), [4])]
+    finally:
+        again.close()
+
+
+def test_two_store_files_have_different_ids(tmp_path):
+    one, two = SqliteSessionStore(tmp_path / "1.db"), SqliteSessionStore(tmp_path / "2.db")
+    try:
+        assert one.id != two.id
+    finally:
+        one.close()
+        two.close()
+
+
+def test_epochs_keep_increasing_after_reopen(tmp_path):
+    path = tmp_path / "s.db"
+    s = SqliteSessionStore(path)
+    first = s.append("p~1", item(1, tick=1), [(A, [1])])
+    commit(s)
+    s.close()
+    s = SqliteSessionStore(path)
+    second = s.append("p~1", item(2, tick=2), [(A, [1])])
+    commit(s)
+    s.close()
+    assert second > first
+    s = SqliteSessionStore(path)
+    try:
+        assert epochs(s.read(A, 0)) == [first, second]
+    finally:
+        s.close()
+
+
+def test_epochs_are_never_reused_after_their_events_were_released(tmp_path):
+    path = tmp_path / "s.db"
+    s = SqliteSessionStore(path)
+    s.save_session(state("alice", A))
+    got = [s.append("p~1", item(i, tick=i), [(A, [1])]) for i in range(1, 4)]
+    commit(s)
+    s.release(A, got[-1])
+    commit(s)
+    assert s.read(A, 0) == []
+    s.close()
+
+    s = SqliteSessionStore(path)
+    try:
+        assert s.last == got[-1]
+        e = s.append("p~1", item(9, tick=9), [(A, [1])])
+        assert e > got[-1]
+        commit(s)
+        assert epochs(s.read(A, 0)) == [e]
+    finally:
+        s.close()
+
+
+def test_epochs_are_never_reused_after_a_dropped_session(tmp_path):
+    path = tmp_path / "s.db"
+    s = SqliteSessionStore(path)
+    alice = state("alice", A)
+    s.save_session(alice)
+    last = s.append("p~1", item(1, tick=1), [(A, [1])])
+    commit(s)
+    s.drop_session(alice)
+    commit(s)
+    s.close()
+    s = SqliteSessionStore(path)
+    try:
+        assert s.sessions() == {}
+        assert s.append("p~1", item(2, tick=2), [(B, [1])]) > last
+    finally:
+        s.close()
+
+
+def test_sqlite_reads_nothing_before_the_group_is_committed(tmp_path):
+    s = SqliteSessionStore(tmp_path / "s.db")
+    try:
+        e = s.append("p~1", item(1), [(A, [1])])
+        assert (s.last, s.committed) == (e, 0)
+        assert s.read(A, 0) == []
+        group = s.take_group()
+        last = s.write_group(group)
+        assert last == e
+        assert s.read(A, 0) == []  # written, but not yet committed_to
+        s.committed_to(last)
+        assert epochs(s.read(A, 0)) == [e]
+    finally:
+        s.close()
