@@ -37,6 +37,14 @@ def simulate(
         "--churn",
         help="Subscriptions made, changed, removed or remade after a crash while publishing.",
     ),
+    durable: int = typer.Option(
+        0,
+        "--durable",
+        help="Durable clients per run: sessions at the topology's replicators that go away and "
+        "come back, are taken over and moved while it publishes (--roams times each), their "
+        "replicators crashing with the rest.",
+    ),
+    roams: int = typer.Option(4, "--roams", help="Moves per durable client."),
     no_sufficiency: bool = typer.Option(
         False,
         "--no-sufficiency",
@@ -70,6 +78,8 @@ def simulate(
         churn,
         no_sufficiency,
         as_json,
+        durable,
+        roams,
     )
 
 
@@ -84,6 +94,8 @@ def _simulate(
     churn,
     no_sufficiency,
     as_json,
+    durable=0,
+    roams=4,
 ) -> None:
     for name, value, low in (
         ("--seeds", seeds, 1),
@@ -91,6 +103,8 @@ def _simulate(
         ("--subscribers", subscribers, 0),
         ("--publishers", publishers, 1),
         ("--churn", churn, 0),
+        ("--durable", durable, 0),
+        ("--roams", roams, 0),
     ):
         if value < low:
             raise UserInputError(f"{name}: must be at least {low}, not {value}")
@@ -126,6 +140,8 @@ def _simulate(
                 publishers=publishers,
                 churn=churn,
                 sufficiency=not no_sufficiency,
+                durable=durable,
+                roams=roams,
             )
             outcomes.append(o)
             bad += not o.ok
@@ -134,6 +150,8 @@ def _simulate(
                 lines.seed_done(o)
     failed = [o for o in outcomes if not o.ok]
     extra = " --no-sufficiency" if no_sufficiency else ""
+    if durable:
+        extra += f" --durable {durable} --roams {roams}"
     replay = {
         o.seed: o.replay(str(topology_file), faults_spec, events, subscribers, publishers, churn)
         + extra
@@ -155,6 +173,8 @@ def _simulate(
         ),
         "faults": {k: sum(o.faults[k] for o in outcomes) for k in outcomes[0].faults},
         "sufficiency": not no_sufficiency,
+        "durable": durable,
+        "moves": sum(o.moves for o in outcomes),
         "wall_seconds": round(sum(o.wall_seconds for o in outcomes), 3),
         "examples": [
             {"seed": o.seed, "replay": replay[o.seed], "violations": list(o.violations[:5])}

@@ -281,7 +281,10 @@ class BrokerCore:
         self.subscriptions.client_open(conn, client_id)
 
     def client_closed(self, conn: int, now: float) -> list[Output]:
-        """A client connection ended: its subscriptions go (a job, see :meth:`work`)."""
+        """A client connection ended: its subscriptions go (a job, see :meth:`work`); durable
+        sessions it followed stay."""
+        if self.replicator is not None:
+            self.replicator.follower_closed(conn, now)
         return self.subscriptions.client_closed(conn, now)
 
     def client_name(self, conn: int) -> str:
@@ -341,6 +344,11 @@ class BrokerCore:
             return [ToClient(conn, self.stats())]
         if kind is m.Heartbeat:  # a keepalive: the client is there
             return []
+        if self.replicator is not None and kind in _SESSION_REQUESTS:
+            # a client of this replicator's sessions, met here (the trio runtime passes a
+            # client's session requests through ges.runtime.sessions first, for its name's
+            # lookup and its owner; the simulator's durable clients come straight here)
+            return _SESSION_REQUESTS[kind](self.replicator, conn, msg, now)
         raise ProtocolError(f"unexpected {kind.__name__} from a client")
 
     # -- reliable delivery's rounds ---------------------------------------------------------------
@@ -426,6 +434,15 @@ class BrokerCore:
             forged=c["forged"],
             sessions=0 if self.replicator is None else len(self.replicator.sessions),
         )
+
+
+#: A client's durable-session requests a replicator answers itself.
+_SESSION_REQUESTS = {
+    m.SessionOpen: lambda r, conn, msg, now: r.open(conn, msg, now, now),
+    m.SessionAck: lambda r, conn, msg, now: r.ack(conn, msg),
+    m.SessionControl: lambda r, conn, msg, now: r.control(conn, msg, "", True, now),
+    m.SessionLeave: lambda r, conn, msg, now: r.leave(conn, msg.name, now) or [],
+}
 
 
 # -- what a peer's message is handled by, per mode (the mode picks one table at construction) --

@@ -529,7 +529,7 @@ class Replicator(Part):
         out: list = []
         if not self._restoring:
             for pubend, rp in sorted(self._replays.items()):
-                if rp.asked is None or now - rp.asked >= REPLAY_RESEND:
+                if rp.asked is None or now >= rp.asked + REPLAY_RESEND:  # as next_deadline
                     out += self._ask(pubend, rp, now)
         return out
 

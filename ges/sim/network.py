@@ -40,6 +40,8 @@ from collections.abc import Callable
 import attrs
 
 from ges.core import BrokerConfig, BrokerCore, DropPeer, Notice, ToClient, ToPeer
+from ges.durable import replicators
+from ges.durable.store import MemorySessionStore
 from ges.reliable.log import MemoryLog
 from ges.routing import Hierarchy
 from ges.sim.faults import Faults
@@ -49,6 +51,10 @@ from ges.wire import messages as m
 
 #: Simulated seconds between two slices of a core's large requests (Sim.work_slice).
 SLICE_GAP = 0.001
+#: What a replicator tells its sessions' clients.
+_SESSION_MESSAGES = frozenset(
+    {m.SessionOpened, m.SessionEvents, m.SessionClosed, m.SessionList, m.Error}
+)
 
 
 class Sim(SimLinks):
@@ -73,6 +79,7 @@ class Sim(SimLinks):
         on_arrive: Callable | None = None,
         work_slice: int | None = None,
         config: BrokerConfig | None = None,
+        on_session: Callable | None = None,
     ):
         self.topology = topology
         self.hierarchy = Hierarchy(topology)
@@ -98,6 +105,14 @@ class Sim(SimLinks):
         self.cores: dict[str, BrokerCore] = {}
         #: each broker's stable storage: its pubend log survives crashes
         self.logs: dict[str, MemoryLog] = {b: MemoryLog(epoch=1) for b in topology.brokers}
+        #: ``on_session(broker, conn, msg, now)``: a durable-session message to a client; with
+        #: it, the replicators keep their sessions, which survive crashes as the logs do
+        self.on_session = on_session
+        self.session_stores = (
+            {r.broker: MemorySessionStore(r.broker) for r in replicators(topology)}
+            if on_session is not None and reliable
+            else {}
+        )
         self._init_links()
         self._timer_at: dict[str, float] = {}
         #: large requests (ges.core.work): None runs them to the end at the moment they come;
@@ -134,6 +149,7 @@ class Sim(SimLinks):
             reliable=self.reliable,
             log=self.logs[broker] if self.reliable else None,
             config=self.config,
+            sessions=self.session_stores.get(broker),
         )
         if core.router is not None:
             core.router.sufficiency = self.sufficiency
@@ -141,6 +157,8 @@ class Sim(SimLinks):
         for key in [k for k in self._held_msgs if k[0] == broker]:
             del self._held_msgs[key]  # the clients went with the crash
         self._timer_at.pop(broker, None)
+        if core.replicator is not None:
+            self._feed(broker, lambda c: c.replicator.restore(self.now))
 
     def kill(self, broker: str) -> None:
         """``broker`` dies: its links close (frames on them are lost), its soft state and its
@@ -283,7 +301,13 @@ class Sim(SimLinks):
             elif kind is ToClient:
                 msg = out.msg
                 t = type(msg)
-                if t is m.Deliver and self.on_deliver:
+                if out.conn < 0:  # a durable session's own subscription (ges.core.replicator)
+                    core = self.cores[src]
+                    self._handle(src, core.replicator.own(out.conn, msg, self.now))
+                elif t in _SESSION_MESSAGES:
+                    if self.on_session:
+                        self.on_session(src, out.conn, msg, self.now)
+                elif t is m.Deliver and self.on_deliver:
                     self.on_deliver(src, out.conn, msg, self.now)
                 elif t is m.PubAck and self.on_puback:
                     self.on_puback(src, out.conn, msg, self.now)

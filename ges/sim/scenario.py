@@ -26,6 +26,7 @@ from ges.matching.syntax import parse_where
 from ges.sim.checker import Checker
 from ges.sim.faults import Faults
 from ges.sim.network import Sim
+from ges.sim.roaming import Roaming
 from ges.topology import Topology
 from ges.wire import messages as m
 
@@ -53,6 +54,8 @@ class Outcome:
     frame_types: dict = attrs.field(factory=dict)
     #: slices of large requests run apart from the request (with a work_slice)
     slices: int = 0
+    #: durable clients' moves (away and back, taken over, redirected, a new process)
+    moves: int = 0
 
     def replay(
         self,
@@ -97,6 +100,8 @@ def run_seed(
     sufficiency: bool = True,
     work_slice: int | None = None,
     config: BrokerConfig | None = None,
+    durable: int = 0,
+    roams: int = 4,
 ) -> Outcome:
     started = time.perf_counter()
     rng = random.Random(seed)
@@ -126,6 +131,8 @@ def run_seed(
         checker.subscribed((broker, conn, msg.sub_id), now, complete=msg.complete)
 
     def on_crash(broker):
+        if roaming is not None:
+            roaming.on_crash(broker)
         for key in [k for k in subs if k[0] == broker]:
             checker.gone(key)
             crashed[key] = subs.pop(key)
@@ -145,7 +152,11 @@ def run_seed(
         on_notice=on_notice,
         work_slice=work_slice,
         config=config,
+        on_session=(lambda *a: roaming.on_session(*a)) if durable and reliable else None,
     )
+    roaming = None
+    if durable and reliable:
+        roaming = Roaming(sim, rng, checker, [_profile(rng, 500 + i) for i in range(durable)])
     brokers = sorted(topology.brokers)
     for i in range(subscribers):
         broker = rng.choice(brokers)
@@ -154,6 +165,8 @@ def run_seed(
         subs[key] = profile
         checker.subscribe(key, profile)
         sim.client(broker, key[1], m.Subscribe(1, profile_to_wire(profile), profile.id))
+    if roaming is not None:
+        roaming.start()
     sim.run_until(SETTLE)
 
     pubs = [rng.choice(brokers) for _ in range(publishers)]
@@ -173,6 +186,10 @@ def run_seed(
     for i in range(churn):
         when = SETTLE + rng.random() * PUBLISH_FOR
         sim.at(when, _churn, sim, rng, checker, subs, crashed, conns, subscribers + i)
+    if roaming is not None:
+        for d in roaming.clients.values():
+            for _ in range(roams):
+                sim.at(SETTLE + rng.random() * PUBLISH_FOR, roaming.roam, d)
     sim.schedule_faults(SETTLE, SETTLE + PUBLISH_FOR)
     end = SETTLE + PUBLISH_FOR + max(faults.down_for[1], faults.silent_for[1]) + QUIET
     sim.run_until(end)
@@ -191,6 +208,7 @@ def run_seed(
         held=sum(len(log) for log in sim.logs.values()),
         frame_types=dict(sim.frame_types),
         slices=sim.slices,
+        moves=0 if roaming is None else roaming.moves,
     )
 
 

@@ -40,7 +40,8 @@ def topology(name: str) -> Topology:
     return _cache[name]
 
 
-# 200 seeded runs in all, every fault kind on: (topology, first seed, seeds)
+# 200 seeded runs in all, every fault kind on, two durable clients roaming in each (issue 20):
+# (topology, first seed, seeds)
 BATCHES = [
     *[("demo", s, 10) for s in range(0, 60, 10)],
     *[("generated", s, 10) for s in range(0, 60, 10)],
@@ -53,14 +54,17 @@ BATCHES = [
 def test_reliable_delivery_survives_every_fault(name, first, n):
     t = topology(name)
     injected = dict.fromkeys(("dropped", "duplicated", "link_failures", "crashes"), 0)
+    moves = 0
     for seed in range(first, first + n):
-        o = run_seed(t, seed, faults=Faults())
+        o = run_seed(t, seed, faults=Faults(), durable=2, roams=4)
         assert o.ok, f"{name} seed {seed}: " + "; ".join(o.violations[:5])
         assert o.published > 0 and o.delivered > 0
         for k in injected:
             injected[k] += o.faults[k]
-    # the faults did happen (a batch where none fired would prove nothing)
+        moves += o.moves
+    # the faults did happen, and the clients moved (a batch where none did would prove nothing)
     assert all(v > 0 for v in injected.values()), injected
+    assert moves > n, moves
 
 
 def test_a_seed_replays_identically():

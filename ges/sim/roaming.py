@@ -1,0 +1,178 @@
+"""Durable clients in the simulator: sessions that go away, come back, are taken over and moved.
+
+Each durable client holds one session, homed at the replicator of a broker drawn per seed
+(ges.durable). The simulator's clients talk to the replicator's core directly — the
+runtime's follow connection through the client's broker (ges.runtime.sessions) is not
+simulated — so a *move* is a new connection with the session's token, which is what a move
+is to the replicator. During the publishing window each client, ``roams`` times: goes away
+for a while and comes back; is taken over by a new connection while the old one is still
+open; is moved by an operator (``SessionControl("roam")``, the old connection told where to
+go); or comes back as a new process that kept no token, after a clean disconnect. Its
+replicator crashes with everything else the faults pick, and it reconnects until the
+replicator is back. It acknowledges each batch a little after it arrives, as the client
+library does when the application asks for the next, and drops what it has had by epoch.
+
+The checker (ges.sim.checker) sees each session as one subscription: from its first
+``SessionOpened`` on, every matching event published must arrive once, in order per pubend,
+across every move — a gap notice would be a violation too (no log drops anything here).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import attrs
+
+from ges.durable import home_replicator
+from ges.matching.model import Profile, profile_to_wire
+from ges.sim.checker import Checker
+from ges.wire import messages as m
+
+#: Seconds between attempts to reach a replicator that is down.
+RETRY = 0.2
+#: Connection numbers of durable clients start here (others use lower ones).
+FIRST_CONN = 50_000
+
+
+@attrs.define(eq=False)
+class Durable:
+    name: str
+    profile: Profile
+    replicator: str
+    #: the current connection (None: away), and the epoch it has up to (the token's)
+    conn: int | None = None
+    epoch: int = -1
+    store: str = ""
+    #: connections taken over or moved away: what comes on them is not this client's now
+    old: set = attrs.Factory(set)
+    #: deliveries dropped as had already (by epoch), and moves made
+    dropped: int = 0
+    moves: int = 0
+
+
+class Roaming:
+    """The durable clients of one run (see the module docstring)."""
+
+    def __init__(self, sim, rng, checker: Checker, profiles: list[Profile]):
+        self.sim = sim
+        self.rng = rng
+        self.checker = checker
+        self._conns = itertools.count(FIRST_CONN)
+        brokers = sorted(sim.topology.brokers)
+        self.clients: dict[str, Durable] = {}
+        for i, profile in enumerate(profiles):
+            home = home_replicator(sim.topology, rng.choice(brokers))
+            self.clients[f"d{i}"] = Durable(f"d{i}", profile, home)
+        self._by_conn: dict[int, Durable] = {}
+
+    @property
+    def moves(self) -> int:
+        return sum(d.moves for d in self.clients.values())
+
+    def start(self) -> None:
+        for d in self.clients.values():
+            self.checker.subscribe(("session", d.name, 1), d.profile)
+            self._connect(d, True)
+
+    def _connect(self, d: Durable, subs: bool = False, token: bool = True) -> None:
+        if d.conn is not None:
+            return
+        conn = next(self._conns)
+        self._by_conn[conn] = d
+        sub = m.SessionSub(1, d.profile.id, profile_to_wire(d.profile))
+        msg = m.SessionOpen(
+            d.name,
+            [sub] if subs else None,
+            replicator=d.replicator,
+            store=d.store if token else "",
+            epoch=d.epoch if token else -1,
+            at=d.replicator,
+        )
+        d.conn = conn  # what it answers comes at once, on this connection
+        if not self.sim.client(d.replicator, conn, msg):  # its replicator is down: again later
+            d.conn = None
+            self.sim.at(self.sim.now + RETRY, self._connect, d, subs, token)
+
+    # -- what the replicator says ------------------------------------------------------------
+
+    def on_session(self, broker: str, conn: int, msg, now: float) -> None:
+        d = self._by_conn.get(conn)
+        if d is None:
+            return
+        kind = type(msg)
+        if conn in d.old or conn != d.conn:
+            return  # a connection this client left
+        if kind is m.SessionOpened:
+            d.store = msg.store
+            if d.epoch < 0:
+                d.epoch = msg.start
+            if msg.created:
+                self.checker.subscribed(("session", d.name, 1), now)
+        elif kind is m.SessionEvents:
+            fresh = [it for it in msg.items if it.epoch > d.epoch]
+            d.dropped += len(msg.items) - len(fresh)
+            for it in fresh:
+                if it.gap_to:
+                    self.checker._violate(
+                        now,
+                        self.checker.subs[("session", d.name, 1)],
+                        it.pubend,
+                        f"gap notice {it.item.tick}..{it.gap_to}: {it.why}",
+                    )
+                    continue
+                self.checker.deliver(
+                    ("session", d.name, 1),
+                    it.pubend,
+                    [(it.item.tick, dict(it.item.event.attributes))],
+                    now,
+                )
+            if fresh:
+                d.epoch = fresh[-1].epoch
+                when = now + self.rng.uniform(0.0, 0.02)
+                self.sim.at(when, self._ack, d, conn, d.epoch)
+        elif kind is m.SessionClosed:
+            d.old.add(conn)
+            d.conn = None
+            self.sim.at(now + self.rng.uniform(0.01, 0.2), self._connect, d)
+        elif kind is m.Error:
+            self.checker.broker_fault(now, broker, f"session {d.name}: {msg.reason}")
+
+    def on_crash(self, broker: str) -> None:
+        for d in self.clients.values():
+            if d.replicator == broker and d.conn is not None:
+                d.old.add(d.conn)
+                d.conn = None
+                self.sim.at(self.sim.now + RETRY, self._connect, d)
+
+    def _ack(self, d: Durable, conn: int, epoch: int) -> None:
+        if d.conn == conn:
+            self.sim.client(d.replicator, conn, m.SessionAck(d.name, epoch))
+
+    # -- moves ---------------------------------------------------------------------------------
+
+    def roam(self, d: Durable) -> None:
+        """One move of ``d``, drawn from the seed."""
+        sim = self.sim
+        if d.conn is None or d.replicator not in sim.cores:
+            return
+        d.moves += 1
+        kind = self.rng.choice(("away", "takeover", "redirect", "fresh"))
+        if kind == "takeover":  # a new connection while the old one is open
+            d.old.add(d.conn)
+            d.conn = None
+            self._connect(d)
+        elif kind == "redirect":  # an operator moves it: the old connection is told
+            ctl = next(self._conns)
+            to = self.rng.choice(sorted(sim.topology.brokers))
+            sim.client(d.replicator, ctl, m.SessionControl("roam", d.name, to))
+            sim.close_client(d.replicator, ctl)
+        else:  # away for a while; "fresh": back as a process that kept no token
+            conn = d.conn
+            if kind == "fresh":  # a clean disconnect: what it has is acknowledged first
+                sim.client(d.replicator, conn, m.SessionAck(d.name, d.epoch))
+                d.epoch = -1  # and the new process knows nothing of it
+            d.old.add(conn)
+            d.conn = None
+            sim.close_client(d.replicator, conn)
+            back = sim.now + self.rng.uniform(0.05, 1.0)
+            sim.at(back, self._connect, d, False, kind != "fresh")
