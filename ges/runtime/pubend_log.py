@@ -89,6 +89,26 @@ class LogBounds:
     max_publishers: int = MAX_PUBLISHERS
 
 
+def transaction(w: sqlite3.Connection, work, what: str):
+    """``work(w)`` in one transaction on connection ``w``; its result. An SQLite error (a full
+    disk, an I/O error) is an OperationError naming ``what``."""
+    try:
+        w.execute("BEGIN")
+        try:
+            got = work(w)
+            w.execute("COMMIT")
+        except BaseException:
+            # SQLite has rolled back by itself after some errors (a full disk): the error to
+            # report is the one that got here, not the rollback's
+            if w.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    w.execute("ROLLBACK")
+            raise
+    except sqlite3.Error as exc:
+        raise OperationError(f"{what}: {exc}") from None
+    return got
+
+
 class SqliteLog:
     """One pubend's durable log (see the module docstring)."""
 
@@ -381,26 +401,12 @@ class SqliteLog:
         return batches[-1][1]
 
     def _transaction(self, work):
-        """``work(connection)`` in one transaction on the writer connection; an SQLite error
-        (a full disk, an I/O error) is an OperationError naming the file."""
         try:
             if self._writer is None:
                 self._writer = self._connect()
-            w = self._writer
-            w.execute("BEGIN")
-            try:
-                got = work(w)
-                w.execute("COMMIT")
-            except BaseException:
-                # SQLite has rolled back by itself after some errors (a full disk): the error
-                # to report is the one that got here, not the rollback's
-                if w.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        w.execute("ROLLBACK")
-                raise
         except sqlite3.Error as exc:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
-        return got
+        return transaction(self._writer, work, f"pubend log {self.path}")
 
     def trim(self) -> None:
         """Keep about the newest MAX_LOG_EVENTS events, the oldest batches going whole (runs in

@@ -15,7 +15,6 @@ once no session wants it any more.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 from pathlib import Path
@@ -24,6 +23,7 @@ import msgspec
 
 from ges.durable.store import MAX_READ, SessionState
 from ges.errors import OperationError
+from ges.runtime.pubend_log import transaction
 from ges.wire import messages as m
 from ges.wire.messages import event_size
 
@@ -235,19 +235,7 @@ class SqliteSessionStore:
         self._committed = max(self._committed, epoch)
 
     def _transaction(self, work) -> None:
-        w = self._writer
-        try:
-            w.execute("BEGIN")
-            try:
-                work(w)
-                w.execute("COMMIT")
-            except BaseException:
-                if w.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        w.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise OperationError(f"session store {self.path}: {exc}") from None
+        transaction(self._writer, work, f"session store {self.path}")
 
     def _query(self, sql: str, args: tuple) -> list:
         try:
