@@ -126,6 +126,8 @@ def _list(topology_file, name, as_json, timeout, client, certs, insecure) -> Non
                             "acked_epoch": s.acked,
                             "last_epoch": s.last,
                             "held": s.held,
+                            "dropped_by_retention": s.dropped,
+                            "stale": s.stale,
                             "created": s.created,
                         }
                         for s in sessions
@@ -144,10 +146,11 @@ def _list(topology_file, name, as_json, timeout, client, certs, insecure) -> Non
     for s in sessions:
         ago = _ago(s.for_s)
         where = f"at {s.at} for {ago}" if s.at else f"no, for {ago}"
+        if s.stale:
+            where += " (stale: nobody resumed it within its age limit)"
         subs = "; ".join(f"{p or i}: {text}" for i, p, text in s.subs)
-        table.add_row(
-            s.name, s.owner or "—", where, s.replicator, subs, f"{s.held:,}", str(s.acked)
-        )
+        held = f"{s.held:,}" + (f" ({s.dropped:,} let go)" if s.dropped else "")
+        table.add_row(s.name, s.owner or "—", where, s.replicator, subs, held, str(s.acked))
     out.print(table)
 
 

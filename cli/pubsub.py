@@ -363,11 +363,21 @@ def _subscribe(
             else None
         )
         stdout = sys.stdout
+        shown = [-1]  # the epoch of the last delivery printed (durable sessions)
 
         def show(batch) -> bool:
             """Print a batch (and record it); True once --count events have come. A durable
             session's gap notice is a line of its own (stderr in text, an object in jsonl)."""
             nonlocal received
+            if count:  # what is printed and acknowledged: up to --count events, gaps included
+                n = 0
+                for i, d in enumerate(batch):
+                    n += not getattr(d, "gap_to", 0)
+                    if received + n >= count:
+                        batch = batch[: i + 1]
+                        break
+            if batch and isinstance(batch[-1], SessionDelivery):
+                shown[0] = batch[-1].epoch
             if any(getattr(d, "gap_to", 0) for d in batch):
                 for d in batch:
                     if d.gap_to:
@@ -375,8 +385,6 @@ def _subscribe(
                 batch = [d for d in batch if not getattr(d, "gap_to", 0)]
                 if not batch:
                     return False
-            if count:
-                batch = batch[: count - received]
             lines = [_format(d, fmt) for d in batch]
             stdout.write("\n".join(lines) + "\n")
             stdout.flush()
@@ -401,7 +409,7 @@ def _subscribe(
                             return True
                 finally:  # what was printed is had, however this ends (--count, --timeout, ^C)
                     with trio.CancelScope(shield=True), trio.move_on_after(1):
-                        await session.ack()
+                        await session.ack(shown[0])
             return None
         async with connect(
             spec.host, spec.port, topology=topology, client_id=client_name, **auth.connect_args()

@@ -114,13 +114,17 @@ class DurableSession:
                 raise group.exceptions[0] from None
             raise
 
-    async def ack(self) -> None:
-        """Acknowledge every batch handed out so far (the next is asked for, or the
-        ``running`` block ends normally, does the same): the session resumes after them."""
+    async def ack(self, upto: int | None = None) -> None:
+        """Acknowledge every batch handed out so far — or, with ``upto``, its deliveries up to
+        that epoch only (an application that stopped part way through a batch): the session
+        resumes after them. Asking for the next batch, or the ``running`` block ending
+        normally, acknowledges the last one."""
         if self._handed is None:
             return
         stream, epoch = self._handed
         self._handed = None
+        if upto is not None:
+            epoch = min(epoch, upto)
         self.token.epoch = max(self.token.epoch, epoch)
         await stream.ack(self.token.epoch)
 
@@ -176,6 +180,8 @@ class DurableSession:
                     else:
                         failures = 0
                         self.subs = None  # entered: later opens resume with them
+                        if token.store and answer.store != token.store:
+                            token.epoch = -1  # another store: its epochs are not ours
                         token.replicator, token.store = answer.replicator, answer.store
                         if token.epoch < 0:
                             token.epoch = answer.start

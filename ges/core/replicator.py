@@ -29,7 +29,7 @@ from collections import deque
 
 import attrs
 
-from ges.core.outputs import ToClient
+from ges.core.outputs import Notice, ToClient
 from ges.core.part import Part
 from ges.durable import session_name_problem
 from ges.durable.store import SessionState, SessionStore
@@ -55,6 +55,10 @@ REPLAY_RESEND = 1.0
 MAX_HELD_BYTES = 16 * 1024 * 1024
 #: "up to the last committed tick", in a replay request
 _ALL = 1 << 62
+#: Seconds between two looks at the sessions' retention limits, and the events one look lets
+#: go of at most per session (the rest at the next).
+RETENTION_EVERY = 1.0
+TRIM_CHUNK = 10_000
 
 
 @attrs.define(eq=False)
@@ -83,8 +87,13 @@ class Live:
     sent: int = 0
     inflight: deque = attrs.Factory(deque)
     inflight_bytes: int = 0
-    #: an open waiting for its subscriptions to start: (conn, the SessionOpen, the reqs left)
-    opening: tuple[int, m.SessionOpen, set[int], bool] | None = None
+    #: an open waiting for its subscriptions to start: (conn, the SessionOpen, the reqs left,
+    #: whether it made the session, the subscriptions it had before)
+    opening: tuple | None = None
+    #: events held for it after what its client acknowledged (kept up to date here, so
+    #: retention needs no count of the store), and the last epoch stored for it
+    held: int = 0
+    last: int = 0
 
 
 class Replicator(Part):
@@ -97,8 +106,9 @@ class Replicator(Part):
         self._by_key: dict[int, Live] = {}
         #: sessions with events appended since the last commit was streamed
         self._dirty: set[int] = set()
-        #: per pubend, the lowest tick stored but not yet committed
-        self._uncommitted: dict[str, int] = {}
+        #: per pubend, (epoch, tick) of the first of each group of its events stored and not
+        #: yet committed, in order
+        self._uncommitted: dict[str, deque] = {}
         self._reqs = 0
         self._next_key = 1
         #: per pubend, the tick up to which everything its sessions want is stored (kept)
@@ -107,6 +117,8 @@ class Replicator(Part):
         #: they are all in place, the pubends read back (or not needing it), and those being
         self._restarted = False
         self._restoring: set[int] = set()
+        self._restoring_of: dict[int, set[int]] = {}
+        self._retention_due = 0.0
         self._live: set[str] = set()
         self._replays: dict[str, Replay] = {}
 
@@ -117,7 +129,10 @@ class Replicator(Part):
         out: list = []
         for _, state in sorted(self.store.sessions().items()):
             live = self._add(state, now)
-            out += self._subscribe(live, state.subs, {}, self._restoring)
+            live.held, live.last = self.store.held(state.key, state.acked)
+            waiting = self._restoring_of[state.key] = set()
+            out += self._subscribe(live, state.subs, {}, waiting)
+            self._restoring |= waiting
         self._restarted = bool(self._restoring)
         return out
 
@@ -159,20 +174,31 @@ class Replicator(Part):
         if live is None:
             return []
         if type(msg) is m.Error:  # a subscription refused: the open fails, in one line
+            restoring = self._restoring_of.pop(live.state.key, set())
+            if restoring:  # a stored profile this broker no longer takes: said, not waited for
+                self._restoring -= restoring
+                text = f"durable session {live.state.name}: its stored profile is refused: {msg.reason}"
+                out = [Notice("warning", text)]
+                return out + ([] if self._restoring else self._replay_all(now))
             if live.opening is None:
                 return []
-            follower, open_msg, _, created = live.opening
+            follower, open_msg, _, created, before = live.opening
             live.opening = None
             out = [ToClient(follower, m.Error(msg.reason, req=open_msg.req))]
-            return out + (self._end(live, now) if created else [])
+            if created:
+                return out + self._end(live, now)
+            live.state.subs = before  # the change is refused: the session keeps what it had
+            self.store.save_session(live.state)
+            return out + self._subscribe(live, before, {}, set())
         if type(msg) is not m.SubAck:
             return []
         if msg.req in self._restoring:
             self._restoring.discard(msg.req)
+            self._restoring_of.get(live.state.key, set()).discard(msg.req)
             return [] if self._restoring else self._replay_all(now)
         if live.opening is None:
             return []
-        follower, open_msg, waiting, created = live.opening
+        follower, open_msg, waiting, created, _ = live.opening
         waiting.discard(msg.req)
         if waiting:
             return []
@@ -210,10 +236,11 @@ class Replicator(Part):
             reason = f"durable session {msg.name!r} belongs to {live.state.owner!r}"
             return [ToClient(conn, m.Error(reason, denied=True, req=msg.req))]
         elif live.opening is not None:  # taken over while its subscriptions go in: wait too
-            old_conn, _, waiting, created = live.opening
+            old_conn, _, waiting, created, before = live.opening
             live.opening = None
             note = m.SessionClosed(msg.name, f"taken over at {msg.at or self.id}")
-            return [ToClient(old_conn, note), *self._open(live, conn, msg, created, now, waiting)]
+            out = [ToClient(old_conn, note)]
+            return out + self._open(live, conn, msg, created, now, waiting, before)
         return self._open(live, conn, msg, created, now)
 
     def _open(
@@ -224,20 +251,25 @@ class Replicator(Part):
         created: bool,
         now: float,
         waiting: set[int] | None = None,
+        before: dict | None = None,
     ) -> list:
         out: list = []
+        before = dict(live.state.subs) if before is None else before
         if live.follower is not None:
             reason = f"taken over at {msg.at or self.id}"
             out.append(ToClient(live.follower, m.SessionClosed(msg.name, reason)))
             self._detach(live, now)
         waiting = set() if waiting is None else waiting
+        if msg.max_events or msg.max_age:  # its own retention limits, from now on
+            live.state.max_events, live.state.max_age = msg.max_events, msg.max_age
+            self.store.save_session(live.state)
         if msg.subs is not None:
             subs = {s.sub_id: (s.profile_id, s.conjunctions) for s in msg.subs}
             out += self._subscribe(live, subs, live.state.subs, waiting)
             live.state.subs = subs
             self.store.save_session(live.state)
         if waiting:
-            live.opening = (conn, msg, waiting, created)
+            live.opening = (conn, msg, waiting, created, before)
             return out
         return out + self._opened(live, conn, msg, created, now)
 
@@ -257,6 +289,7 @@ class Replicator(Part):
         live.inflight.clear()
         live.inflight_bytes = 0
         backlog, _ = self.store.held(state.key, start)
+        live.held = backlog
         subs = [(sub_id, profile_id) for sub_id, (profile_id, _) in sorted(state.subs.items())]
         opened = m.SessionOpened(
             state.name, self.id, self.store.id, created, start, backlog, subs, req=msg.req
@@ -277,7 +310,11 @@ class Replicator(Part):
         return []
 
     def _acked(self, live: Live, epoch: int) -> None:
+        # what it has now is held for it no more (a count over what was acknowledged only)
+        live.held = max(0, live.held - self.store.count(live.state.key, live.state.acked, epoch))
         live.state.acked = epoch
+        if epoch >= live.state.trimmed:  # it has been told of what retention let go
+            live.state.gaps.clear()
         self.store.release(live.state.key, epoch)
         self.store.save_session(live.state)
 
@@ -351,7 +388,7 @@ class Replicator(Part):
 
     def _info(self, live: Live, now: float) -> m.SessionInfo:
         state = live.state
-        held, last = self.store.held(state.key, state.acked)
+        max_age = state.max_age or self.topology.session_limits.max_age
         subs = [
             (sub_id, profile_id, _describe(conjunctions))
             for sub_id, (profile_id, conjunctions) in sorted(state.subs.items())
@@ -364,9 +401,11 @@ class Replicator(Part):
             max(0.0, now - live.since),
             subs,
             state.acked,
-            max(last, state.acked),
-            held,
+            max(live.last, state.acked),
+            live.held,
             state.created,
+            state.dropped,
+            live.follower is None and now - live.since > max_age,
         )
 
     # -- storing and streaming --------------------------------------------------------------
@@ -394,16 +433,25 @@ class Replicator(Part):
         if not per_tick:
             return []
         store = self.store
+        first_epoch = store.last + 1
         for tick in sorted(per_tick):
             item, wants = per_tick[tick]
             store.append(pubend, _stored_item(item), sorted(wants.items()))
             self._dirty.update(wants)
+            for key in wants:
+                self._by_key[key].held += 1
+                self._by_key[key].last = store.last
         self._top[pubend] = last = max(per_tick)
         store.set_top(pubend, last)
-        first = min(per_tick)
-        if self._uncommitted.get(pubend, first + 1) > first:
-            self._uncommitted[pubend] = first
+        self._pending(pubend, min(per_tick), first_epoch)
         return self._committed_now()
+
+    def _pending(self, pubend: str, tick: int, epoch: int) -> None:
+        """Ticks of ``pubend`` from ``tick`` on are stored from ``epoch`` on, not committed."""
+        q = self._uncommitted.get(pubend)
+        if q is None:
+            q = self._uncommitted[pubend] = deque()
+        q.append((epoch, tick))
 
     def floor(self, pubend: str) -> int | None:
         """The highest tick of ``pubend`` this broker may acknowledge for its sessions (None:
@@ -412,8 +460,8 @@ class Replicator(Part):
         if self._restarted and pubend not in self._live and not self._local(pubend):
             self._begin(pubend)
             return self._horizon(pubend)
-        first = self._uncommitted.get(pubend)
-        return None if first is None else first - 1
+        q = self._uncommitted.get(pubend)
+        return q[0][1] - 1 if q else None
 
     # -- after a restart: reading back what was missed (seed 004 §4: a replicator that fails
     # -- recovers from the pubends' logs, which keep what it has not acknowledged) -------------
@@ -504,10 +552,13 @@ class Replicator(Part):
                 if wants:
                     store.append(pubend, it, sorted(wants.items()))
                     self._dirty.update(wants)
+                    for key in wants:
+                        self._by_key[key].held += 1
+                        self._by_key[key].last = store.last
         if msg.hi >= msg.lo:
             self._top[pubend] = max(top, msg.hi)
             store.set_top(pubend, self._top[pubend])
-            self._uncommitted.setdefault(pubend, msg.lo)
+            self._pending(pubend, msg.lo, store.last)
             rp.next = msg.hi + 1
             return self._ask(pubend, rp, now) + self._committed_now()
         if rp.next - 1 < rp.let_go:  # an answer older than what was let go
@@ -524,9 +575,53 @@ class Replicator(Part):
         store = self.store
         return self.on_committed() if store.committed >= store.last else []
 
-    def on_timer(self, now: float) -> list:
-        """Replay requests with no answer go again."""
+    def _retention(self, now: float) -> list:
+        """Let go of the oldest events of sessions over their limits, a chunk at a time; the
+        client is told which ticks per pubend it may have missed (a gap notice first in its
+        stream)."""
         out: list = []
+        limits = self.topology.session_limits
+        cut_by_age: dict[float, int] = {}
+        for live in self.sessions.values():
+            state = live.state
+            max_events = state.max_events or limits.max_events
+            max_age = state.max_age or limits.max_age
+            after = max(state.acked, state.trimmed)
+            cut = after
+            if live.held > max_events:
+                cut = self.store.nth(state.key, after, min(live.held - max_events, TRIM_CHUNK))
+                why = f"over the session's limit of {max_events:,} events held"
+            if max_age not in cut_by_age:
+                cut_by_age[max_age] = self.store.stored_before(max_age)
+            if cut_by_age[max_age] > cut:
+                cut = self.store.nth(state.key, after, TRIM_CHUNK)
+                cut = min(cut, cut_by_age[max_age])
+                why = f"older than the session's limit of {max_age:,.0f} s"
+            if cut <= after:
+                continue
+            unsent = max(after, live.sent if live.follower is not None else after)
+            for pubend, (lo, hi) in self.store.ticks(state.key, unsent, cut).items():
+                old = state.gaps.get(pubend)
+                state.gaps[pubend] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+            gone = self.store.count(state.key, after, cut)
+            state.dropped += gone
+            live.held = max(0, live.held - gone)
+            state.trimmed = cut
+            state.gap_why = why
+            self.store.release(state.key, cut)
+            self.store.save_session(state)
+            out.append(
+                Notice("warning", f"durable session {state.name}: {gone:,} events let go, {why}")
+            )
+            out += self._pump(live)
+        return out
+
+    def on_timer(self, now: float) -> list:
+        """Replay requests with no answer go again; retention's look comes due."""
+        out: list = []
+        if now >= self._retention_due:
+            self._retention_due = now + RETENTION_EVERY
+            out += self._retention(now)
         if not self._restoring:
             for pubend, rp in sorted(self._replays.items()):
                 if rp.asked is None or now >= rp.asked + REPLAY_RESEND:  # as next_deadline
@@ -534,9 +629,10 @@ class Replicator(Part):
         return out
 
     def next_deadline(self) -> float:
+        due = self._retention_due if self.sessions else float("inf")
         if self._restoring or not self._replays:
-            return float("inf")
-        return min((rp.asked or 0.0) + REPLAY_RESEND for rp in self._replays.values())
+            return due
+        return min(due, *((rp.asked or 0.0) + REPLAY_RESEND for rp in self._replays.values()))
 
     def on_committed(self) -> list:
         """The store committed everything appended: stream it."""
@@ -557,6 +653,23 @@ class Replicator(Part):
             return []
         out: list = []
         key = live.state.key
+        state = live.state
+        if live.sent < state.trimmed:  # retention let go of some: the client is told first
+            gaps = [
+                m.SessionItem(
+                    state.trimmed,
+                    pubend,
+                    m.EventItem(lo, 0, 0, m.Event({})),
+                    [],
+                    hi,
+                    state.gap_why or "let go by retention",
+                )
+                for pubend, (lo, hi) in sorted(state.gaps.items())
+            ]
+            live.sent = state.trimmed
+            if gaps:
+                live.inflight.append((live.sent, 0))
+                out.append(ToClient(live.follower, m.SessionEvents(state.name, gaps)))
         while live.inflight_bytes < WINDOW_BYTES and live.sent < self.store.committed:
             items = self.store.read(key, live.sent, max_bytes=WINDOW_BYTES - live.inflight_bytes)
             if not items:

@@ -38,6 +38,15 @@ class SessionState:
     created: float
     #: the last epoch its client acknowledged (0: none)
     acked: int = 0
+    #: its own retention limits (0: the topology's ``sessions:``)
+    max_events: int = 0
+    max_age: float = 0.0
+    #: retention let go of its events up to this epoch (0: none), the ticks per pubend its
+    #: client has not been told of yet, and how many events went in all
+    trimmed: int = 0
+    gaps: dict[str, tuple[int, int]] = attrs.Factory(dict)
+    dropped: int = 0
+    gap_why: str = ""
 
 
 class SessionStore(Protocol):
@@ -92,12 +101,30 @@ class SessionStore(Protocol):
     def release(self, key: int, upto: int) -> None:
         """Session ``key`` needs nothing up to epoch ``upto`` any more."""
 
+    def nth(self, key: int, after: int, n: int) -> int:
+        """The epoch of session ``key``'s ``n``-th event after ``after`` (its last if it has
+        fewer; ``after`` if none)."""
+
+    def stored_before(self, age: float) -> int:
+        """The last epoch stored over ``age`` seconds ago (0: none); the store keeps the time
+        of day of each append (the core reads no clock)."""
+
+    def count(self, key: int, after: int, upto: int) -> int:
+        """How many of session ``key``'s events are in epochs ``after + 1..upto``."""
+
+    def ticks(self, key: int, after: int, upto: int) -> dict[str, tuple[int, int]]:
+        """Per pubend, the lowest and highest tick of session ``key``'s events in epochs
+        ``after + 1..upto``."""
+
 
 class MemorySessionStore:
     """:class:`SessionStore` in memory: every append is committed at once."""
 
-    def __init__(self, store_id: str = "memory"):
+    def __init__(self, store_id: str = "memory", clock=lambda: 0.0):
         self.id = store_id
+        #: the time of day of an append (the simulator gives its own)
+        self.clock = clock
+        self._times: list[tuple[float, int]] = []
         self._sessions: dict[str, SessionState] = {}
         #: epoch -> (pubend, item, {key: sub_ids}, gap_to, why)
         self._events: dict[int, tuple] = {}
@@ -107,10 +134,15 @@ class MemorySessionStore:
         self._tops: dict[str, int] = {}
 
     def sessions(self) -> dict[str, SessionState]:
-        return {n: attrs.evolve(s, subs=dict(s.subs)) for n, s in self._sessions.items()}
+        return {
+            n: attrs.evolve(s, subs=dict(s.subs), gaps=dict(s.gaps))
+            for n, s in self._sessions.items()
+        }
 
     def save_session(self, state: SessionState) -> None:
-        self._sessions[state.name] = attrs.evolve(state, subs=dict(state.subs))
+        self._sessions[state.name] = attrs.evolve(
+            state, subs=dict(state.subs), gaps=dict(state.gaps)
+        )
         self._wants.setdefault(state.key, [])
 
     def drop_session(self, state: SessionState) -> None:
@@ -137,6 +169,7 @@ class MemorySessionStore:
         self._last += 1
         epoch = self._last
         self._events[epoch] = (pubend, item, dict(wants), gap_to, why)
+        self._times.append((self.clock(), epoch))
         for key, _ in wants:
             self._wants.setdefault(key, []).append(epoch)
         return epoch
@@ -167,6 +200,29 @@ class MemorySessionStore:
     def held(self, key: int, after: int) -> tuple[int, int]:
         epochs = self._epochs_after(key, after)
         return len(epochs), (epochs[-1] if epochs else 0)
+
+    def nth(self, key: int, after: int, n: int) -> int:
+        epochs = self._epochs_after(key, after)[:n]
+        return epochs[-1] if epochs else after
+
+    def stored_before(self, age: float) -> int:
+        from bisect import bisect_left
+
+        i = bisect_left(self._times, (self.clock() - age, 0))
+        return self._times[i - 1][1] if i else 0
+
+    def count(self, key: int, after: int, upto: int) -> int:
+        return sum(1 for epoch in self._epochs_after(key, after) if epoch <= upto)
+
+    def ticks(self, key: int, after: int, upto: int) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for epoch in self._epochs_after(key, after):
+            if epoch > upto:
+                break
+            pubend, item = self._events[epoch][:2]
+            lo, hi = out.get(pubend, (item.tick, item.tick))
+            out[pubend] = (min(lo, item.tick), max(hi, item.tick))
+        return out
 
     def release(self, key: int, upto: int) -> None:
         epochs = self._wants.get(key)

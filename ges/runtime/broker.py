@@ -132,7 +132,7 @@ class BrokerServer:
             self.session_store = (
                 SqliteSessionStore(Path(data_dir) / f"{broker_id}.sessions.db")
                 if data_dir is not None
-                else MemorySessionStore()
+                else MemorySessionStore(os.urandom(8).hex())
             )
         self._sessions_wakeup = trio.Event()
         #: ``--record DIR``: delivery records of this broker's local clients
@@ -344,6 +344,10 @@ class BrokerServer:
                         await self._dispatch(outs)
         finally:
             store.close()
+
+    def is_client(self, conn_id: int) -> bool:
+        """Connection ``conn_id`` is a client still connected here."""
+        return conn_id in self._clients
 
     def is_follower(self, conn_id: int) -> bool:
         """Connection ``conn_id`` is a broker following sessions of this replicator."""

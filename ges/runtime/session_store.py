@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
+import attrs
 import msgspec
 
 from ges.durable.store import MAX_READ, SessionState
@@ -31,6 +33,9 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode_item = msgspec.msgpack.Decoder(m.EventItem).decode
 _decode_subs = msgspec.msgpack.Decoder(dict[int, tuple[str, list[list[m.Constraint]]]]).decode
 _decode_ints = msgspec.msgpack.Decoder(list[int]).decode
+_decode_retention = msgspec.msgpack.Decoder(
+    tuple[int, float, int, dict[str, tuple[int, int]], int, str]
+).decode
 
 #: A group at most this large (bytes of events) is committed on the event loop's thread.
 INLINE_MAX_BYTES = 256 * 1024
@@ -39,10 +44,12 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (
     name TEXT PRIMARY KEY, key INTEGER NOT NULL UNIQUE, owner TEXT NOT NULL,
-    subs BLOB NOT NULL, created REAL NOT NULL, acked INTEGER NOT NULL);
+    subs BLOB NOT NULL, created REAL NOT NULL, acked INTEGER NOT NULL, retention BLOB);
 CREATE TABLE IF NOT EXISTS events (
     epoch INTEGER PRIMARY KEY, pubend TEXT NOT NULL, item BLOB NOT NULL,
-    gap_to INTEGER NOT NULL DEFAULT 0, why TEXT NOT NULL DEFAULT '');
+    gap_to INTEGER NOT NULL DEFAULT 0, why TEXT NOT NULL DEFAULT '',
+    tick INTEGER NOT NULL DEFAULT 0, stored_at REAL NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS events_stored_at ON events (stored_at);
 CREATE TABLE IF NOT EXISTS tops (pubend TEXT PRIMARY KEY, tick INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS wants (
     key INTEGER NOT NULL, epoch INTEGER NOT NULL, subs BLOB NOT NULL,
@@ -91,16 +98,22 @@ class SqliteSessionStore:
     # -- the SessionStore interface -------------------------------------------------------------
 
     def sessions(self) -> dict[str, SessionState]:
-        rows = self._query("SELECT name, owner, key, subs, created, acked FROM sessions", ())
-        return {
-            name: SessionState(name, owner, key, _decode_subs(subs), created, acked)
-            for name, owner, key, subs, created, acked in rows
-        }
+        rows = self._query(
+            "SELECT name, owner, key, subs, created, acked, retention FROM sessions", ()
+        )
+        out = {}
+        for name, owner, key, subs, created, acked, retention in rows:
+            state = SessionState(name, owner, key, _decode_subs(subs), created, acked)
+            if retention:
+                n, age, trimmed, gaps, dropped, why = _decode_retention(retention)
+                state.max_events, state.max_age, state.trimmed = n, age, trimmed
+                state.gaps, state.dropped = {p: tuple(t) for p, t in gaps.items()}, dropped
+                state.gap_why = why
+            out[name] = state
+        return out
 
     def save_session(self, state: SessionState) -> None:
-        self._saves[state.name] = SessionState(
-            state.name, state.owner, state.key, dict(state.subs), state.created, state.acked
-        )
+        self._saves[state.name] = attrs.evolve(state, subs=dict(state.subs), gaps=dict(state.gaps))
 
     def drop_session(self, state: SessionState) -> None:
         self._saves[state.name] = None
@@ -125,7 +138,7 @@ class SqliteSessionStore:
         self._last += 1
         epoch = self._last
         body = _encode(item)
-        self._pending_events.append((epoch, pubend, body, gap_to, why))
+        self._pending_events.append((epoch, pubend, body, gap_to, why, item.tick, time.time()))
         self._pending_wants += [(key, epoch, _encode(subs)) for key, subs in wants]
         self._pending_bytes += len(body)
         return epoch
@@ -159,6 +172,36 @@ class SqliteSessionStore:
             (key, after),
         )
         return n, last
+
+    def nth(self, key: int, after: int, n: int) -> int:
+        rows = self._query(
+            "SELECT MAX(epoch) FROM (SELECT epoch FROM wants WHERE key = ? AND epoch > ?"
+            " ORDER BY epoch LIMIT ?)",
+            (key, after, n),
+        )
+        return rows[0][0] or after
+
+    def stored_before(self, age: float) -> int:
+        rows = self._query(
+            "SELECT MAX(epoch) FROM events WHERE stored_at < ?", (time.time() - age,)
+        )
+        return rows[0][0] or 0
+
+    def count(self, key: int, after: int, upto: int) -> int:
+        rows = self._query(
+            "SELECT COUNT(*) FROM wants WHERE key = ? AND epoch > ? AND epoch <= ?",
+            (key, after, upto),
+        )
+        return rows[0][0]
+
+    def ticks(self, key: int, after: int, upto: int) -> dict[str, tuple[int, int]]:
+        rows = self._query(
+            "SELECT e.pubend, MIN(e.tick), MAX(e.tick) FROM wants w JOIN events e"
+            " ON e.epoch = w.epoch WHERE w.key = ? AND w.epoch > ? AND w.epoch <= ?"
+            " GROUP BY e.pubend",
+            (key, after, upto),
+        )
+        return {pubend: (lo, hi) for pubend, lo, hi in rows}
 
     def release(self, key: int, upto: int) -> None:
         if self._releases.get(key) != -1:
@@ -195,7 +238,8 @@ class SqliteSessionStore:
 
         def work(w: sqlite3.Connection) -> None:
             w.executemany(
-                "INSERT INTO events (epoch, pubend, item, gap_to, why) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO events (epoch, pubend, item, gap_to, why, tick, stored_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 events,
             )
             w.executemany("INSERT OR REPLACE INTO tops (pubend, tick) VALUES (?, ?)", tops.items())
@@ -204,9 +248,18 @@ class SqliteSessionStore:
                 if state is None:
                     w.execute("DELETE FROM sessions WHERE name = ?", (name,))
                 else:
+                    retention = (
+                        state.max_events,
+                        state.max_age,
+                        state.trimmed,
+                        state.gaps,
+                        state.dropped,
+                        state.gap_why,
+                    )
                     w.execute(
-                        "INSERT OR REPLACE INTO sessions (name, key, owner, subs, created, acked)"
-                        " VALUES (?, ?, ?, ?, ?, ?)",
+                        "INSERT OR REPLACE INTO sessions"
+                        " (name, key, owner, subs, created, acked, retention)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
                         (
                             name,
                             state.key,
@@ -214,6 +267,7 @@ class SqliteSessionStore:
                             _encode(state.subs),
                             state.created,
                             state.acked,
+                            _encode(retention),
                         ),
                     )
             for key, upto in releases.items():

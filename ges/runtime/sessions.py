@@ -29,8 +29,9 @@ import msgspec
 import trio
 
 from ges.core import ToClient
-from ges.durable import home_replicator, replicator_brokers
+from ges.durable import home_replicator, replicator_brokers, session_name_problem
 from ges.runtime.admission import MAX_HELLO_FRAME
+from ges.security.access import ANONYMOUS
 from ges.transport.connection import Connection, ConnectionClosed
 from ges.wire import FrameError, encode
 from ges.wire import messages as m
@@ -41,6 +42,8 @@ from ges.wire.messages import hello_for
 ASK_WAIT = 5.0
 #: Seconds to wait for a follow connection to a replicator to open.
 FOLLOW_CONNECT_WAIT = 5.0
+#: Seconds between keepalives on a follow connection (as a client library's).
+KEEPALIVE = 10.0
 
 #: What a client may send about durable sessions (the runtime hands them here).
 SESSION_REQUESTS = frozenset({m.SessionOpen, m.SessionAck, m.SessionControl, m.SessionLeave})
@@ -90,30 +93,50 @@ class SessionDesk:
             rep = self._held.get(conn_id, {}).get(msg.name)
             if rep is None:
                 return []
-            if rep == self.id:
+            if rep == self.id:  # the replicator takes it only from the session's follower
                 return self.core.replicator.ack(conn_id, msg)
             follow = self._follows.get(rep)
-            if follow is not None and follow.conn is not None:
+            # only from the client the session streams to (not one whose open is unanswered)
+            if (
+                follow is not None
+                and follow.conn is not None
+                and follow.sessions.get(msg.name) == conn_id
+            ):
                 self._send(follow, msg)
             return []
         if kind is m.SessionLeave:  # a broker's client of this replicator's session went
             if self.core.replicator is not None and self.server.is_follower(conn_id):
                 self.core.replicator.leave(conn_id, msg.name, now)
             return []
-        who, operator = self._who(conn_id)
+        follower = self.server.is_follower(conn_id)
+        who, operator = ("", True) if follower else self._who(conn_id)
         if kind is m.SessionControl:
             replicator = self.core.replicator
             if replicator is None:
                 reason = f"broker {self.id} holds no durable sessions (it is not a replicator)"
                 return [ToClient(conn_id, m.Error(reason, req=msg.req))]
-            if msg.action == "find":
+            if msg.action == "find":  # a broker looking for it, its owner, or an operator
                 found = replicator.find(msg.name, now)
+                if not operator:
+                    found.sessions[:] = [s for s in found.sessions if s.owner in ("", who)]
                 return [ToClient(conn_id, msgspec.structs.replace(found, req=msg.req))]
             return replicator.control(conn_id, msg, who, operator, now)
-        if self.server.is_follower(conn_id):  # a broker opening a session for its client here
+        if follower:  # a broker opening a session for its client here
             return self._open_here(conn_id, msg, now)
+        why = session_name_problem(msg.name) or self._anonymous(conn_id)
+        if why is not None:
+            return [ToClient(conn_id, m.Error(why, req=msg.req))]
         msg = msgspec.structs.replace(msg, owner=who, operator=operator, at=self.id)
         return await self._open(conn_id, msg, now)
+
+    def _anonymous(self, conn_id: int) -> str | None:
+        """Why this client may not hold a durable session (None: it may): one that proved no
+        identity has no name of its own to own it by."""
+        access = self.server.access
+        grant = None if access is None else access.grant(conn_id)
+        if grant is not None and not isinstance(grant, str) and ANONYMOUS in grant.roles:
+            return "an anonymous client may not hold a durable session (it has no name of its own)"
+        return None
 
     def _who(self, conn_id: int) -> tuple[str, bool]:
         access = self.server.access
@@ -142,18 +165,26 @@ class SessionDesk:
                 return [ToClient(conn_id, m.SessionClosed(msg.name, why, retry=True))]
             if rep is None:
                 rep = self.home
-        self._held.setdefault(conn_id, {})[msg.name] = rep
         if rep == self.id:
+            self._held.setdefault(conn_id, {})[msg.name] = rep
             return self._open_here(conn_id, msg, now)
         follow = await self._follow(rep)
         if follow.conn is None:
-            self._held[conn_id].pop(msg.name, None)
             reason = f"replicator {rep} of session {msg.name!r} is unreachable: {follow.failed}"
             return [ToClient(conn_id, m.SessionClosed(msg.name, reason, retry=True))]
+        out = []
+        holder = follow.sessions.get(msg.name)
+        if holder is not None and holder != conn_id:
+            # taken over from another client of this broker: it is told now, and its leaving
+            # later must not end the new one's stream (both share this follow connection)
+            del follow.sessions[msg.name]
+            self._held.get(holder, {}).pop(msg.name, None)
+            note = m.SessionClosed(msg.name, f"taken over at {self.id}")
+            out.append(ToClient(holder, note))
         req = next(self._reqs)
         follow.asks[req] = [conn_id, msg.req, None, msg.name]
         self._send(follow, msgspec.structs.replace(msg, req=req))
-        return []
+        return out
 
     async def _find(self, name: str) -> tuple[str | None, str | None]:
         """The replicator holding session ``name`` (None: none does), or why that cannot be
@@ -189,6 +220,9 @@ class SessionDesk:
         """A client of this broker went: its sessions stay, and go on storing."""
         held = self._held.pop(conn_id, {})
         out: list = []
+        for follow in self._follows.values():  # opens it was waiting for: nobody waits now
+            for req in [r for r, ask in follow.asks.items() if ask[0] == conn_id]:
+                del follow.asks[req]
         for name, rep in held.items():
             if rep == self.id:
                 if self.core.replicator is not None:
@@ -251,6 +285,7 @@ class SessionDesk:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(conn.writer)
+                nursery.start_soon(self._keepalive, follow)
                 try:
                     async for batch in conn.read_messages():
                         outs: list = []
@@ -274,10 +309,23 @@ class SessionDesk:
             for ask in follow.asks.values():
                 if ask[2] is not None:
                     ask[2].set()
+                else:  # an open waiting for its answer: open it again later
+                    note = m.SessionClosed(
+                        ask[3], f"replicator {rep} unreachable: {why}", retry=True
+                    )
+                    outs.append(ToClient(ask[0], note))
+            follow.asks.clear()
             with trio.CancelScope(shield=True):
                 await conn.aclose()
                 if outs:
                     await self.server._dispatch(outs)
+
+    async def _keepalive(self, follow: Follow) -> None:
+        """A frame every KEEPALIVE seconds: the replicator closes a connection it has heard
+        nothing from for longer than its clients' idle deadline."""
+        while follow.conn is not None:
+            await trio.sleep(KEEPALIVE)
+            self._send(follow, m.Heartbeat())
 
     def _send(self, follow: Follow, msg) -> None:
         conn = follow.conn
@@ -305,14 +353,20 @@ class SessionDesk:
                 return []
             del follow.asks[msg.req]
             if kind is m.SessionOpened:  # streams to this client from now on
+                if not self.server.is_client(client):  # it left before the answer
+                    self._send(follow, m.SessionLeave(msg.name))
+                    return []
                 follow.sessions[msg.name] = client
-            else:
-                self._held.get(client, {}).pop(ask[3], None)
+                self._held.setdefault(client, {})[msg.name] = follow.replicator
             return [ToClient(client, msgspec.structs.replace(msg, req=req))]
         if kind is m.SessionClosed:
             client = follow.sessions.pop(msg.name, None)
-            if client is None:
-                return []
-            self._held.get(client, {}).pop(msg.name, None)
-            return [ToClient(client, msg)]
+            if client is not None:
+                self._held.get(client, {}).pop(msg.name, None)
+                return [ToClient(client, msg)]
+            # an open still waiting (taken over or ended meanwhile): its opener is told
+            for req, ask in list(follow.asks.items()):
+                if ask[2] is None and ask[3] == msg.name:
+                    del follow.asks[req]
+                    return [ToClient(ask[0], msg)]
         return []

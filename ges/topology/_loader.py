@@ -22,6 +22,7 @@ from ges.topology.specs import (
     LinkCostMatrix,
     LinkSpec,
     ReplicatorSpec,
+    SessionLimits,
     broker_order_key,
     connected_components,
     link_key,
@@ -32,7 +33,16 @@ from ges.topology.specs import (
 #: ~30 MB, so this leaves room while keeping a stray multi-GB file from eating memory.
 MAX_TOPOLOGY_BYTES = 64 * 1024 * 1024
 
-_TOP_KEYS = {"name", "block_limit", "brokers", "links", "replicators", "link_costs", "description"}
+_TOP_KEYS = {
+    "name",
+    "block_limit",
+    "brokers",
+    "links",
+    "replicators",
+    "link_costs",
+    "description",
+    "sessions",
+}
 _BROKER_KEYS = {"unit", "host", "port"}
 
 #: the class a loaded topology is made as (ges.topology.model.Topology)
@@ -189,6 +199,7 @@ def build(data, make: type[T], *, source: str, lines: bool | None) -> T:
     links = _parse_links(data, brokers, w)
     replicators = _parse_replicators(data, brokers, w)
     link_costs = _parse_link_costs(data, w)
+    session_limits = _parse_session_limits(data, w)
 
     warnings = _check_structure(data, brokers, links, block_limit, w)
     return make(
@@ -198,6 +209,7 @@ def build(data, make: type[T], *, source: str, lines: bool | None) -> T:
         links=tuple(links),
         replicators=tuple(replicators),
         link_costs=link_costs,
+        session_limits=session_limits,
         warnings=tuple(warnings),
         source=source,
     )
@@ -321,6 +333,45 @@ def _parse_replicators(data, brokers, w: _Where) -> list[ReplicatorSpec]:
             )
         out.append(ReplicatorSpec(unit=unit, broker=bid))
     return out
+
+
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value) -> float | None:
+    """Seconds from a number or ``30s``, ``15m``, ``12h``, ``7d``; None if it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value) if value > 0 else None
+    text = str(value).strip()
+    unit = _SECONDS.get(text[-1:])
+    try:
+        number = float(text[:-1] if unit else text)
+    except ValueError:
+        return None
+    seconds = number * (unit or 1)
+    return seconds if 0 < seconds < 1e12 else None
+
+
+def _parse_session_limits(data, w: _Where) -> SessionLimits:
+    raw = data.get("sessions")
+    if raw is None:
+        return SessionLimits()
+    if not isinstance(raw, Mapping) or not set(raw) <= {"max_events", "max_age"}:
+        w.fail(f"'sessions' must be {{max_events: N, max_age: AGE}}, got {raw!r}", data, "sessions")
+    limits = SessionLimits()
+    n = raw.get("max_events", limits.max_events)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10**12:
+        w.fail(f"sessions.max_events must be a positive integer, got {n!r}", raw, "max_events")
+    age = parse_duration(raw.get("max_age", limits.max_age))
+    if age is None:
+        w.fail(
+            f"sessions.max_age must be seconds or like 30s, 15m, 12h, 7d, got {raw['max_age']!r}",
+            raw,
+            "max_age",
+        )
+    return SessionLimits(n, age)
 
 
 def _parse_link_costs(data, w: _Where) -> LinkCostMatrix:

@@ -34,6 +34,7 @@ from ges.topology.specs import (
     LinkCostMatrix,
     LinkSpec,
     ReplicatorSpec,
+    SessionLimits,
     UnitPath,
     broker_order_key,
     link_key,
@@ -51,6 +52,8 @@ class Topology:
     links: tuple[LinkSpec, ...]
     replicators: tuple[ReplicatorSpec, ...] = ()
     link_costs: LinkCostMatrix = LinkCostMatrix()
+    #: what replicators keep for a durable session nobody takes events from (``sessions:``)
+    session_limits: SessionLimits = SessionLimits()
     #: Non-fatal findings of validation, one line each (a unit not connected inside itself).
     warnings: tuple[str, ...] = attrs.field(default=(), eq=False)
     source: str = attrs.field(default="<topology>", eq=False)
@@ -86,6 +89,8 @@ class Topology:
             ]
         if self.link_costs.rows:
             out["link_costs"] = [list(row) for row in self.link_costs.rows]
+        if self.session_limits != SessionLimits():
+            out["sessions"] = attrs.asdict(self.session_limits)
         return out
 
     # -- the hierarchy (seed 004 §2) ------------------------------------------------------------
@@ -169,6 +174,8 @@ class Topology:
             "link_costs": [list(entry) for entry in self.link_costs.overrides()],
             "replicators": sorted([list(r.unit), r.broker] for r in self.replicators),
         }
+        if self.session_limits != SessionLimits():  # the same digest as before without it
+            content["sessions"] = attrs.asdict(self.session_limits)
         text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

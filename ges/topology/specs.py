@@ -68,10 +68,22 @@ class LinkSpec:
 
 @attrs.frozen
 class ReplicatorSpec:
-    """Stable storage attached to a unit, hosted by one broker inside it (used by later issues)."""
+    """Stable storage attached to a unit, hosted by one broker inside it: it keeps the durable
+    sessions homed in the unit (ges.durable)."""
 
     unit: UnitPath
     broker: str
+
+
+@attrs.frozen
+class SessionLimits:
+    """How long a replicator keeps events for a durable session nobody takes them from: at
+    most ``max_events`` held per session, none older than ``max_age`` seconds (the topology's
+    ``sessions:``; a session may ask for less or more of either). Beyond, the oldest go and the
+    session is told (a gap notice)."""
+
+    max_events: int = 1_000_000
+    max_age: float = 7 * 24 * 3600.0
 
 
 @attrs.frozen

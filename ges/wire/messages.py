@@ -504,6 +504,10 @@ class SessionOpen(_Msg):
     operator: bool = False
     at: str = ""
     req: int = 0
+    #: its own retention limits from now on: events held at most, their age in seconds at
+    #: most (0: keep what it had; the topology's ``sessions:`` if never set)
+    max_events: int = 0
+    max_age: float = 0.0
 
 
 class SessionOpened(_Msg):
@@ -595,6 +599,10 @@ class SessionInfo(msgspec.Struct, array_like=True, frozen=True):
     last: int
     held: int
     created: float
+    #: events retention let go of for it, and whether it has been disconnected for longer
+    #: than its age limit (nobody resumes it)
+    dropped: int = 0
+    stale: bool = False
 
 
 class SessionList(_Msg):

@@ -163,3 +163,31 @@ async def test_a_replicator_that_crashes_reads_back_what_was_published_meanwhile
         await trio.sleep(0.5)
         assert got == list(range(25))
         nursery.cancel_scope.cancel()
+
+
+async def test_an_application_that_stops_part_way_through_a_batch_resumes_after_what_it_took(
+    tmp_path,
+):
+    topology = topology_on_free_ports(REPLICATED)
+    async with trio.open_nursery() as nursery:
+        await start(nursery, topology, tmp_path)
+        opened = trio.Event()
+        s = DurableSession(topology, "dave", "b", EVERYTHING, on_move=lambda mv: opened.set())
+        took = []
+
+        async def publisher():
+            await opened.wait()
+            await publish(topology, "c", 0, 10)
+
+        nursery.start_soon(publisher)
+        with trio.fail_after(10):
+            async with s.running():
+                async for batch in s.batches():
+                    took += batch
+                    if len(took) >= 3:
+                        break
+                await s.ack(took[2].epoch)  # it used three; the block's end acknowledges no more
+        assert [d.event.attributes["n"] for d in took[:3]] == [0, 1, 2]
+        again = DurableSession(topology, "dave", "d", None)
+        assert await take(again, 7) == list(range(3, 10))
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,122 @@
+"""Retention: a session nobody takes events from keeps at most its limits, and is told what
+went (a gap notice first in its stream); never a silent loss."""
+
+from __future__ import annotations
+
+from ges.core import BrokerCore
+from ges.runtime.session_store import SqliteSessionStore
+from ges.topology import Topology
+from ges.wire import messages as m
+from tests.durable.test_replicator_core import PUB, SOLO, Rig, opened, to
+
+
+def items(outs: list, conn: int) -> list[m.SessionItem]:
+    return [it for msg in to(outs, conn) if type(msg) is m.SessionEvents for it in msg.items]
+
+
+def away_with_limits(rig: Rig, **limits) -> None:
+    """alice opens with her own limits, has nothing yet, and leaves."""
+    rig.open(1, max_events=limits.get("max_events", 0), max_age=limits.get("max_age", 0.0))
+    rig.rep.follower_closed(1, rig.now)
+
+
+def test_over_its_event_limit_the_oldest_go_and_the_resume_begins_with_a_gap_notice():
+    rig = Rig()
+    away_with_limits(rig, max_events=3)
+    rig.publish(10)
+    rig.now += 1.5
+    notes = rig.feed(rig.core.on_timer(rig.now))
+    assert any("7 events let go" in o.text for o in notes if hasattr(o, "text"))
+    (info,) = rig.rep.find("alice", rig.now).sessions
+    assert (info.held, info.dropped) == (3, 7)
+    outs = rig.open(2, subs=None)
+    got = items(outs, 2)
+    gaps = [it for it in got if it.gap_to]
+    assert len(gaps) == 1 and "limit of 3 events" in gaps[0].why
+    (gap,) = gaps
+    assert (gap.item.tick, gap.gap_to) == (1, 7)  # the ticks of the events let go
+    assert got[0] is gap  # before the rest
+    assert [it.item.event.attributes["n"] for it in got if not it.gap_to] == [7, 8, 9]
+    assert opened(outs, 2).start == 0
+
+
+def test_events_older_than_the_age_limit_go_too():
+    clock = [1000.0]
+    rig = Rig()
+    rig.store.clock = lambda: clock[0]
+    away_with_limits(rig, max_age=60.0)
+    rig.publish(4)
+    clock[0] += 61
+    rig.publish(2)
+    rig.now += 1.5
+    rig.feed(rig.core.on_timer(rig.now))
+    outs = rig.open(2, subs=None)
+    got = items(outs, 2)
+    assert [it.gap_to for it in got if it.gap_to] == [4]
+    assert [it.item.event.attributes["n"] for it in got if not it.gap_to] == [0, 1]
+
+
+def test_the_topologys_limits_apply_to_a_session_without_its_own():
+    rig = Rig({**SOLO, "sessions": {"max_events": 2}})
+    away_with_limits(rig)
+    rig.publish(5)
+    rig.now += 1.5
+    rig.feed(rig.core.on_timer(rig.now))
+    (info,) = rig.rep.find("alice", rig.now).sessions
+    assert (info.held, info.dropped) == (2, 3)
+
+
+def test_a_connected_client_keeping_up_loses_nothing():
+    rig = Rig({**SOLO, "sessions": {"max_events": 2}})
+    rig.open(1)
+    for _ in range(3):
+        outs = rig.publish(2)
+        epochs = [it.epoch for it in items(outs, 1)]
+        rig.ack(1, epochs[-1])
+        rig.now += 1.5
+        rig.feed(rig.core.on_timer(rig.now))
+    (info,) = rig.rep.find("alice", rig.now).sessions
+    assert (info.held, info.dropped, info.acked) == (0, 0, 6)
+
+
+def test_an_acknowledged_gap_is_not_told_again_and_a_session_away_too_long_is_stale():
+    rig = Rig({**SOLO, "sessions": {"max_events": 1, "max_age": 30}})
+    away_with_limits(rig)
+    rig.publish(3)
+    rig.now += 1.5
+    rig.feed(rig.core.on_timer(rig.now))
+    outs = rig.open(2, subs=None)
+    last = items(outs, 2)[-1].epoch
+    rig.ack(2, last)
+    rig.rep.follower_closed(2, rig.now)
+    again = items(rig.open(3, subs=None), 3)
+    assert again == []  # nothing new, and the gap was had
+    rig.rep.follower_closed(3, rig.now)
+    rig.now += 31
+    (info,) = rig.rep.find("alice", rig.now).sessions
+    assert info.stale and info.at == ""
+
+
+def test_retention_survives_a_restart_of_the_store(tmp_path):
+    store = SqliteSessionStore(tmp_path / "s.db")
+
+    def commit():
+        store.committed_to(store.write_group(store.take_group()))
+
+    rig = Rig.__new__(Rig)
+    topology = Topology.from_dict({**SOLO, "sessions": {"max_events": 2}}, source="<t>")
+    rig.store = store
+    rig.core = BrokerCore(topology, "r", incarnation=1, reliable=True, sessions=store)
+    rig.rep, rig.now, rig.seq = rig.core.replicator, 0.0, 0
+    rig.core.client_open(PUB, "pub")
+    away_with_limits(rig)
+    commit()
+    rig.publish(5)
+    commit()
+    rig.now += 1.5
+    rig.feed(rig.core.on_timer(rig.now))
+    commit()
+    store.close()
+    state = SqliteSessionStore(tmp_path / "s.db").sessions()["alice"]
+    assert (state.dropped, state.max_events) == (3, 0)
+    assert state.gaps and state.trimmed > 0 and "limit of 2 events" in state.gap_why
