@@ -31,6 +31,7 @@ from ges.matching.model import TYPE_ATTR, Conjunction, Profile, profile_to_wire
 from ges.matching.syntax import parse_attr, parse_where
 from ges.matching.xml import load_event, load_profile
 from ges.records import RecordWriter, SessionDelivery
+from ges.topology import parse_duration
 from ges.wire import MAX_EVENT_BYTES, event_size
 from ges.wire import messages as m
 
@@ -275,6 +276,18 @@ def subscribe(
         "Without --where/--profile it keeps its stored profile.",
         metavar="NAME",
     ),
+    max_held: int = typer.Option(
+        0,
+        "--max-held",
+        help="With --client: the most events its replicator keeps for the session while it is "
+        "away (0: the topology's sessions: max_events, default 1,000,000).",
+    ),
+    max_age: str = typer.Option(
+        "",
+        "--max-age",
+        help="With --client: the oldest an event kept for it may get, as seconds or 30s, 15m, "
+        "12h, 7d ('': the topology's, default 7d).",
+    ),
     certs: Path = CERTS,
     insecure: bool = INSECURE,
 ) -> None:
@@ -298,6 +311,8 @@ def subscribe(
         certs,
         insecure,
         client,
+        max_held,
+        max_age,
     )
 
 
@@ -314,6 +329,8 @@ def _subscribe(
     certs=None,
     insecure=False,
     client=None,
+    max_held=0,
+    max_age="",
 ) -> None:
     tags = parse_tags(tag)
     topology = load_topology(topology_file)
@@ -349,6 +366,11 @@ def _subscribe(
         why = session_name_problem(client)
         if why is not None:
             raise UserInputError(f"--client: {why}")
+        if max_held < 0:
+            raise UserInputError(f"--max-held {max_held}: must be ≥ 0")
+        age = parse_duration(max_age) if max_age else 0.0
+        if age is None:
+            raise UserInputError(f"--max-age {max_age!r}: give seconds, or like 30s, 15m, 12h, 7d")
         subs = (
             [m.SessionSub(1, profile.id, profile_to_wire(profile))]
             if where or profile_file is not None
@@ -401,6 +423,8 @@ def _subscribe(
                 subs,
                 connect_args=lambda b: auth.connect_args(),
                 on_move=_say_moved,
+                max_events=max_held,
+                max_age=age,
             )
             async with session.running():
                 try:

@@ -310,6 +310,8 @@ class Client:
         replicator: str = "",
         store: str = "",
         epoch: int = -1,
+        max_events: int = 0,
+        max_age: float = 0.0,
     ) -> tuple[m.SessionOpened | m.SessionClosed, SessionStream]:
         """Open (or resume, or take over) durable session ``name`` on this connection; the
         broker's answer — ``SessionOpened``, or ``SessionClosed`` when it cannot be opened now
@@ -331,6 +333,8 @@ class Client:
                 store=store,
                 epoch=epoch,
                 req=req,
+                max_events=max_events,
+                max_age=max_age,
             ),
             req,
             name,

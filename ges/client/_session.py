@@ -79,6 +79,8 @@ class DurableSession:
         connect_args: Callable[[str], dict] = lambda broker: {},
         on_move: Callable[[Move], None] = lambda move: None,
         token: Token | None = None,
+        max_events: int = 0,
+        max_age: float = 0.0,
     ):
         self.topology = topology
         self.name = name
@@ -87,6 +89,8 @@ class DurableSession:
         self.connect_args = connect_args
         self.on_move = on_move
         self.token = token or Token()
+        #: its own retention limits (0: the topology's), sent with the first open
+        self.limits = (max_events, max_age)
         #: the opens so far
         self.moves: list[Move] = []
         self._receive: trio.MemoryReceiveChannel | None = None
@@ -172,6 +176,8 @@ class DurableSession:
                             replicator=token.replicator,
                             store=token.store,
                             epoch=token.epoch,
+                            max_events=self.limits[0],
+                            max_age=self.limits[1],
                         )
                     if answer is None:
                         why = f"broker {broker} did not open the session within {OPEN_WAIT:g}s"

@@ -1,6 +1,6 @@
 """Topologies: brokers organised into units (seed 004 §2), their links, validation, generators."""
 
-from ges.topology._loader import parse_yaml
+from ges.topology._loader import parse_duration, parse_yaml
 from ges.topology.model import Topology
 from ges.topology.specs import (
     DEFAULT_BLOCK_LIMIT,
@@ -8,6 +8,7 @@ from ges.topology.specs import (
     LinkCostMatrix,
     LinkSpec,
     ReplicatorSpec,
+    SessionLimits,
     UnitPath,
     broker_order_key,
     link_key,
@@ -20,9 +21,11 @@ __all__ = [
     "LinkCostMatrix",
     "LinkSpec",
     "ReplicatorSpec",
+    "SessionLimits",
     "Topology",
     "UnitPath",
     "broker_order_key",
+    "parse_duration",
     "parse_yaml",
     "link_key",
     "unit_name",
