@@ -425,6 +425,8 @@ def _subscribe(
                 on_move=_say_moved,
                 max_events=max_held,
                 max_age=age,
+                # a new session without --where/--profile: everything, as a plain subscribe
+                fallback=[m.SessionSub(1, profile.id, profile_to_wire(profile))],
             )
             async with session.running():
                 try:

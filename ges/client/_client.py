@@ -312,6 +312,7 @@ class Client:
         epoch: int = -1,
         max_events: int = 0,
         max_age: float = 0.0,
+        fallback: Sequence[m.SessionSub] | None = None,
     ) -> tuple[m.SessionOpened | m.SessionClosed, SessionStream]:
         """Open (or resume, or take over) durable session ``name`` on this connection; the
         broker's answer — ``SessionOpened``, or ``SessionClosed`` when it cannot be opened now
@@ -335,6 +336,7 @@ class Client:
                 req=req,
                 max_events=max_events,
                 max_age=max_age,
+                fallback=None if fallback is None else list(fallback),
             ),
             req,
             name,

@@ -81,6 +81,7 @@ class DurableSession:
         token: Token | None = None,
         max_events: int = 0,
         max_age: float = 0.0,
+        fallback: Sequence[m.SessionSub] | None = None,
     ):
         self.topology = topology
         self.name = name
@@ -91,6 +92,8 @@ class DurableSession:
         self.token = token or Token()
         #: its own retention limits (0: the topology's), sent with the first open
         self.limits = (max_events, max_age)
+        #: without ``subs``: what to make the session with if it does not exist yet
+        self.fallback = None if fallback is None else list(fallback)
         #: the opens so far
         self.moves: list[Move] = []
         self._receive: trio.MemoryReceiveChannel | None = None
@@ -178,6 +181,7 @@ class DurableSession:
                             epoch=token.epoch,
                             max_events=self.limits[0],
                             max_age=self.limits[1],
+                            fallback=self.fallback if self.subs is None else None,
                         )
                     if answer is None:
                         why = f"broker {broker} did not open the session within {OPEN_WAIT:g}s"

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import deque
 
 import attrs
+import msgspec
 
 from ges.core.outputs import Notice, ToClient
 from ges.core.part import Part
@@ -224,6 +225,13 @@ class Replicator(Part):
                 return [
                     ToClient(conn, m.Error(f"no durable session {msg.name!r} here", req=msg.req))
                 ]
+            if msg.subs is None and msg.fallback_refused:
+                return [ToClient(conn, m.Error(msg.fallback_refused, denied=True, req=msg.req))]
+            if msg.subs is None and msg.fallback:
+                why = _subs_problem(msg.fallback)
+                if why is not None:
+                    return [ToClient(conn, m.Error(why, req=msg.req))]
+                msg = msgspec.structs.replace(msg, subs=msg.fallback)
             if msg.subs is None:
                 reason = f"durable session {msg.name!r} does not exist: give its subscriptions"
                 return [ToClient(conn, m.Error(reason, req=msg.req))]

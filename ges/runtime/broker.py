@@ -524,12 +524,17 @@ class BrokerServer:
         client and kind, then summarised (ges.runtime.notes)."""
         kind = type(msg)
         if kind is m.SessionOpen:
-            if conn_id in self._followers or not msg.subs:
-                return None  # a broker vouches for its client; no profile: the stored one
-            for sub in msg.subs:  # each subscription as a Subscribe would be
+            if conn_id in self._followers:
+                return None  # a broker vouches for its client
+            for sub in msg.subs or ():  # each subscription as a Subscribe would be
                 why = await self._refusal(conn_id, m.Subscribe(sub.sub_id, sub.conjunctions))
                 if why is not None:
                     return why
+            for sub in msg.fallback or ():  # used only if the session is new: said then
+                why = await self._refusal(conn_id, m.Subscribe(sub.sub_id, sub.conjunctions))
+                if why is not None:
+                    msg.fallback, msg.fallback_refused = None, why
+                    break
             return None
         grant = self.access.grant(conn_id)
         if isinstance(grant, str):

@@ -508,6 +508,10 @@ class SessionOpen(_Msg):
     #: most (0: keep what it had; the topology's ``sessions:`` if never set)
     max_events: int = 0
     max_age: float = 0.0
+    #: with ``subs`` None: the subscriptions to make it with if it does not exist yet (what a
+    #: plain subscribe would have), or why its client may not have them (its broker checks)
+    fallback: list[SessionSub] | None = None
+    fallback_refused: str = ""
 
 
 class SessionOpened(_Msg):
