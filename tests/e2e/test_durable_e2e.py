@@ -19,7 +19,7 @@ from tests.e2e.test_up_e2e import (
     wait_gone,
 )
 
-#: events published (150 a second: the faults below come well before the end)
+#: events published (250 a second: the faults below come well before the end)
 N = 5_000
 
 
@@ -72,7 +72,7 @@ def test_a_durable_subscriber_roams_survives_kills_and_resumes_with_every_event_
         first.wait_err("opened durable session at b20")
         pub = subprocess.Popen(
             [*GES, "publish", str(topology), "--broker", "b1", "--client", "P",
-             "--count", str(N), "--rate", "150", *up.auth],
+             "--count", str(N), "--rate", "250", *up.auth],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
@@ -85,16 +85,16 @@ def test_a_durable_subscriber_roams_survives_kills_and_resumes_with_every_event_
             os.kill(pid[broker], signal.SIGKILL)
             assert wait_gone([pid[broker]]) == []
 
-        first.then(150)
+        first.then(200)
         roam("b19", "b20")  # same cluster
-        first.then(150)
+        first.then(200)
         roam("b3", "b19")  # another super-super-cluster: its replicator b18 stays home
-        first.then(150)
+        first.then(200)
         kill("b3")  # the broker it is on: the library fails over to b3's cluster
         first.wait_err("roamed b3 -> ")
-        first.then(150)
+        first.then(200)
         kill("b18")  # its replicator: restarted by ges up, it reads back what it missed
-        first.then(150)
+        first.then(200)
         first.proc.send_signal(signal.SIGINT)  # away for a while (a clean disconnect)
         assert first.proc.wait(timeout=30) in (0, 1, 130), "".join(first.err.lines)
         got_first = [json.loads(line) for line in first.out.all() if line.strip()]
@@ -104,7 +104,7 @@ def test_a_durable_subscriber_roams_survives_kills_and_resumes_with_every_event_
         )
         second.wait_err("resumed durable session at b12")
         assert pub.wait(timeout=120) == 0, pub.stderr.read()
-        assert len(got_first) <= N - 150, "the publisher finished before the last fault"
+        assert len(got_first) <= N - 200, "the publisher finished before the last fault"
         assert second.proc.wait(timeout=150) == 0, "".join(second.err.lines)[-3000:]
         got = got_first + [json.loads(line) for line in second.out.all() if line.strip()]
         ns = [r["attributes"]["n"] for r in got]

@@ -152,9 +152,9 @@ async def test_a_replicator_that_crashes_reads_back_what_was_published_meanwhile
             while len(got) < 10:
                 await trio.sleep(0.02)
         scopes["c"].cancel()  # the session's replicator stops, as on a crash
-        await trio.sleep(3)  # its neighbours see it gone
+        await trio.sleep(2.5)  # its neighbours see it gone
         await publish(topology, "a", 10, 10)  # kept by a's log: c has not acknowledged them
-        await trio.sleep(2)
+        await trio.sleep(1)
         await nursery.start(run, "c")
         await publish(topology, "a", 20, 5)
         with trio.fail_after(20):
