@@ -722,14 +722,7 @@ def _subs_problem(subs) -> str | None:
 
 
 def _describe(conjunctions: list) -> str:
-    """A profile's conjunctions in one line (for ``ges clients``)."""
-    parts = []
-    for conj in conjunctions[:4]:
-        parts.append(
-            " and ".join(
-                f"{c.attr} {c.op}" + ("" if c.value is None else f" {c.value!r}") for c in conj
-            )
-            or "everything"
-        )
+    """A profile's conjunctions in one line (for ``ges clients``), as the CLI writes them."""
+    parts = [str(conjunction_from_wire(conj)) or "everything" for conj in conjunctions[:4]]
     more = f" or … ({len(conjunctions) - 4} more)" if len(conjunctions) > 4 else ""
     return " or ".join(parts) + more
