@@ -306,12 +306,7 @@ class BrokerServer:
                         await trio.to_thread.run_sync(log.checkpoint)
                         continue
                     if log.pending:
-                        group = log.take_group()
-                        if log.inline(group):
-                            last = log.write_group(group)
-                        else:
-                            last = await trio.to_thread.run_sync(log.write_group, group)
-                        log.committed_to(last)
+                        await _commit_group(log)
                         outs = self.core.on_logged(trio.current_time())
                         if outs:
                             await self._dispatch(outs)
@@ -333,12 +328,7 @@ class BrokerServer:
                 await self._sessions_wakeup.wait()
                 self._sessions_wakeup = trio.Event()
                 while store.pending:
-                    group = store.take_group()
-                    if store.inline(group):
-                        last = store.write_group(group)
-                    else:
-                        last = await trio.to_thread.run_sync(store.write_group, group)
-                    store.committed_to(last)
+                    await _commit_group(store)
                     outs = self.core.replicator.on_committed()
                     if outs:
                         await self._dispatch(outs)
@@ -621,6 +611,18 @@ class BrokerServer:
 
 #: Client requests held against the client's grant (ges.security.access).
 _CHECKED = frozenset({m.Publish, m.Subscribe, m.LinkControl, m.SessionOpen})
+
+
+async def _commit_group(store) -> None:
+    """Group commit: everything appended since the last group, in one transaction — on the
+    event loop's thread when small (a write to the WAL), else from a worker thread — then
+    durable as far as it went (the pubend log and the session store alike)."""
+    group = store.take_group()
+    if store.inline(group):
+        last = store.write_group(group)
+    else:
+        last = await trio.to_thread.run_sync(store.write_group, group)
+    store.committed_to(last)
 
 
 def freeze_heap() -> None:
