@@ -444,15 +444,20 @@ class Replicator(Part):
         first_epoch = store.last + 1
         for tick in sorted(per_tick):
             item, wants = per_tick[tick]
-            store.append(pubend, _stored_item(item), sorted(wants.items()))
-            self._dirty.update(wants)
-            for key in wants:
-                self._by_key[key].held += 1
-                self._by_key[key].last = store.last
+            self._append(pubend, _stored_item(item), wants)
         self._top[pubend] = last = max(per_tick)
         store.set_top(pubend, last)
         self._pending(pubend, min(per_tick), first_epoch)
         return self._committed_now()
+
+    def _append(self, pubend: str, item: m.EventItem, wants: dict[int, list[int]]) -> None:
+        """Store ``item`` once for the sessions ``wants`` names ({key: sub_ids})."""
+        epoch = self.store.append(pubend, item, sorted(wants.items()))
+        self._dirty.update(wants)
+        for key in wants:
+            live = self._by_key[key]
+            live.held += 1
+            live.last = epoch
 
     def _pending(self, pubend: str, tick: int, epoch: int) -> None:
         """Ticks of ``pubend`` from ``tick`` on are stored from ``epoch`` on, not committed."""
@@ -558,11 +563,7 @@ class Replicator(Part):
                     if conn < 0 and -conn in self._by_key:
                         wants.setdefault(-conn, []).append(sub_id)
                 if wants:
-                    store.append(pubend, it, sorted(wants.items()))
-                    self._dirty.update(wants)
-                    for key in wants:
-                        self._by_key[key].held += 1
-                        self._by_key[key].last = store.last
+                    self._append(pubend, it, wants)
         if msg.hi >= msg.lo:
             self._top[pubend] = max(top, msg.hi)
             store.set_top(pubend, self._top[pubend])
@@ -580,6 +581,7 @@ class Replicator(Part):
         return out + self._committed_now()
 
     def _committed_now(self) -> list:
+        """A store that commits at once (in memory) has committed what was just appended."""
         store = self.store
         return self.on_committed() if store.committed >= store.last else []
 
@@ -643,12 +645,19 @@ class Replicator(Part):
         return min(due, *((rp.asked or 0.0) + REPLAY_RESEND for rp in self._replays.values()))
 
     def on_committed(self) -> list:
-        """The store committed everything appended: stream it."""
-        if self.store.committed < self.store.last:
-            return []
-        self._uncommitted.clear()
+        """The store committed a group: what it holds may be acknowledged, and is streamed
+        (appends made meanwhile wait for the next group; one append is never split)."""
+        committed = self.store.committed
+        for pubend in list(self._uncommitted):
+            q = self._uncommitted[pubend]
+            while q and q[0][0] <= committed:
+                q.popleft()
+            if not q:
+                del self._uncommitted[pubend]
         out: list = []
-        dirty, self._dirty = self._dirty, set()
+        dirty = self._dirty
+        if committed >= self.store.last:
+            self._dirty = set()
         for key in sorted(dirty):
             live = self._by_key.get(key)
             if live is not None:
