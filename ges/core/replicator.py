@@ -32,46 +32,21 @@ import msgspec
 
 from ges.core.outputs import Notice, ToClient
 from ges.core.part import Part
+from ges.core.readback import REPLAY_RESEND, ReadBack, Replay
 from ges.durable import session_name_problem
+from ges.durable.profiles import describe, subs_problem
 from ges.durable.store import SessionState, SessionStore
-from ges.matching.model import (
-    MAX_CONJUNCTIONS,
-    MAX_PROFILE_WEIGHT,
-    conjunction_from_wire,
-    weight,
-)
 from ges.wire import messages as m
-from ges.wire.messages import event_size, held_size
+from ges.wire.messages import event_size
 
 #: Bytes of a session's events streamed beyond what its client acknowledged.
 WINDOW_BYTES = 1 << 20
 #: Durable sessions one replicator holds at most.
 MAX_SESSIONS = 10_000
-#: Subscriptions one session holds at most.
-MAX_SESSION_SUBS = 16
-#: Seconds before a replay request with no answer is sent again.
-REPLAY_RESEND = 1.0
-#: Bytes of live events one recovering pubend holds back until its replay is done (beyond,
-#: they are let go: the replay reads them from the pubend's log too).
-MAX_HELD_BYTES = 16 * 1024 * 1024
-#: "up to the last committed tick", in a replay request
-_ALL = 1 << 62
 #: Seconds between two looks at the sessions' retention limits, and the events one look lets
 #: go of at most per session (the rest at the next).
 RETENTION_EVERY = 1.0
 TRIM_CHUNK = 10_000
-
-
-@attrs.define(eq=False)
-class Replay:
-    """A pubend whose events a restarted replicator reads back from the pubend's log: the tick
-    asked for next, when, the live events held back meanwhile, and the highest tick let go."""
-
-    next: int
-    asked: float | None = None
-    held: list = attrs.Factory(list)
-    held_bytes: int = 0
-    let_go: int = 0
 
 
 @attrs.define(eq=False)
@@ -97,8 +72,9 @@ class Live:
     last: int = 0
 
 
-class Replicator(Part):
-    """The durable sessions of this broker's replicator (see the module docstring)."""
+class Replicator(ReadBack, Part):
+    """The durable sessions of this broker's replicator (see the module docstring; reading back
+    after a restart: ges.core.readback)."""
 
     def __init__(self, core, store: SessionStore):
         super().__init__(core)
@@ -215,7 +191,7 @@ class Replicator(Part):
     def open(self, conn: int, msg: m.SessionOpen, now: float, wall: float = 0.0) -> list:
         """Open, resume or take over session ``msg.name`` for connection ``conn`` (``wall``:
         the time of day, kept as its creation time)."""
-        why = session_name_problem(msg.name) or _subs_problem(msg.subs)
+        why = session_name_problem(msg.name) or subs_problem(msg.subs)
         if why is not None:
             return [ToClient(conn, m.Error(why, req=msg.req))]
         live = self.sessions.get(msg.name)
@@ -228,7 +204,7 @@ class Replicator(Part):
             if msg.subs is None and msg.fallback_refused:
                 return [ToClient(conn, m.Error(msg.fallback_refused, denied=True, req=msg.req))]
             if msg.subs is None and msg.fallback:
-                why = _subs_problem(msg.fallback)
+                why = subs_problem(msg.fallback)
                 if why is not None:
                     return [ToClient(conn, m.Error(why, req=msg.req))]
                 msg = msgspec.structs.replace(msg, subs=msg.fallback)
@@ -398,7 +374,7 @@ class Replicator(Part):
         state = live.state
         max_age = state.max_age or self.topology.session_limits.max_age
         subs = [
-            (sub_id, profile_id, _describe(conjunctions))
+            (sub_id, profile_id, describe(conjunctions))
             for sub_id, (profile_id, conjunctions) in sorted(state.subs.items())
         ]
         return m.SessionInfo(
@@ -475,110 +451,6 @@ class Replicator(Part):
             return self._horizon(pubend)
         q = self._uncommitted.get(pubend)
         return q[0][1] - 1 if q else None
-
-    # -- after a restart: reading back what was missed (seed 004 §4: a replicator that fails
-    # -- recovers from the pubends' logs, which keep what it has not acknowledged) -------------
-
-    def _horizon(self, pubend: str) -> int:
-        """The tick of ``pubend`` up to which everything the sessions want is stored: what was
-        stored, or what this broker acknowledged to the release rounds (never above what was
-        stored — :meth:`floor`)."""
-        promised = self.release.promised(pubend) if self.release is not None else 0
-        return max(self._top.get(pubend, 0), promised)
-
-    def _local(self, pubend: str) -> bool:
-        """A pubend of this broker: its events reach the sessions here only after its own log
-        has them, and are not read back (see the README's limits)."""
-        return pubend.partition("~")[0] == self.id
-
-    def _begin(self, pubend: str) -> Replay:
-        rp = self._replays.get(pubend)
-        if rp is None:
-            rp = self._replays[pubend] = Replay(self._horizon(pubend) + 1)
-        return rp
-
-    def _replay_all(self, now: float) -> list:
-        """The restored subscriptions are all in place: every pubend known here is read back
-        from its log after what was stored — up to its last commit, past every tick a
-        subscription's starting point can be — and others as they are heard of."""
-        known = set(self._top) | set(self.subends.streams)
-        if self.log is not None:
-            known |= {pubend for pubend, _ in self.log.promised().values()}
-        for pubend in sorted(known):
-            if not self._local(pubend):
-                self._begin(pubend)
-        out: list = []
-        for pubend, rp in sorted(self._replays.items()):
-            out += self._ask(pubend, rp, now)
-        return out
-
-    def _ask(self, pubend: str, rp: Replay, now: float) -> list:
-        rp.asked = now
-        ranges = [(rp.next, _ALL)]
-        return self.unicast.relay(
-            pubend.partition("~")[0],
-            [],
-            0,
-            lambda h, d: m.Nack(pubend, self.id, ranges, h, d, replay=True),
-        )
-
-    def _hold(self, pubend: str, matched: list) -> list:
-        """Live events of a pubend being read back: held until it is done."""
-        rp = self._begin(pubend)
-        size = sum(held_size(it) for _, items in matched for it in items)
-        if rp.held_bytes + size > MAX_HELD_BYTES:  # let go: the replay reads them too
-            ticks = [it.tick for h in [*rp.held, matched] for _, items in h for it in items]
-            rp.let_go = max(rp.let_go, *ticks)
-            rp.held, rp.held_bytes = [], 0
-            return []
-        rp.held.append(matched)
-        rp.held_bytes += size
-        if rp.asked is None and not self._restoring:
-            return self._ask(pubend, rp, self.subscriptions.now)
-        return []
-
-    def replayed(self, msg: m.Recovered, now: float) -> list:
-        """A page of a pubend's log read back: stored for the sessions its events match (a
-        range the log no longer holds is a gap notice for every session)."""
-        rp = self._replays.get(msg.pubend)
-        if rp is None or msg.lo != rp.next:
-            return []  # an old answer, or one already had
-        pubend = msg.pubend
-        store = self.store
-        top = self._top.get(pubend, 0)
-        if msg.lost and msg.hi >= msg.lo:
-            why = "gone from the pubend's log (its bound) while this replicator was down"
-            wants = sorted((key, []) for key in self._by_key)
-            if wants:
-                gap = m.EventItem(msg.lo, 0, 0, m.Event({}))
-                store.append(pubend, gap, wants, gap_to=msg.hi, why=why)
-                self._dirty.update(key for key, _ in wants)
-        else:
-            match = self.subscriptions.profiles.match
-            for it in msg.items:
-                if it.tick <= top:
-                    continue
-                wants: dict[int, list[int]] = {}
-                for conn, sub_id in match(it.event.attributes):
-                    if conn < 0 and -conn in self._by_key:
-                        wants.setdefault(-conn, []).append(sub_id)
-                if wants:
-                    self._append(pubend, it, wants)
-        if msg.hi >= msg.lo:
-            self._top[pubend] = max(top, msg.hi)
-            store.set_top(pubend, self._top[pubend])
-            self._pending(pubend, msg.lo, store.last)
-            rp.next = msg.hi + 1
-            return self._ask(pubend, rp, now) + self._committed_now()
-        if rp.next - 1 < rp.let_go:  # an answer older than what was let go
-            return self._ask(pubend, rp, now)
-        # read back up to the last commit: from here the live subscription has everything
-        del self._replays[pubend]
-        self._live.add(pubend)
-        out: list = []
-        for matched in rp.held:
-            out += self.stored(pubend, matched)
-        return out + self._committed_now()
 
     def _committed_now(self) -> list:
         """A store that commits at once (in memory) has committed what was just appended."""
@@ -705,33 +577,3 @@ def _stored_item(item: m.EventItem) -> m.EventItem:
     if not item.to and not item.path:
         return item
     return m.EventItem(item.tick, 0, item.hops, item.event)
-
-
-def _subs_problem(subs) -> str | None:
-    if subs is None:
-        return None
-    if not subs:
-        return "a durable session needs at least one subscription"
-    if len(subs) > MAX_SESSION_SUBS:
-        return f"a durable session holds at most {MAX_SESSION_SUBS} subscriptions"
-    if len({s.sub_id for s in subs}) != len(subs):
-        return "a durable session's subscriptions repeat a number"
-    total = 0
-    for s in subs:
-        if len(s.conjunctions) > MAX_CONJUNCTIONS:
-            return f"subscription {s.sub_id}: over {MAX_CONJUNCTIONS} conjunctions"
-        try:  # what the broker's own subscription would refuse, refused at once
-            for items in s.conjunctions:
-                total += weight(conjunction_from_wire(items))
-        except ValueError as exc:
-            return f"subscription {s.sub_id}: {exc}"
-        if total > MAX_PROFILE_WEIGHT:
-            return f"a durable session's profiles weigh over {MAX_PROFILE_WEIGHT}"
-    return None
-
-
-def _describe(conjunctions: list) -> str:
-    """A profile's conjunctions in one line (for ``ges clients``), as the CLI writes them."""
-    parts = [str(conjunction_from_wire(conj)) or "everything" for conj in conjunctions[:4]]
-    more = f" or … ({len(conjunctions) - 4} more)" if len(conjunctions) > 4 else ""
-    return " or ".join(parts) + more

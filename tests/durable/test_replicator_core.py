@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from ges.core import BrokerCore, ToClient
-from ges.core.replicator import MAX_SESSION_SUBS, WINDOW_BYTES
+from ges.core.replicator import WINDOW_BYTES
+from ges.durable.profiles import MAX_SESSION_SUBS
 from ges.durable.store import MemorySessionStore
 from ges.topology import Topology
 from ges.wire import messages as m
