@@ -39,6 +39,7 @@ from ges.durable.store import MemorySessionStore
 from ges.errors import OperationError
 from ges.runtime.access import INLINE_COVER_TESTS, INLINE_MATCHES, AccessControl, Admitted
 from ges.runtime.admission import MAX_OPENING, Admission
+from ges.runtime.commits import log_task, sessions_task
 from ges.runtime.links import BACKOFF_FIRST, BACKOFF_MAX, Links
 from ges.runtime.notes import RateLimitedLog
 from ges.runtime.pubend_log import LogBounds, SqliteLog
@@ -135,6 +136,8 @@ class BrokerServer:
                 else MemorySessionStore(os.urandom(8).hex())
             )
         self._sessions_wakeup = trio.Event()
+        #: the store commits in groups (a task does it; a memory store commits at once)
+        self._session_commits = isinstance(self.session_store, SqliteSessionStore)
         #: ``--record DIR``: delivery records of this broker's local clients
         self.recorder = (
             BrokerRecorder(record_dir, broker_id, tags=record_tags)
@@ -232,9 +235,9 @@ class BrokerServer:
         nursery.start_soon(self._timer)
         nursery.start_soon(self._worker)
         if self.pubend_log is not None:
-            nursery.start_soon(self._log_task)
-        if isinstance(self.session_store, SqliteSessionStore):  # a memory store commits at once
-            nursery.start_soon(self._sessions_task)
+            nursery.start_soon(log_task, self)
+        if self._session_commits:
+            nursery.start_soon(sessions_task, self)
         if self.core.replicator is not None:
             await self._dispatch(self.core.replicator.restore(trio.current_time()))
         for peer in self.core.neighbours:
@@ -291,50 +294,6 @@ class BrokerServer:
         self._work_wakeup.set()
         await done.wait()
 
-    async def _log_task(self) -> None:
-        """Group commit: write everything appended since the last group in one transaction (in
-        a worker thread unless the group is small, see ``SqliteLog.inline``), then let the core
-        acknowledge and send it on; checkpoint the WAL, and release or trim a chunk, in
-        between."""
-        log = self.pubend_log
-        try:
-            while True:
-                await self._log_wakeup.wait()
-                self._log_wakeup = trio.Event()
-                while log.pending or log.release_pending or log.trim_pending or log.checkpoint_due:
-                    if log.checkpoint_due:  # the WAL's bound holds under any stream of publishes
-                        await trio.to_thread.run_sync(log.checkpoint)
-                        continue
-                    if log.pending:
-                        await _commit_group(log)
-                        outs = self.core.on_logged(trio.current_time())
-                        if outs:
-                            await self._dispatch(outs)
-                    # deletions a chunk at a time, one after each group: a publish waits for
-                    # at most one, and a steady stream of publishes does not starve them
-                    if log.release_pending:  # every other broker acknowledged these
-                        await trio.to_thread.run_sync(log.apply_release)
-                    elif log.trim_pending:
-                        await trio.to_thread.run_sync(log.trim)
-        finally:
-            log.close()
-
-    async def _sessions_task(self) -> None:
-        """Group commit of the replicator's store, as :meth:`_log_task` does for the log; then
-        the core streams what was committed."""
-        store = self.session_store
-        try:
-            while True:
-                await self._sessions_wakeup.wait()
-                self._sessions_wakeup = trio.Event()
-                while store.pending:
-                    await _commit_group(store)
-                    outs = self.core.replicator.on_committed()
-                    if outs:
-                        await self._dispatch(outs)
-        finally:
-            store.close()
-
     def is_client(self, conn_id: int) -> bool:
         """Connection ``conn_id`` is a client still connected here."""
         return conn_id in self._clients
@@ -344,8 +303,9 @@ class BrokerServer:
         return conn_id in self._followers
 
     def _logged_later(self) -> None:
-        """A client message may have appended to the log: wake the log task."""
-        if self.session_store is not None and getattr(self.session_store, "pending", False):
+        """A client message may have appended to the log or the session store: wake the task
+        that commits it (ges.runtime.commits)."""
+        if self._session_commits and self.session_store.pending:
             self._sessions_wakeup.set()
         log = self.pubend_log
         if log is not None and (
@@ -611,18 +571,6 @@ class BrokerServer:
 
 #: Client requests held against the client's grant (ges.security.access).
 _CHECKED = frozenset({m.Publish, m.Subscribe, m.LinkControl, m.SessionOpen})
-
-
-async def _commit_group(store) -> None:
-    """Group commit: everything appended since the last group, in one transaction — on the
-    event loop's thread when small (a write to the WAL), else from a worker thread — then
-    durable as far as it went (the pubend log and the session store alike)."""
-    group = store.take_group()
-    if store.inline(group):
-        last = store.write_group(group)
-    else:
-        last = await trio.to_thread.run_sync(store.write_group, group)
-    store.committed_to(last)
 
 
 def freeze_heap() -> None:

@@ -1,0 +1,70 @@
+"""Group commit in the broker's runtime: the pubend log's task and the session store's.
+
+Each store appends in memory at once (the core's call) and is written a group at a time:
+everything appended since the last group in one transaction — on the event loop's thread when
+small, else from a worker thread — after which the core goes on with what became durable
+(acknowledging publishers and sending events on; streaming sessions). A task sleeps until
+``BrokerServer._logged_later`` wakes it.
+"""
+
+from __future__ import annotations
+
+import trio
+
+
+async def _commit_group(store) -> None:
+    """Group commit: everything appended since the last group, in one transaction — on the
+    event loop's thread when small (a write to the WAL), else from a worker thread — then
+    durable as far as it went (the pubend log and the session store alike)."""
+    group = store.take_group()
+    if store.inline(group):
+        last = store.write_group(group)
+    else:
+        last = await trio.to_thread.run_sync(store.write_group, group)
+    store.committed_to(last)
+
+
+async def log_task(server) -> None:
+    """The pubend log of ``server`` (a BrokerServer): write everything appended since the last group in one transaction (in
+    a worker thread unless the group is small, see ``SqliteLog.inline``), then let the core
+    acknowledge and send it on; checkpoint the WAL, and release or trim a chunk, in
+    between."""
+    log = server.pubend_log
+    try:
+        while True:
+            await server._log_wakeup.wait()
+            server._log_wakeup = trio.Event()
+            while log.pending or log.release_pending or log.trim_pending or log.checkpoint_due:
+                if log.checkpoint_due:  # the WAL's bound holds under any stream of publishes
+                    await trio.to_thread.run_sync(log.checkpoint)
+                    continue
+                if log.pending:
+                    await _commit_group(log)
+                    outs = server.core.on_logged(trio.current_time())
+                    if outs:
+                        await server._dispatch(outs)
+                # deletions a chunk at a time, one after each group: a publish waits for
+                # at most one, and a steady stream of publishes does not starve them
+                if log.release_pending:  # every other broker acknowledged these
+                    await trio.to_thread.run_sync(log.apply_release)
+                elif log.trim_pending:
+                    await trio.to_thread.run_sync(log.trim)
+    finally:
+        log.close()
+
+
+async def sessions_task(server) -> None:
+    """Group commit of the replicator's store, as :func:`log_task` does for the log; then
+    the core streams what was committed."""
+    store = server.session_store
+    try:
+        while True:
+            await server._sessions_wakeup.wait()
+            server._sessions_wakeup = trio.Event()
+            while store.pending:
+                await _commit_group(store)
+                outs = server.core.replicator.on_committed()
+                if outs:
+                    await server._dispatch(outs)
+    finally:
+        store.close()
