@@ -25,10 +25,10 @@ async def _commit_group(store) -> None:
 
 
 async def log_task(server) -> None:
-    """The pubend log of ``server`` (a BrokerServer): write everything appended since the last group in one transaction (in
-    a worker thread unless the group is small, see ``SqliteLog.inline``), then let the core
-    acknowledge and send it on; checkpoint the WAL, and release or trim a chunk, in
-    between."""
+    """The pubend log of ``server`` (a BrokerServer): write everything appended since the
+    last group in one transaction (in a worker thread unless the group is small, see
+    ``SqliteLog.inline``), then let the core acknowledge and send it on; checkpoint the WAL,
+    and release or trim a chunk, in between."""
     log = server.pubend_log
     try:
         while True:
