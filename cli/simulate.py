@@ -175,6 +175,7 @@ def _simulate(
         "sufficiency": not no_sufficiency,
         "durable": durable,
         "moves": sum(o.moves for o in outcomes),
+        "handovers": sum(o.handovers for o in outcomes),
         "wall_seconds": round(sum(o.wall_seconds for o in outcomes), 3),
         "examples": [
             {"seed": o.seed, "replay": replay[o.seed], "violations": list(o.violations[:5])}
@@ -236,6 +237,11 @@ def _render(summary: dict, topology, faults_spec: str) -> None:
     out.print(table)
     f = summary["faults"]
     out.print("faults injected: " + ", ".join(f"{n:,} {k.replace('_', ' ')}" for k, n in f.items()))
+    if summary["durable"]:
+        out.print(
+            f"durable clients: {summary['moves']:,} moves, "
+            f"{summary['handovers']:,} sessions handed over between replicators"
+        )
     for ex in summary["examples"]:
         out.print(f"[red]seed {ex['seed']} failed[/red]:")
         for v in ex["violations"]:

@@ -223,6 +223,11 @@ class DurableSession:
                 if closed.to:
                     frm, broker = self.broker, closed.to
                     continue
+                if closed.replicator and closed.replicator != self.token.replicator:
+                    # handed over (or being): the token's epochs were the old replicator's,
+                    # and it sends the session on only once the client has acknowledged them
+                    self.token = Token(closed.replicator)
+                    failures = 0
                 if closed.retry:  # this broker is fine; the session's replicator is not, yet
                     failures += 1
                     await trio.sleep(min(RETRY_FIRST * 2 ** min(failures, 5), RETRY_MAX))

@@ -35,7 +35,7 @@ from ges.core.failure import FailureDetector
 from ges.core.forwarding import Forwarding
 from ges.core.gates import Gates
 from ges.core.links import Links
-from ges.core.outputs import DropPeer, Notice, Output, ProtocolError, ToClient, ToPeer
+from ges.core.outputs import DropPeer, Notice, Output, ProtocolError, ToClient, ToPeer, hop
 from ges.core.provenance import Provenance
 from ges.core.publishing import Publishing
 from ges.core.release import ReleaseRounds
@@ -185,6 +185,8 @@ class BrokerCore:
                     [] if self.replicator is None else self.replicator.replayed(msg, now)
                 ),
             )
+            if self.replicator is not None:
+                self.release.pinned = self.replicator.pinned
         for part in (
             self.forwarding,
             self.subscriptions,
@@ -235,6 +237,19 @@ class BrokerCore:
         if handle is None:
             raise ProtocolError(f"unexpected {type(msg).__name__} from broker {peer}")
         return handle(self, peer, msg, now)
+
+    def on_handover(self, msg, now: float) -> list:
+        """A step of a durable session's hand-over between replicators (ges.core.handover):
+        handled here if it is for this broker, else passed on a hop."""
+        self.unicast.check(msg.to, msg.detour)
+        self.unicast.check(msg.source, [])
+        if msg.to != self.id:
+            return self.unicast.relay(msg.to, msg.detour, msg.hops, lambda h, d: hop(msg, h, d))
+        if self.replicator is None:
+            return []  # not a replicator (any more): the sender gives up in time
+        if type(msg) is m.Handover:
+            return self.replicator.on_handover(msg, now)
+        return self.replicator.on_note(msg, now)
 
     def _on_bye(self, peer: str, msg: m.Bye, now: float) -> list:
         self.links.stopped.add(peer)  # the link goes down next: a planned stop, not a failure
@@ -466,6 +481,8 @@ _RELIABLE_ONLY = (
     m.Clocks,
     m.Vector,
     m.ProfileWant,
+    m.Handover,
+    m.HandoverNote,
 )
 
 
@@ -569,4 +586,6 @@ FROM_PEER_RELIABLE = {
     m.ProfileWant: _checked_values(
         lambda core, peer, msg, now: core.to_peers(core.router.on_want(msg, now))
     ),
+    m.Handover: lambda core, peer, msg, now: core.on_handover(msg, now),
+    m.HandoverNote: lambda core, peer, msg, now: core.on_handover(msg, now),
 }

@@ -86,3 +86,7 @@ class BrokerConfig:
     #: ges.reliable.knowledge.MAX_DATA_BYTES); beyond it the highest become Q again, asked for
     #: once the stream has caught up — so a recovery reaches a subscriber in bursts of this.
     max_held_bytes: int = 64 * 1024 * 1024
+    #: Durable sessions: seconds a session's client stays connected in the unit of another
+    #: replicator before its replicator hands the session over to that one (ges.core.handover;
+    #: inf: never).
+    handover_after: float = 10.0

@@ -324,6 +324,10 @@ class Gates(Part):
         """How far this broker acknowledges ``pubend``'s ticks when asked about those up to
         ``tick``; None while a subscription here waits for its starting point on the
         pubend's level (it may need ticks from before the answer)."""
+        if self.replicator is not None:  # nothing above what durable sessions have stored
+            floor = self.replicator.floor(pubend)
+            if floor is not None:
+                tick = min(tick, floor)
         if (
             not self.subscriptions.profiles
         ):  # no subscription here: a later one starts after the answer
@@ -331,10 +335,6 @@ class Gates(Part):
         level = self.level(pubend)
         if any(g.levels[level] is None for g in self.gate.values()):
             return None
-        if self.replicator is not None:  # nothing above what durable sessions have stored
-            floor = self.replicator.floor(pubend)
-            if floor is not None:
-                tick = min(tick, floor)
         sub = self.subends.streams.get(pubend)
         if sub is not None:
             return min(tick, sub.stream.floor)

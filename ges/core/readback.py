@@ -47,6 +47,16 @@ class ReadBack:
         promised = self.release.promised(pubend) if self.release is not None else 0
         return max(self._top.get(pubend, 0), promised)
 
+    def _reads_back(self, live, pubend: str, tick: int) -> bool:
+        """Whether ``tick`` of ``pubend``, read back, is stored for session ``live``: not if it
+        came from elsewhere (its floors) or the session is being handed over here and reads
+        its own (ges.core.handover)."""
+        state = live.state
+        if state.floors and tick <= state.floors.get(pubend, 0):
+            return False
+        h = state.handover
+        return h is None or h["dir"] != "in" or h["phase"] != "taking"
+
     def _local(self, pubend: str) -> bool:
         """A pubend of this broker: its events reach the sessions here only after its own log
         has them, and are not read back (see the README's limits)."""
@@ -101,9 +111,17 @@ class ReadBack:
     def replayed(self, msg: m.Recovered, now: float) -> list:
         """A page of a pubend's log read back: stored for the sessions its events match (a
         range the log no longer holds is a gap notice for every session)."""
+        taking: list = []
+        if self._hands:  # a page for a session being handed over here (ges.core.handover)
+            taking, took = self.taking_replayed(msg, now)
+            if took and msg.pubend not in self._replays:
+                return taking
         rp = self._replays.get(msg.pubend)
         if rp is None or msg.lo != rp.next:
-            return []  # an old answer, or one already had
+            return taking  # an old answer, or one already had
+        return taking + self._read_back(rp, msg, now)
+
+    def _read_back(self, rp: Replay, msg: m.Recovered, now: float) -> list:
         pubend = msg.pubend
         store = self.store
         top = self._top.get(pubend, 0)
@@ -121,7 +139,8 @@ class ReadBack:
                     continue
                 wants: dict[int, list[int]] = {}
                 for conn, sub_id in match(it.event.attributes):
-                    if conn < 0 and -conn in self._by_key:
+                    live = self._by_key.get(-conn) if conn < 0 else None
+                    if live is not None and self._reads_back(live, pubend, it.tick):
                         wants.setdefault(-conn, []).append(sub_id)
                 if wants:
                     self._append(pubend, it, wants)

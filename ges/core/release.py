@@ -69,6 +69,10 @@ class ReleaseRounds:
         self._unicast = unicast
         self._needed = needed
         self._others = others
+        #: the tick of this broker's own pubend its log may release up to at most, by this
+        #: broker's own needs (None: any) — a replicator handing a session over keeps what is
+        #: after its cut (ges.core.handover)
+        self.pinned: Callable[[str], int | None] = lambda pubend: None
         #: each other broker's acknowledged tick of this pubend
         self.acked: dict[str, int] = {}
         #: the tick the last round asked about, and the brokers that have not acknowledged it
@@ -95,10 +99,13 @@ class ReleaseRounds:
         tick = log.committed
         acked = self.acked
         floor = min((acked.get(b, 0) for b in self._others), default=tick)
-        if floor > log.released():
-            log.release(floor)
+        pin = self.pinned(self.pubend)
+        release = floor if pin is None else min(floor, pin)
+        if release > log.released():
+            log.release(release)
         if floor >= tick:
-            self.due = float("inf")  # until the next publish
+            # until the next publish (or, pinned, a look again later)
+            self.due = float("inf") if release >= floor else now + self.config.ack_every
             return []
         self.due = now + self.config.ack_every
         self.asked = tick
@@ -225,7 +232,8 @@ class ReleaseRounds:
             if tick >= self.asked and origin in behind:
                 behind.discard(origin)
                 if not behind:  # the last one: what the round asked about goes now
-                    self.log.release(self.asked)
+                    pin = self.pinned(self.pubend)
+                    self.log.release(self.asked if pin is None else min(self.asked, pin))
         return []
 
     # -- time ---------------------------------------------------------------------------------

@@ -88,6 +88,12 @@ class NackRepair:
                     lambda h, d: m.Nack(msg.pubend, msg.origin, rest, h, d),
                 )
             return out
+        self.counters["nacks_answered"] += 1
+        return self._send_answers(self.from_log(msg))
+
+    def from_log(self, msg: m.Nack) -> list[m.Recovered]:
+        """The answers this broker's log gives ``msg`` (a nack for one of its own pubends) —
+        also for its own replicator, which reads the log here rather than nacking itself."""
         if msg.pubend != self.pubend:
             # an older epoch of this broker's pubend: answered from the log if it kept it
             # (a durable log does), else its ticks are lost, and saying so lets the subend go on
@@ -103,8 +109,7 @@ class NackRepair:
                 ]
         if msg.replay:
             answers = [msgspec.structs.replace(a, replay=True) for a in answers]
-        self.counters["nacks_answered"] += 1
-        return self._send_answers(answers)
+        return answers
 
     def _answer_from_cache(self, pubend: str, origin: str, ranges) -> tuple[list, list]:
         """The answers this broker can give a nack from ``origin`` out of its cache — for a range

@@ -30,6 +30,7 @@ from collections import deque
 import attrs
 import msgspec
 
+from ges.core.handover import HandOver
 from ges.core.outputs import Notice, ToClient
 from ges.core.part import Part
 from ges.core.readback import REPLAY_RESEND, ReadBack, Replay
@@ -70,11 +71,14 @@ class Live:
     #: retention needs no count of the store), and the last epoch stored for it
     held: int = 0
     last: int = 0
+    #: not handed over to another replicator before this time (one was refused or given up)
+    backoff: float = 0.0
 
 
-class Replicator(ReadBack, Part):
+class Replicator(HandOver, ReadBack, Part):
     """The durable sessions of this broker's replicator (see the module docstring; reading back
-    after a restart: ges.core.readback)."""
+    after a restart: ges.core.readback; handing a session over to another replicator:
+    ges.core.handover)."""
 
     def __init__(self, core, store: SessionStore):
         super().__init__(core)
@@ -98,6 +102,9 @@ class Replicator(ReadBack, Part):
         self._retention_due = 0.0
         self._live: set[str] = set()
         self._replays: dict[str, Replay] = {}
+        #: hand-overs in progress here, by session name (ges.core.handover)
+        self._hands: dict = {}
+        self.max_sessions = MAX_SESSIONS
 
     # -- starting ---------------------------------------------------------------------------
 
@@ -107,6 +114,12 @@ class Replicator(ReadBack, Part):
         for _, state in sorted(self.store.sessions().items()):
             live = self._add(state, now)
             live.held, live.last = self.store.held(state.key, state.acked)
+            enter = self._restore_handover(live, now)
+            if enter is None:  # it was being taken here: forgotten (the source asks again)
+                out += self._end(live, now)
+                continue
+            if not enter:  # given away: its subscriptions went
+                continue
             waiting = self._restoring_of[state.key] = set()
             out += self._subscribe(live, state.subs, {}, waiting)
             self._restoring |= waiting
@@ -150,6 +163,9 @@ class Replicator(ReadBack, Part):
         live = self._by_key.get(-conn)
         if live is None:
             return []
+        taking = self._taking_answered(live, msg, now) if self._hands else None
+        if taking is not None:
+            return taking
         if type(msg) is m.Error:  # a subscription refused: the open fails, in one line
             restoring = self._restoring_of.pop(live.state.key, set())
             if restoring:  # a stored profile this broker no longer takes: said, not waited for
@@ -211,14 +227,23 @@ class Replicator(ReadBack, Part):
             if msg.subs is None:
                 reason = f"durable session {msg.name!r} does not exist: give its subscriptions"
                 return [ToClient(conn, m.Error(reason, req=msg.req))]
-            if len(self.sessions) >= MAX_SESSIONS:
-                reason = f"replicator {self.id} holds {MAX_SESSIONS} durable sessions, the most"
+            if len(self.sessions) >= self.max_sessions:
+                reason = (
+                    f"replicator {self.id} holds {self.max_sessions} durable sessions, the most"
+                )
                 return [ToClient(conn, m.Error(reason, req=msg.req))]
             live = self._add(SessionState(msg.name, msg.owner, self._next_key, {}, wall), now)
             created = True
         elif live.state.owner and msg.owner != live.state.owner and not msg.operator:
             reason = f"durable session {msg.name!r} belongs to {live.state.owner!r}"
             return [ToClient(conn, m.Error(reason, denied=True, req=msg.req))]
+        elif (redirect := self._redirect(live, conn, msg)) is not None:
+            return redirect
+        elif live.state.handover is not None and msg.subs is not None:
+            subs = {s.sub_id: (s.profile_id, s.conjunctions) for s in msg.subs}
+            if subs != live.state.subs:  # its profile changes once it is handed over
+                why = f"being handed over to replicator {live.state.handover['to']}: try again"
+                return [ToClient(conn, m.SessionClosed(msg.name, why, retry=True))]
         elif live.opening is not None:  # taken over while its subscriptions go in: wait too
             old_conn, _, waiting, created, before = live.opening
             live.opening = None
@@ -290,7 +315,7 @@ class Replicator(ReadBack, Part):
             inflight = live.inflight
             while inflight and inflight[0][0] <= epoch:
                 live.inflight_bytes -= inflight.popleft()[1]
-            return self._pump(live)
+            return self._pump(live) + self._tail_done(live, self.subscriptions.now)
         return []
 
     def _acked(self, live: Live, epoch: int) -> None:
@@ -333,6 +358,7 @@ class Replicator(ReadBack, Part):
                 for name, live in sorted(self.sessions.items())
                 if (not msg.name or name == msg.name)
                 and (operator or live.state.owner in ("", who))
+                and self._listed(live)
             ]
             return [ToClient(conn, m.SessionList(found, req=msg.req))]
         if msg.action not in ("end", "roam"):
@@ -400,14 +426,19 @@ class Replicator(ReadBack, Part):
         subscriptions it is for, in tick order."""
         if self._restarted and pubend not in self._live and not self._local(pubend):
             return self._hold(pubend, matched)
+        asks: list = []
+        if self._hands:  # sessions being taken here hold theirs (ges.core.handover)
+            matched, asks = self.taking_hold(pubend, matched, self.subscriptions.now)
         top = self._top.get(pubend, 0)
         per_tick: dict[int, tuple[m.EventItem, dict[int, list[int]]]] = {}
         for (conn, sub_id), items in matched:
             key = -conn
-            if key not in self._by_key:
+            live = self._by_key.get(key)
+            if live is None:
                 continue
+            floor = max(top, live.state.floors.get(pubend, 0)) if live.state.floors else top
             for it in items:
-                if it.tick <= top:  # stored already (read back after a restart)
+                if it.tick <= floor:  # stored already (read back, or handed over)
                     continue
                 got = per_tick.get(it.tick)
                 if got is None:
@@ -415,7 +446,7 @@ class Replicator(ReadBack, Part):
                 else:
                     got[1].setdefault(key, []).append(sub_id)
         if not per_tick:
-            return []
+            return asks
         store = self.store
         first_epoch = store.last + 1
         for tick in sorted(per_tick):
@@ -424,7 +455,7 @@ class Replicator(ReadBack, Part):
         self._top[pubend] = last = max(per_tick)
         store.set_top(pubend, last)
         self._pending(pubend, min(per_tick), first_epoch)
-        return self._committed_now()
+        return asks + self._committed_now()
 
     def _append(self, pubend: str, item: m.EventItem, wants: dict[int, list[int]]) -> None:
         """Store ``item`` once for the sessions ``wants`` names ({key: sub_ids})."""
@@ -446,11 +477,16 @@ class Replicator(ReadBack, Part):
         """The highest tick of ``pubend`` this broker may acknowledge for its sessions (None:
         any): below what the store has not committed yet, and — after a restart, until the
         pubend is read back — what it had stored (the pubend's log keeps the rest)."""
+        pin = self.pinned(pubend) if self._hands else None  # hand-overs (ges.core.handover)
         if self._restarted and pubend not in self._live and not self._local(pubend):
             self._begin(pubend)
-            return self._horizon(pubend)
-        q = self._uncommitted.get(pubend)
-        return q[0][1] - 1 if q else None
+            got = self._horizon(pubend)
+        else:
+            q = self._uncommitted.get(pubend)
+            got = q[0][1] - 1 if q else None
+        if pin is None:
+            return got
+        return pin if got is None else min(got, pin)
 
     def _committed_now(self) -> list:
         """A store that commits at once (in memory) has committed what was just appended."""
@@ -504,6 +540,9 @@ class Replicator(ReadBack, Part):
         if now >= self._retention_due:
             self._retention_due = now + RETENTION_EVERY
             out += self._retention(now)
+            out += self._consider_handovers(now)
+        if self._hands:
+            out += self._handover_timer(now)
         if not self._restoring:
             for pubend, rp in sorted(self._replays.items()):
                 if rp.asked is None or now >= rp.asked + REPLAY_RESEND:  # as next_deadline
@@ -512,6 +551,8 @@ class Replicator(ReadBack, Part):
 
     def next_deadline(self) -> float:
         due = self._retention_due if self.sessions else float("inf")
+        if self._hands:
+            due = min(due, self._handover_deadline())
         if self._restoring or not self._replays:
             return due
         return min(due, *((rp.asked or 0.0) + REPLAY_RESEND for rp in self._replays.values()))
@@ -534,6 +575,10 @@ class Replicator(ReadBack, Part):
             live = self._by_key.get(key)
             if live is not None:
                 out += self._pump(live)
+        for name in list(self._hands):  # hand-overs waiting for their reads to be committed
+            live = self.sessions.get(name)
+            if live is not None:
+                out += self._taking_done(live, self.subscriptions.now)
         return out
 
     def _pump(self, live: Live) -> list:
@@ -543,6 +588,9 @@ class Replicator(ReadBack, Part):
         out: list = []
         key = live.state.key
         state = live.state
+        cap = self.stream_cap(live) if state.handover is not None else None
+        if cap is not None and cap < 0:
+            return []  # handed over: nothing streams from here
         if live.sent < state.trimmed:  # retention let go of some: the client is told first
             gaps = [
                 m.SessionItem(
@@ -559,10 +607,13 @@ class Replicator(ReadBack, Part):
             if gaps:
                 live.inflight.append((live.sent, 0))
                 out.append(ToClient(live.follower, m.SessionEvents(state.name, gaps)))
-        while live.inflight_bytes < WINDOW_BYTES and live.sent < self.store.committed:
+        upto = self.store.committed if cap is None else min(cap, self.store.committed)
+        while live.inflight_bytes < WINDOW_BYTES and live.sent < upto:
             items = self.store.read(key, live.sent, max_bytes=WINDOW_BYTES - live.inflight_bytes)
+            if cap is not None:
+                items = [it for it in items if it.epoch <= cap]
             if not items:
-                live.sent = self.store.committed
+                live.sent = upto
                 break
             size = sum(event_size(it.item.event) for it in items)
             live.sent = items[-1].epoch

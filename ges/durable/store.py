@@ -47,6 +47,11 @@ class SessionState:
     gaps: dict[str, tuple[int, int]] = attrs.Factory(dict)
     dropped: int = 0
     gap_why: str = ""
+    #: a hand-over to or from another replicator in progress (ges.core.handover), as kept
+    handover: dict | None = None
+    #: per pubend, the tick up to which its events came to it from elsewhere (a hand-over's
+    #: source, or what the hand-over read from the pubend's log): none up to it is stored again
+    floors: dict[str, int] = attrs.Factory(dict)
 
 
 class SessionStore(Protocol):
@@ -135,13 +140,13 @@ class MemorySessionStore:
 
     def sessions(self) -> dict[str, SessionState]:
         return {
-            n: attrs.evolve(s, subs=dict(s.subs), gaps=dict(s.gaps))
+            n: attrs.evolve(s, subs=dict(s.subs), gaps=dict(s.gaps), floors=dict(s.floors))
             for n, s in self._sessions.items()
         }
 
     def save_session(self, state: SessionState) -> None:
         self._sessions[state.name] = attrs.evolve(
-            state, subs=dict(state.subs), gaps=dict(state.gaps)
+            state, subs=dict(state.subs), gaps=dict(state.gaps), floors=dict(state.floors)
         )
         self._wants.setdefault(state.key, [])
 

@@ -33,6 +33,7 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode_item = msgspec.msgpack.Decoder(m.EventItem).decode
 _decode_subs = msgspec.msgpack.Decoder(dict[int, tuple[str, list[list[m.Constraint]]]]).decode
 _decode_ints = msgspec.msgpack.Decoder(list[int]).decode
+_decode_handover = msgspec.msgpack.Decoder(dict).decode
 _decode_retention = msgspec.msgpack.Decoder(
     tuple[int, float, int, dict[str, tuple[int, int]], int, str]
 ).decode
@@ -67,6 +68,9 @@ class SqliteSessionStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._writer = self._connect()
             self._writer.executescript(_SCHEMA)
+            columns = {row[1] for row in self._writer.execute("PRAGMA table_info(sessions)")}
+            if "handover" not in columns:  # a store made before hand-overs
+                self._writer.execute("ALTER TABLE sessions ADD COLUMN handover BLOB")
             row = self._writer.execute("SELECT value FROM meta WHERE key = 'id'").fetchone()
             if row is None:
                 self.id = os.urandom(8).hex()
@@ -99,11 +103,14 @@ class SqliteSessionStore:
 
     def sessions(self) -> dict[str, SessionState]:
         rows = self._query(
-            "SELECT name, owner, key, subs, created, acked, retention FROM sessions", ()
+            "SELECT name, owner, key, subs, created, acked, retention, handover FROM sessions", ()
         )
         out = {}
-        for name, owner, key, subs, created, acked, retention in rows:
+        for name, owner, key, subs, created, acked, retention, handover in rows:
             state = SessionState(name, owner, key, _decode_subs(subs), created, acked)
+            if handover:
+                kept = _decode_handover(handover)
+                state.handover, state.floors = kept.get("handover"), kept.get("floors", {})
             if retention:
                 n, age, trimmed, gaps, dropped, why = _decode_retention(retention)
                 state.max_events, state.max_age, state.trimmed = n, age, trimmed
@@ -113,7 +120,9 @@ class SqliteSessionStore:
         return out
 
     def save_session(self, state: SessionState) -> None:
-        self._saves[state.name] = attrs.evolve(state, subs=dict(state.subs), gaps=dict(state.gaps))
+        self._saves[state.name] = attrs.evolve(
+            state, subs=dict(state.subs), gaps=dict(state.gaps), floors=dict(state.floors)
+        )
 
     def drop_session(self, state: SessionState) -> None:
         self._saves[state.name] = None
@@ -258,8 +267,8 @@ class SqliteSessionStore:
                     )
                     w.execute(
                         "INSERT OR REPLACE INTO sessions"
-                        " (name, key, owner, subs, created, acked, retention)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        " (name, key, owner, subs, created, acked, retention, handover)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             name,
                             state.key,
@@ -268,6 +277,9 @@ class SqliteSessionStore:
                             state.created,
                             state.acked,
                             _encode(retention),
+                            _encode({"handover": state.handover, "floors": state.floors})
+                            if state.handover or state.floors
+                            else None,
                         ),
                     )
             for key, upto in releases.items():

@@ -39,6 +39,9 @@ class Durable:
     name: str
     profile: Profile
     replicator: str
+    #: the broker it is at (the replicator hands its session over to the one of that
+    #: broker's unit once it has stayed there a while: ges.core.handover)
+    at: str
     #: the current connection (None: away), and the epoch it has up to (the token's)
     conn: int | None = None
     epoch: int = -1
@@ -48,6 +51,8 @@ class Durable:
     #: deliveries dropped as had already (by epoch), and moves made
     dropped: int = 0
     moves: int = 0
+    #: times its session was handed over to another replicator (ges.core.handover)
+    handovers: int = 0
 
 
 class Roaming:
@@ -61,13 +66,17 @@ class Roaming:
         brokers = sorted(sim.topology.brokers)
         self.clients: dict[str, Durable] = {}
         for i, profile in enumerate(profiles):
-            home = home_replicator(sim.topology, rng.choice(brokers))
-            self.clients[f"d{i}"] = Durable(f"d{i}", profile, home)
+            at = rng.choice(brokers)
+            self.clients[f"d{i}"] = Durable(f"d{i}", profile, home_replicator(sim.topology, at), at)
         self._by_conn: dict[int, Durable] = {}
 
     @property
     def moves(self) -> int:
         return sum(d.moves for d in self.clients.values())
+
+    @property
+    def handovers(self) -> int:
+        return sum(d.handovers for d in self.clients.values())
 
     def start(self) -> None:
         for d in self.clients.values():
@@ -86,7 +95,7 @@ class Roaming:
             replicator=d.replicator,
             store=d.store if token else "",
             epoch=d.epoch if token else -1,
-            at=d.replicator,
+            at=d.at,
         )
         d.conn = conn  # what it answers comes at once, on this connection
         if not self.sim.client(d.replicator, conn, msg):  # its replicator is down: again later
@@ -133,6 +142,11 @@ class Roaming:
         elif kind is m.SessionClosed:
             d.old.add(conn)
             d.conn = None
+            if msg.to:  # moved by an operator: it comes back there
+                d.at = msg.to
+            if msg.replicator and msg.replicator != d.replicator:  # handed over, or being
+                d.handovers += msg.reason.startswith("handed over")
+                d.replicator, d.store, d.epoch = msg.replicator, "", -1
             self.sim.at(now + self.rng.uniform(0.01, 0.2), self._connect, d)
         elif kind is m.Error:
             self.checker.broker_fault(now, broker, f"session {d.name}: {msg.reason}")
@@ -157,6 +171,8 @@ class Roaming:
             return
         d.moves += 1
         kind = self.rng.choice(("away", "takeover", "redirect", "fresh"))
+        if kind != "redirect":  # it comes back at another broker
+            d.at = self.rng.choice(sorted(sim.topology.brokers))
         if kind == "takeover":  # a new connection while the old one is open
             d.old.add(d.conn)
             d.conn = None

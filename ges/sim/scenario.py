@@ -33,6 +33,9 @@ from ges.wire import messages as m
 SETTLE = 0.5
 PUBLISH_FOR = 2.0
 QUIET = 15.0
+#: Seconds a durable client stays in another replicator's unit before its session is handed
+#: over there (ges.core.handover), in a run.
+HANDOVER_AFTER = 0.2
 SYMBOLS = ("IBM", "HPQ", "MSFT", "T", "ORCL")
 
 
@@ -56,6 +59,8 @@ class Outcome:
     slices: int = 0
     #: durable clients' moves (away and back, taken over, redirected, a new process)
     moves: int = 0
+    #: durable sessions handed over between replicators as their clients moved
+    handovers: int = 0
 
     def replay(
         self,
@@ -139,6 +144,8 @@ def run_seed(
         for key in [k for k in pending if k[0] == broker]:
             del pending[key]
 
+    if config is None and durable:  # sessions are handed over within the run
+        config = BrokerConfig(handover_after=HANDOVER_AFTER)
     sim = Sim(
         topology,
         seed=rng.randrange(2**32),
@@ -209,6 +216,7 @@ def run_seed(
         frame_types=dict(sim.frame_types),
         slices=sim.slices,
         moves=0 if roaming is None else roaming.moves,
+        handovers=0 if roaming is None else roaming.handovers,
     )
 
 

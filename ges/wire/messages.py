@@ -574,6 +574,45 @@ class SessionClosed(_Msg):
     to: str = ""
     ended: bool = False
     retry: bool = False
+    #: open it again at this replicator (it was handed over there, or is being handed over
+    #: from there)
+    replicator: str = ""
+
+
+class Handover(_Msg):
+    """Replicator ``source`` hands durable session ``name`` over to replicator ``to``, the one
+    of the unit its client is now in (seed 004 §4's delegation; relayed hop by hop). ``cuts``:
+    per pubend, the tick up to which ``source`` keeps what the session wants — ``to`` reads
+    the rest from each pubend's log. ``hid`` names this hand-over."""
+
+    to: str
+    source: str
+    hid: str
+    name: str
+    owner: str
+    created: float
+    subs: list[SessionSub]
+    cuts: dict[str, int]
+    max_events: int = 0
+    max_age: float = 0.0
+    hops: int = 0
+    detour: list[str] = []
+
+
+class HandoverNote(_Msg):
+    """A step of hand-over ``hid`` of session ``name`` between replicators (relayed hop by
+    hop): ``taken`` (``to`` → ``source``: it stores everything after the cuts), ``refused``
+    (with ``why``), ``poll`` (may it serve the session yet?), ``released`` (the old
+    replicator's part was delivered: it may), ``done``, ``abandon``."""
+
+    to: str
+    source: str
+    hid: str
+    name: str
+    what: str
+    why: str = ""
+    hops: int = 0
+    detour: list[str] = []
 
 
 class SessionControl(_Msg):
@@ -651,6 +690,8 @@ Message = (
     | SessionClosed
     | SessionControl
     | SessionList
+    | Handover
+    | HandoverNote
 )
 
 _encoder = msgspec.msgpack.Encoder()

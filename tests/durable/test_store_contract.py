@@ -4,6 +4,8 @@ group is written and committed, see :func:`commit`)."""
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from ges.durable.store import MemorySessionStore, SessionState
@@ -224,6 +226,52 @@ def test_drop_session_forgets_it_and_what_only_it_held(store):
     assert store.read(A, 0) == [] and store.held(A, 0) == (0, 0)
     assert epochs(store.read(B, 0)) == [e2]
     assert e1 < e2
+
+
+def test_a_hand_over_in_progress_and_the_floors_are_kept(store):
+    s = state("alice", A)
+    s.handover = {"dir": "out", "to": "b1", "hid": "h", "cuts": {"p~1": 4}, "phase": "asking"}
+    s.floors = {"p~1": 9}
+    store.save_session(s)
+    s.floors["q~1"] = 3  # a copy was kept
+    commit(store)
+    got = store.sessions()["alice"]
+    assert got.handover == {
+        "dir": "out",
+        "to": "b1",
+        "hid": "h",
+        "cuts": {"p~1": 4},
+        "phase": "asking",
+    }
+    assert got.floors == {"p~1": 9}
+    got.handover = None
+    store.save_session(got)
+    commit(store)
+    assert store.sessions()["alice"].handover is None
+
+
+def test_a_store_made_before_hand_overs_opens_and_keeps_them(tmp_path):
+    """A session store file from before hand-overs (no ``handover`` column) is opened as it
+    is, its sessions intact, and keeps hand-overs from then on."""
+    path = tmp_path / "old.db"
+    s = SqliteSessionStore(path)
+    s.save_session(state("alice", A, acked=2))
+    commit(s)
+    s.close()
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE sessions DROP COLUMN handover")
+    conn.commit()
+    conn.close()
+    again = SqliteSessionStore(path)
+    try:
+        got = again.sessions()["alice"]
+        assert got.acked == 2 and got.handover is None
+        got.floors = {"p~1": 1}
+        again.save_session(got)
+        commit(again)
+        assert again.sessions()["alice"].floors == {"p~1": 1}
+    finally:
+        again.close()
 
 
 def test_tops_keep_each_pubends_tick(store):
