@@ -491,7 +491,9 @@ def _say_gap(d, fmt: str, stdout) -> None:
 def _say_moved(move: Move) -> None:
     """A line on stderr each time a durable session opens, resumes or moves."""
     caught = f"{move.replayed:,} missed events replayed"
-    if move.frm:
+    if move.frm and move.frm == move.to:  # the same broker: its session moved (a hand-over)
+        text = f"{move.why}: resumed at {move.to}, {caught}"
+    elif move.frm:
         text = f"roamed {move.frm} -> {move.to}: {caught} ({move.why})"
     elif move.created:
         text = f"opened durable session at {move.to}"

@@ -228,6 +228,7 @@ class DurableSession:
                     # and it sends the session on only once the client has acknowledged them
                     self.token = Token(closed.replicator)
                     failures = 0
+                    frm = self.broker
                 if closed.retry:  # this broker is fine; the session's replicator is not, yet
                     failures += 1
                     await trio.sleep(min(RETRY_FIRST * 2 ** min(failures, 5), RETRY_MAX))

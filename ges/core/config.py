@@ -88,5 +88,5 @@ class BrokerConfig:
     max_held_bytes: int = 64 * 1024 * 1024
     #: Durable sessions: seconds a session's client stays connected in the unit of another
     #: replicator before its replicator hands the session over to that one (ges.core.handover;
-    #: inf: never).
-    handover_after: float = 10.0
+    #: inf: never; None: the topology's ``sessions: {handover_after}``).
+    handover_after: float | None = None

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 A session is homed where it was made (ges.durable). Once its client has stayed connected for
-``handover_after`` seconds (ges.core.config) at a broker whose home replicator is another one —
+``handover_after`` seconds (the topology's ``sessions:``) at a broker whose home replicator is
+another one —
 it roamed into a finer replicator's sub-unit, or out of this replicator's unit — this
 replicator, the *source*, hands the session over to that one, the *target*: seed 004 §4
 delegates the retrieval of a client's events to the stable storage that serves the client's
@@ -108,6 +109,8 @@ class HandOver:
     def _consider_handovers(self, now: float) -> list:
         """Hand over the sessions whose clients have stayed in another replicator's unit."""
         after = self.config.handover_after
+        if after is None:
+            after = self.topology.session_limits.handover_after
         if after == float("inf") or self._restoring or self._replays:
             return []
         out: list = []
@@ -124,7 +127,9 @@ class HandOver:
                 or live.at not in self.topology.brokers
             ):
                 continue
-            target = home_replicator(self.topology, live.at)
+            target = self._homes.get(live.at)
+            if target is None:
+                target = self._homes[live.at] = home_replicator(self.topology, live.at)
             if target != self.id:
                 out += self._hand_over(live, target, now)
         return out

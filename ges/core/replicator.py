@@ -102,8 +102,10 @@ class Replicator(HandOver, ReadBack, Part):
         self._retention_due = 0.0
         self._live: set[str] = set()
         self._replays: dict[str, Replay] = {}
-        #: hand-overs in progress here, by session name (ges.core.handover)
+        #: hand-overs in progress here, by session name, and each broker's home replicator
+        #: (ges.core.handover)
         self._hands: dict = {}
+        self._homes: dict[str, str] = {}
         self.max_sessions = MAX_SESSIONS
 
     # -- starting ---------------------------------------------------------------------------

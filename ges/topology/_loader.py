@@ -358,8 +358,13 @@ def _parse_session_limits(data, w: _Where) -> SessionLimits:
     raw = data.get("sessions")
     if raw is None:
         return SessionLimits()
-    if not isinstance(raw, Mapping) or not set(raw) <= {"max_events", "max_age"}:
-        w.fail(f"'sessions' must be {{max_events: N, max_age: AGE}}, got {raw!r}", data, "sessions")
+    if not isinstance(raw, Mapping) or not set(raw) <= {"max_events", "max_age", "handover_after"}:
+        w.fail(
+            "'sessions' must be {max_events: N, max_age: AGE, handover_after: AGE or never}, "
+            f"got {raw!r}",
+            data,
+            "sessions",
+        )
     limits = SessionLimits()
     n = raw.get("max_events", limits.max_events)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10**12:
@@ -371,7 +376,16 @@ def _parse_session_limits(data, w: _Where) -> SessionLimits:
             raw,
             "max_age",
         )
-    return SessionLimits(n, age)
+    after = raw.get("handover_after", limits.handover_after)
+    after = float("inf") if after == "never" else parse_duration(after)
+    if after is None:
+        w.fail(
+            "sessions.handover_after must be seconds, like 30s or 15m, or never, "
+            f"got {raw['handover_after']!r}",
+            raw,
+            "handover_after",
+        )
+    return SessionLimits(n, age, after)
 
 
 def _parse_link_costs(data, w: _Where) -> LinkCostMatrix:

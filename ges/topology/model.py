@@ -90,7 +90,10 @@ class Topology:
         if self.link_costs.rows:
             out["link_costs"] = [list(row) for row in self.link_costs.rows]
         if self.session_limits != SessionLimits():
-            out["sessions"] = attrs.asdict(self.session_limits)
+            sessions = attrs.asdict(self.session_limits)
+            if sessions["handover_after"] == float("inf"):
+                sessions["handover_after"] = "never"
+            out["sessions"] = sessions
         return out
 
     # -- the hierarchy (seed 004 §2) ------------------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 
 import ges.core.handover as handover
 from ges.core import BrokerConfig
+from ges.errors import UserInputError
 from ges.sim import Sim
 from ges.topology import Topology
 from ges.wire import messages as m
@@ -123,7 +124,7 @@ class Run:
         self,
         publish_until: float = 6.0,
         on_arrive=None,
-        handover_after: float = AFTER,
+        handover_after: float | None = AFTER,
         publishers: tuple = PUBLISHERS,
         topology: dict = NEST,
     ):
@@ -462,4 +463,31 @@ def test_a_session_still_being_read_is_not_handed_on_before_it_is_read(monkeypat
     run.sim.run_until(14.0)
     handed = [r for _, why, r in c.closed if why.startswith("handed over")]
     assert handed == ["b1", "a1"]
+    run.check()
+
+
+def test_the_topology_says_when_sessions_are_handed_over_or_that_they_never_are():
+    t = Topology.from_dict({**NEST, "sessions": {"handover_after": "30s"}}, source="<t>")
+    assert t.session_limits.handover_after == 30.0
+    never = Topology.from_dict({**NEST, "sessions": {"handover_after": "never"}}, source="<t>")
+    assert never.session_limits.handover_after == float("inf")
+    again = Topology.from_dict(never.to_dict(), source="<again>")
+    assert again.session_limits == never.session_limits and again.digest == never.digest
+    assert Topology.from_dict(NEST, source="<t>").session_limits.handover_after == 10.0
+
+
+@pytest.mark.parametrize("bad", ["soon", -3, 0, True, "5x"])
+def test_a_bad_handover_after_is_one_line(bad):
+    with pytest.raises(UserInputError) as e:
+        Topology.from_dict({**NEST, "sessions": {"handover_after": bad}}, source="<t>")
+    assert "sessions.handover_after must be" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_sessions_that_are_never_handed_over_stay_where_they_were_made():
+    run = Run(handover_after=None, topology={**NEST, "sessions": {"handover_after": "never"}})
+    c = run.client
+    run.sim.at(0.1, c.open, "a1", "a2", True)
+    run.sim.at(2.0, c.move, "b2")
+    run.sim.run_until(10.0)
+    assert c.closed == [] and c.replicator == "a1"
     run.check()

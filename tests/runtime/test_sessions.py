@@ -191,3 +191,59 @@ async def test_an_application_that_stops_part_way_through_a_batch_resumes_after_
         again = DurableSession(topology, "dave", "d", None)
         assert await take(again, 7) == list(range(3, 10))
         nursery.cancel_scope.cancel()
+
+
+async def test_a_session_follows_its_client_to_its_units_replicator_over_real_links(tmp_path):
+    """Opened at d (homed at c, S/c2's replicator), the client moves to b: half a second
+    later c hands the session over to a (S/c1's) across a real broker link, the library opens
+    it again at a through b, and every event published at a and at c throughout arrives
+    once, in order per publisher."""
+    topology = topology_on_free_ports({**REPLICATED, "sessions": {"handover_after": 0.5}})
+    async with trio.open_nursery() as nursery:
+        await start(nursery, topology, tmp_path)
+        s = DurableSession(topology, "alice", "d", EVERYTHING)
+        async with s.running():  # made (at c), and left
+            with trio.fail_after(10):
+                while not s.moves:
+                    await trio.sleep(0.02)
+        published = {"a": [], "c": []}
+        stop = trio.Event()
+
+        async def publisher(broker, first):
+            spec = topology.brokers[broker]
+            async with connect(spec.host, spec.port, topology=topology) as pub:
+                n = first
+                while not stop.is_set():
+                    await pub.publish([m.Event({"n": n}, b"", time.time_ns())])
+                    published[broker].append(n)
+                    n += 1
+                    await trio.sleep(0.01)
+
+        nursery.start_soon(publisher, "a", 0)
+        nursery.start_soon(publisher, "c", 1_000_000)
+        moves = []
+        roamed = DurableSession(
+            topology,
+            "alice",
+            "b",
+            None,
+            token=Token(s.token.replicator, s.token.store, s.token.epoch),
+            on_move=moves.append,
+        )
+        got = []
+        with trio.fail_after(30):
+            async with roamed.running():
+                async for batch in roamed.batches():
+                    got += [d.event.attributes["n"] for d in batch]
+                    if roamed.token.replicator == "a" and not stop.is_set():
+                        await trio.sleep(0.5)  # a while longer at the new replicator
+                        stop.set()
+                    if stop.is_set() and len(got) >= sum(map(len, published.values())):
+                        break
+        assert [m.why for m in moves][1:] == ["handed over to replicator a (its client's unit)"]
+        assert roamed.token.replicator == "a"
+        assert len(got) == len(set(got))
+        assert sorted(got) == sorted(published["a"] + published["c"])
+        for mine in published.values():
+            assert [n for n in got if n in set(mine)] == mine
+        nursery.cancel_scope.cancel()
