@@ -229,6 +229,7 @@ class DurableSession:
                     self.token = Token(closed.replicator)
                     failures = 0
                     frm = self.broker
+                    continue  # at once, there
                 if closed.retry:  # this broker is fine; the session's replicator is not, yet
                     failures += 1
                     await trio.sleep(min(RETRY_FIRST * 2 ** min(failures, 5), RETRY_MAX))
