@@ -185,8 +185,8 @@ class BrokerCore:
                     [] if self.replicator is None else self.replicator.replayed(msg, now)
                 ),
             )
-            if self.replicator is not None:
-                self.release.pinned = self.replicator.pinned
+            if self.replicator is not None:  # its own log keeps what its sessions have not
+                self.release.pinned = self.replicator.floor
         for part in (
             self.forwarding,
             self.subscriptions,

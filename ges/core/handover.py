@@ -66,10 +66,6 @@ TOMBSTONE_KEEP = 60.0
 HANDOVER_WATCH = 120.0
 #: Pubends a hand-over may name cuts for (as many as a broker follows).
 MAX_CUTS = 16_384
-#: Pages of its own pubend's log a target reads at once (the rest at its next timer).
-LOCAL_PAGES = 8
-#: "up to the last committed tick", in a replay request
-_ALL = 1 << 62
 
 #: The steps a note may name.
 NOTES = frozenset({"taken", "refused", "poll", "released", "done", "abandon"})
@@ -397,29 +393,7 @@ class HandOver:
         rp = hand.replays.get(pubend)
         if rp is None:
             return []
-        rp.asked = now
-        ranges = [(rp.next, _ALL)]
-        if not self._local(pubend):
-            return self.unicast.relay(
-                pubend.partition("~")[0],
-                [],
-                0,
-                lambda h, d: m.Nack(pubend, self.id, ranges, h, d, replay=True),
-            )
-        if self.repair is None:
-            return []
-        out: list = []
-        for _ in range(LOCAL_PAGES):  # this broker's own log, read here a few pages at a time
-            more = False
-            for a in self.repair.from_log(m.Nack(pubend, self.id, ranges, replay=True)):
-                got, more = self._taking_page(live, rp, a, now)
-                out += got
-            if not more or pubend not in hand.replays:
-                break
-            ranges = [(rp.next, _ALL)]
-        else:
-            rp.asked = now - REPLAY_RESEND  # the rest at the next timer
-        return out
+        return self._ask_log(pubend, rp, now, lambda a: self._taking_page(live, rp, a, now))
 
     def taking_replayed(self, msg: m.Recovered, now: float) -> tuple[list, bool]:
         """A page of a pubend's log for sessions being taken here; the outputs, and whether it

@@ -18,6 +18,8 @@ from ges.wire.messages import held_size
 
 #: Seconds before a replay request with no answer is sent again.
 REPLAY_RESEND = 1.0
+#: Pages of its own pubend's log a replicator reads at once (the rest at its next timer).
+LOCAL_PAGES = 8
 #: Bytes of live events one recovering pubend holds back until its replay is done (beyond,
 #: they are let go: the replay reads them from the pubend's log too).
 MAX_HELD_BYTES = 16 * 1024 * 1024
@@ -58,8 +60,7 @@ class ReadBack:
         return h is None or h["dir"] != "in" or h["phase"] != "taking"
 
     def _local(self, pubend: str) -> bool:
-        """A pubend of this broker: its events reach the sessions here only after its own log
-        has them, and are not read back (see the README's limits)."""
+        """A pubend of this broker (its log is read here, not asked with a nack)."""
         return pubend.partition("~")[0] == self.id
 
     def _begin(self, pubend: str) -> Replay:
@@ -76,22 +77,41 @@ class ReadBack:
         if self.log is not None:
             known |= {pubend for pubend, _ in self.log.promised().values()}
         for pubend in sorted(known):
-            if not self._local(pubend):
-                self._begin(pubend)
+            self._begin(pubend)
         out: list = []
         for pubend, rp in sorted(self._replays.items()):
             out += self._ask(pubend, rp, now)
         return out
 
     def _ask(self, pubend: str, rp: Replay, now: float) -> list:
+        return self._ask_log(pubend, rp, now, lambda a: self._read_back(rp, a, now))
+
+    def _ask_log(self, pubend: str, rp: Replay, now: float, page) -> list:
+        """Ask ``pubend``'s log for everything from ``rp.next`` on, up to its last commit: a
+        replay nack to the pubend's broker, or — a pubend of this broker — its own log read
+        here, a few pages at a time (``page(answer)`` takes each: its outputs, and whether
+        there is more; the rest at the next timer)."""
         rp.asked = now
-        ranges = [(rp.next, _ALL)]
-        return self.unicast.relay(
-            pubend.partition("~")[0],
-            [],
-            0,
-            lambda h, d: m.Nack(pubend, self.id, ranges, h, d, replay=True),
-        )
+        if not self._local(pubend):
+            ranges = [(rp.next, _ALL)]
+            return self.unicast.relay(
+                pubend.partition("~")[0],
+                [],
+                0,
+                lambda h, d: m.Nack(pubend, self.id, ranges, h, d, replay=True),
+            )
+        if self.repair is None:
+            return []
+        out: list = []
+        for _ in range(LOCAL_PAGES):
+            more = False
+            for a in self.repair.from_log(m.Nack(pubend, self.id, [(rp.next, _ALL)], replay=True)):
+                got, more = page(a)
+                out += got
+            if not more:
+                return out
+        rp.asked = now - REPLAY_RESEND  # the rest at the next timer
+        return out
 
     def _hold(self, pubend: str, matched: list) -> list:
         """Live events of a pubend being read back: held until it is done."""
@@ -119,9 +139,12 @@ class ReadBack:
         rp = self._replays.get(msg.pubend)
         if rp is None or msg.lo != rp.next:
             return taking  # an old answer, or one already had
-        return taking + self._read_back(rp, msg, now)
+        got, more = self._read_back(rp, msg, now)
+        return taking + got + (self._ask(msg.pubend, rp, now) if more else [])
 
-    def _read_back(self, rp: Replay, msg: m.Recovered, now: float) -> list:
+    def _read_back(self, rp: Replay, msg: m.Recovered, now: float) -> tuple[list, bool]:
+        """Store what one page holds for the sessions; its outputs, and whether there is more
+        to read."""
         pubend = msg.pubend
         store = self.store
         top = self._top.get(pubend, 0)
@@ -149,13 +172,13 @@ class ReadBack:
             store.set_top(pubend, self._top[pubend])
             self._pending(pubend, msg.lo, store.last)
             rp.next = msg.hi + 1
-            return self._ask(pubend, rp, now) + self._committed_now()
+            return self._committed_now(), True
         if rp.next - 1 < rp.let_go:  # an answer older than what was let go
-            return self._ask(pubend, rp, now)
+            return [], True
         # read back up to the last commit: from here the live subscription has everything
         del self._replays[pubend]
         self._live.add(pubend)
         out: list = []
         for matched in rp.held:
             out += self.stored(pubend, matched)
-        return out + self._committed_now()
+        return out + self._committed_now(), False

@@ -426,7 +426,7 @@ class Replicator(HandOver, ReadBack, Part):
         """Events of ``pubend`` the sessions' own subscriptions got: ``matched`` is
         ``[((conn, sub_id), items)]``. Each event is stored once with the sessions and
         subscriptions it is for, in tick order."""
-        if self._restarted and pubend not in self._live and not self._local(pubend):
+        if self._restarted and pubend not in self._live:
             return self._hold(pubend, matched)
         asks: list = []
         if self._hands:  # sessions being taken here hold theirs (ges.core.handover)
@@ -480,7 +480,7 @@ class Replicator(HandOver, ReadBack, Part):
         any): below what the store has not committed yet, and — after a restart, until the
         pubend is read back — what it had stored (the pubend's log keeps the rest)."""
         pin = self.pinned(pubend) if self._hands else None  # hand-overs (ges.core.handover)
-        if self._restarted and pubend not in self._live and not self._local(pubend):
+        if self._restarted and pubend not in self._live:
             self._begin(pubend)
             got = self._horizon(pubend)
         else:

@@ -7,7 +7,9 @@ import time
 import trio
 
 from ges.client import DurableSession, SessionEnded, Token, connect
+from ges.errors import OperationError
 from ges.runtime import BrokerServer
+from ges.runtime.session_store import SqliteSessionStore
 from ges.runtime.up import wait_ready
 from ges.wire import messages as m
 from tests.conftest import DIAMOND, topology_on_free_ports
@@ -162,6 +164,80 @@ async def test_a_replicator_that_crashes_reads_back_what_was_published_meanwhile
                 await trio.sleep(0.05)
         await trio.sleep(0.5)
         assert got == list(range(25))
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_replicator_reads_back_its_own_pubends_log_after_a_crash(tmp_path, monkeypatch):
+    """Events published at the replicator's own broker up to the moment it stops: those its
+    session store had not committed yet (here its commits are held back from the 500th event
+    on, as a slow disk would) are read back from its own log after the restart — kept for it:
+    its own log releases nothing above what the store committed — so the session has every
+    one the publisher had acknowledged, once."""
+    held = {"on": False}
+    real_pending = SqliteSessionStore.pending
+
+    def pending(store):
+        if held["on"] and store.path.parent.name == "c":
+            return False
+        return real_pending.fget(store)
+
+    monkeypatch.setattr(SqliteSessionStore, "pending", property(pending))
+    topology = topology_on_free_ports(REPLICATED)
+    async with trio.open_nursery() as nursery:
+        scopes = {}
+
+        async def run(bid, task_status=trio.TASK_STATUS_IGNORED):
+            with trio.CancelScope() as scope:
+                scopes[bid] = scope
+                server = BrokerServer(topology, bid, data_dir=tmp_path / bid)
+                await server.run(task_status=task_status)
+
+        for bid in topology.brokers:
+            await nursery.start(run, bid)
+        await wait_ready(topology, timeout=10)
+        opened = trio.Event()
+        s = DurableSession(topology, "dave", "d", EVERYTHING, on_move=lambda mv: opened.set())
+        got = []
+
+        async def consume():
+            async with s.running():
+                async for batch in s.batches():
+                    got.extend(d.event.attributes["n"] for d in batch)
+
+        nursery.start_soon(consume)
+        with trio.fail_after(5):
+            await opened.wait()
+        acked: list[int] = []
+        spec = topology.brokers["c"]
+
+        async def publisher():
+            async with connect(spec.host, spec.port, topology=topology) as pub:
+                n = 0
+                try:
+                    while True:
+                        await pub.publish([m.Event({"n": n + i}, b"x" * 200) for i in range(50)])
+                        acked.extend(range(n, n + 50))
+                        n += 50
+                except OperationError:
+                    return  # its broker stopped
+
+        nursery.start_soon(publisher)
+        with trio.fail_after(10):
+            while len(acked) < 500:
+                await trio.sleep(0.001)
+            held["on"] = True
+            while len(acked) < 1_000:
+                await trio.sleep(0.001)
+        scopes["c"].cancel()  # the replicator stops mid-stream, as on a crash
+        await trio.sleep(1)
+        held["on"] = False
+        await nursery.start(run, "c")
+        with trio.fail_after(20):
+            while len(got) < len(acked):
+                await trio.sleep(0.05)
+        await trio.sleep(0.5)
+        assert len(got) == len(set(got))
+        assert got[: len(acked)] == acked  # in order, every acknowledged one
         nursery.cancel_scope.cancel()
 
 
