@@ -62,18 +62,24 @@ TIMEOUT = typer.Option(
 
 async def _ask_each(topology: Topology, auth, action: str, name: str, timeout: float):
     """``(replicator, SessionList or None if it did not answer, why)`` for every replicator."""
-    found = []
-    for rep in sorted({r.broker for r in replicators(topology)}, key=broker_order_key):
+    reps = sorted({r.broker for r in replicators(topology)}, key=broker_order_key)
+    found: dict[str, tuple] = {}
+
+    async def ask(rep: str) -> None:
         spec = topology.brokers[rep]
         try:
             with trio.fail_after(timeout):
                 async with connect(
                     spec.host, spec.port, topology=topology, timeout=timeout, **auth.connect_args()
                 ) as client:
-                    found.append((rep, await client.sessions(action, name), ""))
+                    found[rep] = (rep, await client.sessions(action, name), "")
         except (BrokerUnreachable, OperationError, trio.TooSlowError) as exc:
-            found.append((rep, None, str(exc) or "no answer"))
-    return found
+            found[rep] = (rep, None, str(exc) or "no answer")
+
+    async with trio.open_nursery() as nursery:  # all at once: one slow one costs its timeout
+        for rep in reps:
+            nursery.start_soon(ask, rep)
+    return [found[rep] for rep in reps]
 
 
 def _unanswered(found) -> list[str]:
@@ -128,6 +134,7 @@ def _list(topology_file, name, as_json, timeout, client, certs, insecure) -> Non
                             "held": s.held,
                             "dropped_by_retention": s.dropped,
                             "stale": s.stale,
+                            "handover": s.handover or None,
                             "created": s.created,
                         }
                         for s in sessions
@@ -148,6 +155,8 @@ def _list(topology_file, name, as_json, timeout, client, certs, insecure) -> Non
         where = f"at {s.at} for {ago}" if s.at else f"no, for {ago}"
         if s.stale:
             where += " (stale: nobody resumed it within its age limit)"
+        if s.handover:
+            where += f" (being handed over {s.handover})"
         subs = "; ".join(f"{p or i}: {text}" for i, p, text in s.subs)
         held = f"{s.held:,}" + (f" ({s.dropped:,} let go)" if s.dropped else "")
         table.add_row(s.name, s.owner or "—", where, s.replicator, subs, held, str(s.acked))
@@ -166,7 +175,14 @@ def _ago(seconds: float) -> str:
 async def _on_holder(topology: Topology, auth, name: str, action: str, to: str, timeout: float):
     """Do ``action`` on session ``name`` at the replicator that holds it."""
     found = await _ask_each(topology, auth, "find", name, timeout)
-    holder = next((rep for rep, got, _ in found if got and got.sessions), None)
+    # the replicator serving it: not one handing it over to another, or taking it from one
+    holders = [rep for rep, got, _ in found if got and got.sessions]
+    serving = [
+        rep
+        for rep, got, _ in found
+        if got and got.sessions and not got.sessions[0].handover.startswith(("moved", "from"))
+    ]
+    holder = next(iter(serving or holders), None)
     if holder is None:
         missing = [rep for rep, got, _ in found if got is None]
         if missing:

@@ -352,6 +352,15 @@ class HandOver:
         hand.waiting.discard(msg.req)
         return self._taking_subscribed(live, now)
 
+    def _handing(self, live) -> str:
+        """The session's hand-over, as ``ges clients`` shows it ('' for none)."""
+        h = live.state.handover
+        if h is None:
+            return ""
+        if h["dir"] == "in":
+            return f"from {h['from']}"
+        return f"moved to {h['to']}" if h["phase"] == "moved" else f"to {h['to']}"
+
     def _listed(self, live) -> bool:
         """Whether ``ges clients`` lists the session here: at the source until it is handed
         over, at the target from then on (so it is listed once)."""

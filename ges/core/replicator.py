@@ -418,6 +418,7 @@ class Replicator(HandOver, ReadBack, Part):
             state.created,
             state.dropped,
             live.follower is None and now - live.since > max_age,
+            self._handing(live),
         )
 
     # -- storing and streaming --------------------------------------------------------------

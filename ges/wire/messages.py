@@ -646,6 +646,9 @@ class SessionInfo(msgspec.Struct, array_like=True, frozen=True):
     #: than its age limit (nobody resumes it)
     dropped: int = 0
     stale: bool = False
+    #: a hand-over between replicators in progress (ges.core.handover): "to B" at the
+    #: replicator handing it over, "from B" at the one taking it, "moved to B" once handed
+    handover: str = ""
 
 
 class SessionList(_Msg):

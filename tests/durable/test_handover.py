@@ -329,11 +329,23 @@ def test_ges_clients_lists_a_session_being_handed_over_once():
         ]
         listed.append(names)
 
-    for i in range(40):
-        run.sim.at(2.0 + i * 0.1, look)
+    handing: list = []
+
+    def find():  # what a lookup by name (ges roam, ges clients end) is told at each
+        now = run.sim.now
+        got = {b: run.rep(b).find("alice", now).sessions for b in ("a1", "b1")}
+        handing.append(tuple(sorted((b, i[0].handover) for b, i in got.items() if i)))
+
+    for i in range(800):
+        run.sim.at(2.0 + i * 0.005, look)
+        run.sim.at(2.0 + i * 0.005, find)
     run.sim.run_until(8.0)
     assert all(len(names) <= 1 for names in listed)
     assert listed[0] == ["a1"] and listed[-1] == ["b1"]
+    seen = set(handing)
+    assert (("a1", ""),) in seen  # before
+    assert (("a1", "to b1"), ("b1", "from a1")) in seen  # while it is taken
+    assert (("a1", "moved to b1"), ("b1", "")) in seen  # after: a tombstone sends openers on
 
 
 def test_a_bad_hand_over_from_a_peer_is_refused_in_a_note():
