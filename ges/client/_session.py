@@ -228,7 +228,8 @@ class DurableSession:
                     # and it sends the session on only once the client has acknowledged them
                     self.token = Token(closed.replicator)
                     failures = 0
-                    frm = self.broker
+                    if self.moves:  # it streamed here: a move (else still its first open)
+                        frm = self.broker
                     continue  # at once, there
                 if closed.retry:  # this broker is fine; the session's replicator is not, yet
                     failures += 1

@@ -347,7 +347,10 @@ class HandOver:
             why = f"its profile is refused at {self.id}: {msg.reason}"
             out = self._note(h["from"], h["hid"], live.state.name, "refused", why)
             return out + self._end(live, now)
-        if type(msg) is not m.SubAck or msg.req not in hand.waiting:
+        if type(msg) is not m.SubAck or msg.req not in hand.waiting or not msg.complete:
+            # an incomplete SubAck (a keeper not reached yet) is followed by a complete one:
+            # only then is the subscription's starting point known to be behind what the log
+            # has, so that reading up to its last commit leaves nothing between the two
             return []
         hand.waiting.discard(msg.req)
         return self._taking_subscribed(live, now)

@@ -503,3 +503,19 @@ def test_sessions_that_are_never_handed_over_stay_where_they_were_made():
     run.sim.run_until(10.0)
     assert c.closed == [] and c.replicator == "a1"
     run.check()
+
+
+def test_the_target_reads_the_logs_only_once_its_subscriptions_are_complete():
+    """A keeper of the target's units (b2) is down while the session is taken: the target's
+    SubAck comes incomplete after 5 s, and its subscriptions start only once b2 is back and
+    has them — later than the logs' last commit then. The target reads the logs only after the
+    complete SubAck, so nothing falls between what it read and where its subscriptions
+    started."""
+    run = Run(publish_until=14.0)
+    c = run.client
+    run.sim.at(0.1, c.open, "a1", "a2", True)
+    run.sim.at(2.0, c.move, "b2")
+    run.sim.at(3.0, run.sim.crash, "b2", 9.0)
+    run.sim.run_until(24.0)
+    assert c.replicator == "b1"
+    run.check()
