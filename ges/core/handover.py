@@ -439,6 +439,7 @@ class HandOver:
             hand.last = self.store.last
         else:
             match = self.subscriptions.profiles.match
+            first = self.store.last + 1
             for it in msg.items:
                 if it.tick <= top:
                     continue
@@ -446,6 +447,8 @@ class HandOver:
                 if subs:
                     self._append(pubend, m.EventItem(it.tick, 0, it.hops, it.event), {key: subs})
                     hand.last = self.store.last
+            if self.store.last >= first:  # none of it acknowledged before it is committed
+                self._pending(pubend, msg.lo, first)
         if msg.hi >= msg.lo:
             state.floors[pubend] = max(top, msg.hi)
             rp.next = msg.hi + 1
@@ -467,11 +470,13 @@ class HandOver:
             for it in items:
                 if it.tick > top:
                     per_tick.setdefault(it.tick, (it, []))[1].append(sub_id)
+        first = self.store.last + 1
         for tick in sorted(per_tick):
             it, subs = per_tick[tick]
             self._append(pubend, m.EventItem(it.tick, 0, it.hops, it.event), {key: sorted(subs)})
             hand.last = self.store.last
         if per_tick:
+            self._pending(pubend, min(per_tick), first)
             live.state.floors[pubend] = max(per_tick)
             self.store.save_session(live.state)
         return self._committed_now()

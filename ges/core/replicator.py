@@ -47,6 +47,9 @@ MAX_SESSIONS = 10_000
 #: Seconds between two looks at the sessions' retention limits, and the events one look lets
 #: go of at most per session (the rest at the next).
 RETENTION_EVERY = 1.0
+#: Seconds a restarted replicator waits for its sessions' subscriptions to be complete (every
+#: keeper has them) before it reads the logs back anyway.
+RESTORE_WAIT = 60.0
 TRIM_CHUNK = 10_000
 
 
@@ -99,6 +102,7 @@ class Replicator(HandOver, ReadBack, Part):
         self._restarted = False
         self._restoring: set[int] = set()
         self._restoring_of: dict[int, set[int]] = {}
+        self._restore_by = float("inf")
         self._retention_due = 0.0
         self._live: set[str] = set()
         self._replays: dict[str, Replay] = {}
@@ -126,6 +130,7 @@ class Replicator(HandOver, ReadBack, Part):
             out += self._subscribe(live, state.subs, {}, waiting)
             self._restoring |= waiting
         self._restarted = bool(self._restoring)
+        self._restore_by = now + RESTORE_WAIT
         return out
 
     def _add(self, state: SessionState, now: float) -> Live:
@@ -188,6 +193,10 @@ class Replicator(HandOver, ReadBack, Part):
         if type(msg) is not m.SubAck:
             return []
         if msg.req in self._restoring:
+            if not msg.complete:
+                # a keeper not reached yet: the subscription starts only once it has it, maybe
+                # after what the logs hold now — the read-back waits for the complete SubAck
+                return []
             self._restoring.discard(msg.req)
             self._restoring_of.get(live.state.key, set()).discard(msg.req)
             return [] if self._restoring else self._replay_all(now)
@@ -546,6 +555,15 @@ class Replicator(HandOver, ReadBack, Part):
             out += self._consider_handovers(now)
         if self._hands:
             out += self._handover_timer(now)
+        if self._restoring and now >= self._restore_by:  # a keeper still not reached
+            text = (
+                f"replicator {self.id}: {len(self._restoring)} restored subscriptions still "
+                f"incomplete after {RESTORE_WAIT:.0f} s; reading the logs back now (events "
+                "published before they start, if any, may be missed)"
+            )
+            self._restoring.clear()
+            self._restoring_of.clear()
+            out += [Notice("warning", text), *self._replay_all(now)]
         if not self._restoring:
             for pubend, rp in sorted(self._replays.items()):
                 if rp.asked is None or now >= rp.asked + REPLAY_RESEND:  # as next_deadline
@@ -554,6 +572,8 @@ class Replicator(HandOver, ReadBack, Part):
 
     def next_deadline(self) -> float:
         due = self._retention_due if self.sessions else float("inf")
+        if self._restoring:
+            due = min(due, self._restore_by)
         if self._hands:
             due = min(due, self._handover_deadline())
         if self._restoring or not self._replays:
