@@ -167,18 +167,23 @@ def settled(*, reliable: bool = True) -> Net:
     base = _settled.get(reliable)
     if base is None:
         base = _settled[reliable] = Net(reliable=reliable)
+    net = copy_of(base)
+    assert net.sim.on_deliver.__self__ is net and net.now == SETTLE
+    return net
+
+
+def copy_of(net: Net) -> Net:
+    """A copy of ``net`` that goes on apart from it."""
     # the simulator's counters go on where they are, in both (copying an itertools.count is
-    # deprecated): the template gets a fresh one, the copy another
-    sim = base.sim
+    # deprecated): the original gets a fresh one, the copy another
+    sim = net.sim
     memo: dict = {}
     for name, value in list(vars(sim).items()):
         if isinstance(value, itertools.count):
             n = next(value)
             setattr(sim, name, itertools.count(n))
             memo[id(getattr(sim, name))] = itertools.count(n)
-    net = copy.deepcopy(base, memo)
-    assert net.sim.on_deliver.__self__ is net and net.now == SETTLE
-    return net
+    return copy.deepcopy(net, memo)
 
 
 def isolate(net: Net, broker: str, how: str, down_for: float) -> None:
@@ -436,11 +441,16 @@ def test_a_v_m_start_waits_for_the_first_frame_that_carries_the_clock():
     net.run(1.5)
     assert not {"Clocks", "Vector"} & set(net.sim.frame_types)  # V_m stays empty
     assert all(not c.vt.table for c in net.sim.cores.values())
+    # b1 hears the clock a while after b6 is given up, whatever is published meanwhile: a copy
+    # that publishes nothing finds when, so that events go every 10 ms for 2 s either side of
+    # that moment (and every 100 ms from 100 s until then)
+    around = _when_b1_hears_the_clock(copy_of(net))
     cut_off_profiles(net, FAR_KEEPER, 10_000.0)
     key = net.subscribe(ALL, conn=2)
-    heard = net.when(lambda: net.sim.cores[PUB].vt.table, 100.0, 200.0)
-    net.stream(100.0, 200.0, every=0.01)
-    net.run(201.0)
+    heard = net.when(lambda: net.sim.cores[PUB].vt.table, around - 2.0, 200.0)
+    net.stream(100.0, around - 2.0, every=0.1)
+    net.stream(around - 2.0, around + 2.0, every=0.01)
+    net.run(around + 3.0)
     assert heard, "b20's clock never reached b1"
     got = net.ticks(key)
     assert got and got == [t for t in net.due(lambda n: True, 0.0) if t >= got[0]]
@@ -450,6 +460,17 @@ def test_a_v_m_start_waits_for_the_first_frame_that_carries_the_clock():
     assert [str(v) for v in net.checker.violations] == [
         f"t={net.now:.3f}s {SUB}/2/1 -: never completed: no complete SubAck by the end"
     ]
+
+
+def _when_b1_hears_the_clock(net: Net) -> float:
+    """When b1 first holds b20's clock once b6 is cut off and b20 subscribes to everything."""
+    cut_off_profiles(net, FAR_KEEPER, 10_000.0)
+    net.subscribe(ALL, conn=2)
+    heard = net.when(lambda: net.sim.cores[PUB].vt.table, 100.0, 200.0)
+    while not heard and net.now < 200.0:
+        net.run(net.now + 1.0)
+    assert heard, "b20's clock never reached b1"
+    return heard[0]
 
 
 def test_a_change_of_a_profile_started_by_v_m_keeps_what_both_profiles_match():

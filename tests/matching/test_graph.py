@@ -287,8 +287,10 @@ class AddRemove(RuleBasedStateMachine):
             assert len(self.graph) == sum(len(p.conjunctions) for p, _ in self.live)
 
 
+# 75 runs of 40 steps: removing a path's ends, pruning, the attribute ranks and uses broken
+# each failed every run, as with 150 (a table emptied and refilled has its own tests below)
 AddRemove.TestCase.settings = settings(
-    max_examples=150,
+    max_examples=75,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -11,6 +11,9 @@ come back and the broker restarts.
 
 from __future__ import annotations
 
+import copy
+import functools
+import itertools
 import random
 
 import pytest
@@ -204,15 +207,49 @@ def _check_every_publisher(net: Net, rng: random.Random) -> list:
     return bad
 
 
+@functools.cache
+def _connected(name: str) -> Net:
+    """The network of ``TOPOLOGIES[name]`` with every link up and settled, to copy (bringing
+    every link up costs more than the rest of a seed)."""
+    net = Net(TOPOLOGIES[name])
+    net.connect_all()
+    net.run()
+    return net
+
+
+def _connected_copy(name: str, seed: int) -> Net:
+    """A settled network of its own: a copy of :func:`_connected`'s simulator (links, graphs,
+    cores, timers) in a new ``Net`` (its books and callbacks), drawing from ``seed`` from now on.
+    """
+    template = _connected(name)
+    net = Net(template.topology, seed)
+    sim = template.sim
+    memo: dict = {id(template): net}
+    # the template's counters go on where they are, the copy's from the same point (copying an
+    # itertools.count is deprecated)
+    for attr, value in list(vars(sim).items()):
+        if isinstance(value, itertools.count):
+            n = next(value)
+            setattr(sim, attr, itertools.count(n))
+            memo[id(getattr(sim, attr))] = itertools.count(n)
+    copied = copy.deepcopy(sim, memo)
+    for attr, value in vars(net.sim).items():
+        if attr.startswith("on_"):  # the new Net's callbacks, which write its own books
+            setattr(copied, attr, value)
+    copied.rng = net.sim.rng
+    net.sim = copied
+    return net
+
+
 @pytest.mark.parametrize("kill", [False, True], ids=["links", "links+broker"])
 @pytest.mark.parametrize("name", TOPOLOGIES)
 def test_random_failures_deliver_exactly_what_still_reaches(name, kill):
+    """Twenty seeds each (thirty caught nothing more): with nothing sent round a split unit,
+    each of the six fails on some of them — demo on a third, the others on seed 0 or 8."""
     topology = TOPOLOGIES[name]
-    for seed in range(30):
+    for seed in range(20):
         rng = random.Random(seed)
-        net = Net(topology, seed)
-        net.connect_all()
-        net.run()
+        net = _connected_copy(name, seed)
         brokers = sorted(topology.brokers)
         conn = 0
         for _ in range(6):

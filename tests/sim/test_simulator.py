@@ -117,8 +117,12 @@ def test_the_sufficiency_rule_is_what_keeps_partitions_safe():
     """Seed 000 §3.1: a keeper that filters on a profile set it does not know is complete makes
     subscribers miss events. With the rule off some seeds lose events; with it on none do."""
     t = topology("demo")
-    seeds = range(20)
-    off = [s for s in seeds if not run_seed(t, s, faults=Faults(), sufficiency=False).ok]
+    off = []
+    for s in range(20):  # until two seeds fail without the rule (three of these 20 do)
+        if not run_seed(t, s, faults=Faults(), sufficiency=False).ok:
+            off.append(s)
+            if len(off) == 2:
+                break
     assert off, "no seed failed without the sufficiency rule: the comparison shows nothing"
     assert all(run_seed(t, s, faults=Faults()).ok for s in off)
 
