@@ -177,6 +177,20 @@ class Run:
             assert ns == sorted(ns), f"{pubend} out of order"
 
 
+def slow_target(monkeypatch, answers: int) -> list:
+    """The target ignores the source's asks but the ``answers``-th (as if they were lost);
+    the times it was asked."""
+    real = handover.HandOver.on_handover
+    asked: list = []
+
+    def slow(self, msg, now):
+        asked.append(now)
+        return [] if len(asked) < answers else real(self, msg, now)
+
+    monkeypatch.setattr(handover.HandOver, "on_handover", slow)
+    return asked
+
+
 def fast_release(run: Run) -> None:
     """Logs released as fast as every broker acknowledges: release rounds every 0.2 s (the
     brokers start again with it, before anything happens)."""
@@ -362,14 +376,7 @@ def test_the_logs_keep_what_the_target_reads_while_it_is_slow_to_answer(monkeypa
     """Logs that release as fast as every broker acknowledges (here every 0.2 s) still hold
     what is after the source's cuts until the target has read it: the source acknowledges
     nothing above its cuts meanwhile. The target answers only the source's fourth ask."""
-    real = handover.HandOver.on_handover
-    asked: list = []
-
-    def slow(self, msg, now):
-        asked.append(now)
-        return [] if len(asked) < 4 else real(self, msg, now)
-
-    monkeypatch.setattr(handover.HandOver, "on_handover", slow)
+    asked = slow_target(monkeypatch, answers=4)
     run = Run(handover_after=AFTER)
     fast_release(run)
     c = run.client
@@ -425,14 +432,7 @@ def test_the_target_answers_taken_only_once_every_pubend_is_read(monkeypatch):
     """The target's own log answers at once: pubends read after it must still be waited for
     before the session counts as taken. Here the finer replicator is a1, whose own pubend's
     name sorts first, and it takes the source's third ask (so there is much to read)."""
-    real = handover.HandOver.on_handover
-    asked: list = []
-
-    def slow(self, msg, now):
-        asked.append(now)
-        return [] if len(asked) < 3 else real(self, msg, now)
-
-    monkeypatch.setattr(handover.HandOver, "on_handover", slow)
+    asked = slow_target(monkeypatch, answers=3)
     swapped = {
         **NEST,
         "replicators": [{"unit": "S", "broker": "b1"}, {"unit": "S/c1", "broker": "a1"}],

@@ -123,32 +123,40 @@ async def test_a_second_connection_takes_the_session_over(tmp_path):
         nursery.cancel_scope.cancel()
 
 
+async def stoppable_network(nursery, topology, tmp_path, name: str):
+    """Every broker in a cancel scope of its own (cancelling one stops it, as a crash does,
+    and ``run`` starts it again), and durable session ``name`` opened at d with what it gets:
+    ``(run, scopes, got)``."""
+    scopes = {}
+
+    async def run(bid, task_status=trio.TASK_STATUS_IGNORED):
+        with trio.CancelScope() as scope:
+            scopes[bid] = scope
+            server = BrokerServer(topology, bid, data_dir=tmp_path / bid)
+            await server.run(task_status=task_status)
+
+    for bid in topology.brokers:
+        await nursery.start(run, bid)
+    await wait_ready(topology, timeout=10)
+    opened = trio.Event()
+    s = DurableSession(topology, name, "d", EVERYTHING, on_move=lambda mv: opened.set())
+    got: list = []
+
+    async def consume():
+        async with s.running():
+            async for batch in s.batches():
+                got.extend(d.event.attributes["n"] for d in batch)
+
+    nursery.start_soon(consume)
+    with trio.fail_after(5):
+        await opened.wait()
+    return run, scopes, got
+
+
 async def test_a_replicator_that_crashes_reads_back_what_was_published_meanwhile(tmp_path):
     topology = topology_on_free_ports(REPLICATED)
     async with trio.open_nursery() as nursery:
-        scopes = {}
-
-        async def run(bid, task_status=trio.TASK_STATUS_IGNORED):
-            with trio.CancelScope() as scope:
-                scopes[bid] = scope
-                server = BrokerServer(topology, bid, data_dir=tmp_path / bid)
-                await server.run(task_status=task_status)
-
-        for bid in topology.brokers:
-            await nursery.start(run, bid)
-        await wait_ready(topology, timeout=10)
-        opened = trio.Event()
-        s = DurableSession(topology, "carol", "d", EVERYTHING, on_move=lambda mv: opened.set())
-        got = []
-
-        async def consume():
-            async with s.running():
-                async for batch in s.batches():
-                    got.extend(d.event.attributes["n"] for d in batch)
-
-        nursery.start_soon(consume)
-        with trio.fail_after(5):
-            await opened.wait()
+        run, scopes, got = await stoppable_network(nursery, topology, tmp_path, "carol")
         await publish(topology, "a", 0, 10)
         with trio.fail_after(5):
             while len(got) < 10:
@@ -184,29 +192,7 @@ async def test_a_replicator_reads_back_its_own_pubends_log_after_a_crash(tmp_pat
     monkeypatch.setattr(SqliteSessionStore, "pending", property(pending))
     topology = topology_on_free_ports(REPLICATED)
     async with trio.open_nursery() as nursery:
-        scopes = {}
-
-        async def run(bid, task_status=trio.TASK_STATUS_IGNORED):
-            with trio.CancelScope() as scope:
-                scopes[bid] = scope
-                server = BrokerServer(topology, bid, data_dir=tmp_path / bid)
-                await server.run(task_status=task_status)
-
-        for bid in topology.brokers:
-            await nursery.start(run, bid)
-        await wait_ready(topology, timeout=10)
-        opened = trio.Event()
-        s = DurableSession(topology, "dave", "d", EVERYTHING, on_move=lambda mv: opened.set())
-        got = []
-
-        async def consume():
-            async with s.running():
-                async for batch in s.batches():
-                    got.extend(d.event.attributes["n"] for d in batch)
-
-        nursery.start_soon(consume)
-        with trio.fail_after(5):
-            await opened.wait()
+        run, scopes, got = await stoppable_network(nursery, topology, tmp_path, "dave")
         acked: list[int] = []
         spec = topology.brokers["c"]
 
