@@ -184,6 +184,22 @@ class HandOver:
             ),
         )
 
+    def _once_kept(self, outs: list) -> list:
+        """``outs`` now if what was just saved of sessions is durable, else once it is (a step
+        told before it is kept could be undone by a crash after it was acted on)."""
+        store = self.store
+        if store.durable(store.saved):
+            return outs
+        self._after_kept.append((store.saved, outs))
+        return []
+
+    def _kept_now(self) -> list:
+        """What waited for its save to be durable and now may go (on_committed)."""
+        out: list = []
+        while self._after_kept and self.store.durable(self._after_kept[0][0]):
+            out += self._after_kept.pop(0)[1]
+        return out
+
     def _note(self, to: str, hid: str, name: str, what: str, why: str = "") -> list:
         return self.unicast.relay(
             to,
@@ -270,7 +286,7 @@ class HandOver:
             self._detach(live, now)
         text = f"durable session {state.name}: handed over to replicator {h['to']}"
         out.append(Notice("info", text))
-        return out + self._note(h["to"], h["hid"], state.name, "released")
+        return self._once_kept(out + self._note(h["to"], h["hid"], state.name, "released"))
 
     def _redirect(self, live, conn: int, msg: m.SessionOpen) -> list | None:
         """An open of a session being handed over that must go elsewhere (None: it opens
@@ -526,7 +542,7 @@ class HandOver:
         state.handover = {**h, "phase": "taken"}
         self.store.save_session(state)
         hand.asked = now
-        return self._note(h["from"], h["hid"], state.name, "taken")
+        return self._once_kept(self._note(h["from"], h["hid"], state.name, "taken"))
 
     # -- notes --------------------------------------------------------------------------------
 
@@ -565,7 +581,8 @@ class HandOver:
                 live.state.handover = None  # served here now (its hand watches on a while)
                 self.store.save_session(live.state)
                 text = f"durable session {msg.name}: taken over from replicator {msg.source}"
-                return [Notice("info", text), *self._note(msg.source, msg.hid, msg.name, "done")]
+                done = self._note(msg.source, msg.hid, msg.name, "done")
+                return self._once_kept([Notice("info", text), *done])
             if live is not None and h is None:  # released before: said again
                 return self._note(msg.source, msg.hid, msg.name, "done")
             return []

@@ -110,6 +110,8 @@ class Replicator(HandOver, ReadBack, Part):
         #: (ges.core.handover)
         self._hands: dict = {}
         self._homes: dict[str, str] = {}
+        #: outputs waiting for a save of a session to be durable: (its mark, outputs)
+        self._after_kept: list[tuple[int, list]] = []
         self.max_sessions = MAX_SESSIONS
 
     # -- starting ---------------------------------------------------------------------------
@@ -598,6 +600,7 @@ class Replicator(HandOver, ReadBack, Part):
             live = self._by_key.get(key)
             if live is not None:
                 out += self._pump(live)
+        out += self._kept_now()
         for name in list(self._hands):  # hand-overs waiting for their reads to be committed
             live = self.sessions.get(name)
             if live is not None:

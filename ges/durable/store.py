@@ -71,6 +71,13 @@ class SessionStore(Protocol):
         """Forget the session and what was held for it only."""
 
     @property
+    def saved(self) -> int:
+        """How many saves and drops of sessions were made so far (a mark for :meth:`durable`)."""
+
+    def durable(self, saved: int) -> bool:
+        """Whether every save and drop up to mark ``saved`` is durable."""
+
+    @property
     def last(self) -> int:
         """The highest epoch appended (0 for none)."""
 
@@ -162,6 +169,11 @@ class MemorySessionStore:
     @property
     def committed(self) -> int:
         return self._last
+
+    saved = 0  # what is saved is kept at once
+
+    def durable(self, saved: int) -> bool:
+        return True
 
     def append(
         self,

@@ -92,6 +92,9 @@ class SqliteSessionStore:
         self._saves: dict[str, SessionState | None] = {}
         self._releases: dict[int, int] = {}
         self._tops: dict[str, int] = {}
+        #: sessions saved so far, up to which the group being written saves them, and up to
+        #: which the file has them
+        self._saved = self._saved_taken = self._saved_durable = 0
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -120,11 +123,13 @@ class SqliteSessionStore:
         return out
 
     def save_session(self, state: SessionState) -> None:
+        self._saved += 1
         self._saves[state.name] = attrs.evolve(
             state, subs=dict(state.subs), gaps=dict(state.gaps), floors=dict(state.floors)
         )
 
     def drop_session(self, state: SessionState) -> None:
+        self._saved += 1
         self._saves[state.name] = None
         self._releases[state.key] = -1  # everything
 
@@ -235,6 +240,7 @@ class SqliteSessionStore:
         self._pending_events, self._pending_wants, self._saves, self._releases = [], [], {}, {}
         self._tops = {}
         self._pending_bytes = 0
+        self._saved_taken = self._saved
         return group
 
     @staticmethod
@@ -299,6 +305,14 @@ class SqliteSessionStore:
 
     def committed_to(self, epoch: int) -> None:
         self._committed = max(self._committed, epoch)
+        self._saved_durable = self._saved_taken
+
+    @property
+    def saved(self) -> int:
+        return self._saved
+
+    def durable(self, saved: int) -> bool:
+        return saved <= self._saved_durable
 
     def _transaction(self, work) -> None:
         transaction(self._writer, work, f"session store {self.path}")

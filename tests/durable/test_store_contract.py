@@ -274,6 +274,24 @@ def test_a_store_made_before_hand_overs_opens_and_keeps_them(tmp_path):
         again.close()
 
 
+def test_a_save_is_durable_once_committed(store):
+    """What a replicator tells another of a session's state waits until its save is durable
+    (ges.core.handover): a save's mark is durable once a group holding it is committed."""
+    before = store.saved
+    store.save_session(state("alice", A))
+    mark = store.saved
+    if isinstance(store, MemorySessionStore):  # kept at once
+        assert store.durable(mark)
+        return
+    assert mark > before and store.durable(before) and not store.durable(mark)
+    group = store.take_group()
+    store.save_session(state("bob", B))  # saved while the group is written: not in it
+    store.committed_to(store.write_group(group))
+    assert store.durable(mark) and not store.durable(store.saved)
+    commit(store)
+    assert store.durable(store.saved)
+
+
 def test_tops_keep_each_pubends_tick(store):
     assert store.tops() == {}
     store.set_top("p~1", 5)
