@@ -397,8 +397,8 @@ class HandOver:
             return []
         cuts = hand.cuts
         known = set(cuts) | set(self._top) | set(self.subends.streams)
-        if self.log is not None:
-            known |= {pubend for pubend, _ in self.log.promised().values()}
+        if self.log is not None:  # and this broker's own pubend (no subend follows it here)
+            known |= {pubend for pubend, _ in self.log.promised().values()} | {self.pubend}
         live.state.floors = {p: cuts[p] for p in known if cuts.get(p, 0) > 0}
         hand.replays = {}
         hand.watch_until = now + HANDOVER_WATCH
