@@ -99,10 +99,7 @@ class ReleaseRounds:
         tick = log.committed
         acked = self.acked
         floor = min((acked.get(b, 0) for b in self._others), default=tick)
-        pin = self.pinned(self.pubend)
-        release = floor if pin is None else min(floor, pin)
-        if release > log.released():
-            log.release(release)
+        release = self._release(floor)
         if floor >= tick:
             # until the next publish (or, pinned, a look again later)
             self.due = float("inf") if release >= floor else now + self.config.ack_every
@@ -112,6 +109,15 @@ class ReleaseRounds:
         self.behind = {b for b in self._others if acked.get(b, 0) < tick}
         out, _ = self._pass_ask(self.pubend, sorted(self.behind, key=broker_order_key), tick, 0, ())
         return out
+
+    def _release(self, tick: int) -> int:
+        """Release the log up to ``tick``, or to where this broker's own needs pin it; the
+        tick released up to."""
+        pin = self.pinned(self.pubend)
+        upto = tick if pin is None else min(tick, pin)
+        if upto > self.log.released():
+            self.log.release(upto)
+        return upto
 
     def _pass_ask(self, pubend: str, to: list[str], tick: int, hops: int, detour) -> tuple:
         """The AckAsks for ``to``, one per next hop, and the brokers they went towards."""
@@ -232,8 +238,7 @@ class ReleaseRounds:
             if tick >= self.asked and origin in behind:
                 behind.discard(origin)
                 if not behind:  # the last one: what the round asked about goes now
-                    pin = self.pinned(self.pubend)
-                    self.log.release(self.asked if pin is None else min(self.asked, pin))
+                    self._release(self.asked)
         return []
 
     # -- time ---------------------------------------------------------------------------------
