@@ -34,6 +34,7 @@ from ges.core.handover import HandOver
 from ges.core.outputs import Notice, ToClient
 from ges.core.part import Part
 from ges.core.readback import REPLAY_RESEND, ReadBack, Replay
+from ges.core.taking import Taking
 from ges.durable import session_name_problem
 from ges.durable.profiles import describe, subs_problem
 from ges.durable.store import SessionState, SessionStore
@@ -78,10 +79,10 @@ class Live:
     backoff: float = 0.0
 
 
-class Replicator(HandOver, ReadBack, Part):
+class Replicator(HandOver, Taking, ReadBack, Part):
     """The durable sessions of this broker's replicator (see the module docstring; reading back
     after a restart: ges.core.readback; handing a session over to another replicator:
-    ges.core.handover)."""
+    ges.core.handover and ges.core.taking)."""
 
     def __init__(self, core, store: SessionStore):
         super().__init__(core)

@@ -15,6 +15,7 @@ import pytest
 
 import ges.core.handover as handover
 from ges.core import BrokerConfig
+from ges.core.taking import Taking
 from ges.errors import UserInputError
 from ges.sim import Sim
 from ges.topology import Topology
@@ -180,14 +181,14 @@ class Run:
 def slow_target(monkeypatch, answers: int) -> list:
     """The target ignores the source's asks but the ``answers``-th (as if they were lost);
     the times it was asked."""
-    real = handover.HandOver.on_handover
+    real = Taking.on_handover
     asked: list = []
 
     def slow(self, msg, now):
         asked.append(now)
         return [] if len(asked) < answers else real(self, msg, now)
 
-    monkeypatch.setattr(handover.HandOver, "on_handover", slow)
+    monkeypatch.setattr(Taking, "on_handover", slow)
     return asked
 
 
@@ -453,14 +454,14 @@ def test_a_session_still_being_read_is_not_handed_on_before_it_is_read(monkeypat
     back in the coarser unit meanwhile; the session is handed back only once that read is
     done, so the next cut covers it (another session at b1, bob, stores b2's events live
     meanwhile: what b1 has stored of b2 is beyond what it read for alice)."""
-    real = handover.HandOver.taking_replayed
+    real = Taking.taking_replayed
 
     def lossy(self, msg, now):
         if self.id == "b1" and msg.pubend == "b2~1" and now < 5.0:
             return [], any(h.replays and msg.pubend in h.replays for h in self._hands.values())
         return real(self, msg, now)
 
-    monkeypatch.setattr(handover.HandOver, "taking_replayed", lossy)
+    monkeypatch.setattr(Taking, "taking_replayed", lossy)
     run = Run()
     c = run.client
     bob = Client("bob", sim=run.sim, conns=500)
