@@ -59,6 +59,25 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def write_out(stream, text: str) -> None:
+    """Write ``text`` to ``stream`` whole and flush it.
+
+    ``TextIOWrapper.write`` cannot be trusted with a signal: when one (a ^C, which trio turns
+    into a later exception) interrupts a blocking write to a full pipe, the buffered layer
+    writes what it could and the text layer reports every character written — the rest is
+    silently dropped (CPython 3.11, 64 KiB of 285 KiB written). The binary layer's count is
+    honest, so loop on it."""
+    stream.flush()
+    raw = getattr(stream, "buffer", None)
+    if raw is None:  # a StringIO and the like
+        stream.write(text)
+        return
+    view = memoryview(text.encode(stream.encoding or "utf-8", "replace"))
+    while view:
+        view = view[raw.write(view) :]
+    raw.flush()
+
+
 def one_line_errors(fn):
     """Turn GesError (and stray OSErrors) into one line and the documented exit code."""
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import math
+import signal
 import sys
 import time
 from pathlib import Path
@@ -22,6 +24,7 @@ from cli._common import (
     out,
     parse_tags,
     resolve_broker,
+    write_out,
 )
 from ges.client import DurableSession, Move, connect
 from ges.core.publishing import MAX_PUBLISHER_ID
@@ -389,7 +392,8 @@ def _subscribe(
 
         def show(batch) -> bool:
             """Print a batch (and record it); True once --count events have come. A durable
-            session's gap notice is a line of its own (stderr in text, an object in jsonl)."""
+            session's gap notice is a line of its own (stderr in text, an object in jsonl).
+            Only a batch that is out is taken as shown (the session acknowledges it)."""
             nonlocal received
             if count:  # what is printed and acknowledged: up to --count events, gaps included
                 n = 0
@@ -398,18 +402,18 @@ def _subscribe(
                     if received + n >= count:
                         batch = batch[: i + 1]
                         break
-            if batch and isinstance(batch[-1], SessionDelivery):
-                shown[0] = batch[-1].epoch
+            last = batch[-1].epoch if batch and isinstance(batch[-1], SessionDelivery) else None
             if any(getattr(d, "gap_to", 0) for d in batch):
                 for d in batch:
                     if d.gap_to:
                         _say_gap(d, fmt, stdout)
                 batch = [d for d in batch if not getattr(d, "gap_to", 0)]
-                if not batch:
-                    return False
-            lines = [_format(d, fmt) for d in batch]
-            stdout.write("\n".join(lines) + "\n")
-            stdout.flush()
+            if batch:
+                write_out(stdout, "\n".join(_format(d, fmt) for d in batch) + "\n")
+            if last is not None:  # only what is out is acknowledged
+                shown[0] = last
+            if not batch:
+                return False
             if writer:
                 writer.write(batch)
             received += len(batch)
@@ -458,7 +462,7 @@ def _subscribe(
             )
 
     try:
-        result = trio.run(_with_timeout, main, timeout) if timeout else trio.run(main)
+        result = trio.run(_until_signalled, main, timeout)
     finally:
         if record_file:
             record_file.close()
@@ -466,10 +470,31 @@ def _subscribe(
         raise OperationError(f"timeout after {timeout:g}s: received {received} of {count} events")
 
 
-async def _with_timeout(fn, seconds):
-    with trio.move_on_after(seconds):
-        return await fn()
-    return None
+async def _until_signalled(fn, seconds: float):
+    """Run ``fn`` (for at most ``seconds``, if not 0); None if the time ran out.
+
+    SIGINT (^C) and SIGTERM cancel it at its next checkpoint, and then raise KeyboardInterrupt
+    (exit 130): not trio's KeyboardInterrupt at whatever line is running, which can land
+    between a durable session's batch being taken as acknowledged and its acknowledgement
+    being sent, so that the next resume repeats the batch."""
+    result = signalled = None
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            nonlocal signalled
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    signalled = signum
+                    nursery.cancel_scope.cancel()
+                    return
+
+        nursery.start_soon(watch)
+        with trio.move_on_after(seconds or math.inf):
+            result = await fn()
+        nursery.cancel_scope.cancel()
+    if signalled is not None:
+        raise KeyboardInterrupt
+    return result
 
 
 def _payload_json(payload: bytes) -> tuple[str, str]:
@@ -483,7 +508,7 @@ def _say_gap(d, fmt: str, stdout) -> None:
     """A durable session's gap notice: nothing is let go silently."""
     if fmt == "jsonl":
         gap = {"pubend": d.pubend, "from": d.tick, "to": d.gap_to, "why": d.why, "epoch": d.epoch}
-        stdout.write(json.dumps({"gap": gap}, separators=(",", ":")) + "\n")
+        write_out(stdout, json.dumps({"gap": gap}, separators=(",", ":")) + "\n")
     else:
         err.print(f"gap: {d.pubend} ticks {d.tick}..{d.gap_to}: {d.why}", highlight=False)
 

@@ -129,11 +129,11 @@ class DurableSession:
         if self._handed is None:
             return
         stream, epoch = self._handed
-        self._handed = None
         if upto is not None:
             epoch = min(epoch, upto)
         self.token.epoch = max(self.token.epoch, epoch)
         await stream.ack(self.token.epoch)
+        self._handed = None  # only once sent: an ack interrupted before it is sent again
 
     async def batches(self) -> AsyncIterator[list[SessionDelivery]]:
         """The session's deliveries, a batch at a time, across every move; each batch is

@@ -12,6 +12,7 @@ import time
 
 import yaml
 
+from tests.conftest import CHAIN3, on_free_ports
 from tests.e2e.test_up_e2e import (
     GES,
     ROOT,
@@ -24,6 +25,11 @@ from tests.e2e.test_up_e2e import (
 
 #: events published (250 a second: the faults below come well before the end, on a busy machine too)
 N = 8_000
+
+
+def _record(line: str) -> dict:
+    assert line.endswith("\n"), f"a line cut short: {line[-80:]!r}"
+    return json.loads(line)
 
 
 class Subscriber:
@@ -150,6 +156,11 @@ def test_a_durable_subscriber_roams_survives_kills_and_resumes_with_every_event_
         for proc in (pub, first and first.proc, second and second.proc):
             if proc is not None and proc.poll() is None:
                 proc.kill()
+        # kept beside the brokers' logs, to read a failure
+        for i, sub in enumerate((first, second)):
+            if sub is not None:
+                (tmp_path / f"alice-{i}.out").write_text("".join(sub.out.lines))
+                (tmp_path / f"alice-{i}.err").write_text("".join(sub.err.lines))
         code = up.stop()
     assert code == 0
 
@@ -175,3 +186,49 @@ def test_session_commands_refuse_bad_input_in_one_line(tmp_path):
             assert needle in lines[0] and "Traceback" not in result.stderr, (args, lines[0])
     finally:
         assert up.stop() == 0
+
+
+def test_a_subscriber_interrupted_in_its_catch_up_acknowledges_only_what_it_printed(tmp_path):
+    """^C lands anywhere in a subscriber catching up a backlog (mostly while it formats a batch):
+    what it printed is acknowledged, and nothing else — each resume starts right after it."""
+    topology = tmp_path / "chain3.yaml"
+    topology.write_text(yaml.safe_dump(on_free_ports(CHAIN3)))
+    up = Up(topology, tmp_path / "run", "--insecure")
+    total, subs = 20_000, []
+    try:
+        up.run_json()
+        sub = Subscriber(topology, "b3", up.auth, "--where", "n exists")
+        sub.wait_err("opened durable session at b3")
+        sub.proc.send_signal(signal.SIGINT)
+        assert sub.proc.wait(timeout=30) in (0, 130)
+        published = ges(
+            "publish", topology, "--broker", "b1", "--count", str(total), *up.auth, timeout=120
+        )
+        assert published.returncode == 0, published.stderr
+        for _ in range(6):  # each one interrupted part way through the backlog
+            sub = Subscriber(topology, "b3", up.auth)
+            subs.append(sub)
+            sub.wait_err("resumed durable session at b3")
+            sub.out.wait_for(1)
+            sub.proc.send_signal(signal.SIGINT)
+            assert sub.proc.wait(timeout=30) in (0, 130), "".join(sub.err.lines)
+        got = [_record(line) for s in subs for line in s.out.all() if line.strip()]
+        rest = Subscriber(
+            topology, "b3", up.auth, "--count", str(total - len(got)), "--timeout", "60"
+        )
+        subs.append(rest)
+        assert rest.proc.wait(timeout=90) == 0, "".join(rest.err.lines)
+        got += [_record(line) for line in rest.out.all() if line.strip()]
+        ns = [r["attributes"]["n"] for r in got]
+        assert ns == list(range(total)), (
+            f"{len(ns)} printed; missing {sorted(set(range(total)) - set(ns))[:10]}, "
+            f"twice {sorted(n for n in set(ns) if ns.count(n) > 1)[:10]}"
+        )
+    finally:
+        for i, s in enumerate(subs):
+            if s.proc.poll() is None:
+                s.proc.kill()
+            (tmp_path / f"alice-{i}.out").write_text("".join(s.out.lines))
+            (tmp_path / f"alice-{i}.err").write_text("".join(s.err.lines))
+        code = up.stop()
+    assert code == 0
