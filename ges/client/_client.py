@@ -246,6 +246,15 @@ class Client:
             seqs.append(seq)
         return seqs
 
+    def _acked(self, seq: int, ack: m.PubAck) -> None:
+        waiter = self._acks.pop(seq, None)
+        if waiter is not None:
+            waiter[1] = ack
+            waiter[0].set()
+            self.acknowledged += waiter[2]
+            self.duplicates += ack.duplicates
+            self._window.release()
+
     async def _wait_ack(self, seq: int) -> m.PubAck:
         waiter = self._acks.get(seq)
         if waiter is not None:
@@ -447,13 +456,16 @@ class Client:
                             with suppress(trio.ClosedResourceError):
                                 await sub._put(deliveries, size)
                     elif kind is m.PubAck:
-                        waiter = self._acks.pop(msg.seq, None)
-                        if waiter is not None:
-                            waiter[1] = msg
-                            waiter[0].set()
-                            self.acknowledged += waiter[2]
-                            self.duplicates += msg.duplicates
-                            self._window.release()
+                        if msg.seqs == 1:
+                            self._acked(msg.seq, msg)
+                        else:  # several publishes at once: each had its own events' ticks
+                            tick = msg.first_tick
+                            for seq in range(msg.seq - msg.seqs + 1, msg.seq + 1):
+                                waiter = self._acks.get(seq)
+                                n = 0 if waiter is None else waiter[2]
+                                one = m.PubAck(seq, msg.pubend, tick, tick + n - 1)
+                                self._acked(seq, one)
+                                tick += n
                     elif kind is m.SubAck:
                         # only the answer to the latest request says how the subscription stands
                         sub = self._subs.get(msg.sub_id)

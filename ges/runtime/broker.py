@@ -34,6 +34,7 @@ from ges.core import (
     ToClient,
     ToPeer,
 )
+from ges.core.coalesce import coalesce
 from ges.durable import replicators
 from ges.durable.store import MemorySessionStore
 from ges.errors import OperationError
@@ -316,8 +317,12 @@ class BrokerServer:
     # -- outputs -----------------------------------------------------------------------------
 
     async def _dispatch(self, outs: list) -> None:
-        outs = list(outs)  # what a session's own answers lead to is added on the way
+        """Perform a core's outputs: messages joined per destination (ges.core.coalesce), each
+        destination's frames in one write, in their order."""
+        outs = coalesce(outs)  # a session's own answers lead to more, added on the way
         encoded: dict[int, list[bytes]] = {}
+        to_peers: dict[str, list[bytes]] = {}
+        to_clients: dict[int, list[bytes]] = {}
         now = trio.current_time()
         recorder = self.recorder
         # delivery records: the broker's clock before it hands anything on
@@ -325,12 +330,19 @@ class BrokerServer:
         for out in outs:
             kind = type(out)
             if kind is ToPeer:
-                dest = out.peer
+                pending = to_peers.get(out.peer)
+                if pending is None:
+                    pending = to_peers[out.peer] = []
             elif kind is ToClient:
                 dest = out.conn
                 if dest < 0:  # to a durable session's own subscriptions (ges.core.replicator)
                     outs.extend(self.core.replicator.own(dest, out.msg, now))
                     continue
+                pending = to_clients.get(dest)
+                if pending is None:
+                    pending = to_clients[dest] = []
+                if recorder is not None and type(out.msg) is m.Deliver:
+                    recorder.deliver(self.core.client_name(dest), out.msg, wall)
             elif kind is Notice:
                 level = logging.WARNING if out.level == "warning" else logging.INFO
                 self.log.log(level, "%s", out.text)
@@ -338,6 +350,7 @@ class BrokerServer:
             elif kind is DropPeer:
                 conn = self._peers.get(out.peer)
                 if conn is not None:
+                    await self._to_peer(out.peer, to_peers.pop(out.peer, ()), now)
                     self.log.warning("link %s suspected: %s", out.peer, out.reason)
                     conn.close(out.reason)
                 continue
@@ -349,36 +362,38 @@ class BrokerServer:
                 try:
                     frames = encoded[id(msg)] = encode_frames(msg)
                 except FrameTooLarge as exc:  # a bound missed somewhere: say so, drop it
-                    self.log.error("dropped a message to %s: %s", dest, exc)
+                    self.log.error("dropped a message: %s", exc)
                     frames = encoded[id(msg)] = []
-            if kind is ToPeer:
-                conn = self._peers.get(dest)
-                if conn is None:
-                    continue
-                try:
-                    for data in frames:
-                        await conn.send(data)
-                except ConnectionClosed:
-                    continue
-                self.core.note_sent(dest, now)
-            else:
-                conn = self._clients.get(dest)
-                if conn is None:
-                    continue
-                try:
-                    for data in frames:
-                        if not conn.send_nowait(data):
-                            self._slow_consumer(conn, f"over {conn.max_queued} bytes queued")
-                            break
-                    else:
-                        if self._client_budget.used > MAX_CLIENT_QUEUES_BYTES:
-                            self._over_budget()
-                except ConnectionClosed:
-                    continue
-                if recorder is not None and type(msg) is m.Deliver:
-                    recorder.deliver(self.core.client_name(dest), msg, wall)
+            pending += frames
+        for conn_id, frames in to_clients.items():
+            self._to_client(conn_id, frames)
+        for peer, frames in to_peers.items():
+            await self._to_peer(peer, frames, now)
         if recorder is not None:
             recorder.flush()
+
+    def _to_client(self, conn_id: int, frames: list[bytes]) -> None:
+        conn = self._clients.get(conn_id)
+        if conn is None or not frames:
+            return
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        try:
+            if not conn.send_nowait(data):
+                self._slow_consumer(conn, f"over {conn.max_queued} bytes queued")
+            elif self._client_budget.used > MAX_CLIENT_QUEUES_BYTES:
+                self._over_budget()
+        except ConnectionClosed:
+            pass
+
+    async def _to_peer(self, peer: str, frames, now: float) -> None:
+        conn = self._peers.get(peer)
+        if conn is None or not frames:
+            return
+        try:
+            await conn.send(frames[0] if len(frames) == 1 else b"".join(frames))
+        except ConnectionClosed:
+            return
+        self.core.note_sent(peer, now)
 
     def _slow_consumer(self, conn: Connection, why: str) -> None:
         """Disconnect a client that does not keep up, telling it why: what it had queued is

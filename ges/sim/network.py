@@ -40,6 +40,7 @@ from collections.abc import Callable
 import attrs
 
 from ges.core import BrokerConfig, BrokerCore, DropPeer, Notice, ToClient, ToPeer
+from ges.core.coalesce import coalesce
 from ges.durable import replicators
 from ges.durable.store import MemorySessionStore
 from ges.reliable.log import MemoryLog
@@ -293,8 +294,9 @@ class Sim(SimLinks):
 
     def _handle(self, src: str, outputs: list) -> None:
         # the cores emit their outputs in an order that depends on nothing but the inputs (no
-        # iteration over a set of names decides it), so a run is the same in every process
-        for out in outputs:
+        # iteration over a set of names decides it), so a run is the same in every process;
+        # joined per destination as the trio runtime joins them
+        for out in coalesce(outputs):
             kind = type(out)
             if kind is ToPeer:
                 self._send(src, out.peer, out.msg)

@@ -128,9 +128,13 @@ def run_seed(
             checker.broker_fault(sim.now, broker, notice.text)
 
     def on_puback(broker, conn, msg: m.PubAck, now):
-        batch = pending.pop((broker, conn, msg.seq), None)
-        if batch is not None:
-            checker.publish(msg.pubend, msg.first_tick, batch, now)
+        tick = msg.first_tick  # one ack may cover several publishes (ges.core.coalesce)
+        for seq in range(msg.seq - msg.seqs + 1, msg.seq + 1):
+            batch = pending.pop((broker, conn, seq), None)
+            if batch is None:  # its broker crashed meanwhile: the ticks are not told
+                break
+            checker.publish(msg.pubend, tick, batch, now)
+            tick += len(batch)
 
     def on_suback(broker, conn, msg: m.SubAck, now):
         checker.subscribed((broker, conn, msg.sub_id), now, complete=msg.complete)

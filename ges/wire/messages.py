@@ -377,13 +377,18 @@ class Publish(_Msg):
 class PubAck(_Msg):
     """The batch is in the pubend's log: its new events at ticks ``first_tick..last_tick``
     (none when ``last_tick < first_tick``), and ``duplicates`` leading events of it that were
-    published before (idempotent publishing) and were not published again."""
+    published before (idempotent publishing) and were not published again.
+
+    One acknowledgement may cover ``seqs`` consecutive publishes, ``seq - seqs + 1`` to
+    ``seq`` (natural batching, ges.core.coalesce): then none had duplicates, and their events
+    have the ticks in order, each publish as many as it had events."""
 
     seq: int
     pubend: str
     first_tick: int
     last_tick: int
     duplicates: int = 0
+    seqs: int = 1
 
 
 class Deliver(_Msg):

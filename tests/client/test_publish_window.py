@@ -51,12 +51,18 @@ class FakeBroker:
                         if self.auto_ack:
                             await self.ack(len(self.publishes) - self.acked)
 
-    async def ack(self, n: int) -> None:
-        """Acknowledge the next ``n`` Publish frames read and not yet acknowledged."""
+    async def ack(self, n: int, *, joined: bool = False) -> None:
+        """Acknowledge the next ``n`` Publish frames read and not yet acknowledged — with
+        ``joined``, in one PubAck covering them all (as a broker's natural batching does)."""
         assert self.acked + n <= len(self.publishes), "acknowledging what was not sent"
         # taken before the first await: the reader task may acknowledge too (auto_ack)
         batch = self.publishes[self.acked : self.acked + n]
         self.acked += n
+        if joined:
+            first = self._tick + 1
+            self._tick += sum(len(p.events) for p in batch)
+            await self._send(m.PubAck(batch[-1].seq, "b1~1", first, self._tick, seqs=n))
+            return
         for publish in batch:
             first = self._tick + 1
             self._tick += len(publish.events)
@@ -144,6 +150,29 @@ async def test_publish_returns_only_once_the_broker_acknowledged_the_batch():
         await wait_until(lambda: acks, "publish to return")
         assert (acks[0].pubend, acks[0].first_tick, acks[0].last_tick) == ("b1~1", 1, 3)
         assert client.acknowledged == 3
+
+
+async def test_one_acknowledgement_covering_several_publishes_answers_each_with_its_ticks():
+    async with (
+        fake_broker() as broker,
+        connect("127.0.0.1", broker.port, window=WINDOW) as client,
+        trio.open_nursery() as nursery,
+    ):
+        acks: dict[int, m.PubAck] = {}
+
+        async def publish(i: int, size: int) -> None:
+            acks[i] = await client.publish([m.Event({"n": i})] * size)
+
+        for i, size in enumerate((2, 1, 3)):
+            nursery.start_soon(publish, i, size)
+            await wait_until(lambda i=i: len(broker.publishes) > i, "the publish to go")
+        await broker.ack(3, joined=True)
+        await wait_until(lambda: len(acks) == 3, "every publish to return")
+        ticks = [(acks[i].first_tick, acks[i].last_tick) for i in range(3)]
+        assert ticks == [(1, 2), (3, 3), (4, 6)]
+        assert client.acknowledged == 6
+        with trio.fail_after(WAIT):  # the window is whole again
+            await client.flush()
 
 
 async def test_a_publisher_waiting_at_its_window_fails_when_the_broker_goes():
