@@ -342,6 +342,11 @@ class BrokerCore:
         """One slice (``config.work_slice`` units) of what is in progress; the outputs."""
         return self.subscriptions.work(now)
 
+    def client_publishes(self, conn: int, msgs: list[m.Publish], now: float) -> list[Output]:
+        """Consecutive Publish messages one read brought from a client, handled together
+        (natural batching: ges.core.publishing's ``on_publishes``)."""
+        return self.publishing.on_publishes(conn, msgs, now)
+
     def client_message(self, conn: int, msg, now: float) -> list[Output]:
         """A client's message. One that starts a large request leaves the client busy
         (:meth:`busy`): the driver holds its next message back until :meth:`work` is done."""

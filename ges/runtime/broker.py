@@ -437,7 +437,8 @@ class BrokerServer:
     async def _pump(self, conn: Connection, handle, client: int | None = None) -> None:
         """Feed every message read from ``conn`` to ``handle(msg, now)`` and perform its outputs.
 
-        Messages read together are handled together, but not for longer than
+        Messages read together are handled together — a client's consecutive publishes in one
+        go (natural batching: ges.core.publishing's ``on_publishes``) — but not for longer than
         :data:`SLICE_SECONDS` before what is ready elsewhere gets its turn; a client's message
         that started a large request (ges.core.work) holds its next one back until the request
         is done. A bad frame or a protocol violation closes this one connection with a logged
@@ -458,12 +459,22 @@ class BrokerServer:
                     await budget.below(self.resume_publishing_bytes)  # flow control
                 started = trio.current_time()
                 outs: list = []
+                run: list = []  # a client's publishes read together: handled together
                 for msg in batch:
                     if access is not None and type(msg) in _CHECKED:
                         why = await self._refusal(client, msg)
                         if why is not None:
+                            if run:
+                                outs += self._client_publishes(client, run)
+                                run = []
                             outs.append(ToClient(client, m.Error(why, denied=True)))
                             continue
+                    if client is not None and type(msg) is m.Publish:
+                        run.append(msg)
+                        continue
+                    if run:
+                        outs += self._client_publishes(client, run)
+                        run = []
                     now = trio.current_time()
                     if client is not None and type(msg) in SESSION_REQUESTS:
                         await self._flush(outs)  # a lookup may wait for replicators
@@ -479,10 +490,18 @@ class BrokerServer:
                         else:
                             await trio.lowlevel.checkpoint()
                         started = trio.current_time()
+                if run:
+                    outs += self._client_publishes(client, run)
                 await self._flush(outs)
         except (FrameError, ProtocolError) as exc:
             self.log.warning("closing %s: %s", conn.label, exc)
             conn.close(str(exc))
+
+    def _client_publishes(self, conn_id: int, msgs: list) -> list:
+        conn = self._clients.get(conn_id)
+        if conn is not None and conn.closing:  # cut (a slow consumer): what it sends goes unread
+            return []
+        return self.core.client_publishes(conn_id, msgs, trio.current_time())
 
     async def _refusal(self, conn_id: int, msg) -> str | None:
         """Why a client may not make this request (None: it may); a refusal is logged once per

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from ges.core import DropPeer, Notice, ToClient, ToPeer
+import pytest
+
+from ges.core import BrokerCore, DropPeer, Notice, ToClient, ToPeer
 from ges.core.coalesce import JOIN_BYTES, coalesce
+from ges.reliable.log import MemoryLog
 from ges.wire import messages as m
 from ges.wire.messages import event_size
+from tests.core.test_idempotent import DEMO
 
 
 def item(tick: int, size: int = 10) -> m.EventItem:
@@ -96,3 +100,55 @@ def test_a_dropped_link_ends_its_run_and_other_outputs_keep_their_places():
         ToPeer("b2", m.Events("b1~1", [item(2)])),
     ]
     assert coalesce(outs) == outs
+
+
+# -- a client's publishes read together (Publishing.on_publishes) --------------------------------
+
+
+def _core(reliable: bool):
+    core = BrokerCore(DEMO, "b1", incarnation=1, reliable=reliable, log=MemoryLog())
+    core.client_open(1, "P")
+    core.client_open(2, "S")
+    core.client_message(2, m.Subscribe(1, [[m.Constraint("n", "exists")]]), 0.0)
+    return core
+
+
+def _publishes(*seqs: int, publisher: str = "") -> list[m.Publish]:
+    return [
+        m.Publish(seq, [m.Event({"n": seq})], publisher, seq if publisher else 0) for seq in seqs
+    ]
+
+
+def _acks_and_ticks(core, out) -> tuple[list, list]:
+    out = list(out)
+    if core.reliable:
+        out += core.on_logged(0.0)
+    acks = [o.msg for o in out if type(o) is ToClient and o.conn == 1]
+    got = [(it.tick, it.event.attributes["n"]) for o in out if o.conn == 2 for it in o.msg.items]
+    return acks, got
+
+
+@pytest.mark.parametrize("reliable", [True, False])
+def test_publishes_read_together_are_one_batch_with_one_acknowledgement(reliable):
+    one_by_one, together = _core(reliable), _core(reliable)
+    singly = [o for p in _publishes(1, 2, 3, 4) for o in one_by_one.client_message(1, p, 0.0)]
+    acks, got = _acks_and_ticks(one_by_one, singly)
+    assert len(acks) == 4
+    joined_acks, joined_got = _acks_and_ticks(
+        together, together.client_publishes(1, _publishes(1, 2, 3, 4), 0.0)
+    )
+    assert joined_acks == [m.PubAck(4, "b1~1", 1, 4, 0, seqs=4)]
+    assert joined_got == got == [(t, t) for t in range(1, 5)]
+
+
+def test_idempotent_publishes_and_a_gap_in_seqs_end_a_run():
+    core = _core(False)
+    msgs = [*_publishes(1, 2), *_publishes(3, publisher="Q"), *_publishes(4, 6, 7)]
+    acks, got = _acks_and_ticks(core, core.client_publishes(1, msgs, 0.0))
+    assert [(a.seq, a.seqs, a.first_tick, a.last_tick) for a in acks] == [
+        (2, 2, 1, 2),
+        (3, 1, 3, 3),
+        (4, 1, 4, 4),
+        (7, 2, 5, 6),
+    ]
+    assert [n for _, n in got] == [1, 2, 3, 4, 6, 7]
