@@ -8,7 +8,8 @@ that hands each message to whoever waits for it: a ``PubAck`` to its publish, a 
 request (only the answer to the latest request of a subscription says how it stands), a
 ``Deliver`` to its :class:`Subscription`, whose buffer is bounded in bytes (the reader stops
 reading the socket while it is full, so a slow application slows its broker's queue, not this
-process's memory). Publishing is pipelined: at most ``window`` batches are unacknowledged, each
+process's memory). Publishing is pipelined: at most ``window`` batches (and WINDOW_BYTES of
+events) are unacknowledged, each
 batch split into frames within the frame limit, and an event over the event limit is refused
 before anything is sent. An idempotent publisher numbers its events so a resend after a failure
 is published once. A keepalive goes every KEEPALIVE seconds. When the connection ends, every
@@ -43,9 +44,13 @@ from ges.wire.frames import HEADER_SIZE
 
 _encode_event = msgspec.msgpack.Encoder().encode
 
-#: Unacknowledged publish frames in flight per client: deep enough to keep a broker busy
-#: across a round trip, shallow enough that a stalled broker stops the publisher quickly.
-DEFAULT_WINDOW = 16
+#: Unacknowledged publish frames in flight per client: deep enough that a publisher of one
+#: event per publish keeps a broker busy across a log commit (16 held one such publisher to
+#: some 12,000 events/s); WINDOW_BYTES bounds what they hold.
+DEFAULT_WINDOW = 1024
+#: Bytes of events (about: ges.wire.event_size) in unacknowledged publishes per client: a
+#: stalled broker stops the publisher once this much is in flight.
+WINDOW_BYTES = 4 * 1024 * 1024
 #: Bytes of deliveries (about: ges.wire.event_size) buffered per subscription before the
 #: client stops reading its socket (and the broker, seeing its queue fill, treats it as a slow
 #: consumer).
@@ -171,7 +176,13 @@ class Client:
         self._sub_ids = itertools.count(1)
         self._window = trio.Semaphore(window)
         self._window_size = window
-        self._acks: dict[int, list] = {}  # seq -> [trio.Event, PubAck | None, events]
+        #: bytes of events in unacknowledged publishes, at most WINDOW_BYTES (but for one)
+        self._unacked_bytes = 0
+        self._bytes_room = trio.Event()
+        self._all_acked = trio.Event()
+        self._all_acked.set()
+        #: seq -> [trio.Event, PubAck | None, events, bytes]
+        self._acks: dict[int, list] = {}
         #: (sub_id, req) -> set when that request's SubAck came
         self._subacks: dict[tuple[int, int], trio.Event] = {}
         self._reqs = itertools.count(1)
@@ -222,10 +233,7 @@ class Client:
 
     async def flush(self) -> None:
         """Wait until every published batch has been acknowledged."""
-        for _ in range(self._window_size):
-            await self._window.acquire()
-        for _ in range(self._window_size):
-            self._window.release()
+        await self._all_acked.wait()
         self._raise_if_closed()
 
     async def _send_publish(self, events: Sequence[m.Event], first: int | None) -> list[int]:
@@ -237,11 +245,20 @@ class Client:
         seqs = []
         for chunk, number in _frames_of(events, first):
             await self._window.acquire()
+            size = sum(map(event_size, chunk))
+            while self._unacked_bytes and self._unacked_bytes + size > WINDOW_BYTES:
+                if self._closed is not None:
+                    break
+                if self._bytes_room.is_set():
+                    self._bytes_room = trio.Event()
+                await self._bytes_room.wait()
             if self._closed is not None:
                 self._window.release()
                 self._raise_if_closed()
             seq = next(self._seq)
-            self._acks[seq] = [trio.Event(), None, len(chunk)]
+            self._acks[seq] = [trio.Event(), None, len(chunk), size]
+            self._unacked_bytes += size
+            self._all_acked = trio.Event()
             await self._send(m.Publish(seq, chunk, publisher, number or 0))
             seqs.append(seq)
         return seqs
@@ -253,6 +270,10 @@ class Client:
             waiter[0].set()
             self.acknowledged += waiter[2]
             self.duplicates += ack.duplicates
+            self._unacked_bytes -= waiter[3]
+            self._bytes_room.set()
+            if not self._acks:
+                self._all_acked.set()
             self._window.release()
 
     async def _wait_ack(self, seq: int) -> m.PubAck:
@@ -539,6 +560,9 @@ class Client:
             waiter[0].set()
             self._window.release()  # never to be acknowledged: free the publisher
         self._acks.clear()
+        self._unacked_bytes = 0
+        self._bytes_room.set()
+        self._all_acked.set()
         for done in self._subacks.values():
             done.set()
         for waiter in self._stats:

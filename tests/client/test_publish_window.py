@@ -15,7 +15,7 @@ import trio.testing
 
 from ges.client import connect
 from ges.errors import OperationError
-from ges.wire import FrameDecoder, decode, encode
+from ges.wire import FrameDecoder, decode, encode, event_size
 from ges.wire import messages as m
 from tests.waiting import WAIT, wait_until
 
@@ -129,6 +129,42 @@ async def test_the_publisher_stops_at_its_window_and_goes_on_as_acks_come():
         assert client.acknowledged == BATCHES
         assert [p.events[0].attributes["n"] for p in broker.publishes] == list(range(BATCHES))
         assert [p.seq for p in broker.publishes] == list(range(1, BATCHES + 1))
+
+
+async def test_the_publisher_stops_at_its_window_of_bytes_too():
+    """A window of frames is no bound on what they hold: publishes of 1 MiB events stop once
+    WINDOW_BYTES of them are unacknowledged, however many frames that is."""
+    from ges.client._client import WINDOW_BYTES
+
+    big = b"x" * (1 << 20)
+    fit = WINDOW_BYTES // event_size(m.Event({"n": 0}, big))
+    async with (
+        fake_broker() as broker,
+        connect("127.0.0.1", broker.port, window=100) as client,
+        trio.open_nursery() as nursery,
+    ):
+        returned = 0
+
+        async def publish_all():
+            nonlocal returned
+            for i in range(fit + 3):
+                await client.publish_nowait([m.Event({"n": i}, big)])
+                returned += 1
+
+        nursery.start_soon(publish_all)
+        await wait_until(lambda: len(broker.publishes) >= fit, "a window of bytes")
+        await settled()
+        assert len(broker.publishes) == returned == fit
+        await broker.ack(1)  # room for one more
+        await wait_until(lambda: len(broker.publishes) >= fit + 1, "one more publish")
+        await settled()
+        assert len(broker.publishes) == returned == fit + 1
+        broker.auto_ack = True
+        await broker.ack(len(broker.publishes) - broker.acked)
+        with trio.fail_after(WAIT):
+            await wait_until(lambda: returned == fit + 3, "the rest")
+            await client.flush()
+        assert client.acknowledged == fit + 3
 
 
 async def test_publish_returns_only_once_the_broker_acknowledged_the_batch():
