@@ -109,6 +109,37 @@ async def test_a_burst_of_small_frames_does_not_cut_a_subscriber_that_keeps_up(o
         nursery.cancel_scope.cancel()
 
 
+async def test_a_per_event_subscriber_that_keeps_up_survives_a_50000_event_burst(one):
+    """Issue 21: 50,000 events of 100 bytes, one per Publish, published at full speed with the
+    client library's default window, to a subscriber of the library reading as they come —
+    every one arrives, in order, and nobody is cut as a slow consumer."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(BrokerServer(one, "b1").run)
+        spec = one.brokers["b1"]
+        async with (
+            connect(spec.host, spec.port, topology=one) as pub,
+            connect(spec.host, spec.port, topology=one) as reader,
+        ):
+            sub = await reader.subscribe([])
+            got: list[int] = []
+
+            async def read_all():
+                async for batch in sub.batches():
+                    got.extend(d.tick for d in batch)
+                    if len(got) >= 50_000:
+                        return
+
+            with trio.fail_after(120):
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(read_all)
+                    for i in range(50_000):
+                        await pub.publish_nowait([m.Event({"n": i}, b"x" * 100)])
+                    await pub.flush()
+            assert got == list(range(1, 50_001))
+            assert (await pub.stats()).slow_consumers == 0
+        nursery.cancel_scope.cancel()
+
+
 @pytest.fixture
 def few_descriptors():
     """The process limited to 1,400 descriptors more than it has open (as far as its hard limit
