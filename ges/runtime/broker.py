@@ -75,6 +75,10 @@ MAX_CLIENT_QUEUES_BYTES = 1024 * 1024 * 1024
 #: a subscriber that stops reading is cut by its write deadline, so the pause ends).
 PAUSE_PUBLISHING_BYTES = 256 * 1024 * 1024
 RESUME_PUBLISHING_BYTES = 128 * 1024 * 1024
+#: Flow control for the pubend log: while this many bytes of published events wait for their
+#: commit, the broker reads no more publishes (a publisher that pipelines without a window
+#: goes at the pace of the disk, instead of piling events up in memory behind a slow commit).
+PAUSE_LOG_BYTES = 16 * 1024 * 1024
 #: Seconds a client cut as a slow consumer has to take the Error saying so (after what the
 #: writer is writing), with nothing written meanwhile, before its connection closes anyway.
 LAST_FRAME_WAIT = 2.0
@@ -127,6 +131,8 @@ class BrokerServer:
             else None
         )
         self._log_wakeup = trio.Event()
+        #: set after each group commit (publishes paused for the log wait for it)
+        self._log_room = trio.Event()
         #: a replicator's store of durable sessions (ges.core.replicator): a SQLite file in the
         #: data directory (in memory without one: sessions then end with the broker)
         self.session_store = None
@@ -451,12 +457,19 @@ class BrokerServer:
         try:
             async for batch in conn.read_messages():
                 counters["frames_in"] += len(batch)
+                log = self.pubend_log
+                over_budget = budget.used > self.pause_publishing_bytes
                 if (
                     client is not None
-                    and budget.used > self.pause_publishing_bytes
+                    and (over_budget or (log is not None and log.uncommitted > PAUSE_LOG_BYTES))
                     and any(type(msg) is m.Publish for msg in batch)
-                ):
-                    await budget.below(self.resume_publishing_bytes)  # flow control
+                ):  # flow control: the clients' queues, and the log's commits
+                    if over_budget:
+                        await budget.below(self.resume_publishing_bytes)
+                    while log is not None and log.uncommitted > PAUSE_LOG_BYTES:
+                        if self._log_room.is_set():
+                            self._log_room = trio.Event()
+                        await self._log_room.wait()
                 started = trio.current_time()
                 outs: list = []
                 run: list = []  # a client's publishes read together: handled together

@@ -43,6 +43,7 @@ async def log_task(server) -> None:
                     outs = server.core.on_logged(trio.current_time())
                     if outs:
                         await server._dispatch(outs)
+                    server._log_room.set()  # publishes paused for the log may go on
                 # deletions a chunk at a time, one after each group: a publish waits for
                 # at most one, and a steady stream of publishes does not starve them
                 if log.release_pending:  # every other broker acknowledged these

@@ -172,6 +172,10 @@ class SqliteLog:
         #: publishers forgotten (MAX_PUBLISHERS) since the last group: their rows go with it
         self._forgotten: dict[str, None] = {}
         self._n_pending = 0
+        #: bytes of encoded events appended and not yet durable (pending, and the group being
+        #: written): the runtime stops reading publishes while it is over PAUSE_LOG_BYTES
+        self.uncommitted = 0
+        self._taken = 0
         self._writer: sqlite3.Connection | None = None
 
     def _connect(self) -> sqlite3.Connection:
@@ -211,7 +215,9 @@ class SqliteLog:
                     self._forgotten[gone] = None
                 self._forgotten.pop(name, None)  # back before its row went: it stays
                 row = (name, seq, self.epoch, self._last)
-            self._pending.append((first, self._last, _encode(events), row))
+            body = _encode(events)
+            self._pending.append((first, self._last, body, row))
+            self.uncommitted += len(body)
             self._n_pending += len(events)
 
     def publishers(self) -> dict[str, PublisherState]:
@@ -327,6 +333,7 @@ class SqliteLog:
         """Everything appended since the last group (the log task writes it next), and the
         publishers forgotten meanwhile."""
         group, self._pending = self._pending, []
+        self._taken += sum(len(g[2]) for g in group)
         if self._forgotten:
             group.append((0, 0, b"", ("forget", *self._forgotten)))
             self._forgotten = {}
@@ -442,6 +449,8 @@ class SqliteLog:
     def committed_to(self, tick: int) -> None:
         """The group ending at ``tick`` is durable (called on the event loop's thread)."""
         self._committed = max(self._committed, tick)
+        self.uncommitted -= self._taken
+        self._taken = 0
 
     def close(self) -> None:
         for conn in (self._reader, self._writer):

@@ -140,6 +140,53 @@ async def test_a_per_event_subscriber_that_keeps_up_survives_a_50000_event_burst
         nursery.cancel_scope.cancel()
 
 
+async def test_a_publisher_without_a_window_goes_at_the_pace_of_the_log(one, tmp_path, monkeypatch):
+    """A publisher that pipelines 24 MiB of events without waiting for acknowledgements, to a
+    broker whose log commits slowly: the broker stops reading publishes while 16 MiB wait for
+    their commit (PAUSE_LOG_BYTES) instead of piling them up — and acknowledges every one."""
+    from ges.runtime import broker as runtime_broker
+    from ges.runtime.pubend_log import SqliteLog
+
+    write_group, most = SqliteLog.write_group, [0]
+
+    def slow_write_group(log, group):
+        most[0] = max(most[0], log.uncommitted)
+        import time
+
+        time.sleep(0.05)  # a slow disk (in the log's worker thread)
+        return write_group(log, group)
+
+    monkeypatch.setattr(SqliteLog, "write_group", slow_write_group)
+    monkeypatch.setattr(SqliteLog, "inline", lambda log, group: False)
+    events = 24 * 16
+    async with trio.open_nursery() as nursery:
+        await nursery.start(BrokerServer(one, "b1", data_dir=tmp_path).run)
+        spec = one.brokers["b1"]
+        pub, _ = await raw(spec, one, "pub")
+        big = b"x" * (64 * 1024)
+        frames = b"".join(encode(m.Publish(i + 1, [m.Event({"n": i}, big)])) for i in range(events))
+        dec, acked = FrameDecoder(), 0
+
+        async def read_acks():
+            nonlocal acked
+            while acked < events:
+                data = await pub.receive_some(1 << 20)
+                assert data, "the broker closed the publisher"
+                dec.feed(data)
+                acked += sum(decode(body).seqs for body in dec.frames())
+
+        with trio.fail_after(60):
+            async with trio.open_nursery() as inner:
+                inner.start_soon(read_acks)
+                await pub.send_all(frames)  # all at once, no window
+        assert acked == events
+        # at most one more read (and the frame it ends in) past the bound
+        assert (
+            runtime_broker.PAUSE_LOG_BYTES < most[0] <= runtime_broker.PAUSE_LOG_BYTES + (1 << 20)
+        )
+        nursery.cancel_scope.cancel()
+
+
 @pytest.fixture
 def few_descriptors():
     """The process limited to 1,400 descriptors more than it has open (as far as its hard limit
