@@ -87,16 +87,37 @@ def ges_frame(seq: int, first: int, count: int, stamp: int) -> bytes:
     return encode(m.Publish(seq, events))
 
 
-class GesParser:
-    """Deliver frames (subscriber) and PubAcks (publisher), with the handshake's answers."""
+class _Counter:
+    """What every parser counts of the stamped payloads it reads: events in order (a number
+    out of sequence is a disorder), probes (stamped 0), latencies when asked."""
 
-    def __init__(self, latency: bool = False) -> None:
-        self.decoder = FrameDecoder()
+    def __init__(self, latency: bool) -> None:
         self.latency = latency
         self.latencies: list[int] = []
         self.events = self.probes = self.acks = self.disorder = self.next = 0
         self.replies: list[bytes] = []
         self.error: str | None = None
+
+    def _seen(self, buf, at: int, now: int) -> int:
+        """One payload at ``buf[at:]``: 1 if it is an event, 0 if a probe."""
+        stamp, number = _unstamp(buf, at)
+        if not stamp:
+            self.probes += 1
+            return 0
+        if number != self.next:
+            self.disorder += 1
+        self.next = number + 1
+        if self.latency:
+            self.latencies.append(now - stamp)
+        return 1
+
+
+class GesParser(_Counter):
+    """Deliver frames (subscriber) and PubAcks (publisher), with the handshake's answers."""
+
+    def __init__(self, latency: bool = False) -> None:
+        super().__init__(latency)
+        self.decoder = FrameDecoder()
         self.welcome: m.Welcome | None = None
         self.subacks: list[m.SubAck] = []
 
@@ -109,16 +130,7 @@ class GesParser:
             kind = type(msg)
             if kind is m.Deliver:
                 for item in msg.items:
-                    stamp, number = _unstamp(item.event.payload)
-                    if stamp:
-                        n += 1
-                        if number != self.next:
-                            self.disorder += 1
-                        self.next = number + 1
-                        if self.latency:
-                            self.latencies.append(now - stamp)
-                    else:
-                        self.probes += 1
+                    n += self._seen(item.event.payload, 0, now)
             elif kind is m.PubAck:
                 # one PubAck may acknowledge ``seqs`` consecutive publishes (ges.core.coalesce)
                 self.acks += getattr(msg, "seqs", 1)
@@ -184,17 +196,13 @@ def mqtt_frame(stamp: int, number: int, qos: int, packet_id: int) -> bytes:
     return mqtt_publish(TOPIC, payload(stamp, number), qos, packet_id)
 
 
-class MqttParser:
+class MqttParser(_Counter):
     """PUBLISH packets (subscriber; QoS 1 ones owe a PUBACK), PUBACKs (publisher), CONNACK and
     SUBACK."""
 
     def __init__(self, latency: bool = False) -> None:
+        super().__init__(latency)
         self.buf = bytearray()
-        self.latency = latency
-        self.latencies: list[int] = []
-        self.events = self.probes = self.acks = self.disorder = self.next = 0
-        self.replies: list[bytes] = []
-        self.error: str | None = None
         self.connack: int | None = None
         self.suback: int | None = None
 
@@ -202,7 +210,6 @@ class MqttParser:
         buf = self.buf
         buf += data
         pos, end, n = 0, len(buf), 0
-        latency, lat = self.latency, self.latencies
         acks: list[bytes] = []
         while end - pos >= 2:
             b0 = buf[pos]
@@ -226,16 +233,7 @@ class MqttParser:
                 if b0 & 0x06:  # QoS 1: a packet id, acknowledged with a PUBACK
                     acks.append(b"\x40\x02" + bytes(buf[p : p + 2]))
                     p += 2
-                stamp, number = _unstamp(buf, p)
-                if stamp:
-                    n += 1
-                    if number != self.next:
-                        self.disorder += 1
-                    self.next = number + 1
-                    if latency:
-                        lat.append(now - stamp)
-                else:
-                    self.probes += 1
+                n += self._seen(buf, p, now)
             elif kind == 4:  # PUBACK
                 self.acks += 1
             elif kind == 2:  # CONNACK
@@ -288,7 +286,7 @@ def nats_pub(subject: str, body: bytes, reply: str = "") -> bytes:
     return f"PUB {subject}{reply_part} {len(body)}\r\n".encode() + body + b"\r\n"
 
 
-class NatsParser:
+class NatsParser(_Counter):
     """MSG/HMSG frames (a subscriber's events, a publisher's JetStream acks, requests' answers),
     PING (owes a PONG), PONG, +OK, INFO, -ERR.
 
@@ -299,13 +297,9 @@ class NatsParser:
     """
 
     def __init__(self, latency: bool = False, ack_sid: bytes = b"", js_ack: bool = False) -> None:
+        super().__init__(latency)
         self.buf = bytearray()
-        self.latency = latency
-        self.latencies: list[int] = []
-        self.events = self.probes = self.acks = self.pongs = 0
-        self.disorder = self.next = 0
-        self.replies: list[bytes] = []
-        self.error: str | None = None
+        self.pongs = 0
         self.info = False
         self.ack_sid = ack_sid
         self.js_ack = js_ack
@@ -317,7 +311,6 @@ class NatsParser:
         buf = self.buf
         buf += data
         pos, end, n = 0, len(buf), 0
-        latency, lat = self.latency, self.latencies
         event_sid, ack_sid = self.event_sid, self.ack_sid
         last_reply = None
         # the usual frame, an event on the core subscription, parsed without splitting its line
@@ -327,16 +320,7 @@ class NatsParser:
             if buf.startswith(fast, pos):
                 if pos + fast_size > end:
                     break
-                stamp, number = _unstamp(buf, pos + fast_len)
-                if stamp:
-                    n += 1
-                    if number != self.next:
-                        self.disorder += 1
-                    self.next = number + 1
-                    if latency:
-                        lat.append(now - stamp)
-                else:
-                    self.probes += 1
+                n += self._seen(buf, pos + fast_len, now)
                 pos += fast_size
                 continue
             eol = buf.find(b"\r\n", pos)
@@ -359,16 +343,7 @@ class NatsParser:
                 reply = bytes(parts[3]) if len(parts) == (5 if head == 77 else 6) else None
                 if sid == event_sid:
                     if start + size - body_at >= STAMP.size:
-                        stamp, number = _unstamp(buf, body_at)
-                        if stamp:
-                            n += 1
-                            if number != self.next:
-                                self.disorder += 1
-                            self.next = number + 1
-                            if latency:
-                                lat.append(now - stamp)
-                        else:
-                            self.probes += 1
+                        n += self._seen(buf, body_at, now)
                         if reply is not None:
                             last_reply = reply
                     # else: a JetStream status message (no body): nothing to count
