@@ -47,6 +47,7 @@ def coalesce(outs: list) -> list:
     result: list = []
     runs: dict[int, list] = {}  # index in result -> the messages joined there (2 or more)
     sizes: dict[int, int] = {}  # index in result -> the bytes of events in its run
+    sized: dict[int, int] = {}  # id of a message -> the bytes of its events (shared ones once)
     last: dict = {}  # destination (a peer's name, a connection's number) -> its last index
     for out in outs:
         kind = type(out)
@@ -67,8 +68,8 @@ def coalesce(outs: list) -> list:
             if _joinable(first if run is None else run[-1], msg):
                 size = sizes.get(at)
                 if size is None:
-                    size = _size(first)
-                size += _size(msg)
+                    size = _size(first, sized)
+                size += _size(msg, sized)
                 if size <= JOIN_BYTES:
                     sizes[at] = size
                     if run is None:
@@ -90,11 +91,12 @@ def coalesce(outs: list) -> list:
     return result
 
 
-def _size(msg) -> int:
-    items = getattr(msg, "items", None)
-    if not items:
-        return 0
-    return sum(event_size(it.event) for it in items)
+def _size(msg, sized: dict) -> int:
+    size = sized.get(id(msg))
+    if size is None:
+        items = getattr(msg, "items", None)
+        size = sized[id(msg)] = sum(event_size(it.event) for it in items) if items else 0
+    return size
 
 
 def _joinable(a, b) -> bool:
