@@ -194,7 +194,7 @@ def test_a_subscriber_interrupted_in_its_catch_up_acknowledges_only_what_it_prin
     topology = tmp_path / "chain3.yaml"
     topology.write_text(yaml.safe_dump(on_free_ports(CHAIN3)))
     up = Up(topology, tmp_path / "run", "--insecure")
-    total, subs = 20_000, []
+    total, subs = 14_000, []
     try:
         up.run_json()
         sub = Subscriber(topology, "b3", up.auth, "--where", "n exists")
