@@ -243,9 +243,11 @@ class Client:
         events = _stamped(events)
         publisher = self.id if first is not None else ""
         seqs = []
-        for chunk, number in _frames_of(events, first):
+        weight = sum(map(event_size, events))
+        parts = _frames_of(events, first, weight)
+        for chunk, number in parts:
             await self._window.acquire()
-            size = sum(map(event_size, chunk))
+            size = weight if len(parts) == 1 else sum(map(event_size, chunk))
             while self._unacked_bytes and self._unacked_bytes + size > WINDOW_BYTES:
                 if self._closed is not None:
                     break
@@ -576,14 +578,19 @@ class Client:
         self.conn.close(reason)
 
 
-def _frames_of(events: list[m.Event], first: int | None) -> list[tuple[list, int | None]]:
+def _frames_of(
+    events: list[m.Event], first: int | None, weight: int | None = None
+) -> list[tuple[list, int | None]]:
     """A batch as the parts that fit a frame each, with the number of each part's first event
     (idempotent publishing; None otherwise). One part unless the batch is over the frame limit.
+    ``weight``: the batch's ``event_size`` sum, if the caller has it.
 
     Raises:
         ValueError: an event is over MAX_EVENT_BYTES.
     """
-    size = HEADER_SIZE + 64 + sum(map(event_size, events))
+    if weight is None:
+        weight = sum(map(event_size, events))
+    size = HEADER_SIZE + 64 + weight
     if size <= MAX_EVENT_BYTES // 2:  # the usual case: nothing near any limit, no encoding
         return [(events, first)]
     sizes = [len(_encode_event(ev)) for ev in events]
