@@ -40,7 +40,7 @@ from ges.durable.store import MemorySessionStore
 from ges.errors import OperationError
 from ges.runtime.access import INLINE_COVER_TESTS, INLINE_MATCHES, AccessControl, Admitted
 from ges.runtime.admission import MAX_OPENING, Admission
-from ges.runtime.commits import log_task, sessions_task
+from ges.runtime.commits import commit_alone, log_task, sessions_task
 from ges.runtime.links import BACKOFF_FIRST, BACKOFF_MAX, Links
 from ges.runtime.notes import RateLimitedLog
 from ges.runtime.pubend_log import LogBounds, SqliteLog
@@ -133,6 +133,8 @@ class BrokerServer:
         self._log_wakeup = trio.Event()
         #: set after each group commit (publishes paused for the log wait for it)
         self._log_room = trio.Event()
+        #: the log task is writing, checkpointing, releasing or trimming (commits.commit_alone)
+        self._log_busy = False
         #: a replicator's store of durable sessions (ges.core.replicator): a SQLite file in the
         #: data directory (in memory without one: sessions then end with the broker)
         self.session_store = None
@@ -561,11 +563,15 @@ class BrokerServer:
         return why
 
     async def _flush(self, outs: list) -> None:
+        logged = commit_alone(self)  # a lone publish goes out now, not after a hop to log_task
         self._logged_later()
         if self.core.has_work:
             self._work_wakeup.set()
         if outs:
             self.core.counters["frames_out"] += len(outs)
+        if logged:
+            outs = outs + logged if outs else logged
+        if outs:
             await self._dispatch(outs)
 
     # -- clients -----------------------------------------------------------------------------

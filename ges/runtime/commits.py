@@ -24,6 +24,29 @@ async def _commit_group(store) -> None:
     store.committed_to(last)
 
 
+def commit_alone(server) -> list | None:
+    """Commit the pubend log's pending group right away, on the event loop's thread, when it
+    arrived alone: the log task is idle (no group, checkpoint, release or trim of its own in
+    progress — they share the writer), the group is small enough to write inline, and no other
+    task is ready to run (none could add to the group in this turn of the scheduler). Returns
+    the core's outputs for what became durable, or None when the log task is left to it.
+
+    An event that arrives alone then goes out without a scheduler hop to the log task (at
+    1,000 events/s that hop was ~90 µs of a ~290 µs path through the broker), while a burst
+    from several connections still forms one group (seed 001 §4)."""
+    log = server.pubend_log
+    if log is None or not log.pending or server._log_busy:
+        return None
+    if trio.lowlevel.current_statistics().tasks_runnable:
+        return None
+    if not log.inline(log.appended):
+        return None
+    log.committed_to(log.write_group(log.take_group()))
+    outs = server.core.on_logged(trio.current_time())
+    server._log_room.set()
+    return outs
+
+
 async def log_task(server) -> None:
     """The pubend log of ``server`` (a BrokerServer): write everything appended since the
     last group in one transaction (in a worker thread unless the group is small, see
@@ -32,7 +55,9 @@ async def log_task(server) -> None:
     log = server.pubend_log
     try:
         while True:
+            server._log_busy = False
             await server._log_wakeup.wait()
+            server._log_busy = True  # commit_alone leaves the writer to this task meanwhile
             server._log_wakeup = trio.Event()
             while log.pending or log.release_pending or log.trim_pending or log.checkpoint_due:
                 if log.checkpoint_due:  # the WAL's bound holds under any stream of publishes

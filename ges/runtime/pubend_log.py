@@ -329,6 +329,11 @@ class SqliteLog:
     def pending(self) -> bool:
         return bool(self._pending)
 
+    @property
+    def appended(self) -> list[tuple]:
+        """What the next group holds so far (read only; :meth:`take_group` takes it)."""
+        return self._pending
+
     def take_group(self) -> list[tuple]:
         """Everything appended since the last group (the log task writes it next), and the
         publishers forgotten meanwhile."""
