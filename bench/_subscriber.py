@@ -1,13 +1,14 @@
 """The subscriber side of bench/throughput.py: N clients in one trio process, counting deliveries.
 
     python bench/_subscriber.py --proto ges|raw --port P [--clients N] [--expect E] [--latency]
-                                [--certs DIR]
+                                [--certs DIR] [--ports P1,P2,…]
 
 ``--proto ges`` connects N GES clients (``ges.client.connect``) and subscribes each to
 everything — over TLS with ``--certs DIR`` (the network's certificate directory: each client
 checks the broker's certificate against ``DIR/ca.crt`` and presents ``DIR/clients/admin``), else
 over plain TCP to an ``--insecure`` broker; ``--proto raw`` connects N subscribers to
-``_relay.py`` and parses its length-prefixed records. Prints ``ready`` on stdout once every client is subscribed, then, when
+``_relay.py`` and parses its length-prefixed records. ``--ports`` (GES): one client per port
+listed, in that order, instead of ``--clients`` at ``--port``. Prints ``ready`` on stdout once every client is subscribed, then, when
 every client has received ``--expect`` events (or nothing arrived for ``--idle`` seconds, or
 ``--timeout`` passed), one JSON object: per client the count, the first and last receive times
 (time.time_ns) and the size of the first batch; with ``--latency`` also every event's
@@ -80,8 +81,9 @@ class Run:
         args, st = self.args, self.stats[i]
         latency, expect = args.latency, args.expect
         client_id = f"bench-sub-{os.getpid()}-{i}"
+        port = args.ports[i] if args.ports else args.port
         async with connect(
-            args.host, args.port, topology=args.topology, client_id=client_id, tls=self.tls
+            args.host, port, topology=args.topology, client_id=client_id, tls=self.tls
         ) as c:
             sub = await c.subscribe([])
             self._subscribed(i)
@@ -183,6 +185,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--topology", default="", help="GES topology name for the handshake")
     parser.add_argument("--clients", type=int, default=1)
+    parser.add_argument(
+        "--ports", default="", help="GES: one client per port of this comma-separated list"
+    )
     parser.add_argument("--expect", type=int, default=0, help="events per client")
     parser.add_argument("--latency", action="store_true", help="report every event's latency")
     parser.add_argument(
@@ -194,6 +199,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after S seconds")
     parser.add_argument("--connect-timeout", type=float, default=60.0)
     args = parser.parse_args()
+    args.ports = [int(p) for p in args.ports.split(",") if p]
+    if args.ports:
+        args.clients = len(args.ports)
     try:
         result = trio.run(Run(args).main)
     except trio.TooSlowError:

@@ -440,7 +440,9 @@ def shortest_path(topology: Topology, src: str, dst: str) -> list[str]:
     return path[::-1]
 
 
-def start_ges_paper(kids: Children) -> Server:
+def start_ges_paper(kids: Children) -> tuple[Server, list[tuple[str, int]]]:
+    """``ges up --processes`` on the paper's topology; with it the brokers (and their ports)
+    along the shortest path from PAPER_PUBLISHER to PAPER_SUBSCRIBER, in that order."""
     path, topology = paper_on_free_ports(kids)
     child = kids.spawn(
         "ges up",
@@ -450,13 +452,15 @@ def start_ges_paper(kids: Children) -> Server:
     child.wait_line(lambda line: line.startswith("ready:"), UP_READY_TIMEOUT + 10, "ready line")
     run = json.loads((kids.tmp / "data-paper" / "run.json").read_text())
     brokers = topology.brokers
-    return Server(
+    route = shortest_path(topology, PAPER_PUBLISHER, PAPER_SUBSCRIBER)
+    server = Server(
         [child],
         brokers[PAPER_PUBLISHER].port,
         brokers[PAPER_SUBSCRIBER].port,
         topology.name,
         pids=[b["pid"] for b in run["brokers"]],
     )
+    return server, [(b, brokers[b].port) for b in route]
 
 
 def start_relays(kids: Children, hops: int) -> Server:
@@ -476,10 +480,22 @@ def start_relays(kids: Children, hops: int) -> Server:
 
 class Subscribers:
     def __init__(
-        self, kids: Children, proto: str, server: Server, *, clients: int, expect: int, latency
+        self,
+        kids: Children,
+        proto: str,
+        server: Server,
+        *,
+        clients: int,
+        expect: int,
+        latency,
+        ports: list[int] | None = None,
     ):
+        """``clients`` subscribers at the server's subscriber port, or one per port of
+        ``ports`` (GES), in that order."""
         cmd = [sys.executable, BENCH / "_subscriber.py", "--proto", proto]
         cmd += ["--port", server.sub_port, "--clients", clients, "--expect", expect]
+        if ports:
+            cmd += ["--ports", ",".join(map(str, ports))]
         if server.topology:
             cmd += ["--topology", server.topology]
         if server.certs:
@@ -682,7 +698,7 @@ def latency_figures(result: dict, count: int, skip: int) -> dict:
         "errors": [client["error"]] if client["error"] else [],
     }
     if client.get("hops"):
-        out["hops"] = client["hops"]
+        out["hops_seen"] = client["hops"]
     if samples:
         s = sorted(samples)
         out |= {
@@ -709,10 +725,11 @@ def run_latency(
     count = int(rate * (sizes["latency_seconds"] + sizes["warmup_seconds"]))
     skip = int(rate * sizes["warmup_seconds"])
     hops = 0
+    path: list[tuple[str, int]] = []  # GES 22→10: the brokers along it, one run at each
     if paper:
         if proto == "ges":
             log(f"{label}: starting ges up --processes on ges-paper.yaml …")
-            server = start_ges_paper(kids)
+            server, path = start_ges_paper(kids)
         else:
             _path, topology = paper_on_free_ports(kids)
             route = shortest_path(topology, PAPER_PUBLISHER, PAPER_SUBSCRIBER)
@@ -721,23 +738,41 @@ def run_latency(
             server = start_relays(kids, hops)
     else:
         server = start_ges_broker(kids, tls=tls) if proto == "ges" else start_relays(kids, 0)
-    subs = None
+
+    def measure(port: int | None, what: str) -> tuple[dict, float, dict]:
+        subs = None
+        try:
+            ports = [port] if port is not None else None
+            subs = Subscribers(
+                kids, proto, server, clients=1, expect=count, latency=True, ports=ports
+            )
+            log(f"{what}: {count:,} single events at {rate:,.0f}/s …")
+            cpu = CpuWindow(server.cpu_roles())
+            if proto == "ges":
+                elapsed = trio.run(ges_publish_paced, server, rate, count)
+            else:
+                elapsed = trio.run(raw_publish_paced, server, rate, count, size)
+            result = subs.result(timeout=60.0)
+            return result, elapsed, cpu.finish({"subscriber": result.get("cpu_seconds")})
+        finally:
+            if subs is not None:
+                kids.stop(subs.child)
+
+    along: list[dict] = []  # per hop count along the path, the subscriber's broker that far
     try:
-        subs = Subscribers(kids, proto, server, clients=1, expect=count, latency=True)
-        log(f"{label}: {count:,} single events at {rate:,.0f}/s …")
-        cpu = CpuWindow(server.cpu_roles())
-        if proto == "ges":
-            elapsed = trio.run(ges_publish_paced, server, rate, count)
-        else:
-            elapsed = trio.run(raw_publish_paced, server, rate, count, size)
-        result = subs.result(timeout=60.0)
-        cpu_percent = cpu.finish({"subscriber": result.get("cpu_seconds")})
+        for position, (broker, port) in enumerate(path[:-1]):
+            result, _, _ = measure(port, f"{label}, subscriber at {broker} ({position} hops)")
+            along.append(
+                {"hops": position, "broker": broker} | latency_figures(result, count, skip)
+            )
+        result, elapsed, cpu_percent = measure(path[-1][1] if path else None, label)
     finally:
-        if subs is not None:
-            kids.stop(subs.child)
         for child in reversed(server.children):
             kids.stop(child)
     figures = latency_figures(result, count, skip)
+    if path:
+        along.append({"hops": len(path) - 1, "broker": path[-1][0]} | figures)
+        figures["by_hop_count"] = along
     figures["rate_per_s"] = round(count / elapsed, 1) if elapsed > 0 else None
     figures["broker_processes"] = len(server.pids)
     figures["cpu_percent"] = cpu_percent
@@ -1046,9 +1081,9 @@ def render(report: dict, out: Console) -> None:
     out.print(table)
     if any("tls_vs_insecure" in r for r in res.values()):
         out.print(render_tls(report))
-    hops = res.get("latency_paper", {}).get("ges", {}).get("hops")
-    if hops:
-        out.print(f"GES 22→10 deliveries by hop count: {hops}")
+    path = res.get("latency_paper", {}).get("ges", {}).get("by_hop_count")
+    if path:
+        out.print(render_path(path))
     for warning in report["warnings"]:
         out.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)
     profile = res.get("profile")
@@ -1068,6 +1103,33 @@ def render(report: dict, out: Console) -> None:
                 c = prof["inclusive"][i] if i < len(prof["inclusive"]) else ("", "")
                 t.add_row(str(s[1]), s[0], str(c[1]), c[0])
             out.print(t)
+
+
+def render_path(path: list[dict]) -> Table:
+    """GES latency along the 22→10 path, a subscriber at every broker on it."""
+    t = Table(
+        title="GES 22→10 (reliable, ges up --processes): latency by hop count",
+        caption="One run per broker along the path, its subscriber there (the last is the "
+        "22→10 row above); 'added' is the p50 over the previous broker's.",
+    )
+    for col in ("hops", "broker", "p50", "p99", "added p50", "samples", "delivered via"):
+        t.add_column(col, justify="left" if col in ("broker", "delivered via") else "right")
+    previous = None
+    for row in path:
+        p50 = row["p50_us"]
+        added = p50 - previous if p50 is not None and previous is not None else None
+        t.add_row(
+            str(row["hops"]),
+            row["broker"],
+            _fmt(p50, "µs"),
+            _fmt(row["p99_us"], "µs"),
+            _fmt(added, "µs") if added is not None else "",
+            f"{row['samples']:,}",
+            ", ".join(f"{k} hops: {v:,}" for k, v in row.get("hops_seen", {}).items())
+            or "; ".join(row["errors"]),
+        )
+        previous = p50
+    return t
 
 
 def render_tls(report: dict) -> Table:
