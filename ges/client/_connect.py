@@ -21,7 +21,7 @@ from ges.errors import BrokerUnreachable, OperationError
 from ges.security.certs import Identity
 from ges.security.tls import peer_identity
 from ges.topology import Topology
-from ges.transport.connection import Connection, ConnectionClosed
+from ges.transport.connection import Connection, ConnectionClosed, Watchdog
 from ges.transport.tls import TLSStream
 from ges.wire import FrameError, encode
 from ges.wire import messages as m
@@ -83,7 +83,8 @@ async def connect(
                 f"the server at {host}:{port} presented {who or 'no certificate'}, not a "
                 "broker's certificate"
             )
-    conn = Connection(stream, label=f"broker {host}:{port}")
+    watchdog = Watchdog()  # the read deadline of a frame in progress, without a scope per read
+    conn = Connection(stream, label=f"broker {host}:{port}", watchdog=watchdog)
     try:
         await stream.send_all(encode(hello_for(topology, "client", client_id, token or "")))
         reply = await conn.receive_one(timeout=timeout)
@@ -117,6 +118,7 @@ async def connect(
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(conn.writer)
+            nursery.start_soon(watchdog.run)
             nursery.start_soon(client._keepalive)
             nursery.start_soon(client._reader)
             try:

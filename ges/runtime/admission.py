@@ -165,6 +165,7 @@ class Admission:
             label="incoming",
             max_frame=MAX_HELLO_FRAME,
             frame_deadline=self.server.frame_deadline,
+            watchdog=self.server.watchdog,
         )
         opening = True
         client = False

@@ -56,6 +56,7 @@ from ges.transport.connection import (
     Budget,
     Connection,
     ConnectionClosed,
+    Watchdog,
 )
 from ges.wire import FrameError, FrameTooLarge, encode, encode_frames
 from ges.wire import messages as m
@@ -133,6 +134,8 @@ class BrokerServer:
         self._log_wakeup = trio.Event()
         #: set after each group commit (publishes paused for the log wait for it)
         self._log_room = trio.Event()
+        #: the read deadlines of every connection on a plain socket (ges.transport.connection)
+        self.watchdog = Watchdog()
         #: the log task is writing, checkpointing, releasing or trimming (commits.commit_alone)
         self._log_busy = False
         #: a replicator's store of durable sessions (ges.core.replicator): a SQLite file in the
@@ -242,6 +245,7 @@ class BrokerServer:
         for listener in listeners:
             nursery.start_soon(self.admission.serve_listener, listener)
         nursery.start_soon(self._timer)
+        nursery.start_soon(self.watchdog.run)
         nursery.start_soon(self._worker)
         if self.pubend_log is not None:
             nursery.start_soon(log_task, self)

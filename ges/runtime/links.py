@@ -71,7 +71,9 @@ class Links:
                 stream = None
             if stream is not None:
                 started = trio.current_time()
-                conn = Connection(stream, label=f"link {self.server.id}->{peer}")
+                conn = Connection(
+                    stream, label=f"link {self.server.id}->{peer}", watchdog=self.server.watchdog
+                )
                 try:
                     hello = hello_for(self.server.topology, "broker", self.server.id)
                     await stream.send_all(encode(hello))  # before the writer task exists

@@ -18,6 +18,12 @@ Every bound is in bytes and time, never in frames (a peer chooses their size):
 * a frame being received must arrive whole within ``frame_deadline`` of its first bytes, and
   (``idle_deadline``) a connection that sends nothing at all for that long is closed — clients
   send keepalives when they have nothing else to say.
+
+Reads on a plain socket with a :class:`Watchdog` wait for the socket to be readable and read it
+directly, the two deadlines checked by the watchdog's one task for every connection rather
+than by a cancel scope around each read: on a connection woken once per event that saves about
+a fifth of a wake-up's latency and half its CPU (``bench/wakeup.py``: ``trio.SocketStream`` with
+a deadline 105 µs round trip p50 and 162 µs CPU, the direct read 81 µs and 78 µs).
 """
 
 from __future__ import annotations
@@ -76,6 +82,63 @@ class Budget:
             await self._drained.wait()
 
 
+class Watchdog:
+    """The read deadlines of many connections (``frame_deadline``, ``idle_deadline``), checked
+    by one task, :meth:`run`, a few times per the shortest of them (at most every second), so
+    a read needs no cancel scope of its own. A deadline is noticed up to a check late, and a
+    check costs a few attribute reads per connection."""
+
+    #: The most seconds between two checks.
+    MAX_PERIOD = 1.0
+
+    def __init__(self) -> None:
+        #: conn -> [the frame or read count seen, whether a frame was in progress, since when]
+        self._watched: dict[Connection, list] = {}
+
+    def watch(self, conn: Connection) -> None:
+        self._watched[conn] = [-1, -1, 0.0]
+
+    def unwatch(self, conn: Connection) -> None:
+        self._watched.pop(conn, None)
+
+    def period(self) -> float:
+        shortest = self.MAX_PERIOD * 4
+        for conn in self._watched:
+            shortest = min(shortest, conn.frame_deadline, conn.idle_deadline or shortest)
+        return max(0.005, shortest / 4)
+
+    async def run(self) -> None:
+        while True:
+            await trio.sleep(self.period())
+            self.check(trio.current_time())
+
+    def check(self, now: float) -> None:
+        """Expire each watched connection over one of its deadlines (see
+        :meth:`Connection._expire`): its read ends with a FrameError, or it closes as idle."""
+        for conn, seen in list(self._watched.items()):
+            if not conn._reading:  # busy with what it read, or held back: not the peer's delay
+                seen[0] = -1
+                continue
+            buffered = conn.decoder.buffered
+            # the frame in progress, else the reads: a change since the last check restarts
+            # the count (the bytes of one frame trickling in do not)
+            key = conn._frames_in if buffered else conn._reads
+            if seen[0] != key or seen[1] != bool(buffered):
+                seen[0], seen[1], seen[2] = key, bool(buffered), now
+                continue
+            waited = now - seen[2]
+            if buffered:  # the same frame still incomplete: since when it was first seen
+                if waited > conn.frame_deadline:
+                    conn._expire(
+                        FrameError(
+                            f"a frame of {conn.decoder.pending_length} bytes not complete "
+                            f"{conn.frame_deadline:g}s after it began ({buffered} received)"
+                        )
+                    )
+            elif conn.idle_deadline is not None and waited > conn.idle_deadline:
+                conn._expire(f"idle: nothing received for {conn.idle_deadline:g}s")
+
+
 #: What :meth:`Connection._write_now` returns when a TLS stream took a frame but the kernel
 #: did not take all of its ciphertext: an empty frame for the writer, whose send flushes it.
 _FLUSH = bytearray()  # compared by identity
@@ -100,6 +163,7 @@ class Connection:
         frame_deadline: float = FRAME_DEADLINE,
         idle_deadline: float | None = None,
         budget: Budget | None = None,
+        watchdog: Watchdog | None = None,
     ):
         self.stream = stream
         self.label = label
@@ -129,6 +193,12 @@ class Connection:
         self._fd = sock.fileno() if sock is not None else None
         # a TLS stream writes directly itself (ges.transport.tls)
         self._tls = stream if hasattr(stream, "write_nowait") else None
+        #: the deadlines of direct reads (a plain socket) are checked by this watchdog
+        self.watchdog = watchdog if self._fd is not None else None
+        self._reading = False  # waiting for the peer (the watchdog's deadlines run)
+        self._reads = 0  # reads that brought bytes
+        self._frames_in = 0  # frames read whole
+        self._expired: FrameError | str | None = None
 
     def _write_now(self, data: bytes) -> bytes | None:
         """Write ``data`` directly if nothing is queued or in flight.
@@ -290,11 +360,19 @@ class Connection:
         a frame that does not arrive whole within ``frame_deadline``, and silence longer than
         ``idle_deadline`` closes the connection.
         """
-        stream = self.stream
-        decoder = self.decoder
         if self._early:
             early, self._early = self._early, []
             yield [decode(body) for body in early]
+        if self.watchdog is not None:
+            self.watchdog.watch(self)
+            try:
+                async for batch in self._read_direct():
+                    yield batch
+            finally:
+                self.watchdog.unwatch(self)
+            return
+        stream = self.stream
+        decoder = self.decoder
         started = None  # when the partial frame in the decoder began to arrive
         while True:
             wait = self.idle_deadline if not decoder.buffered else None
@@ -326,6 +404,60 @@ class Connection:
             if bodies:
                 started = None
                 yield [decode(body) for body in bodies]
+
+    async def _read_direct(self):
+        """:meth:`read_messages` on a plain socket: wait until it is readable, then read it,
+        the deadlines left to the watchdog; after a read that filled the buffer, more is
+        likely waiting, so the next read is tried first (after a checkpoint)."""
+        fd = self._fd
+        sock = self.stream.socket
+        decoder = self.decoder
+        wait_readable = trio.lowlevel.wait_readable
+        full = False
+        while True:
+            try:
+                if sock.fileno() != fd:  # closed (its number may be another file's by now)
+                    raise trio.ClosedResourceError
+                if full:
+                    await trio.lowlevel.checkpoint()
+                    data = os.read(fd, READ_SIZE)
+                else:
+                    self._reading = True
+                    try:
+                        await wait_readable(fd)
+                    finally:
+                        self._reading = False
+                    self._expired = None  # readable first: an expiry at that instant is moot
+                    data = os.read(fd, READ_SIZE)
+            except BlockingIOError:
+                full = False
+                continue
+            except trio.ClosedResourceError:
+                expired, self._expired = self._expired, None
+                if isinstance(expired, FrameError):
+                    raise expired from None
+                self.close(expired or "read failed: closed")
+                return
+            except OSError as exc:
+                self.close(f"read failed: {exc.strerror or exc}")
+                return
+            if not data:
+                self.close("closed by peer")
+                return
+            self._reads += 1
+            full = len(data) == READ_SIZE
+            decoder.feed(data)
+            bodies = decoder.frames()
+            if bodies:
+                self._frames_in += len(bodies)
+                yield [decode(body) for body in bodies]
+
+    def _expire(self, why: FrameError | str) -> None:
+        """Called by the watchdog: end the read waiting on this connection, with ``why`` (a
+        FrameError it raises, or the reason it closes with)."""
+        if self._expired is None and self._reading:
+            self._expired = why
+            trio.lowlevel.notify_closing(self._fd)
 
     async def receive_one(self, *, timeout: float = HANDSHAKE_TIMEOUT):
         """The next single message (used during the handshake); raises on close or timeout."""
