@@ -6,7 +6,7 @@ from importlib import metadata
 
 import typer
 
-from cli import certs, clients, link, network, profile, pubsub, simulate, stats, users
+from cli import certs, clients, link, monitor, network, profile, pubsub, simulate, stats, users
 from cli import topology as topology_cmd
 from cli._common import OneLineUsageGroup, command
 
@@ -31,6 +31,7 @@ command(app)(network.broker)
 command(app)(pubsub.publish)
 command(app)(pubsub.subscribe)
 command(app)(clients.roam)
+command(app)(monitor.monitor)
 command(app)(simulate.simulate)
 
 

@@ -16,14 +16,6 @@ from cli.main import app
 from ges.runtime import BrokerServer
 from ges.runtime.up import wait_ready
 from ges.topology import Topology
-from tests.conftest import DIAMOND, on_free_ports
-
-
-@pytest.fixture
-def diamond_file(tmp_path):
-    path = tmp_path / "diamond.yaml"
-    path.write_text(yaml.safe_dump(on_free_ports(DIAMOND)))
-    return path
 
 
 def ges(*args):

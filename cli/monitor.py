@@ -1,0 +1,89 @@
+"""``ges monitor``: the unit tree of a running network, its health, links and events."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import trio
+import typer
+
+from cli._common import (
+    CERTS,
+    CLIENT_AS,
+    INSECURE,
+    client_auth,
+    err,
+    load_topology,
+    network_certs,
+    one_line_errors,
+    out,
+    write_out,
+)
+from ges.errors import OperationError, UserInputError
+from ges.monitor.live import REFRESH, Monitor
+from ges.runtime.up import stop_on_signals
+
+
+def monitor(
+    topology_file: Path = typer.Argument(..., help="Topology YAML file.", metavar="TOPOLOGY"),
+    once: bool = typer.Option(
+        False, "--once", help="Print one report (two rounds, for the rates) and exit."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="With --once: one JSON object."),
+    interval: float = typer.Option(
+        REFRESH, "--interval", "-i", help="Seconds between two rounds of reports."
+    ),
+    client: str = CLIENT_AS,
+    certs: Path = CERTS,
+    insecure: bool = INSECURE,
+) -> None:
+    """Watch a running network: its units as a tree with their health (ok, links down, some
+    down, split, unreachable), clients, sessions and rates; every broker's links, counters and
+    restarts; the links that are not up; and what changed (brokers restarting or not
+    answering, links going down, cut or up, slow consumers).
+
+    Every broker of the topology is asked for its counters once per interval. Ctrl-C stops.
+    """
+    one_line_errors(_monitor)(topology_file, once, as_json, interval, client, certs, insecure)
+
+
+def _monitor(topology_file, once, as_json, interval, client, certs, insecure) -> None:
+    if not interval > 0:
+        raise UserInputError(f"--interval {interval}: must be > 0")
+    if as_json and not once:
+        raise UserInputError("--json: only with --once (one JSON object)")
+    topology = load_topology(topology_file)
+    auth = client_auth(network_certs(topology, certs, insecure), client)
+    monitor = Monitor(
+        topology,
+        console=out,
+        refresh=interval,
+        tls=auth.tls,
+        client_id=auth.client_id or "monitor",
+    )
+    if not once:
+        trio.run(_live, monitor)
+        return
+    trio.run(_rounds, monitor, 2)
+    if as_json:
+        write_out(sys.stdout, json.dumps(monitor.model.snapshot()) + "\n")
+    else:
+        out.print(monitor.render())
+    if not any(v.answering for v in monitor.model.brokers.values()):
+        raise OperationError(f"no broker of {topology.name} answers")
+
+
+async def _rounds(monitor: Monitor, rounds: int) -> None:
+    for i in range(rounds):
+        if i:
+            await trio.sleep(monitor.refresh)
+        await monitor.poll_once()
+
+
+async def _live(monitor: Monitor) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop_on_signals, nursery.cancel_scope)
+        await monitor.run()
+    err.print("stopped", highlight=False)

@@ -1,0 +1,299 @@
+"""What the monitor knows of a running network, built from the brokers' ``Stats``: sans-I/O.
+
+The units of the topology as a tree (top unit → … → cluster → broker), each broker's last
+counters and the rates between two of them, each link's state as its two ends report it, each
+unit's health, and a bounded log of what changed between two reports (a broker restarting or no
+longer answering, a link going down or being cut, slow consumers). The caller feeds it reports
+(:meth:`NetworkModel.observe`, :meth:`NetworkModel.unreachable`) with the time they were taken;
+the terminal view, ``ges monitor --once`` and the metrics read it. No I/O, clock or trio here.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import attrs
+
+from ges.topology import Topology, broker_order_key
+from ges.wire import messages as m
+
+#: Entries the event log keeps (the oldest go first).
+LOG_ENTRIES = 500
+
+#: Link states, as the two ends report it.
+LINK_UP, LINK_DOWN, LINK_CUT, LINK_HALF, LINK_UNKNOWN = "up", "down", "cut", "half", "unknown"
+
+#: Unit health, worst last.
+OK, LINKS_DOWN, SOME_DOWN, SPLIT, UNREACHABLE = (
+    "ok",
+    "links down",
+    "some down",
+    "split",
+    ("unreachable"),
+)
+_HEALTH_ORDER = (OK, LINKS_DOWN, SOME_DOWN, SPLIT, UNREACHABLE)
+
+
+@attrs.define
+class LogEntry:
+    at: float
+    level: str  # "info" or "warning"
+    text: str
+
+
+@attrs.define
+class BrokerState:
+    """One broker as last reported: its counters (None while it does not answer), the rates
+    between its last two reports of one incarnation, and what the monitor saw of its life."""
+
+    id: str
+    unit: tuple[str, ...]
+    stats: m.Stats | None = None
+    at: float = 0.0
+    error: str | None = None
+    #: events per second in, out and delivered to clients, between the last two reports
+    rate_in: float = 0.0
+    rate_out: float = 0.0
+    rate_delivered: float = 0.0
+    #: restarts seen (a new incarnation in a report)
+    restarts: int = 0
+
+    @property
+    def answering(self) -> bool:
+        return self.stats is not None
+
+    @property
+    def clients(self) -> int:
+        return self.stats.clients if self.stats is not None else 0
+
+
+@attrs.define
+class Unit:
+    """A unit of the topology: its path (top level first; () is the whole network), the units
+    inside it and, for a cluster, its brokers."""
+
+    path: tuple[str, ...]
+    units: list[Unit] = attrs.Factory(list)
+    brokers: list[str] = attrs.Factory(list)
+
+    @property
+    def name(self) -> str:
+        return self.path[-1] if self.path else ""
+
+
+@attrs.define
+class LinkState:
+    a: str
+    b: str
+    level: int  # its level (ges.topology: 0 inside a cluster, 1 between clusters, …)
+    state: str
+
+
+class NetworkModel:
+    """The monitor's picture of one network (see the module)."""
+
+    def __init__(self, topology: Topology, *, log_entries: int = LOG_ENTRIES) -> None:
+        self.topology = topology
+        order = sorted(topology.brokers, key=broker_order_key)
+        self.brokers: dict[str, BrokerState] = {
+            b: BrokerState(b, tuple(topology.brokers[b].unit)) for b in order
+        }
+        self.root = _unit_tree(topology, order)
+        self.log: deque[LogEntry] = deque(maxlen=log_entries)
+        self._links: dict[tuple[str, str], str] = {
+            link.key: LINK_UNKNOWN for link in topology.links
+        }
+
+    # -- reports ---------------------------------------------------------------------------------
+
+    def observe(self, broker: str, stats: m.Stats, now: float) -> list[LogEntry]:
+        """A report from ``broker`` taken at ``now``; what it changed, also kept in the log."""
+        view = self.brokers[broker]
+        old, old_at = view.stats, view.at
+        said: list[LogEntry] = []
+        if old is None and view.error is not None:
+            said.append(LogEntry(now, "info", f"{broker} answers again"))
+        if old is not None and old.incarnation != stats.incarnation:
+            view.restarts += 1
+            said.append(LogEntry(now, "warning", f"{broker} restarted"))
+            old = None
+        if old is not None and now > old_at:
+            dt = now - old_at
+            view.rate_in = max(0.0, (stats.events_in - old.events_in) / dt)
+            view.rate_out = max(0.0, (stats.events_out - old.events_out) / dt)
+            view.rate_delivered = max(0.0, (stats.delivered - old.delivered) / dt)
+            if stats.slow_consumers > old.slow_consumers:
+                n = stats.slow_consumers - old.slow_consumers
+                said.append(
+                    LogEntry(now, "warning", f"{broker}: {n} slow consumer(s) disconnected")
+                )
+        else:
+            view.rate_in = view.rate_out = view.rate_delivered = 0.0
+        view.stats, view.at, view.error = stats, now, None
+        said += self._relink(broker, now)
+        self.log.extend(said)
+        return said
+
+    def unreachable(self, broker: str, error: str, now: float) -> list[LogEntry]:
+        """``broker`` did not answer at ``now`` (``error`` says how)."""
+        view = self.brokers[broker]
+        said: list[LogEntry] = []
+        if view.stats is not None or view.error is None:
+            said.append(LogEntry(now, "warning", f"{broker} does not answer: {error}"))
+        view.stats, view.error = None, error
+        view.rate_in = view.rate_out = view.rate_delivered = 0.0
+        said += self._relink(broker, now)
+        self.log.extend(said)
+        return said
+
+    def _relink(self, broker: str, now: float) -> list[LogEntry]:
+        said = []
+        for peer in self.topology.neighbours[broker]:
+            key = (broker, peer) if (broker, peer) in self._links else (peer, broker)
+            state = self._link_state(*key)
+            before = self._links[key]
+            if state == before:
+                continue
+            self._links[key] = state
+            if before == LINK_UNKNOWN and state == LINK_UP:
+                continue  # first seen up: nothing happened
+            level = "info" if state == LINK_UP else "warning"
+            said.append(LogEntry(now, level, f"link {key[0]}–{key[1]} {state}"))
+        return said
+
+    def _link_state(self, a: str, b: str) -> str:
+        sa, sb = self.brokers[a].stats, self.brokers[b].stats
+        if sa is None and sb is None:
+            return LINK_UNKNOWN
+        if (sa is not None and b in sa.links_cut) or (sb is not None and a in sb.links_cut):
+            return LINK_CUT
+        ups = [peer in s.links_up for s, peer in ((sa, b), (sb, a)) if s is not None]
+        if all(ups):
+            return LINK_UP
+        return LINK_HALF if any(ups) else LINK_DOWN
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def links(self) -> list[LinkState]:
+        return [
+            LinkState(a, b, self.topology.link_level(a, b), state)
+            for (a, b), state in self._links.items()
+        ]
+
+    def unit_brokers(self, unit: Unit) -> list[str]:
+        out = list(unit.brokers)
+        for inner in unit.units:
+            out += self.unit_brokers(inner)
+        return out
+
+    def health(self, unit: Unit) -> str:
+        """``ok``; ``links down`` (inside it, still connected); ``some down`` (brokers that do
+        not answer); ``split`` (its answering brokers not connected by its links that are up);
+        ``unreachable`` (none answers)."""
+        members = self.unit_brokers(unit)
+        answering = [b for b in members if self.brokers[b].answering]
+        if not answering:
+            return UNREACHABLE
+        inside = set(members)
+        adjacency: dict[str, list[str]] = {b: [] for b in answering}
+        some_link_down = False
+        for (a, b), state in self._links.items():
+            if a in inside and b in inside:
+                if state == LINK_UP:
+                    if a in adjacency and b in adjacency:
+                        adjacency[a].append(b)
+                        adjacency[b].append(a)
+                else:
+                    some_link_down = True
+        reached = {answering[0]}
+        frontier = [answering[0]]
+        while frontier:
+            for nxt in adjacency[frontier.pop()]:
+                if nxt not in reached:
+                    reached.add(nxt)
+                    frontier.append(nxt)
+        if len(reached) < len(answering):
+            return SPLIT
+        if len(answering) < len(members):
+            return SOME_DOWN
+        return LINKS_DOWN if some_link_down else OK
+
+    def totals(self, unit: Unit) -> dict:
+        """A unit's brokers added up: answering, clients, sessions, rates."""
+        views = [self.brokers[b] for b in self.unit_brokers(unit)]
+        live = [v for v in views if v.stats is not None]
+        return {
+            "members": len(views),
+            "answering": len(live),
+            "clients": sum(v.stats.clients for v in live),
+            "sessions": sum(v.stats.sessions for v in live),
+            "rate_in": sum(v.rate_in for v in live),
+            "rate_out": sum(v.rate_out for v in live),
+            "rate_delivered": sum(v.rate_delivered for v in live),
+            "restarts": sum(v.restarts for v in views),
+        }
+
+    def snapshot(self) -> dict:
+        """Everything as one JSON-ready object (``ges monitor --once --json``)."""
+
+        def unit(u: Unit) -> dict:
+            return {
+                "unit": "/".join(u.path),
+                "health": self.health(u),
+                **self.totals(u),
+                "units": [unit(inner) for inner in u.units],
+                "brokers": [broker(b) for b in u.brokers],
+            }
+
+        def broker(b: str) -> dict:
+            v = self.brokers[b]
+            out: dict = {"broker": b, "answering": v.answering, "restarts": v.restarts}
+            if v.error is not None:
+                out["error"] = v.error
+            if v.stats is not None:
+                s = v.stats
+                out |= {
+                    "incarnation": s.incarnation,
+                    "pid": s.pid,
+                    "clients": s.clients,
+                    "subscriptions": s.subscriptions,
+                    "sessions": s.sessions,
+                    "links_up": sorted(s.links_up),
+                    "links_cut": sorted(s.links_cut),
+                    "events_in": s.events_in,
+                    "events_out": s.events_out,
+                    "delivered": s.delivered,
+                    "rate_in": round(v.rate_in, 1),
+                    "rate_out": round(v.rate_out, 1),
+                    "rate_delivered": round(v.rate_delivered, 1),
+                    "slow_consumers": s.slow_consumers,
+                    "log_held": s.log_held,
+                    "log_released": s.log_released,
+                }
+            return out
+
+        return {
+            "topology": self.topology.name,
+            "network": unit(self.root),
+            "links": [attrs.asdict(link) for link in self.links()],
+            "log": [attrs.asdict(e) for e in self.log],
+        }
+
+
+def worst(healths) -> str:
+    """The worst of some unit healths."""
+    return max(healths, key=_HEALTH_ORDER.index, default=OK)
+
+
+def _unit_tree(topology: Topology, order: list[str]) -> Unit:
+    root = Unit(())
+    index: dict[tuple[str, ...], Unit] = {(): root}
+    for b in order:
+        path = tuple(topology.brokers[b].unit)
+        for depth in range(1, len(path) + 1):
+            prefix = path[:depth]
+            if prefix not in index:
+                node = index[prefix] = Unit(prefix)
+                index[path[: depth - 1]].units.append(node)
+        index[path].brokers.append(b)
+    return root

@@ -1,0 +1,163 @@
+"""The network as a rich tree: units with their health and totals, brokers with theirs, links
+that are not up, and the latest events (``ges monitor --once``, and the live view of ``ges
+monitor`` until its interactive view lands)."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from ges.monitor.model import (
+    LINK_UP,
+    LINKS_DOWN,
+    OK,
+    SOME_DOWN,
+    SPLIT,
+    UNREACHABLE,
+    NetworkModel,
+    Unit,
+)
+
+HEALTH_STYLE = {
+    OK: "green",
+    LINKS_DOWN: "yellow",
+    SOME_DOWN: "yellow",
+    SPLIT: "red",
+    UNREACHABLE: "red",
+}
+
+#: Brokers shown per cluster, units per unit, before "… n more" (the busiest and unhealthy first).
+MAX_CHILDREN = 12
+#: Links not up listed at most, and log entries shown.
+MAX_LINKS = 12
+LOG_LINES = 8
+
+
+def rate(value: float) -> str:
+    """A count or rate in at most 5 characters: 999, 4.3k, 99k, 1.2M."""
+    if value <= 0 or math.isnan(value):
+        return "0"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            v = value / scale
+            return f"{v:.1f}{suffix}" if v < 10 else f"{v:,.0f}{suffix}"
+    return f"{value:,.0f}"
+
+
+def unit_label(model: NetworkModel, unit: Unit) -> Text:
+    health = model.health(unit)
+    t = model.totals(unit)
+    label = Text()
+    label.append(unit.name or f"network {model.topology.name}", style="bold")
+    label.append(f"  {health}", style=HEALTH_STYLE[health])
+    label.append(
+        f"  brokers {t['answering']}/{t['members']}  clients {rate(t['clients'])}  "
+        f"in {rate(t['rate_in'])}  dlv {rate(t['rate_delivered'])}",
+        style="dim" if health == OK else "",
+    )
+    if t["sessions"]:
+        label.append(f"  sessions {rate(t['sessions'])}")
+    if t["restarts"]:
+        label.append(f"  restarts {t['restarts']}", style="yellow")
+    return label
+
+
+def broker_label(model: NetworkModel, broker: str) -> Text:
+    v = model.brokers[broker]
+    label = Text(broker, style="bold")
+    if v.stats is None:
+        label.append(f"  down: {v.error or 'no report yet'}", style="red")
+        return label
+    s = v.stats
+    links = f"{len(s.links_up)}/{s.links_expected}"
+    label.append(
+        f"  links {links}", style="green" if len(s.links_up) == s.links_expected else "yellow"
+    )
+    label.append(
+        f"  clients {rate(s.clients)}  subs {rate(s.subscriptions)}  in {rate(v.rate_in)}  "
+        f"out {rate(v.rate_out)}  dlv {rate(v.rate_delivered)}"
+    )
+    if s.sessions:
+        label.append(f"  sessions {rate(s.sessions)}")
+    if s.slow_consumers:
+        label.append(f"  slow {s.slow_consumers}", style="yellow")
+    if v.restarts:
+        label.append(f"  restarts {v.restarts}", style="yellow")
+    return label
+
+
+#: What the rates in the labels are.
+LEGEND = (
+    "per second: in = events published at the broker, out = sent on to other brokers, "
+    "dlv = delivered to its clients"
+)
+
+
+def _busy_first(model: NetworkModel, units: list[Unit]) -> list[Unit]:
+    order = (OK, LINKS_DOWN, SOME_DOWN, SPLIT, UNREACHABLE)
+    return sorted(
+        units,
+        key=lambda u: (-order.index(model.health(u)), -model.totals(u)["rate_in"]),
+    )
+
+
+def network_tree(model: NetworkModel, *, max_children: int = MAX_CHILDREN) -> Tree:
+    """The unit tree; past ``max_children`` members a unit lists its busiest and unhealthy
+    ones and says how many more it holds."""
+
+    def grow(node: Tree, unit: Unit) -> None:
+        if unit.brokers:
+            brokers = unit.brokers
+            if len(brokers) > max_children:
+                brokers = sorted(
+                    brokers,
+                    key=lambda b: (model.brokers[b].answering, -model.brokers[b].rate_in),
+                )[:max_children]
+            for b in brokers:
+                node.add(broker_label(model, b))
+            if len(unit.brokers) > len(brokers):
+                node.add(Text(f"… {len(unit.brokers) - len(brokers)} more brokers", style="dim"))
+        units = unit.units
+        shown = units if len(units) <= max_children else _busy_first(model, units)[:max_children]
+        for inner in shown:
+            grow(node.add(unit_label(model, inner)), inner)
+        if len(units) > len(shown):
+            node.add(Text(f"… {len(units) - len(shown)} more units", style="dim"))
+
+    tree = Tree(unit_label(model, model.root))
+    grow(tree, model.root)
+    return tree
+
+
+def links_table(model: NetworkModel, *, limit: int = MAX_LINKS) -> Table | Text:
+    bad = [link for link in model.links() if link.state != LINK_UP]
+    if not bad:
+        return Text(f"all {len(model.links())} links up", style="green")
+    table = Table(title=f"links not up ({len(bad)} of {len(model.links())})", title_justify="left")
+    for col in ("link", "level", "state"):
+        table.add_column(col)
+    for link in sorted(bad, key=lambda x: (-x.level, x.a, x.b))[:limit]:
+        style = "yellow" if link.state in ("half", "unknown") else "red"
+        table.add_row(f"{link.a}–{link.b}", str(link.level), Text(link.state, style=style))
+    if len(bad) > limit:
+        table.add_row(f"… {len(bad) - limit} more", "", "")
+    return table
+
+
+def log_lines(model: NetworkModel, started: float, *, lines: int = LOG_LINES) -> Text:
+    text = Text()
+    for entry in list(model.log)[-lines:]:
+        text.append(f"{entry.at - started:8.1f}s  ", style="dim")
+        text.append(entry.text + "\n", style="yellow" if entry.level == "warning" else "")
+    return text
+
+
+def overview(model: NetworkModel, started: float) -> Group:
+    parts = [network_tree(model), Text(LEGEND, style="dim"), links_table(model)]
+    if model.log:
+        parts.append(log_lines(model, started))
+    return Group(*parts)
