@@ -29,6 +29,7 @@ from ges.errors import UserInputError
 from ges.monitor import Monitor
 from ges.runtime import BrokerServer
 from ges.runtime.broker import MAX_CLIENTS
+from ges.runtime.metrics import registry_of, serve_metrics, start_metrics
 from ges.runtime.up import (
     Network,
     ProcessSupervisor,
@@ -83,6 +84,14 @@ TAGS = typer.Option(
     "--tag",
     help="KEY=VALUE experiment tag for the delivery records (repeatable).",
 )
+METRICS_PORT = typer.Option(
+    None,
+    "--metrics-port",
+    help="Serve Prometheus metrics on this port (GET /metrics). ges broker: instead of the "
+    "broker's metrics_port in the topology; ges up: every broker's on one port (embedded), or "
+    "the n-th broker's on PORT + n (--processes).",
+    metavar="PORT",
+)
 MAX_CLIENTS_OPTION = typer.Option(
     MAX_CLIENTS,
     "--max-clients",
@@ -116,6 +125,7 @@ def up(
     record: Path = RECORD,
     tag: list[str] = TAGS,
     max_clients: int = MAX_CLIENTS_OPTION,
+    metrics_port: int = METRICS_PORT,
     certs: Path = CERTS,
     insecure: bool = INSECURE,
 ) -> None:
@@ -139,7 +149,14 @@ def up(
         max_clients,
         certs,
         insecure,
+        metrics_port,
     )
+
+
+def _check_metrics_port(port: int | None) -> int | None:
+    if port is not None and not 1 <= port <= 65535:
+        raise UserInputError(f"--metrics-port {port}: must be in 1..65535")
+    return port
 
 
 def _check_max_clients(max_clients: int) -> int:
@@ -180,9 +197,11 @@ def _up(
     max_clients=MAX_CLIENTS,
     certs=None,
     insecure=False,
+    metrics_port=None,
 ) -> None:
     log_level = _check_log_level(log_level)
     _check_max_clients(max_clients)
+    _check_metrics_port(metrics_port)
     _check_routing(routing)
     reliable = _check_delivery(delivery, routing)
     tags = parse_tags(tag)
@@ -212,6 +231,7 @@ def _up(
             "certs": cert_dir,
         },
         tls,
+        metrics_port,
     )
 
 
@@ -226,6 +246,7 @@ async def _run_up(
     reliable,
     options: dict,
     tls=None,
+    metrics_port=None,
 ):
     """``options``: the keyword options every broker gets (strict_log, record_dir, …);
     ``tls``: what this process polls the brokers with."""
@@ -250,12 +271,13 @@ async def _run_up(
                     log_level=log_level,
                     routing=routing,
                     reliable=reliable,
+                    metrics_port=metrics_port,
                     **options,
                 )
                 await supervisor.start_all(nursery)
                 check = supervisor.check
             else:
-                await run_embedded(
+                servers = await run_embedded(
                     topology,
                     nursery,
                     network,
@@ -263,6 +285,8 @@ async def _run_up(
                     reliable=reliable,
                     **options,
                 )
+                for port in await start_metrics(nursery, servers.values(), metrics_port):
+                    err.print(f"metrics on port {port} (GET /metrics)", highlight=False)
                 check = None
             await wait_ready(
                 topology,
@@ -320,6 +344,7 @@ def broker(
     record: Path = RECORD,
     tag: list[str] = TAGS,
     max_clients: int = MAX_CLIENTS_OPTION,
+    metrics_port: int = METRICS_PORT,
     certs: Path = CERTS,
     insecure: bool = INSECURE,
 ) -> None:
@@ -341,6 +366,7 @@ def broker(
         max_clients,
         certs,
         insecure,
+        metrics_port,
     )
 
 
@@ -357,9 +383,11 @@ def _broker(
     max_clients=MAX_CLIENTS,
     certs=None,
     insecure=False,
+    metrics_port=None,
 ) -> None:
     log_level = _check_log_level(log_level)
     _check_max_clients(max_clients)
+    _check_metrics_port(metrics_port)
     _check_routing(routing)
     reliable = _check_delivery(delivery, routing)
     tags = parse_tags(tag)
@@ -392,5 +420,11 @@ def _broker(
                 f"broker {broker_id} listening on {spec.host}:{spec.port} (pid {os.getpid()})",
                 highlight=False,
             )
+            port = metrics_port or spec.metrics_port
+            if port:
+                await nursery.start(serve_metrics, registry_of([server]), port, server.listen_host)
+                err.print(
+                    f"broker {broker_id} metrics on port {port} (GET /metrics)", highlight=False
+                )
 
     trio.run(main)

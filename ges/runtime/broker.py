@@ -436,15 +436,19 @@ class BrokerServer:
         if kind is m.LinkControl:
             return self.links.link_control(conn_id, msg, now)
         if kind is m.StatsRequest:
-            stats = msgspec.structs.replace(
-                self.core.stats(),
-                links_cut=sorted(self._cut),
-                slow_consumers=self.counters["slow_consumers"],
-                clients_refused=self.counters["clients_refused"],
-                requests_refused=self.counters["requests_refused"],
-            )
-            return [ToClient(conn_id, stats)]
+            return [ToClient(conn_id, self.stats())]
         return self.core.client_message(conn_id, msg, now)
+
+    def stats(self) -> m.Stats:
+        """The core's counters with the runtime's own (cut links, refusals, slow consumers):
+        what a ``StatsRequest`` is answered, and what the metrics read (ges.runtime.metrics)."""
+        return msgspec.structs.replace(
+            self.core.stats(),
+            links_cut=sorted(self._cut),
+            slow_consumers=self.counters["slow_consumers"],
+            clients_refused=self.counters["clients_refused"],
+            requests_refused=self.counters["requests_refused"],
+        )
 
     async def _pump(self, conn: Connection, handle, client: int | None = None) -> None:
         """Feed every message read from ``conn`` to ``handle(msg, now)`` and perform its outputs.

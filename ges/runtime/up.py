@@ -249,7 +249,17 @@ class ProcessSupervisor:
         record_tags: dict | None = None,
         max_clients: int = MAX_CLIENTS,
         certs: CertDir | None = None,
+        metrics_port: int | None = None,
     ):
+        #: with ``ges up --metrics-port P``, the n-th broker (in broker order) serves on P + n
+        self.metrics_ports = (
+            {
+                bid: metrics_port + n
+                for n, bid in enumerate(sorted(topology.brokers, key=broker_order_key))
+            }
+            if metrics_port
+            else {}
+        )
         self.max_clients = max_clients
         self.certs = certs
         self.routing = routing
@@ -290,6 +300,11 @@ class ProcessSupervisor:
             "--max-clients",
             str(self.max_clients),
             *(("--certs", str(self.certs.root)) if self.certs is not None else ("--insecure",)),
+            *(
+                ("--metrics-port", str(self.metrics_ports[bid]))
+                if bid in self.metrics_ports
+                else ()
+            ),
         ]
 
     async def start_all(self, nursery: trio.Nursery) -> None:

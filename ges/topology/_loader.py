@@ -43,7 +43,7 @@ _TOP_KEYS = {
     "description",
     "sessions",
 }
-_BROKER_KEYS = {"unit", "host", "port"}
+_BROKER_KEYS = {"unit", "host", "port", "metrics_port"}
 
 #: the class a loaded topology is made as (ges.topology.model.Topology)
 T = TypeVar("T")
@@ -225,6 +225,7 @@ def _parse_brokers(data, w: _Where) -> dict[str, BrokerSpec]:
         )
     brokers: dict[str, BrokerSpec] = {}
     addresses: dict[tuple[str, int], str] = {}
+    entries: dict[str, Mapping] = {}  # broker id -> its YAML entry
     depth: tuple[int, str] | None = None
     for key, spec in raw.items():
         bid = str(key)
@@ -237,7 +238,9 @@ def _parse_brokers(data, w: _Where) -> dict[str, BrokerSpec]:
             w.fail(f"{what}: must be a mapping like {{unit: SSC-A/SC-1/c1, port: 7101}}", raw, key)
         for k in spec:
             if k not in _BROKER_KEYS:
-                w.fail(f"{what}: unknown key {k!r} (expected unit, host, port)", spec, k)
+                w.fail(
+                    f"{what}: unknown key {k!r} (expected unit, host, port, metrics_port)", spec, k
+                )
         if "unit" not in spec:
             w.fail(f"{what}: missing 'unit'", raw, key)
         unit = _parse_unit(spec["unit"], what, w, spec, "unit")
@@ -268,7 +271,29 @@ def _parse_brokers(data, w: _Where) -> dict[str, BrokerSpec]:
                 key,
             )
         addresses[addr] = bid
-        brokers[bid] = BrokerSpec(id=bid, unit=unit, host=addr[0], port=port)
+        metrics = spec.get("metrics_port")
+        if metrics is not None and (
+            isinstance(metrics, bool) or not isinstance(metrics, int) or not 1 <= metrics <= 65535
+        ):
+            w.fail(
+                f"{what}: metrics_port must be an integer in 1..65535, got {metrics!r}",
+                spec,
+                "metrics_port",
+            )
+        brokers[bid] = BrokerSpec(id=bid, unit=unit, host=addr[0], port=port, metrics_port=metrics)
+        entries[bid] = spec
+    taken = {addr: f"broker {b}'s port" for addr, b in addresses.items()}
+    for bid, b in brokers.items():
+        if b.metrics_port is None:
+            continue
+        addr = (b.host, b.metrics_port)
+        if addr in taken:
+            w.fail(
+                f"broker {bid}: metrics_port {b.metrics_port} on {b.host} is also {taken[addr]}",
+                entries[bid],
+                "metrics_port",
+            )
+        taken[addr] = f"broker {bid}'s metrics_port"
     return brokers
 
 

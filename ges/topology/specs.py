@@ -44,6 +44,9 @@ class BrokerSpec:
     unit: UnitPath
     host: str = DEFAULT_HOST
     port: int = 0
+    #: where it serves Prometheus metrics (ges.runtime.metrics); None: nowhere. A setting of
+    #: the deployment, not of the network: not in the topology's digest
+    metrics_port: int | None = None
 
     @property
     def address(self) -> tuple[str, int]:

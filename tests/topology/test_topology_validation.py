@@ -231,6 +231,20 @@ def test_unit_not_connected_inside_itself_is_a_warning(ges, write):
             GOOD.replace("  - [b3, b4]", "  - [b3, b4, {cost: -1}]"),
             "cost must be a positive number",
         ),
+        (
+            GOOD.replace("port: 7001}", "port: 7001, metrics_port: 0}"),
+            "metrics_port must be an integer in 1..65535, got 0",
+        ),
+        (
+            GOOD.replace("port: 7001}", "port: 7001, metrics_port: 7004}"),
+            "broker b1: metrics_port 7004 on 127.0.0.1 is also broker b4's port",
+        ),
+        (
+            GOOD.replace("port: 7001}", "port: 7001, metrics_port: 9100}").replace(
+                "port: 7002}", "port: 7002, metrics_port: 9100}"
+            ),
+            "broker b2: metrics_port 9100 on 127.0.0.1 is also broker b1's metrics_port",
+        ),
     ],
 )
 def test_other_rejections_are_one_line_too(ges, write, text, fragment):
@@ -330,3 +344,13 @@ def test_every_command_has_help(ges, command):
     assert result.exit_code == 0
     assert "Usage" in result.stdout
     assert len(result.stdout.strip().splitlines()) > 3
+
+
+def test_a_metrics_port_is_kept_but_is_not_part_of_the_networks_identity():
+    with_port = Topology.from_yaml_text(
+        GOOD.replace("port: 7001}", "port: 7001, metrics_port: 9100}")
+    )
+    plain = Topology.from_yaml_text(GOOD)
+    assert with_port.brokers["b1"].metrics_port == 9100 and plain.brokers["b1"].metrics_port is None
+    assert with_port.digest == plain.digest
+    assert Topology.from_dict(with_port.to_dict()) == with_port

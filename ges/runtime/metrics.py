@@ -1,0 +1,234 @@
+"""Prometheus metrics of the brokers running in this process, served over HTTP by trio.
+
+``ges broker --metrics-port P`` and ``ges up --metrics-port P`` (or ``metrics_port:`` of a
+broker in the topology) serve ``GET /metrics`` in Prometheus's text format: the counters and
+gauges of ``ges monitor``'s view, labelled by ``broker`` and ``unit``. The families are made by
+the ``prometheus-client`` library (:class:`BrokerCollector` is one of its collectors, asked at
+each scrape on the event loop's thread, so it reads the brokers' state while nothing changes
+it); the HTTP side is a few lines of trio with bounds in bytes and time, as every other
+listener of a broker has: a request head of at most :data:`MAX_REQUEST_BYTES` within
+:data:`REQUEST_SECONDS`, one request per connection, at most :data:`MAX_SCRAPERS` at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+
+import trio
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ges.errors import OperationError
+from ges.topology import unit_name
+
+log = logging.getLogger("ges.runtime")
+
+#: Bytes of a request head read at most (a scrape's is a few hundred).
+MAX_REQUEST_BYTES = 8 * 1024
+#: Seconds a scraper has to send its request head, and to take the answer.
+REQUEST_SECONDS = 5.0
+#: Scrapes answered at once; more connections wait in the kernel's backlog.
+MAX_SCRAPERS = 8
+
+#: (name, help, Stats field) of the counters: totals since the broker started.
+COUNTERS = (
+    ("events_in", "Events published at this broker by its clients.", "events_in"),
+    ("events_out", "Events sent on to other brokers.", "events_out"),
+    ("frames_in", "Frames received from clients and links.", "frames_in"),
+    ("frames_out", "Frames sent to clients and links.", "frames_out"),
+    ("published", "Events this broker's pubend published.", "published"),
+    ("delivered", "Events delivered to this broker's clients.", "delivered"),
+    ("duplicates", "Events received twice and dropped.", "duplicates"),
+    ("event_frames", "Events frames sent to other brokers.", "event_frames"),
+    ("slow_consumers", "Clients disconnected as slow consumers.", "slow_consumers"),
+    (
+        "clients_refused",
+        "Connections refused (at the cap, another network, bad handshake).",
+        "clients_refused",
+    ),
+    ("requests_refused", "Client requests refused for want of permission.", "requests_refused"),
+    ("forged", "Frames from peers dropped as not from their pubend's broker.", "forged"),
+    (
+        "log_released",
+        "Pubend log ticks released (every other broker acknowledged them).",
+        "log_released",
+    ),
+)
+#: (name, help, Stats field) of the gauges read from the broker's Stats.
+GAUGES = (
+    ("clients", "Clients connected.", "clients"),
+    ("subscriptions", "Subscriptions of this broker's clients.", "subscriptions"),
+    ("links_expected", "Links this broker has in the topology.", "links_expected"),
+    ("profile_entries", "Profile entries held for the units this broker keeps.", "profile_entries"),
+    ("log_held", "Events this broker's pubend log holds.", "log_held"),
+    ("sessions", "Durable sessions this broker's replicator holds.", "sessions"),
+)
+
+
+class BrokerCollector(Collector):
+    """The metric families of some brokers (``BrokerServer``s) of one process."""
+
+    def __init__(self, servers) -> None:
+        self.servers = list(servers)
+
+    def collect(self):
+        labels = ["broker", "unit"]
+        counters = {
+            name: CounterMetricFamily(f"ges_{name}", text, labels=labels)
+            for name, text, _ in COUNTERS
+        }
+        gauges = {
+            name: GaugeMetricFamily(f"ges_{name}", text, labels=labels) for name, text, _ in GAUGES
+        }
+        links_up = GaugeMetricFamily(
+            "ges_link_up",
+            "1 if the link to the peer is up, 0 if not (cut: cut by an operator).",
+            labels=[*labels, "peer", "cut"],
+        )
+        queued = GaugeMetricFamily(
+            "ges_queued_bytes",
+            "Bytes queued towards this broker's clients and links, not yet written.",
+            labels=[*labels, "to"],
+        )
+        log_bytes = GaugeMetricFamily(
+            "ges_log_bytes",
+            "The pubend log: bytes waiting for their commit, and its files' size on disk.",
+            labels=[*labels, "what"],
+        )
+        started = GaugeMetricFamily(
+            "ges_start_time_seconds",
+            "When this incarnation of the broker started (Unix time).",
+            labels=labels,
+        )
+        for server in self.servers:
+            stats = server.stats()
+            at = [server.id, unit_name(server.spec.unit)]
+            for name, _, field in COUNTERS:
+                counters[name].add_metric(at, getattr(stats, field))
+            for name, _, field in GAUGES:
+                gauges[name].add_metric(at, getattr(stats, field))
+            cut = set(stats.links_cut)
+            for peer in server.core.neighbours:
+                up = 1 if peer in stats.links_up else 0
+                links_up.add_metric([*at, peer, "1" if peer in cut else "0"], up)
+            queued.add_metric([*at, "clients"], server._client_budget.used)
+            queued.add_metric([*at, "links"], sum(c.queued for c in server._peers.values()))
+            log = server.pubend_log
+            if log is not None:
+                log_bytes.add_metric([*at, "uncommitted"], log.uncommitted)
+                log_bytes.add_metric([*at, "on_disk"], _size_on_disk(log.path))
+            incarnation = server.core.incarnation
+            if incarnation > 10**18:  # a start time in ns (tests may choose small numbers)
+                started.add_metric(at, incarnation / 1e9)
+        yield from counters.values()
+        yield from gauges.values()
+        yield from (links_up, queued, log_bytes, started)
+
+
+def _size_on_disk(path) -> int:
+    total = 0
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(OSError):
+            total += os.stat(f"{path}{suffix}").st_size
+    return total
+
+
+def registry_of(servers) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(servers))
+    return registry
+
+
+async def serve_metrics(
+    registry: CollectorRegistry,
+    port: int,
+    host: str = "",
+    *,
+    task_status=trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Answer ``GET /metrics`` (and ``GET /``) on ``host:port`` until cancelled."""
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host or None)
+    except OSError as exc:
+        raise OperationError(f"metrics port {port}: cannot listen: {exc.strerror or exc}") from None
+    limit = trio.CapacityLimiter(MAX_SCRAPERS)
+
+    async def handler(stream: trio.SocketStream) -> None:
+        async with limit:
+            try:
+                with trio.fail_after(REQUEST_SECONDS):
+                    await _answer(stream, registry)
+            except (trio.TooSlowError, trio.BrokenResourceError, OSError):
+                pass
+            finally:
+                await trio.aclose_forcefully(stream)
+
+    log.info("metrics on port %d", port)
+    task_status.started()
+    await trio.serve_listeners(handler, listeners)
+
+
+async def _answer(stream: trio.SocketStream, registry: CollectorRegistry) -> None:
+    head = b""
+    while b"\r\n\r\n" not in head and b"\n\n" not in head:
+        if len(head) > MAX_REQUEST_BYTES:
+            await stream.send_all(_response(431, b"request head too large\n"))
+            await _linger(stream)
+            return
+        data = await stream.receive_some(MAX_REQUEST_BYTES)
+        if not data:
+            return
+        head += data
+    method, _, rest = head.partition(b" ")
+    path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+    if method != b"GET":
+        await stream.send_all(_response(405, b"only GET\n"))
+    elif path not in (b"/metrics", b"/"):
+        await stream.send_all(_response(404, b"not found: try /metrics\n"))
+    else:
+        await stream.send_all(_response(200, generate_latest(registry)))
+
+
+async def _linger(stream: trio.SocketStream) -> None:
+    """After an answer to a request not read whole: no more to send, and a little of what
+    the scraper still sends read and dropped (at most :data:`MAX_REQUEST_BYTES` × 8, half a
+    second), so that closing does not reset the connection before it has read the answer."""
+    await stream.send_eof()
+    dropped = 0
+    with trio.move_on_after(0.5):
+        while dropped < 8 * MAX_REQUEST_BYTES:
+            data = await stream.receive_some(MAX_REQUEST_BYTES)
+            if not data:
+                return
+            dropped += len(data)
+
+
+def _response(status: int, body: bytes) -> bytes:
+    reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 431: "Too Large"}[status]
+    kind = "text/plain; version=0.0.4; charset=utf-8" if status == 200 else "text/plain"
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+async def start_metrics(nursery: trio.Nursery, servers, port: int | None) -> list[int]:
+    """Serve the metrics of ``servers`` (BrokerServers of this process) in ``nursery``: all of
+    them on ``port`` when given (``--metrics-port``), and each that has a ``metrics_port`` in
+    the topology on that port too; the ports serving, in that order. Raises OperationError for
+    a port taken."""
+    servers = list(servers)
+    ports = []
+    if port:
+        await nursery.start(serve_metrics, registry_of(servers), port, servers[0].listen_host)
+        ports.append(port)
+    for server in servers:
+        own = server.spec.metrics_port
+        if own and own != port:
+            await nursery.start(serve_metrics, registry_of([server]), own, server.listen_host)
+            ports.append(own)
+    return ports
