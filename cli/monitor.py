@@ -32,6 +32,12 @@ def monitor(
         False, "--once", help="Print one report (two rounds, for the rates) and exit."
     ),
     as_json: bool = typer.Option(False, "--json", help="With --once: one JSON object."),
+    plain: bool = typer.Option(
+        False,
+        "--plain",
+        help="A refreshing tree without keys instead of the interactive view (the default "
+        "when the output is not a terminal).",
+    ),
     interval: float = typer.Option(
         REFRESH, "--interval", "-i", help="Seconds between two rounds of reports."
     ),
@@ -44,12 +50,20 @@ def monitor(
     restarts; the links that are not up; and what changed (brokers restarting or not
     answering, links going down, cut or up, slow consumers).
 
-    Every broker of the topology is asked for its counters once per interval. Ctrl-C stops.
+    On a terminal the view is interactive: arrows move, space or enter opens and closes a
+    unit, the selected unit or broker is shown in detail on the right and the event log below;
+    s sorts members (name, rate, health), / filters by name (esc clears), p pauses, e and c
+    open and close everything, ? shows the keys, q quits. --plain (or output that is not a
+    terminal) draws a refreshing tree instead; Ctrl-C stops it.
+
+    Every broker of the topology is asked for its counters once per interval.
     """
-    one_line_errors(_monitor)(topology_file, once, as_json, interval, client, certs, insecure)
+    one_line_errors(_monitor)(
+        topology_file, once, as_json, interval, client, certs, insecure, plain
+    )
 
 
-def _monitor(topology_file, once, as_json, interval, client, certs, insecure) -> None:
+def _monitor(topology_file, once, as_json, interval, client, certs, insecure, plain=False) -> None:
     if not interval > 0:
         raise UserInputError(f"--interval {interval}: must be > 0")
     if as_json and not once:
@@ -64,7 +78,12 @@ def _monitor(topology_file, once, as_json, interval, client, certs, insecure) ->
         client_id=auth.client_id or "monitor",
     )
     if not once:
-        trio.run(_live, monitor)
+        if plain or not sys.stdout.isatty():
+            trio.run(_live, monitor)
+        else:
+            from ges.monitor.app import MonitorApp  # Textual: only for the interactive view
+
+            MonitorApp(monitor).run()
         return
     trio.run(_rounds, monitor, 2)
     if as_json:

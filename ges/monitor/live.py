@@ -20,6 +20,7 @@ from ges.errors import OperationError
 from ges.monitor.model import NetworkModel
 from ges.monitor.tree import overview
 from ges.topology import Topology
+from ges.wire import messages as m
 
 #: Seconds between refreshes.
 REFRESH = 1.0
@@ -49,30 +50,49 @@ class Monitor:
         self.started: float | None = None
 
     async def poll_once(self) -> None:
-        """One round: every broker's counters, asked concurrently."""
+        """One round: every broker's counters, asked concurrently, into the model."""
+        self.apply(await self.collect())
+
+    async def collect(self) -> list[tuple[str, m.Stats | str, float]]:
+        """One round's answers — (broker, its Stats or why it did not answer, when) — without
+        touching the model (the interactive view collects on a trio thread and applies on its
+        own)."""
         if self.started is None:
             self.started = trio.current_time()
+        answers: list[tuple[str, m.Stats | str, float]] = []
+
+        async def ask(broker: str) -> None:
+            spec = self.topology.brokers[broker]
+            try:
+                stats = await broker_stats(
+                    spec.host,
+                    spec.port,
+                    topology=self.topology,
+                    client_id=self.client_id,
+                    timeout=TIMEOUT,
+                    tls=self.tls,
+                )
+            except OperationError as exc:
+                answers.append((broker, str(exc), trio.current_time()))
+                return
+            # the broker counted the connection that asked: not one of its users
+            stats = msgspec.structs.replace(stats, clients=max(0, stats.clients - 1))
+            answers.append((broker, stats, trio.current_time()))
+
         async with trio.open_nursery() as nursery:
             for broker in self.model.brokers:
-                nursery.start_soon(self._poll, broker)
+                nursery.start_soon(ask, broker)
+        return answers
 
-    async def _poll(self, broker: str) -> None:
-        spec = self.topology.brokers[broker]
-        try:
-            stats = await broker_stats(
-                spec.host,
-                spec.port,
-                topology=self.topology,
-                client_id=self.client_id,
-                timeout=TIMEOUT,
-                tls=self.tls,
-            )
-        except OperationError as exc:
-            self.model.unreachable(broker, str(exc), trio.current_time())
-            return
-        # the broker counted the connection that asked: not one of its users
-        stats = msgspec.structs.replace(stats, clients=max(0, stats.clients - 1))
-        self.model.observe(broker, stats, trio.current_time())
+    def apply(self, answers) -> list:
+        """Feed one round's answers to the model; the log entries they made."""
+        said = []
+        for broker, answer, at in sorted(answers, key=lambda a: a[2]):
+            if isinstance(answer, str):
+                said += self.model.unreachable(broker, answer, at)
+            else:
+                said += self.model.observe(broker, answer, at)
+        return said
 
     def render(self) -> Group:
         return overview(self.model, self.started or 0.0)

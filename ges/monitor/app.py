@@ -1,0 +1,376 @@
+"""``ges monitor``'s interactive view: a Textual application over the network's model.
+
+The unit tree on the left (expand and collapse units, move with the arrows), the selected unit
+or broker in detail on the right, the event log below. Keys: ``s`` sorts members by name,
+events in per second or health; ``/`` filters by unit or broker name; ``p`` pauses; ``e`` and
+``c`` expand and collapse everything; ``?`` shows the keys; ``q`` quits.
+
+Textual runs on asyncio; the brokers are asked on a trio thread (a Textual thread worker running
+``trio.run``), which hands each round's answers to the application's thread
+(``App.call_from_thread``), where they are fed to the model: the model is only ever touched on
+the application's thread.
+"""
+
+from __future__ import annotations
+
+import time
+
+import trio
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import Footer, Input, RichLog, Static, Tree
+from textual.worker import get_current_worker
+
+from ges.monitor.live import Monitor
+from ges.monitor.model import LINK_UP, OK, NetworkModel, Unit
+from ges.monitor.tree import HEALTH_STYLE, rate
+
+#: Networks of at most this many brokers start with every unit open; larger ones start with
+#: the top units open, and any unit that is not healthy.
+OPEN_ALL_BROKERS = 64
+#: Sort orders of a unit's members, in the order ``s`` goes through them.
+SORTS = ("name", "rate", "health")
+
+HELP = (
+    "↑↓ move · space/enter expand or collapse · s sort (name, rate, health) · / filter · "
+    "esc clear the filter · p pause · e expand all · c collapse all · q quit"
+)
+_HEALTH_RANK = {OK: 0, "links down": 1, "some down": 2, "split": 3, "unreachable": 4}
+
+
+def unit_line(model: NetworkModel, unit: Unit) -> Text:
+    """A unit on one short line: name, health, brokers answering, events in per second."""
+    health = model.health(unit)
+    t = model.totals(unit)
+    line = Text(unit.name or f"network {model.topology.name}", style="bold")
+    line.append(f" {health}", style=HEALTH_STYLE[health])
+    line.append(f" {t['answering']}/{t['members']} in {rate(t['rate_in'])}", style="dim")
+    return line
+
+
+def broker_line(model: NetworkModel, broker: str) -> Text:
+    """A broker on one short line: id, links up, clients, events in and delivered per second."""
+    v = model.brokers[broker]
+    line = Text(broker, style="bold")
+    if v.stats is None:
+        return line.append(" down", style="red")
+    s = v.stats
+    ok = len(s.links_up) == s.links_expected
+    line.append(f" {len(s.links_up)}/{s.links_expected}", style="green" if ok else "yellow")
+    line.append(f" cl {rate(s.clients)} in {rate(v.rate_in)} dlv {rate(v.rate_delivered)}")
+    if v.restarts:
+        line.append(f" ↻{v.restarts}", style="yellow")
+    return line
+
+
+def unit_detail(model: NetworkModel, unit: Unit) -> Text:
+    t = model.totals(unit)
+    health = model.health(unit)
+    out = Text()
+    out.append(("/".join(unit.path) or f"network {model.topology.name}") + "\n", style="bold")
+    out.append("health   ")
+    out.append(health + "\n", style=HEALTH_STYLE[health])
+    out.append(
+        f"brokers  {t['answering']}/{t['members']} answering\n"
+        f"clients  {t['clients']:,}\nsessions {t['sessions']:,}\n"
+        f"in       {rate(t['rate_in'])}/s\nout      {rate(t['rate_out'])}/s\n"
+        f"dlv      {rate(t['rate_delivered'])}/s\nrestarts {t['restarts']}\n"
+    )
+    inside = set(model.unit_brokers(unit))
+    bad = [x for x in model.links() if x.a in inside and x.b in inside and x.state != LINK_UP]
+    leaving = [x for x in model.links() if (x.a in inside) != (x.b in inside)]
+    out.append(f"links inside not up: {len(bad)}\n")
+    for x in bad[:8]:
+        out.append(f"  {x.a}–{x.b} ", style="")
+        out.append(f"{x.state}\n", style="red" if x.state in ("down", "cut") else "yellow")
+    if leaving:
+        down = sum(x.state != LINK_UP for x in leaving)
+        out.append(f"gateways out: {len(leaving)}, {down} not up\n")
+    return out
+
+
+def broker_detail(model: NetworkModel, broker: str, now_unix: float) -> Text:
+    v = model.brokers[broker]
+    out = Text()
+    out.append(f"{broker}  ", style="bold")
+    out.append("/".join(v.unit) + "\n", style="dim")
+    if v.stats is None:
+        out.append(f"down: {v.error or 'no report yet'}\n", style="red")
+        out.append(f"restarts seen {v.restarts}\n")
+        return out
+    s = v.stats
+    started = int(s.incarnation) / 1e9 if s.incarnation.isdigit() else 0.0
+    if started > 1e9:
+        out.append(f"up       {_duration(now_unix - started)} (pid {s.pid})\n")
+    out.append(
+        f"restarts {v.restarts} seen\n"
+        f"clients  {s.clients:,}   subs {s.subscriptions:,}   sessions {s.sessions:,}\n"
+        f"in       {rate(v.rate_in)}/s   out {rate(v.rate_out)}/s   "
+        f"dlv {rate(v.rate_delivered)}/s\n"
+        f"totals   in {s.events_in:,}  dlv {s.delivered:,}  dup {s.duplicates:,}\n"
+        f"slow consumers {s.slow_consumers}   refused {s.clients_refused}\n"
+        f"log      held {s.log_held:,}  released {s.log_released:,}\n"
+        f"profiles {s.profile_entries:,} entries\n"
+        "links\n"
+    )
+    for peer in model.topology.neighbours[broker]:
+        state = "cut" if peer in s.links_cut else "up" if peer in s.links_up else "down"
+        level = model.topology.link_level(broker, peer)
+        out.append(f"  {peer:<8} level {level}  ")
+        out.append(state + "\n", style="green" if state == "up" else "red")
+    return out
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+class MonitorApp(App):
+    """The interactive view (see the module)."""
+
+    TITLE = "GES monitor"
+    CSS = """
+    #main { height: 1fr; }
+    #tree { width: 1fr; min-width: 30; }
+    #detail { width: 38; padding: 0 1; border-left: solid $primary; }
+    #log { height: 6; border-top: solid $primary; }
+    #filter { dock: bottom; display: none; }
+    #filter.shown { display: block; }
+    """
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("s", "sort", "sort"),
+        Binding("slash", "filter", "filter"),
+        Binding("escape", "clear_filter", "clear", show=False),
+        Binding("p", "pause", "pause"),
+        Binding("e", "expand_all", "expand"),
+        Binding("c", "collapse_all", "collapse"),
+        Binding("question_mark", "help", "help"),
+    ]
+
+    def __init__(self, monitor: Monitor, *, poll: bool = True) -> None:
+        super().__init__()
+        self.monitor = monitor
+        self.model = monitor.model
+        self.poll = poll
+        self.sort = "name"
+        self.filter = ""
+        self.paused = False
+        self.rounds = 0
+        self.nodes: dict = {}  # ("unit", path) or ("broker", id) -> its TreeNode
+        self._opened: set = set()  # the units the user has open
+        self._logged = 0  # log entries shown
+
+    # -- layout ----------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="main"):
+            yield Tree(unit_line(self.model, self.model.root), id="tree")
+            yield Static(id="detail")
+        yield RichLog(id="log", max_lines=500, wrap=False)
+        yield Input(placeholder="filter: part of a unit or broker name", id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = self.model.topology.name
+        small = len(self.model.brokers) <= OPEN_ALL_BROKERS
+        self._opened = {
+            u.path for u in self._all_units(self.model.root) if small or len(u.path) <= 1
+        }
+        self._rebuild()
+        self.query_one(Tree).focus()
+        if self.poll:
+            self.run_worker(self._poll_thread, thread=True, exclusive=True, name="poll")
+
+    def _all_units(self, unit: Unit):
+        yield unit
+        for inner in unit.units:
+            yield from self._all_units(inner)
+
+    # -- the tree --------------------------------------------------------------------------------
+
+    def _members(self, unit: Unit) -> tuple[list[Unit], list[str]]:
+        units, brokers = list(unit.units), list(unit.brokers)
+        model = self.model
+        if self.filter:
+            units = [u for u in units if self._matches(u)]
+            brokers = [b for b in brokers if self.filter in b or self.filter in "/".join(unit.path)]
+        if self.sort == "rate":
+            units.sort(key=lambda u: -model.totals(u)["rate_in"])
+            brokers.sort(key=lambda b: -model.brokers[b].rate_in)
+        elif self.sort == "health":
+            units.sort(key=lambda u: -_HEALTH_RANK[model.health(u)])
+            brokers.sort(key=lambda b: model.brokers[b].answering)
+        return units, brokers
+
+    def _matches(self, unit: Unit) -> bool:
+        if self.filter in "/".join(unit.path):
+            return True
+        return any(self.filter in b for b in unit.brokers) or any(
+            self._matches(u) for u in unit.units
+        )
+
+    def _rebuild(self) -> None:
+        """The tree made again from the model (after a sort or a filter), keeping which units
+        are open and where the cursor is."""
+        tree = self.query_one(Tree)
+        at = tree.cursor_node.data if tree.cursor_node is not None else None
+        tree.clear()
+        tree.root.data = ("unit", ())
+        self.nodes = {("unit", ()): tree.root}
+
+        def grow(node, unit: Unit) -> None:
+            units, brokers = self._members(unit)
+            for inner in units:
+                child = node.add(unit_line(self.model, inner), data=("unit", inner.path))
+                self.nodes[("unit", inner.path)] = child
+                grow(child, inner)
+                if inner.path in self._opened or self.filter:
+                    child.expand()
+            for b in brokers:
+                self.nodes[("broker", b)] = node.add_leaf(
+                    broker_line(self.model, b), data=("broker", b)
+                )
+
+        grow(tree.root, self.model.root)
+        tree.root.expand()
+        if at in self.nodes:
+            tree.move_cursor(self.nodes[at])
+        self._show_detail()
+
+    def _relabel(self) -> None:
+        for (kind, key), node in self.nodes.items():
+            if kind == "unit":
+                node.set_label(unit_line(self.model, self._unit(key)))
+            else:
+                node.set_label(broker_line(self.model, key))
+        self._show_detail()
+
+    def _unit(self, path: tuple) -> Unit:
+        unit = self.model.root
+        for depth in range(1, len(path) + 1):
+            unit = next(u for u in unit.units if u.path == path[:depth])
+        return unit
+
+    def _show_detail(self) -> None:
+        node = self.query_one(Tree).cursor_node
+        data = node.data if node is not None else ("unit", ())
+        kind, key = data or ("unit", ())
+        text = (
+            unit_detail(self.model, self._unit(key))
+            if kind == "unit"
+            else broker_detail(self.model, key, time.time())
+        )
+        self.query_one("#detail", Static).update(text)
+
+    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted) -> None:
+        self._show_detail()
+
+    def on_tree_node_expanded(self, event: Tree.NodeExpanded) -> None:
+        if event.node.data and event.node.data[0] == "unit":
+            self._opened.add(event.node.data[1])
+
+    def on_tree_node_collapsed(self, event: Tree.NodeCollapsed) -> None:
+        if event.node.data and event.node.data[0] == "unit":
+            self._opened.discard(event.node.data[1])
+
+    # -- reports ---------------------------------------------------------------------------------
+
+    def _poll_thread(self) -> None:
+        """The worker thread: trio, asking every broker once per refresh."""
+        worker = get_current_worker()
+
+        async def rounds() -> None:
+            while not worker.is_cancelled:
+                answers = await self.monitor.collect()
+                if worker.is_cancelled:
+                    return
+                try:
+                    self.call_from_thread(self.take, answers)
+                except RuntimeError:  # the application has stopped meanwhile
+                    return
+                # short sleeps: a cancelled worker (the app quitting) stops within 0.1 s
+                end = trio.current_time() + self.monitor.refresh
+                while not worker.is_cancelled and trio.current_time() < end:
+                    await trio.sleep(min(0.1, self.monitor.refresh))
+
+        trio.run(rounds)
+
+    def take(self, answers) -> None:
+        """One round's answers (on the application's thread)."""
+        said = self.monitor.apply(answers)
+        self.rounds += 1
+        if self.rounds == 2 and len(self.model.brokers) > OPEN_ALL_BROKERS:
+            # a large network: open the units that are not healthy
+            for unit in self._all_units(self.model.root):
+                if self.model.health(unit) != OK and unit.path not in self._opened:
+                    self._opened.add(unit.path)
+                    node = self.nodes.get(("unit", unit.path))
+                    if node is not None:
+                        node.expand()
+        if self.paused:
+            return
+        self._relabel()
+        self._write_log(said)
+
+    def _write_log(self, said) -> None:
+        log = self.query_one(RichLog)
+        started = self.monitor.started or 0.0
+        entries = list(self.model.log)
+        for entry in entries[max(self._logged, len(entries) - 50) :] if said else []:
+            line = Text(f"{entry.at - started:7.1f}s ", style="dim")
+            line.append(entry.text, style="yellow" if entry.level == "warning" else "")
+            log.write(line)
+        self._logged = len(entries)
+
+    # -- keys ------------------------------------------------------------------------------------
+
+    def action_sort(self) -> None:
+        self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
+        self.notify(f"sorted by {self.sort}", timeout=2)
+        self._rebuild()
+
+    def action_filter(self) -> None:
+        field = self.query_one("#filter", Input)
+        field.add_class("shown")
+        field.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.filter = event.value.strip()
+        event.input.remove_class("shown")
+        self._rebuild()
+        self.query_one(Tree).focus()
+
+    def action_clear_filter(self) -> None:
+        field = self.query_one("#filter", Input)
+        field.value = ""
+        field.remove_class("shown")
+        if self.filter:
+            self.filter = ""
+            self._rebuild()
+        self.query_one(Tree).focus()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self.sub_title = self.model.topology.name + (" — paused" if self.paused else "")
+        if not self.paused:
+            self._relabel()
+            self._write_log([True])
+
+    def action_expand_all(self) -> None:
+        self.query_one(Tree).root.expand_all()
+        self._opened = {u.path for u in self._all_units(self.model.root)}
+
+    def action_collapse_all(self) -> None:
+        tree = self.query_one(Tree)
+        for node in tree.root.children:
+            node.collapse_all()
+        self._opened = set()
+
+    def action_help(self) -> None:
+        self.notify(HELP, title="keys", timeout=10)

@@ -1,0 +1,118 @@
+"""``ges monitor``'s interactive view driven headless by Textual's pilot against real brokers
+(over TCP, in a thread of the test): keys expand and collapse a unit and select a broker, a link
+cut with ``ges link down`` shows as cut in the detail and in the event log, a broker stopped
+shows down, and sort, filter and pause do what they say."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import yaml
+from textual.widgets import RichLog, Static, Tree
+from typer.testing import CliRunner
+
+from cli.main import app as ges_app
+from ges.monitor.app import MonitorApp
+from ges.monitor.live import Monitor
+from ges.topology import Topology
+from tests.cli.test_link import running
+from tests.conftest import DIAMOND, on_free_ports
+
+
+def diamond(tmp_path):
+    path = tmp_path / "diamond.yaml"
+    path.write_text(yaml.safe_dump(on_free_ports(DIAMOND)))
+    return path
+
+
+def detail(app: MonitorApp) -> str:
+    return str(app.query_one("#detail", Static).render())
+
+
+def log_text(app: MonitorApp) -> str:
+    return "\n".join(line.text for line in app.query_one(RichLog).lines)
+
+
+def cursor(app: MonitorApp):
+    return app.query_one(Tree).cursor_node.data
+
+
+async def until(pilot, what, predicate, within: float = 15.0) -> None:
+    end = time.monotonic() + within
+    while not predicate():
+        assert time.monotonic() < end, f"not within {within}s: {what}"
+        await pilot.pause(0.05)
+
+
+def test_keys_open_a_unit_select_a_broker_and_a_cut_link_shows_as_cut(tmp_path):
+    path = diamond(tmp_path)
+    topology = Topology.from_yaml(path)
+
+    async def scenario() -> None:
+        app = MonitorApp(Monitor(topology, refresh=0.2))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(pilot, "two rounds", lambda: app.rounds >= 2)
+            c1 = app.nodes[("unit", ("S", "c1"))]
+            assert c1.is_expanded  # a small network starts all open
+            await pilot.press("down", "down")  # network → S → c1
+            assert cursor(app) == ("unit", ("S", "c1"))
+            assert "S/c1" in detail(app) and "brokers  2/2 answering" in detail(app)
+            await pilot.press("space")
+            assert c1.is_collapsed
+            await pilot.press("space", "down")  # open again, then the first broker, a
+            assert c1.is_expanded and cursor(app) == ("broker", "a")
+            assert "a  S/c1" in detail(app) and "c        level 1  up" in detail(app)
+
+            result = await asyncio.to_thread(
+                CliRunner().invoke, ges_app, ["link", "down", str(path), "a", "c", "--insecure"]
+            )
+            assert result.exit_code == 0, result.stderr
+            await until(pilot, "the cut shown", lambda: "level 1  cut" in detail(app))
+            await until(pilot, "the cut logged", lambda: "link a–c cut" in log_text(app))
+            assert "a 1/2" in str(app.nodes[("broker", "a")].label)
+
+    with running(path):
+        asyncio.run(scenario())
+
+
+def test_a_broker_not_running_shows_down_and_sort_filter_and_pause_do_what_they_say(tmp_path):
+    path = diamond(tmp_path)
+    topology = Topology.from_yaml(path)
+
+    async def scenario() -> None:
+        app = MonitorApp(Monitor(topology, refresh=0.2))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, "two rounds", lambda: app.rounds >= 2)
+            assert str(app.nodes[("broker", "d")].label) == "d down"
+            c2 = str(app.nodes[("unit", ("S", "c2"))].label)
+            assert c2.startswith("c2 some down 1/2")
+            assert "d does not answer" in log_text(app)
+
+            await pilot.press("s", "s")  # name → rate → health: the unhealthy unit first
+            assert app.sort == "health"
+            s_node = app.nodes[("unit", ("S",))]
+            assert [str(n.label).split()[0] for n in s_node.children] == ["c2", "c1"]
+            assert [str(n.label).split()[0] for n in app.nodes[("unit", ("S", "c2"))].children] == [
+                "d",
+                "c",
+            ]
+
+            await pilot.press("slash", *"b", "enter")  # only what has a "b" in its name
+            assert app.filter == "b"
+            assert ("broker", "b") in app.nodes and ("broker", "a") not in app.nodes
+            assert ("unit", ("S", "c2")) not in app.nodes
+            await pilot.press("escape")
+            assert app.filter == "" and ("broker", "a") in app.nodes
+
+            await pilot.press("p")
+            assert app.paused and "paused" in app.sub_title
+            before = str(app.nodes[("broker", "a")].label)
+            rounds = app.rounds
+            await until(pilot, "more rounds while paused", lambda: app.rounds >= rounds + 2)
+            assert str(app.nodes[("broker", "a")].label) == before
+            await pilot.press("p")
+            assert not app.paused
+
+    with running(path, only=["a", "b", "c"]):
+        asyncio.run(scenario())
