@@ -211,11 +211,13 @@ def _port_free(port: int) -> bool:
 
 @pytest.mark.parametrize("mode", [[], ["--processes"]], ids=["embedded", "processes"])
 def test_up_with_a_port_in_use_fails_in_one_line_and_starts_nothing(tmp_path, mode):
-    topology = demo_on_free_ports(tmp_path)
-    data = yaml.safe_load(topology.read_text())
+    """The last broker to start finds its port taken: the two started before it stop too."""
+    topology = tmp_path / "chain3.yaml"
+    data = on_free_ports(CHAIN3)
+    topology.write_text(yaml.safe_dump(data))
     ports = [spec["port"] for spec in data["brokers"].values()]
     blocker = socket.socket()
-    blocker.bind(("127.0.0.1", data["brokers"]["b7"]["port"]))
+    blocker.bind(("127.0.0.1", data["brokers"]["b3"]["port"]))
     blocker.listen()
     try:
         result = ges(
@@ -226,7 +228,7 @@ def test_up_with_a_port_in_use_fails_in_one_line_and_starts_nothing(tmp_path, mo
     assert result.returncode == 1
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in result.stderr
-    assert "broker b7: cannot listen on" in errors[0] and "address already in use" in errors[0]
+    assert "broker b3: cannot listen on" in errors[0] and "address already in use" in errors[0]
     wait_until_sync(lambda: all(_port_free(p) for p in ports), "a broker left running to go")
 
 
