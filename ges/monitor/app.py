@@ -44,22 +44,24 @@ def unit_line(model: NetworkModel, unit: Unit) -> Text:
     """A unit on one short line: name, health, brokers answering, events in per second."""
     health = model.health(unit)
     t = model.totals(unit)
-    line = Text(unit.name or f"network {model.topology.name}", style="bold")
-    line.append(f" {health}", style=HEALTH_STYLE[health])
-    line.append(f" {t['answering']}/{t['members']} in {rate(t['rate_in'])}", style="dim")
+    # each span ends with its space: a Tree label loses the whitespace a span starts with
+    line = Text((unit.name or f"network {model.topology.name}") + " ", style="bold")
+    line.append(health + " ", style=HEALTH_STYLE[health])
+    line.append(f"{t['answering']}/{t['members']} in {rate(t['rate_in'])}")
     return line
 
 
 def broker_line(model: NetworkModel, broker: str) -> Text:
     """A broker on one short line: id, links up, clients, events in and delivered per second."""
     v = model.brokers[broker]
-    line = Text(broker, style="bold")
+    # each span ends with its space: a Tree label loses the whitespace a span starts with
+    line = Text(broker + " ", style="bold")
     if v.stats is None:
-        return line.append(" down", style="red")
+        return line.append("down", style="red")
     s = v.stats
     ok = len(s.links_up) == s.links_expected
-    line.append(f" {len(s.links_up)}/{s.links_expected}", style="green" if ok else "yellow")
-    line.append(f" cl {rate(s.clients)} in {rate(v.rate_in)} dlv {rate(v.rate_delivered)}")
+    line.append(f"{len(s.links_up)}/{s.links_expected} ", style="green" if ok else "yellow")
+    line.append(f"cl {rate(s.clients)} in {rate(v.rate_in)} dlv {rate(v.rate_delivered)}")
     if v.restarts:
         line.append(f" ↻{v.restarts}", style="yellow")
     return line
@@ -75,8 +77,8 @@ def unit_detail(model: NetworkModel, unit: Unit) -> Text:
     out.append(
         f"brokers  {t['answering']}/{t['members']} answering\n"
         f"clients  {t['clients']:,}\nsessions {t['sessions']:,}\n"
-        f"in       {rate(t['rate_in'])}/s\nout      {rate(t['rate_out'])}/s\n"
-        f"dlv      {rate(t['rate_delivered'])}/s\nrestarts {t['restarts']}\n"
+        f"per s    in {rate(t['rate_in'])}  out {rate(t['rate_out'])}  "
+        f"dlv {rate(t['rate_delivered'])}\nrestarts {t['restarts']}\n"
     )
     inside = set(model.unit_brokers(unit))
     bad = [x for x in model.links() if x.a in inside and x.b in inside and x.state != LINK_UP]
@@ -106,9 +108,8 @@ def broker_detail(model: NetworkModel, broker: str, now_unix: float) -> Text:
         out.append(f"up       {_duration(now_unix - started)} (pid {s.pid})\n")
     out.append(
         f"restarts {v.restarts} seen\n"
-        f"clients  {s.clients:,}   subs {s.subscriptions:,}   sessions {s.sessions:,}\n"
-        f"in       {rate(v.rate_in)}/s   out {rate(v.rate_out)}/s   "
-        f"dlv {rate(v.rate_delivered)}/s\n"
+        f"clients  {s.clients:,}  subs {s.subscriptions:,}  sessions {s.sessions:,}\n"
+        f"per s    in {rate(v.rate_in)}  out {rate(v.rate_out)}  dlv {rate(v.rate_delivered)}\n"
         f"totals   in {s.events_in:,}  dlv {s.delivered:,}  dup {s.duplicates:,}\n"
         f"slow consumers {s.slow_consumers}   refused {s.clients_refused}\n"
         f"log      held {s.log_held:,}  released {s.log_released:,}\n"

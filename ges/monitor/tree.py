@@ -92,8 +92,8 @@ def broker_label(model: NetworkModel, broker: str) -> Text:
 
 #: What the rates in the labels are.
 LEGEND = (
-    "per second: in = events published at the broker, out = sent on to other brokers, "
-    "dlv = delivered to its clients"
+    "per second: in = events the broker received (from its clients and from other brokers), "
+    "out = sent on to other brokers, dlv = delivered to its clients"
 )
 
 

@@ -35,7 +35,11 @@ MAX_SCRAPERS = 8
 
 #: (name, help, Stats field) of the counters: totals since the broker started.
 COUNTERS = (
-    ("events_in", "Events published at this broker by its clients.", "events_in"),
+    (
+        "events_in",
+        "Events received, from this broker's clients and from other brokers.",
+        "events_in",
+    ),
     ("events_out", "Events sent on to other brokers.", "events_out"),
     ("frames_in", "Frames received from clients and links.", "frames_in"),
     ("frames_out", "Frames sent to clients and links.", "frames_out"),
