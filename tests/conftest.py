@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 import pytest
 import trio
 
 from ges.runtime.ports import free_ports, on_free_ports
 from ges.topology import Topology
 
-__all__ = ["CHAIN3", "DIAMOND", "free_ports", "on_free_ports", "receive", "topology_on_free_ports"]
+__all__ = [
+    "CHAIN3",
+    "DIAMOND",
+    "free_ports",
+    "on_free_ports",
+    "receive",
+    "ten_events_through",
+    "topology_on_free_ports",
+]
 
 #: a - b, a - c, b - d, c - d in two clusters: every link has a way round it
 DIAMOND = {
@@ -54,3 +64,28 @@ CHAIN3 = {
 def chain3() -> Topology:
     """b1 - b2 - b3 in two clusters of one super-cluster."""
     return topology_on_free_ports(CHAIN3)
+
+
+@asynccontextmanager
+async def ten_events_through(chain3: Topology, nursery, **options):
+    """Chain3's brokers running in ``nursery`` (each with ``options``), a subscriber at b3
+    that has received ten events published at b1; the servers, both clients still connected
+    inside."""
+    from ges.client import connect
+    from ges.runtime import BrokerServer
+    from ges.runtime.up import wait_ready
+    from ges.wire import messages as m
+
+    servers = [
+        await nursery.start(BrokerServer(chain3, bid, **options).run) for bid in chain3.brokers
+    ]
+    await wait_ready(chain3, timeout=30)
+    s1, s3 = chain3.brokers["b1"], chain3.brokers["b3"]
+    async with (
+        connect(s3.host, s3.port, topology=chain3) as sub_client,
+        connect(s1.host, s1.port, topology=chain3) as pub_client,
+    ):
+        sub = await sub_client.subscribe([])
+        await pub_client.publish([m.Event({"n": i}) for i in range(10)])
+        await receive(sub, 10, within=30)
+        yield servers

@@ -11,16 +11,13 @@ import pytest
 import trio
 from rich.console import Console
 
-from ges.client import connect
 from ges.errors import OperationError
 from ges.monitor import Monitor
 from ges.monitor import live as live_module
 from ges.monitor import tree as tree_module
-from ges.runtime import BrokerServer
-from ges.runtime.up import wait_ready
 from ges.topology import Topology
 from ges.wire import messages as m
-from tests.conftest import receive
+from tests.conftest import ten_events_through
 from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -247,17 +244,7 @@ def test_at_80_columns_the_demo_is_one_line_per_unit_and_broker_with_nothing_cut
 async def test_a_running_network_is_drawn_from_what_its_brokers_answer(chain3):
     """Over real TCP: a subscriber at b3 and a publisher at b1, ten events delivered."""
     async with trio.open_nursery() as nursery:
-        for bid in chain3.brokers:
-            await nursery.start(BrokerServer(chain3, bid).run)
-        await wait_ready(chain3, timeout=30)
-        s1, s3 = chain3.brokers["b1"], chain3.brokers["b3"]
-        async with (
-            connect(s3.host, s3.port, topology=chain3) as sub_client,
-            connect(s1.host, s1.port, topology=chain3) as pub_client,
-        ):
-            sub = await sub_client.subscribe([])
-            await pub_client.publish([m.Event({"n": i}) for i in range(10)])
-            await receive(sub, 10, within=30)
+        async with ten_events_through(chain3, nursery):
             monitor = Monitor(chain3)
             # clients (the monitor's own left out), subscriptions and links up
             want = {

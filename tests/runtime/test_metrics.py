@@ -15,14 +15,11 @@ import trio
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from ges.client import connect
 from ges.runtime import BrokerServer
 from ges.runtime import metrics as metrics_module
 from ges.runtime.metrics import start_metrics
 from ges.runtime.ports import free_ports
-from ges.runtime.up import wait_ready
-from ges.wire import messages as m
-from tests.conftest import CHAIN3, on_free_ports, receive
+from tests.conftest import CHAIN3, on_free_ports, ten_events_through
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,19 +51,8 @@ async def test_a_scrape_has_every_brokers_counters_and_gauges_labelled_by_broker
 ):
     (port,) = free_ports(1)
     async with trio.open_nursery() as nursery:
-        servers = []
-        for bid in chain3.brokers:
-            servers.append(await nursery.start(BrokerServer(chain3, bid, data_dir=tmp_path).run))
-        await wait_ready(chain3, timeout=30)
-        assert await start_metrics(nursery, servers, port) == [port]
-        s1, s3 = chain3.brokers["b1"], chain3.brokers["b3"]
-        async with (
-            connect(s3.host, s3.port, topology=chain3) as sub_client,
-            connect(s1.host, s1.port, topology=chain3) as pub_client,
-        ):
-            sub = await sub_client.subscribe([])
-            await pub_client.publish([m.Event({"n": i}) for i in range(10)])
-            await receive(sub, 10, within=30)
+        async with ten_events_through(chain3, nursery, data_dir=tmp_path) as servers:
+            assert await start_metrics(nursery, servers, port) == [port]
             status, text = await http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         nursery.cancel_scope.cancel()
     assert status == 200
