@@ -94,14 +94,16 @@ class Monitor:
                 said += self.model.observe(broker, answer, at)
         return said
 
-    def render(self) -> Group:
-        return overview(self.model, self.started or 0.0)
+    def render(self, height: int | None = None) -> Group:
+        """The view; with ``height``, fitted to a terminal that many lines high."""
+        return overview(self.model, self.started or 0.0, height=height)
 
     async def run(self) -> None:
+        fit = self.console.is_terminal  # a terminal's height is a bound; a file's is not
         with Live(
             self.render(), console=self.console, refresh_per_second=2, transient=False
         ) as live:
             while True:
                 await self.poll_once()
-                live.update(self.render())
+                live.update(self.render(self.console.size.height if fit else None))
                 await trio.sleep(self.refresh)

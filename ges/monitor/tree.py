@@ -105,11 +105,19 @@ def _busy_first(model: NetworkModel, units: list[Unit]) -> list[Unit]:
     )
 
 
-def network_tree(model: NetworkModel, *, max_children: int = MAX_CHILDREN) -> Tree:
+def network_tree(
+    model: NetworkModel, *, max_children: int = MAX_CHILDREN, max_lines: int | None = None
+) -> Tree:
     """The unit tree; past ``max_children`` members a unit lists its busiest and unhealthy
-    ones and says how many more it holds."""
+    ones and says how many more it holds. With ``max_lines`` (a terminal's height), the tree
+    is cut at the deepest level that fits — healthy units below it closed ("… n brokers"),
+    units that are not healthy still open."""
+    depth = _depth_that_fits(model, max_children, max_lines)
 
     def grow(node: Tree, unit: Unit) -> None:
+        if len(unit.path) >= depth and model.health(unit) == OK and unit.path:
+            node.add(Text(f"… {len(model.unit_brokers(unit))} brokers, all ok", style="dim"))
+            return
         if unit.brokers:
             brokers = unit.brokers
             if len(brokers) > max_children:
@@ -131,6 +139,27 @@ def network_tree(model: NetworkModel, *, max_children: int = MAX_CHILDREN) -> Tr
     tree = Tree(unit_label(model, model.root))
     grow(tree, model.root)
     return tree
+
+
+def _depth_that_fits(model: NetworkModel, max_children: int, max_lines: int | None) -> int:
+    """The deepest unit level whose tree (as network_tree draws it) has at most
+    ``max_lines`` lines; 1 (top units only) if none does."""
+    full = model.topology.depth + 1
+    if max_lines is None:
+        return full
+
+    def lines(unit: Unit, depth: int) -> int:
+        if len(unit.path) >= depth and model.health(unit) == OK and unit.path:
+            return 1
+        n = min(len(unit.brokers), max_children) + (len(unit.brokers) > max_children)
+        shown = unit.units[:max_children]
+        n += len(unit.units) > max_children
+        return n + sum(1 + lines(u, depth) for u in shown)
+
+    for depth in range(full, 0, -1):
+        if 1 + lines(model.root, depth) <= max_lines:
+            return depth
+    return 1
 
 
 def links_table(model: NetworkModel, *, limit: int = MAX_LINKS) -> Table | Text:
@@ -156,8 +185,17 @@ def log_lines(model: NetworkModel, started: float, *, lines: int = LOG_LINES) ->
     return text
 
 
-def overview(model: NetworkModel, started: float) -> Group:
-    parts = [network_tree(model), Text(LEGEND, style="dim"), links_table(model)]
+def overview(model: NetworkModel, started: float, *, height: int | None = None) -> Group:
+    """The tree, the legend, the links not up and the latest events; with ``height`` (a
+    terminal's), the tree is closed down to what leaves room for the rest."""
+    bad = sum(link.state != "up" for link in model.links())
+    rest = 1 + (1 if not bad else 4 + min(bad, MAX_LINKS)) + min(len(model.log), LOG_LINES) + 1
+    tree_lines = None if height is None else max(4, height - rest)
+    parts = [
+        network_tree(model, max_lines=tree_lines),
+        Text(LEGEND, style="dim"),
+        links_table(model),
+    ]
     if model.log:
         parts.append(log_lines(model, started))
     return Group(*parts)

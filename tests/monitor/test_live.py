@@ -262,3 +262,18 @@ async def test_a_running_network_is_drawn_from_what_its_brokers_answer(chain3):
             await wait_until(drawn, f"the view to show {want}")
             assert monitor.model.brokers["b3"].stats.delivered == 10
         nursery.cancel_scope.cancel()
+
+
+def test_a_view_taller_than_the_terminal_closes_healthy_units_and_keeps_sick_ones_open():
+    monitor = demo_monitor(delivered=1_000)
+    monitor.model.unreachable("b7", "cannot reach broker at 127.0.0.1:7107", 2.0)
+    console = Console(width=100, height=30, record=True, color_system=None, file=io.StringIO())
+    console.print(monitor.render(height=30))
+    text = console.export_text()
+    assert len(text.splitlines()) <= 30
+    got = lines(text)
+    assert "b7" in got and got["b7"].startswith("b7 down")  # its cluster is not healthy: open
+    assert "b1" not in got and "… 3 brokers, all ok" in text  # healthy clusters closed
+    assert "b7 does not answer" in text  # the event log still has its room
+    # without a height (a file, --once): everything
+    assert "b1" in lines(rendered(monitor, 100))
