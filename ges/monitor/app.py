@@ -24,7 +24,7 @@ from textual.widgets import Footer, Input, RichLog, Static, Tree
 from textual.worker import get_current_worker
 
 from ges.monitor.live import Monitor
-from ges.monitor.model import LINK_UP, OK, NetworkModel, Unit
+from ges.monitor.model import HEALTH_RANK, LINK_UP, OK, NetworkModel, Unit
 from ges.monitor.tree import HEALTH_STYLE, rate
 
 #: Networks of at most this many brokers start with every unit open; larger ones start with
@@ -37,7 +37,6 @@ HELP = (
     "↑↓ move · space/enter expand or collapse · s sort (name, rate, health) · / filter · "
     "esc clear the filter · p pause · e expand all · c collapse all · q quit"
 )
-_HEALTH_RANK = {OK: 0, "links down": 1, "some down": 2, "split": 3, "unreachable": 4}
 
 
 def unit_line(model: NetworkModel, unit: Unit) -> Text:
@@ -80,9 +79,10 @@ def unit_detail(model: NetworkModel, unit: Unit) -> Text:
         f"per s    in {rate(t['rate_in'])}  out {rate(t['rate_out'])}  "
         f"dlv {rate(t['rate_delivered'])}\nrestarts {t['restarts']}\n"
     )
-    inside = set(model.unit_brokers(unit))
-    bad = [x for x in model.links() if x.a in inside and x.b in inside and x.state != LINK_UP]
-    leaving = [x for x in model.links() if (x.a in inside) != (x.b in inside)]
+    inside = set(unit.members)
+    links = model.links()
+    bad = [x for x in links if x.a in inside and x.b in inside and x.state != LINK_UP]
+    leaving = [x for x in links if (x.a in inside) != (x.b in inside)]
     out.append(f"links inside not up: {len(bad)}\n")
     for x in bad[:8]:
         out.append(f"  {x.a}–{x.b} ", style="")
@@ -180,18 +180,11 @@ class MonitorApp(App):
     def on_mount(self) -> None:
         self.sub_title = self.model.topology.name
         small = len(self.model.brokers) <= OPEN_ALL_BROKERS
-        self._opened = {
-            u.path for u in self._all_units(self.model.root) if small or len(u.path) <= 1
-        }
+        self._opened = {u.path for u in self.model.units.values() if small or len(u.path) <= 1}
         self._rebuild()
         self.query_one(Tree).focus()
         if self.poll:
             self.run_worker(self._poll_thread, thread=True, exclusive=True, name="poll")
-
-    def _all_units(self, unit: Unit):
-        yield unit
-        for inner in unit.units:
-            yield from self._all_units(inner)
 
     # -- the tree --------------------------------------------------------------------------------
 
@@ -205,7 +198,7 @@ class MonitorApp(App):
             units.sort(key=lambda u: -model.totals(u)["rate_in"])
             brokers.sort(key=lambda b: -model.brokers[b].rate_in)
         elif self.sort == "health":
-            units.sort(key=lambda u: -_HEALTH_RANK[model.health(u)])
+            units.sort(key=lambda u: -HEALTH_RANK[model.health(u)])
             brokers.sort(key=lambda b: model.brokers[b].answering)
         return units, brokers
 
@@ -247,23 +240,17 @@ class MonitorApp(App):
     def _relabel(self) -> None:
         for (kind, key), node in self.nodes.items():
             if kind == "unit":
-                node.set_label(unit_line(self.model, self._unit(key)))
+                node.set_label(unit_line(self.model, self.model.units[key]))
             else:
                 node.set_label(broker_line(self.model, key))
         self._show_detail()
-
-    def _unit(self, path: tuple) -> Unit:
-        unit = self.model.root
-        for depth in range(1, len(path) + 1):
-            unit = next(u for u in unit.units if u.path == path[:depth])
-        return unit
 
     def _show_detail(self) -> None:
         node = self.query_one(Tree).cursor_node
         data = node.data if node is not None else ("unit", ())
         kind, key = data or ("unit", ())
         text = (
-            unit_detail(self.model, self._unit(key))
+            unit_detail(self.model, self.model.units[key])
             if kind == "unit"
             else broker_detail(self.model, key, time.time())
         )
@@ -308,7 +295,7 @@ class MonitorApp(App):
         self.rounds += 1
         if self.rounds == 2 and len(self.model.brokers) > OPEN_ALL_BROKERS:
             # a large network: open the units that are not healthy
-            for unit in self._all_units(self.model.root):
+            for unit in self.model.units.values():
                 if self.model.health(unit) != OK and unit.path not in self._opened:
                     self._opened.add(unit.path)
                     node = self.nodes.get(("unit", unit.path))
@@ -365,7 +352,7 @@ class MonitorApp(App):
 
     def action_expand_all(self) -> None:
         self.query_one(Tree).root.expand_all()
-        self._opened = {u.path for u in self._all_units(self.model.root)}
+        self._opened = {u.path for u in self.model.units.values()}
 
     def action_collapse_all(self) -> None:
         tree = self.query_one(Tree)

@@ -31,7 +31,9 @@ OK, LINKS_DOWN, SOME_DOWN, SPLIT, UNREACHABLE = (
     "split",
     ("unreachable"),
 )
-_HEALTH_ORDER = (OK, LINKS_DOWN, SOME_DOWN, SPLIT, UNREACHABLE)
+HEALTH_ORDER = (OK, LINKS_DOWN, SOME_DOWN, SPLIT, UNREACHABLE)
+#: A health's rank: 0 for ok, higher the worse (for sorting and :func:`worst`).
+HEALTH_RANK = {health: rank for rank, health in enumerate(HEALTH_ORDER)}
 
 
 @attrs.define
@@ -75,6 +77,10 @@ class Unit:
     path: tuple[str, ...]
     units: list[Unit] = attrs.Factory(list)
     brokers: list[str] = attrs.Factory(list)
+    #: every broker inside it, at any depth, and the links between two of them (their keys):
+    #: fixed by the topology, so found once
+    members: list[str] = attrs.Factory(list)
+    links: list[tuple[str, str]] = attrs.Factory(list)
 
     @property
     def name(self) -> str:
@@ -98,7 +104,9 @@ class NetworkModel:
         self.brokers: dict[str, BrokerState] = {
             b: BrokerState(b, tuple(topology.brokers[b].unit)) for b in order
         }
-        self.root = _unit_tree(topology, order)
+        #: every unit by its path (() is the whole network), top down
+        self.units: dict[tuple[str, ...], Unit] = _unit_tree(topology, order)
+        self.root = self.units[()]
         self.log: deque[LogEntry] = deque(maxlen=log_entries)
         self._links: dict[tuple[str, str], str] = {
             link.key: LINK_UNKNOWN for link in topology.links
@@ -181,30 +189,25 @@ class NetworkModel:
         ]
 
     def unit_brokers(self, unit: Unit) -> list[str]:
-        out = list(unit.brokers)
-        for inner in unit.units:
-            out += self.unit_brokers(inner)
-        return out
+        return unit.members
 
     def health(self, unit: Unit) -> str:
         """``ok``; ``links down`` (inside it, still connected); ``some down`` (brokers that do
         not answer); ``split`` (its answering brokers not connected by its links that are up);
         ``unreachable`` (none answers)."""
-        members = self.unit_brokers(unit)
+        members = unit.members
         answering = [b for b in members if self.brokers[b].answering]
         if not answering:
             return UNREACHABLE
-        inside = set(members)
         adjacency: dict[str, list[str]] = {b: [] for b in answering}
         some_link_down = False
-        for (a, b), state in self._links.items():
-            if a in inside and b in inside:
-                if state == LINK_UP:
-                    if a in adjacency and b in adjacency:
-                        adjacency[a].append(b)
-                        adjacency[b].append(a)
-                else:
-                    some_link_down = True
+        for a, b in unit.links:
+            if self._links[a, b] == LINK_UP:
+                if a in adjacency and b in adjacency:
+                    adjacency[a].append(b)
+                    adjacency[b].append(a)
+            else:
+                some_link_down = True
         reached = {answering[0]}
         frontier = [answering[0]]
         while frontier:
@@ -282,18 +285,26 @@ class NetworkModel:
 
 def worst(healths) -> str:
     """The worst of some unit healths."""
-    return max(healths, key=_HEALTH_ORDER.index, default=OK)
+    return max(healths, key=HEALTH_RANK.__getitem__, default=OK)
 
 
-def _unit_tree(topology: Topology, order: list[str]) -> Unit:
-    root = Unit(())
-    index: dict[tuple[str, ...], Unit] = {(): root}
+def _unit_tree(topology: Topology, order: list[str]) -> dict[tuple[str, ...], Unit]:
+    """Every unit by its path, each with its members and the links inside it."""
+    index: dict[tuple[str, ...], Unit] = {(): Unit(())}
     for b in order:
         path = tuple(topology.brokers[b].unit)
-        for depth in range(1, len(path) + 1):
+        for depth in range(len(path) + 1):
             prefix = path[:depth]
             if prefix not in index:
                 node = index[prefix] = Unit(prefix)
                 index[path[: depth - 1]].units.append(node)
+            index[prefix].members.append(b)
         index[path].brokers.append(b)
-    return root
+    for link in topology.links:
+        ua, ub = topology.brokers[link.a].unit, topology.brokers[link.b].unit
+        shared = 0
+        while shared < len(ua) and ua[shared] == ub[shared]:
+            shared += 1
+        for depth in range(shared + 1):  # every unit holding both ends
+            index[tuple(ua[:depth])].links.append(link.key)
+    return index

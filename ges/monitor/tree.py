@@ -12,6 +12,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ges.monitor.model import (
+    HEALTH_RANK,
     LINK_UP,
     LINKS_DOWN,
     OK,
@@ -98,10 +99,9 @@ LEGEND = (
 
 
 def _busy_first(model: NetworkModel, units: list[Unit]) -> list[Unit]:
-    order = (OK, LINKS_DOWN, SOME_DOWN, SPLIT, UNREACHABLE)
     return sorted(
         units,
-        key=lambda u: (-order.index(model.health(u)), -model.totals(u)["rate_in"]),
+        key=lambda u: (-HEALTH_RANK[model.health(u)], -model.totals(u)["rate_in"]),
     )
 
 
@@ -188,7 +188,7 @@ def log_lines(model: NetworkModel, started: float, *, lines: int = LOG_LINES) ->
 def overview(model: NetworkModel, started: float, *, height: int | None = None) -> Group:
     """The tree, the legend, the links not up and the latest events; with ``height`` (a
     terminal's), the tree is closed down to what leaves room for the rest."""
-    bad = sum(link.state != "up" for link in model.links())
+    bad = sum(link.state != LINK_UP for link in model.links())
     rest = 1 + (1 if not bad else 4 + min(bad, MAX_LINKS)) + min(len(model.log), LOG_LINES) + 1
     tree_lines = None if height is None else max(4, height - rest)
     parts = [
