@@ -42,6 +42,12 @@ def commit_alone(server) -> list | None:
     if not log.inline(log.appended):
         return None
     log.committed_to(log.write_group(log.take_group()))
+    return _logged(server)
+
+
+def _logged(server) -> list:
+    """The log committed more: the core's outputs for it (acknowledgements, events sent on),
+    and publishes paused for the log may go on."""
     outs = server.core.on_logged(trio.current_time())
     server._log_room.set()
     return outs
@@ -65,10 +71,9 @@ async def log_task(server) -> None:
                     continue
                 if log.pending:
                     await _commit_group(log)
-                    outs = server.core.on_logged(trio.current_time())
+                    outs = _logged(server)
                     if outs:
                         await server._dispatch(outs)
-                    server._log_room.set()  # publishes paused for the log may go on
                 # deletions a chunk at a time, one after each group: a publish waits for
                 # at most one, and a steady stream of publishes does not starve them
                 if log.release_pending:  # every other broker acknowledged these
