@@ -165,7 +165,7 @@ class MonitorApp(App):
         self.rounds = 0
         self.nodes: dict = {}  # ("unit", path) or ("broker", id) -> its TreeNode
         self._opened: set = set()  # the units the user has open
-        self._logged = 0  # log entries shown
+        self._logged = 0  # the model's entries shown (NetworkModel.logged)
 
     # -- layout ----------------------------------------------------------------------------------
 
@@ -291,7 +291,7 @@ class MonitorApp(App):
 
     def take(self, answers) -> None:
         """One round's answers (on the application's thread)."""
-        said = self.monitor.apply(answers)
+        self.monitor.apply(answers)
         self.rounds += 1
         if self.rounds == 2 and len(self.model.brokers) > OPEN_ALL_BROKERS:
             # a large network: open the units that are not healthy
@@ -304,17 +304,20 @@ class MonitorApp(App):
         if self.paused:
             return
         self._relabel()
-        self._write_log(said)
+        self._write_log()
 
-    def _write_log(self, said) -> None:
+    def _write_log(self) -> None:
+        """The entries logged since the last call (the 50 newest, if more)."""
+        new = self.model.logged - self._logged
+        self._logged = self.model.logged
+        if not new:
+            return
         log = self.query_one(RichLog)
         started = self.monitor.started or 0.0
-        entries = list(self.model.log)
-        for entry in entries[max(self._logged, len(entries) - 50) :] if said else []:
+        for entry in list(self.model.log)[-min(new, 50) :]:
             line = Text(f"{entry.at - started:7.1f}s ", style="dim")
             line.append(entry.text, style="yellow" if entry.level == "warning" else "")
             log.write(line)
-        self._logged = len(entries)
 
     # -- keys ------------------------------------------------------------------------------------
 
@@ -348,7 +351,7 @@ class MonitorApp(App):
         self.sub_title = self.model.topology.name + (" — paused" if self.paused else "")
         if not self.paused:
             self._relabel()
-            self._write_log([True])
+            self._write_log()
 
     def action_expand_all(self) -> None:
         self.query_one(Tree).root.expand_all()

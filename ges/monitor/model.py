@@ -108,6 +108,9 @@ class NetworkModel:
         self.units: dict[tuple[str, ...], Unit] = _unit_tree(topology, order)
         self.root = self.units[()]
         self.log: deque[LogEntry] = deque(maxlen=log_entries)
+        #: entries ever logged (the log keeps the last ``log_entries``): a reader that
+        #: remembers it knows how many are new
+        self.logged = 0
         self._links: dict[tuple[str, str], str] = {
             link.key: LINK_UNKNOWN for link in topology.links
         }
@@ -139,7 +142,7 @@ class NetworkModel:
             view.rate_in = view.rate_out = view.rate_delivered = 0.0
         view.stats, view.at, view.error = stats, now, None
         said += self._relink(broker, now)
-        self.log.extend(said)
+        self._log(said)
         return said
 
     def unreachable(self, broker: str, error: str, now: float) -> list[LogEntry]:
@@ -151,8 +154,12 @@ class NetworkModel:
         view.stats, view.error = None, error
         view.rate_in = view.rate_out = view.rate_delivered = 0.0
         said += self._relink(broker, now)
-        self.log.extend(said)
+        self._log(said)
         return said
+
+    def _log(self, said: list[LogEntry]) -> None:
+        self.log.extend(said)
+        self.logged += len(said)
 
     def _relink(self, broker: str, now: float) -> list[LogEntry]:
         said = []
