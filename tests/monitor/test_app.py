@@ -17,9 +17,9 @@ from ges.monitor.app import MonitorApp
 from ges.monitor.live import Monitor
 from ges.monitor.model import NetworkModel
 from ges.topology import Topology
-from ges.wire import messages as m
 from tests.cli.test_link import running
 from tests.conftest import DIAMOND, on_free_ports
+from tests.monitor.test_live import stats
 
 
 def diamond(tmp_path):
@@ -131,27 +131,11 @@ def test_the_event_log_pane_goes_on_after_the_models_log_is_full(tmp_path):
         async with app.run_test(size=(100, 30)) as pilot:
             for i in range(10):  # a broker going away and coming back: two entries a round
                 app.take([("a", "refused", float(2 * i))])
-                app.take([("a", stats_of("a"), 2 * i + 1.0)])
+                up = list(topology.neighbours["a"])
+                app.take([("a", stats("a", links_up=up, links_expected=len(up)), 2 * i + 1.0)])
                 await pilot.pause()
             shown = log_text(app).splitlines()
             assert len(shown) == app.model.logged > 20  # every entry, not only the last 3
             assert shown[-1].endswith("a answers again")
-
-    def stats_of(broker: str):
-        return m.Stats(
-            broker=broker,
-            incarnation="1",
-            clients=0,
-            subscriptions=0,
-            links_up=list(topology.neighbours[broker]),
-            links_expected=len(topology.neighbours[broker]),
-            events_in=0,
-            events_out=0,
-            frames_in=0,
-            frames_out=0,
-            published=0,
-            delivered=0,
-            duplicates=0,
-        )
 
     asyncio.run(scenario())
