@@ -18,6 +18,8 @@ from cli.main import app
 from ges.matching.model import Conjunction, Profile, profile_to_wire
 from ges.matching.syntax import parse_where
 from ges.sim import Checker, Faults, Sim, run_seed
+from ges.sim import pool as pool_module
+from ges.sim.pool import default_jobs, run_seeds, seed_pool
 from ges.topology import Topology
 from ges.wire import messages as m
 
@@ -50,13 +52,28 @@ BATCHES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def pool():
+    """Worker processes for the batches' seeds, one per core (the suite's other tests use one)."""
+    with seed_pool(default_jobs()) as p:
+        yield p
+
+
 @pytest.mark.parametrize(("name", "first", "n"), BATCHES)
-def test_reliable_delivery_survives_every_fault(name, first, n):
+def test_reliable_delivery_survives_every_fault(name, first, n, pool):
     t = topology(name)
     injected = dict.fromkeys(("dropped", "duplicated", "link_failures", "crashes"), 0)
     moves = 0
-    for seed in range(first, first + n):
-        o = run_seed(t, seed, faults=Faults(), durable=2, roams=4)
+    for o in run_seeds(
+        t,
+        range(first, first + n),
+        jobs=default_jobs(),
+        pool=pool,
+        faults=Faults(),
+        durable=2,
+        roams=4,
+    ):
+        seed = o.seed
         assert o.ok, f"{name} seed {seed}: " + "; ".join(o.violations[:5])
         assert o.published > 0 and o.delivered > 0
         for k in injected:
@@ -304,7 +321,7 @@ def test_simulate_json_shows_progress_on_stderr_and_one_object_on_stdout(monkeyp
 
 
 def test_simulate_progress_lines_are_sparse_but_name_every_failed_seed(monkeypatch):
-    real = simulate.run_seed
+    real = pool_module.run_seed
 
     def seed_6_fails(topology, seed, **options):
         outcome = real(topology, seed, **options)
@@ -312,7 +329,7 @@ def test_simulate_progress_lines_are_sparse_but_name_every_failed_seed(monkeypat
             return attrs.evolve(outcome, ok=False, violations=("made up for the test",))
         return outcome
 
-    monkeypatch.setattr(simulate, "run_seed", seed_6_fails)
+    monkeypatch.setattr(pool_module, "run_seed", seed_6_fails)
     result = simulate_cli("--seed", "5", "--seeds", "4", "--json")
     assert result.exit_code == 1
     assert json.loads(result.stdout)["failed_seeds"] == [6]
