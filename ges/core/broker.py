@@ -44,6 +44,7 @@ from ges.core.replicator import Replicator
 from ges.core.subends import Subends
 from ges.core.subscriptions import Subscriptions
 from ges.core.unicast import Unicast
+from ges.core.watch import Watching
 from ges.durable.store import SessionStore
 from ges.reliable.claims import Claims
 from ges.reliable.log import MemoryLog, PubendLog
@@ -206,6 +207,8 @@ class BrokerCore:
         )
         #: Set by the driver (the process hosting this broker) for ``Stats``.
         self.pid = 0
+        #: clients watching the network here, and the roots this broker reports to
+        self.watching = Watching(self)
 
     # -- links ----------------------------------------------------------------------------------
 
@@ -219,6 +222,7 @@ class BrokerCore:
         out, notices = self.links.up(peer)
         if self.reliable and self.vt.table:  # and every clock (it may have missed a flood)
             out.append(ToPeer(peer, m.Clocks(self.vt.entries())))
+        out += self.watching.leases_for(peer, now)
         return out + notices + self._routes_changed((self.id, peer), now, downs=False)
 
     def link_down(self, peer: str, now: float) -> list[Output]:
@@ -300,6 +304,7 @@ class BrokerCore:
         sessions it followed stay."""
         if self.replicator is not None:
             self.replicator.follower_closed(conn, now)
+        self.watching.unwatch(conn)
         return self.subscriptions.client_closed(conn, now)
 
     def client_name(self, conn: int) -> str:
@@ -364,6 +369,8 @@ class BrokerCore:
             return [ToClient(conn, self.stats())]
         if kind is m.Heartbeat:  # a keepalive: the client is there
             return []
+        if kind is m.Watch:
+            return self.watching.watch(conn, msg, now)
         if self.replicator is not None and kind in _SESSION_REQUESTS:
             # a client of this replicator's sessions, met here (the trio runtime passes a
             # client's session requests through ges.runtime.sessions first, for its name's
@@ -409,6 +416,7 @@ class BrokerCore:
             out += self._reliable_timer(now)
         if self.replicator is not None:
             out += self.replicator.on_timer(now)
+        out += self.watching.on_timer(now)
         return out + self.subscriptions.release_waits(now)
 
     def next_deadline(self) -> float:
@@ -422,7 +430,7 @@ class BrokerCore:
             deadline = min(deadline, self._reliable_deadline())
         if self.replicator is not None:
             deadline = min(deadline, self.replicator.next_deadline())
-        return deadline
+        return min(deadline, self.watching.next_deadline())
 
     def note_sent(self, peer: str, now: float) -> None:
         """The driver wrote a frame to ``peer``: no heartbeat is owed for a while."""
@@ -545,9 +553,16 @@ def _answer_refusal(p: Provenance, peer: str, msg) -> str | None:
 _BEST_EFFORT_REFUSES = dict.fromkeys(
     _RELIABLE_ONLY, _refused("{kind} from {peer}, but delivery is best effort")
 )
+#: Watching the network through one broker (ges.core.watch): needs content routing's relays.
+_WATCHING = {
+    m.WatchLease: lambda core, peer, msg, now: core.watching.on_lease(peer, msg, now),
+    m.Report: lambda core, peer, msg, now: core.watching.on_report(msg, now),
+}
 FROM_PEER_FLOODING = {
     **_LINKS,
     **_BEST_EFFORT_REFUSES,
+    m.WatchLease: _refused("{kind} from {peer}, but this broker floods"),
+    m.Report: _refused("{kind} from {peer}, but this broker floods"),
     m.Events: _proven(
         lambda core, peer, msg, now: core.forwarding.on_flooded(peer, msg.pubend, msg.items),
         _flooded_refusal,
@@ -557,6 +572,7 @@ FROM_PEER_FLOODING = {
 }
 FROM_PEER_BEST_EFFORT = {
     **_LINKS,
+    **_WATCHING,
     **_BEST_EFFORT_REFUSES,
     m.Events: _proven(
         lambda core, peer, msg, now: core.forwarding.on_routed(peer, msg.pubend, msg.items),
@@ -567,6 +583,7 @@ FROM_PEER_BEST_EFFORT = {
 }
 FROM_PEER_RELIABLE = {
     **_LINKS,
+    **_WATCHING,
     m.Events: _proven(
         lambda core, peer, msg, now: core.subends.on_reliable_events(
             peer, msg.pubend, msg.items, now, msg.vm

@@ -64,6 +64,8 @@ class Live:
     #: the broker its client is at, and since when it is there (or disconnected)
     at: str = ""
     since: float = 0.0
+    #: where its client was last connected (for the line a move logs)
+    last_at: str = ""
     #: the last epoch sent to the follower, and what is in flight beyond the acknowledgement
     sent: int = 0
     inflight: deque = attrs.Factory(deque)
@@ -305,6 +307,7 @@ class Replicator(HandOver, Taking, ReadBack, Part):
             start = max(start, min(msg.epoch, self.store.committed))
         if start > state.acked:
             self._acked(live, start)
+        was = live.at or live.last_at
         live.follower = conn
         live.at = msg.at or self.id
         live.since = now
@@ -317,7 +320,9 @@ class Replicator(HandOver, Taking, ReadBack, Part):
         opened = m.SessionOpened(
             state.name, self.id, self.store.id, created, start, backlog, subs, req=msg.req
         )
-        return [ToClient(conn, opened), *self._pump(live)]
+        moved = f"{was} -> {live.at}" if was else f"opened at {live.at}"
+        text = f"durable session {state.name}: {moved}, {backlog:,} to replay"
+        return [ToClient(conn, opened), Notice("info", text), *self._pump(live)]
 
     def ack(self, conn: int, msg: m.SessionAck) -> list:
         live = self.sessions.get(msg.name)
@@ -357,6 +362,7 @@ class Replicator(HandOver, Taking, ReadBack, Part):
 
     def _detach(self, live: Live, now: float) -> None:
         live.follower = None
+        live.last_at = live.at or live.last_at
         live.at = ""
         live.since = now
         live.inflight.clear()

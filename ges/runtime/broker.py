@@ -42,6 +42,7 @@ from ges.runtime.access import INLINE_COVER_TESTS, INLINE_MATCHES, AccessControl
 from ges.runtime.admission import MAX_OPENING, Admission
 from ges.runtime.commits import commit_alone, log_task, sessions_task
 from ges.runtime.links import BACKOFF_FIRST, BACKOFF_MAX, Links
+from ges.runtime.loglines import BrokerLog, Lines
 from ges.runtime.notes import RateLimitedLog
 from ges.runtime.pubend_log import LogBounds, SqliteLog
 from ges.runtime.recording import BrokerRecorder
@@ -174,7 +175,11 @@ class BrokerServer:
         self.tls_accept = None if certs is None else context(certs, me, server=True)
         self.tls_dial = None if certs is None else context(certs, me, server=False)
         self.listen_host = listen_host or self.spec.host
-        self.log = logging.getLogger(f"ges.broker.{broker_id}")
+        #: what it logs at info and above is also kept for the network's watchers
+        self.lines = Lines()
+        self.log = BrokerLog(logging.getLogger(f"ges.broker.{broker_id}"), self.lines)
+        self.core.watching.stats = self.stats
+        self.core.watching.lines = self.lines.take
         #: who clients are and what they may do (None: plain TCP, everyone may do everything);
         #: the access file is ``access`` or the certificate directory's access.yaml
         self.access = (
@@ -555,6 +560,8 @@ class BrokerServer:
                 )
         elif kind is m.LinkControl:
             why = grant.operator_refusal(f"{'restore' if msg.up else 'cut'} a link")
+        elif kind is m.Watch:
+            why = grant.operator_refusal("watch the network")
         elif grant.subscribe_cost(msg.conjunctions) <= INLINE_COVER_TESTS:
             why = grant.subscribe_refusal(msg.conjunctions)
         else:  # covering tests take ~20 us each: a large profile's check leaves the loop
@@ -631,7 +638,7 @@ class BrokerServer:
 
 
 #: Client requests held against the client's grant (ges.security.access).
-_CHECKED = frozenset({m.Publish, m.Subscribe, m.LinkControl, m.SessionOpen})
+_CHECKED = frozenset({m.Publish, m.Subscribe, m.LinkControl, m.SessionOpen, m.Watch})
 
 
 def freeze_heap() -> None:

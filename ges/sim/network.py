@@ -81,6 +81,7 @@ class Sim(SimLinks):
         work_slice: int | None = None,
         config: BrokerConfig | None = None,
         on_session: Callable | None = None,
+        on_report: Callable | None = None,
     ):
         self.topology = topology
         self.hierarchy = Hierarchy(topology)
@@ -109,6 +110,8 @@ class Sim(SimLinks):
         #: ``on_session(broker, conn, msg, now)``: a durable-session message to a client; with
         #: it, the replicators keep their sessions, which survive crashes as the logs do
         self.on_session = on_session
+        #: ``on_report(broker, conn, report, now)``: a watcher's report (ges.core.watch)
+        self.on_report = on_report
         self.session_stores = (
             {r.broker: MemorySessionStore(r.broker) for r in replicators(topology)}
             if on_session is not None and reliable
@@ -315,6 +318,8 @@ class Sim(SimLinks):
                     self.on_puback(src, out.conn, msg, self.now)
                 elif t is m.SubAck and self.on_suback:
                     self.on_suback(src, out.conn, msg, self.now)
+                elif t is m.Report and self.on_report:
+                    self.on_report(src, out.conn, msg, self.now)
             elif kind is DropPeer:
                 # the runtime closes the connection after handling what came with it
                 self.at(self.now, self._dropped, src, out.peer)

@@ -453,6 +453,52 @@ class Error(_Msg):
     req: int = 0
 
 
+# -- watching a network (ges.core.watch; ``ges monitor``) ----------------------------------------
+
+
+class Watch(_Msg):
+    """A client asks this broker for every broker's :class:`Report` each ``interval`` seconds
+    for as long as it stays connected (``ges monitor``); an operator's request."""
+
+    interval: float
+
+
+class WatchLease(_Msg):
+    """Broker ``root`` has clients watching: every broker is to send it a :class:`Report` each
+    ``interval`` seconds until ``ttl`` seconds after it got this lease. Flooded over the links;
+    a broker passes on only a lease newer than the last it had from ``root``: a later
+    ``incarnation`` of it (it restarted), or a higher ``seq``."""
+
+    root: str
+    incarnation: int
+    seq: int
+    interval: float
+    ttl: float
+
+
+class LogLine(msgspec.Struct, array_like=True, frozen=True):
+    """A line a broker logged (info or warning): when (seconds since the epoch, its clock),
+    how bad, what."""
+
+    at: float
+    level: str
+    text: str
+
+
+class Report(_Msg):
+    """Broker ``stats.broker``'s counters and the lines it logged since its last report, for
+    watching broker ``to`` (relayed hop by hop), which hands it as it is to its watching
+    clients. ``missed``: lines logged since the last report that are not here (over the
+    bound)."""
+
+    to: str
+    stats: Stats
+    lines: list[LogLine] = []
+    missed: int = 0
+    hops: int = 0
+    detour: list[str] = []
+
+
 # -- operator ↔ broker (client protocol) -------------------------------------------------------
 
 
@@ -700,6 +746,9 @@ Message = (
     | SessionList
     | Handover
     | HandoverNote
+    | Watch
+    | WatchLease
+    | Report
 )
 
 _encoder = msgspec.msgpack.Encoder()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ges.core import BrokerCore, ToClient
+from ges.core import BrokerCore, Notice, ToClient
 from ges.core.replicator import WINDOW_BYTES
 from ges.durable.profiles import MAX_SESSION_SUBS
 from ges.durable.store import MemorySessionStore
@@ -47,6 +47,8 @@ class Rig:
         self.core = BrokerCore(topology, "r", incarnation=1, reliable=True, sessions=self.store)
         self.rep = self.core.replicator
         self.now = 0.0
+        #: the lines the core logged
+        self.notices: list[str] = []
         self.seq = 0
         self.core.client_open(PUB, "pub")
 
@@ -62,6 +64,8 @@ class Rig:
             out = queue.pop(0)
             if type(out) is ToClient and out.conn < 0:
                 queue += self.rep.own(out.conn, out.msg, self.now)
+            elif type(out) is Notice:
+                self.notices.append(out.text)
             else:
                 rest.append(out)
         return rest
@@ -250,6 +254,19 @@ def test_a_takeover_resumes_after_the_acknowledged_epoch(rig):
     assert (got.start, got.backlog) == (2, 3)
     # nothing acknowledged is sent again; what was sent but not acknowledged is
     assert sent_epochs(outs, 2) == [3, 4, 5]
+
+
+def test_each_open_logs_where_the_client_is_and_what_it_has_to_catch_up(rig):
+    """The line a watcher sees (ges monitor's event log): a move names both brokers."""
+    rig.open(1)
+    assert rig.notices[-1] == "durable session alice: opened at r, 0 to replay"
+    rig.publish(3)
+    rig.ack(1, 3)
+    rig.rep.follower_closed(1, rig.now)
+    rig.publish(1200)
+    msg = m.SessionOpen("alice", None, owner="alice", at="b19")
+    rig.feed(rig.rep.open(2, msg, rig.now, WALL))
+    assert rig.notices[-1] == "durable session alice: r -> b19, 1,200 to replay"
 
 
 def test_a_client_presenting_its_epoch_and_the_stores_id_resumes_after_it(rig):

@@ -1,0 +1,202 @@
+"""Watching a network through one broker: every broker reports to the brokers clients watch at.
+
+Theory of operation
+-------------------
+A client (``ges monitor``) sends :class:`~ges.wire.messages.Watch` to any broker, which
+becomes a *root*: it floods a :class:`~ges.wire.messages.WatchLease` (its id, a sequence
+number, the interval its watchers asked for, a time to live) over its links, and every broker
+passes on each lease newer than the last it had from that root, once, to its other links — so a
+lease reaches every broker that is connected to the root, whatever links are down, for about
+two frames per link. While it holds a live lease a broker sends a
+:class:`~ges.wire.messages.Report` every interval (the shortest any live root asked for) to each
+root: its counters and the lines it logged since its last report, relayed hop by hop as nacks
+and hand-overs are (ges.core.unicast). A root passes the reports meant for it, its own among
+them, to its watching clients as they are. It renews its lease every third of the time to
+live while it has watchers; once they are gone its lease runs out and the reports stop.
+
+What it costs a broker: one report per interval per root, a few relays of other brokers'
+reports along shortest paths, and a lease every few seconds — instead of a connection and a
+request per broker per interval from wherever the monitor runs. A broker that does not report
+is seen as silent by the watcher (ges.monitor), which is all a watcher can know of a broker
+it cannot reach.
+
+Bounds: roots are brokers of the topology (a lease naming another is a protocol error), so at
+most one lease per broker is kept; the interval and time to live a lease asks for are
+clamped to :data:`MIN_INTERVAL`–:data:`MAX_INTERVAL` and at most :data:`MAX_TTL`; the lines
+of one report are at most :data:`MAX_LINES`, each cut to :data:`MAX_LINE_CHARS` (the rest are
+counted as ``missed``); a watcher's reports go through its connection's queue, whose bound
+in bytes cuts a watcher that does not read as any slow consumer.
+
+The counters come from ``stats`` and the lines from ``lines`` — callables the driver sets
+(the trio runtime's counters include its own, and it keeps the log's lines); by default the
+core's own counters and no lines. No clock is read here: ``now`` comes in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import attrs
+
+from ges.core.outputs import ProtocolError, ToClient, ToPeer, hop
+from ges.core.part import Part
+from ges.wire import messages as m
+
+#: The shortest and longest report interval a watcher may ask for, in seconds.
+MIN_INTERVAL = 0.25
+MAX_INTERVAL = 60.0
+#: A lease lives this many report intervals (at least MIN_TTL seconds), and is renewed every
+#: third of that while the root has watchers.
+TTL_INTERVALS = 6
+MIN_TTL = 6.0
+MAX_TTL = 6 * MAX_INTERVAL
+#: Clients watching at one broker.
+MAX_WATCHERS = 64
+#: Lines one report carries, and characters kept of each.
+MAX_LINES = 64
+MAX_LINE_CHARS = 400
+
+
+@attrs.define
+class Lease:
+    #: (the root's incarnation, its sequence number): a later one replaces an earlier one
+    seq: tuple[int, int]
+    interval: float
+    expires: float
+
+
+def clamp_interval(interval: float) -> float:
+    if not math.isfinite(interval):
+        return MAX_INTERVAL
+    return min(MAX_INTERVAL, max(MIN_INTERVAL, interval))
+
+
+class Watching(Part):
+    """The roots this broker reports to, and the clients watching here (module docstring)."""
+
+    def __init__(self, core):
+        super().__init__(core)
+        #: root broker -> the newest lease from it
+        self.leases: dict[str, Lease] = {}
+        #: client connection -> the interval it asked for
+        self.watchers: dict[int, float] = {}
+        self._seq = 0
+        self._renew_at = float("inf")
+        self._report_at = float("inf")
+        #: the counters and the lines logged since the last call (set by the driver)
+        self.stats: Callable[[], m.Stats] = core.stats
+        self.lines: Callable[[], tuple[list[m.LogLine], int]] = lambda: ([], 0)
+        #: reports sent and relayed, leases passed on (Stats does not count them apart)
+        self.sent = 0
+
+    # -- the watchers at this broker -----------------------------------------------------------
+
+    def watch(self, conn: int, msg: m.Watch, now: float) -> list:
+        if self.router is None:
+            why = "watching needs content routing (this network floods): ges monitor --poll"
+            return [ToClient(conn, m.Error(why))]
+        if conn not in self.watchers and len(self.watchers) >= MAX_WATCHERS:
+            return [ToClient(conn, m.Error(f"{MAX_WATCHERS} clients watch here already"))]
+        self.watchers[conn] = clamp_interval(msg.interval)
+        return self._renew(now)
+
+    def unwatch(self, conn: int) -> None:
+        self.watchers.pop(conn, None)
+        if not self.watchers:
+            self._renew_at = float("inf")  # the lease runs out; the reports stop
+
+    def _renew(self, now: float) -> list:
+        """A new lease from this broker, kept here and flooded to every link."""
+        interval = min(self.watchers.values())
+        ttl = max(MIN_TTL, TTL_INTERVALS * interval)
+        self._seq += 1
+        lease = m.WatchLease(self.id, self.core.incarnation, self._seq, interval, ttl)
+        self._renew_at = now + ttl / 3
+        return self._take(lease, now) + [ToPeer(p, lease) for p in sorted(self.links_up)]
+
+    # -- leases --------------------------------------------------------------------------------
+
+    def on_lease(self, peer: str, msg: m.WatchLease, now: float) -> list:
+        if msg.root not in self.topology.brokers:
+            raise ProtocolError(f"a watch lease from unknown broker {msg.root!r}")
+        known = self.leases.get(msg.root)
+        if msg.root == self.id or (known is not None and (msg.incarnation, msg.seq) <= known.seq):
+            return []  # seen (or this broker's own, come round)
+        self.sent += 1
+        return self._take(msg, now) + [ToPeer(p, msg) for p in sorted(self.links_up) if p != peer]
+
+    def _take(self, msg: m.WatchLease, now: float) -> list:
+        interval = clamp_interval(msg.interval)
+        ttl = min(MAX_TTL, max(0.0, msg.ttl)) if math.isfinite(msg.ttl) else 0.0
+        fresh = not self._live(now)
+        self.leases[msg.root] = Lease((msg.incarnation, msg.seq), interval, now + ttl)
+        if fresh:  # the first report goes now: the watcher sees this broker at once
+            self._report_at = now
+        else:
+            self._report_at = min(self._report_at, now + interval)
+        return []
+
+    def leases_for(self, peer: str, now: float) -> list:
+        """The live leases, for a link that just came up (a broker that restarted learns that
+        it is watched at once, not at the next renewal)."""
+        return [
+            ToPeer(peer, m.WatchLease(root, *lease.seq, lease.interval, lease.expires - now))
+            for root, lease in sorted(self.leases.items())
+            if lease.expires > now and root != peer
+        ]
+
+    def _live(self, now: float) -> list[str]:
+        return [root for root, lease in self.leases.items() if lease.expires > now]
+
+    # -- reports -------------------------------------------------------------------------------
+
+    def on_timer(self, now: float) -> list:
+        out: list = []
+        if now >= self._renew_at and self.watchers:
+            out += self._renew(now)
+        if now >= self._report_at:
+            out += self._report(now)
+        return out
+
+    def next_deadline(self) -> float:
+        return min(self._renew_at, self._report_at)
+
+    def _report(self, now: float) -> list:
+        for root in [r for r, lease in self.leases.items() if lease.expires <= now]:
+            del self.leases[root]
+        if not self.leases:
+            self._report_at = float("inf")
+            self.lines()  # what was logged meanwhile is not for a later watcher
+            return []
+        self._report_at = now + min(lease.interval for lease in self.leases.values())
+        stats = self.stats()
+        lines, missed = self.lines()
+        if len(lines) > MAX_LINES:
+            missed += len(lines) - MAX_LINES
+            lines = lines[-MAX_LINES:]
+        lines = [
+            ln
+            if len(ln.text) <= MAX_LINE_CHARS
+            else m.LogLine(ln.at, ln.level, ln.text[:MAX_LINE_CHARS] + "…")
+            for ln in lines
+        ]
+        out: list = []
+        for root in sorted(self.leases):
+            report = m.Report(root, stats, lines, missed)
+            out += self.on_report(report, now)
+        return out
+
+    def on_report(self, msg: m.Report, now: float) -> list:
+        """A report: to this broker's watchers if it is the root it is for, else a hop on."""
+        if self.router is None:
+            raise ProtocolError("a report, but this broker floods (nobody watches through it)")
+        self.unicast.check(msg.to, msg.detour)
+        if msg.stats.broker not in self.topology.brokers:
+            raise ProtocolError(f"a report of unknown broker {msg.stats.broker!r}")
+        if msg.to != self.id:
+            self.sent += 1
+            return self.unicast.relay(msg.to, msg.detour, msg.hops, lambda h, d: hop(msg, h, d))
+        if msg.hops:  # as it left its broker
+            msg = hop(msg, 0, [])
+        return [ToClient(conn, msg) for conn in self.watchers]
