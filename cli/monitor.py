@@ -21,6 +21,7 @@ from cli._common import (
     out,
     write_out,
 )
+from ges.core.watch import MAX_INTERVAL, MIN_INTERVAL
 from ges.errors import OperationError, UserInputError
 from ges.monitor.live import REFRESH, Monitor
 from ges.runtime.up import stop_on_signals
@@ -39,7 +40,19 @@ def monitor(
         "when the output is not a terminal).",
     ),
     interval: float = typer.Option(
-        REFRESH, "--interval", "-i", help="Seconds between two rounds of reports."
+        REFRESH, "--interval", "-i", help="Seconds between two reports of each broker."
+    ),
+    broker: str = typer.Option(
+        None,
+        "--broker",
+        "-b",
+        help="Watch through this broker (default: the first of the topology that answers).",
+    ),
+    poll: bool = typer.Option(
+        False,
+        "--poll",
+        help="Ask every broker for its counters each interval instead of watching through "
+        "one (no lines logged by the brokers then).",
     ),
     client: str = CLIENT_AS,
     certs: Path = CERTS,
@@ -56,19 +69,38 @@ def monitor(
     open and close everything, ? shows the keys, q quits. --plain (or output that is not a
     terminal) draws a refreshing tree instead; Ctrl-C stops it.
 
-    Every broker of the topology is asked for its counters once per interval.
+    It watches through one broker (--broker, or the first that answers): every broker of the
+    network reports to that one each interval — its counters and the lines it logged — and
+    it passes the reports on. --poll asks every broker instead.
     """
     one_line_errors(_monitor)(
-        topology_file, once, as_json, interval, client, certs, insecure, plain
+        topology_file, once, as_json, interval, client, certs, insecure, plain, broker, poll
     )
 
 
-def _monitor(topology_file, once, as_json, interval, client, certs, insecure, plain=False) -> None:
-    if not interval > 0:
-        raise UserInputError(f"--interval {interval}: must be > 0")
+def _monitor(
+    topology_file,
+    once,
+    as_json,
+    interval,
+    client,
+    certs,
+    insecure,
+    plain=False,
+    broker=None,
+    poll=False,
+) -> None:
+    if not MIN_INTERVAL <= interval <= MAX_INTERVAL:
+        raise UserInputError(
+            f"--interval {interval:g}: must be from {MIN_INTERVAL:g} to {MAX_INTERVAL:g} s"
+        )
     if as_json and not once:
         raise UserInputError("--json: only with --once (one JSON object)")
     topology = load_topology(topology_file)
+    if broker is not None and broker not in topology.brokers:
+        raise UserInputError(f"--broker {broker}: not a broker of {topology.name}")
+    if broker is not None and poll:
+        raise UserInputError("--broker: not with --poll (which asks every broker)")
     auth = client_auth(network_certs(topology, certs, insecure), client)
     monitor = Monitor(
         topology,
@@ -76,6 +108,8 @@ def _monitor(topology_file, once, as_json, interval, client, certs, insecure, pl
         refresh=interval,
         tls=auth.tls,
         client_id=auth.client_id or "monitor",
+        broker=broker,
+        poll=poll,
     )
     if not once:
         if plain or not sys.stdout.isatty():
@@ -85,20 +119,15 @@ def _monitor(topology_file, once, as_json, interval, client, certs, insecure, pl
 
             MonitorApp(monitor).run()
         return
-    trio.run(_rounds, monitor, 2)
+    trio.run(monitor.settle)
     if as_json:
-        write_out(sys.stdout, json.dumps(monitor.model.snapshot()) + "\n")
+        snapshot = monitor.model.snapshot()
+        snapshot["through"] = None if monitor.poll else monitor.through
+        write_out(sys.stdout, json.dumps(snapshot) + "\n")
     else:
         out.print(monitor.render())
     if not any(v.answering for v in monitor.model.brokers.values()):
         raise OperationError(f"no broker of {topology.name} answers")
-
-
-async def _rounds(monitor: Monitor, rounds: int) -> None:
-    for i in range(rounds):
-        if i:
-            await trio.sleep(monitor.refresh)
-        await monitor.poll_once()
 
 
 async def _live(monitor: Monitor) -> None:

@@ -56,6 +56,10 @@ WINDOW_BYTES = 4 * 1024 * 1024
 #: consumer).
 SUBSCRIPTION_BUFFER_BYTES = 64 * 1024 * 1024
 CONNECT_TIMEOUT = 5.0
+#: Reports of a watch (:meth:`Client.watch`) waiting to be taken: two rounds of a 1,024-broker
+#: network. A report is bounded (ges.core.watch: at most 64 lines of 400 characters beside its
+#: counters, a few hundred bytes without lines), so this is a bound in bytes too.
+MAX_REPORTS = 2048
 #: Seconds between keepalives: a broker disconnects a client it has heard nothing from for
 #: three of these (ges.runtime.broker.CLIENT_IDLE_TIMEOUT).
 KEEPALIVE = 10.0
@@ -194,6 +198,9 @@ class Client:
         self._answers: dict[int, list] = {}
         self._stats: deque[list] = deque()
         self._link_acks: deque[list] = deque()  # [trio.Event, LinkControlled | None], in order
+        #: reports of a watch (:meth:`watch`): where the reader puts them, and their channel
+        self._reports: trio.MemorySendChannel | None = None
+        self._reports_out: trio.MemoryReceiveChannel | None = None
         self._errors: list[str] = []
         #: the last Error was a refusal for want of permission
         self._denied = False
@@ -405,6 +412,18 @@ class Client:
         self._raise_if_closed()
         return waiter[1]
 
+    async def watch(self, interval: float) -> trio.MemoryReceiveChannel:
+        """Every broker's :class:`~ges.wire.messages.Report` each ``interval`` seconds, through
+        this broker (ges.core.watch), for as long as the connection lasts: the channel ends
+        with it (``closed_reason`` says why — a refusal, say: watching is an operator's
+        request). At most MAX_REPORTS wait in the channel; while it is full this client reads
+        nothing more, and the broker in time cuts it as a slow consumer."""
+        self._raise_if_closed()
+        if self._reports is None:
+            self._reports, self._reports_out = trio.open_memory_channel(MAX_REPORTS)
+        await self._send(m.Watch(interval))
+        return self._reports_out
+
     # -- administration ----------------------------------------------------------------------
 
     async def link(self, peer: str, *, up: bool) -> bool:
@@ -536,6 +555,10 @@ class Client:
                             waiter = self._stats.popleft()
                             waiter[1] = msg
                             waiter[0].set()
+                    elif kind is m.Report:
+                        if self._reports is not None:
+                            with suppress(trio.ClosedResourceError):
+                                await self._reports.send(msg)
                     elif kind is m.LinkControlled:
                         if self._link_acks:
                             waiter = self._link_acks.popleft()
@@ -575,6 +598,8 @@ class Client:
             waiter[0].set()
         for sub in [*self._subs.values(), *self._sessions.values()]:
             sub._send.close()
+        if self._reports is not None:
+            self._reports.close()
         self.conn.close(reason)
 
 

@@ -44,7 +44,7 @@ from ges.core.part import Part
 from ges.wire import messages as m
 
 #: The shortest and longest report interval a watcher may ask for, in seconds.
-MIN_INTERVAL = 0.25
+MIN_INTERVAL = 0.1
 MAX_INTERVAL = 60.0
 #: A lease lives this many report intervals (at least MIN_TTL seconds), and is renewed every
 #: third of that while the root has watchers.
@@ -133,6 +133,7 @@ class Watching(Part):
         self.leases[msg.root] = Lease((msg.incarnation, msg.seq), interval, now + ttl)
         if fresh:  # the first report goes now: the watcher sees this broker at once
             self._report_at = now
+            self.lines()  # lines logged while nobody watched are not reported
         else:
             self._report_at = min(self._report_at, now + interval)
         return []
@@ -167,7 +168,6 @@ class Watching(Part):
             del self.leases[root]
         if not self.leases:
             self._report_at = float("inf")
-            self.lines()  # what was logged meanwhile is not for a later watcher
             return []
         self._report_at = now + min(lease.interval for lease in self.leases.values())
         stats = self.stats()

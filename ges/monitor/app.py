@@ -13,6 +13,7 @@ the application's thread.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import trio
@@ -23,6 +24,7 @@ from textual.containers import Horizontal
 from textual.widgets import Footer, Input, RichLog, Static, Tree
 from textual.worker import get_current_worker
 
+from ges.errors import OperationError
 from ges.monitor.live import Monitor
 from ges.monitor.model import HEALTH_RANK, LINK_UP, OK, NetworkModel, Unit
 from ges.monitor.tree import HEALTH_STYLE, rate
@@ -166,6 +168,7 @@ class MonitorApp(App):
         self.nodes: dict = {}  # ("unit", path) or ("broker", id) -> its TreeNode
         self._opened: set = set()  # the units the user has open
         self._logged = 0  # the model's entries shown (NetworkModel.logged)
+        self._sick_opened: set = set()  # units opened because they were not healthy
 
     # -- layout ----------------------------------------------------------------------------------
 
@@ -178,7 +181,7 @@ class MonitorApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = self.model.topology.name
+        self.sub_title = self._title()
         small = len(self.model.brokers) <= OPEN_ALL_BROKERS
         self._opened = {u.path for u in self.model.units.values() if small or len(u.path) <= 1}
         self._rebuild()
@@ -270,41 +273,71 @@ class MonitorApp(App):
     # -- reports ---------------------------------------------------------------------------------
 
     def _poll_thread(self) -> None:
-        """The worker thread: trio, asking every broker once per refresh."""
+        """The worker thread: trio, feeding what the brokers say to the application's thread
+        in batches (Monitor.feed)."""
         worker = get_current_worker()
 
-        async def rounds() -> None:
-            while not worker.is_cancelled:
-                answers = await self.monitor.collect()
-                if worker.is_cancelled:
-                    return
-                try:
-                    self.call_from_thread(self.take, answers)
-                except RuntimeError:  # the application has stopped meanwhile
-                    return
-                # short sleeps: a cancelled worker (the app quitting) stops within 0.1 s
-                end = trio.current_time() + self.monitor.refresh
-                while not worker.is_cancelled and trio.current_time() < end:
-                    await trio.sleep(min(0.1, self.monitor.refresh))
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
 
-        trio.run(rounds)
+                def hand_over(batch) -> None:
+                    if worker.is_cancelled:
+                        nursery.cancel_scope.cancel()
+                        return
+                    try:
+                        self.call_from_thread(self.take, batch)
+                    except RuntimeError:  # the application has stopped meanwhile
+                        nursery.cancel_scope.cancel()
 
-    def take(self, answers) -> None:
-        """One round's answers (on the application's thread)."""
-        self.monitor.apply(answers)
-        self.rounds += 1
-        if self.rounds == 2 and len(self.model.brokers) > OPEN_ALL_BROKERS:
-            # a large network: open the units that are not healthy
+                async def feed() -> None:
+                    try:
+                        await self.monitor.feed(hand_over)
+                    except OperationError as exc:  # refused: said, and the view stays
+                        with contextlib.suppress(RuntimeError):
+                            self.call_from_thread(self.failed, str(exc))
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(feed)
+                while not worker.is_cancelled:  # the app quitting stops it within 0.1 s
+                    await trio.sleep(0.1)
+                nursery.cancel_scope.cancel()
+
+        trio.run(main)
+
+    def failed(self, why: str) -> None:
+        """The monitor cannot watch (on the application's thread)."""
+        self.model.note("warning", f"error: {why}", self.model.log[-1].at if self.model.log else 0)
+        self.sub_title = f"{self.model.topology.name} — {why}"
+        self._write_log()
+
+    def take(self, batch) -> None:
+        """A batch of what the brokers said (on the application's thread)."""
+        self.monitor.apply(batch)
+        if batch.answers:
+            self.rounds += 1
+        heard = self.monitor.heard
+        if (
+            len(self.model.brokers) > OPEN_ALL_BROKERS
+            and heard
+            and (len(heard) == len(self.model.brokers) or self.rounds >= 8)
+        ):  # a large network, every broker heard: open the units that are not healthy, once
             for unit in self.model.units.values():
-                if self.model.health(unit) != OK and unit.path not in self._opened:
+                if self.model.health(unit) != OK and unit.path not in self._sick_opened:
+                    self._sick_opened.add(unit.path)
                     self._opened.add(unit.path)
                     node = self.nodes.get(("unit", unit.path))
                     if node is not None:
                         node.expand()
         if self.paused:
             return
+        self.sub_title = self._title()
         self._relabel()
         self._write_log()
+
+    def _title(self) -> str:
+        return f"{self.model.topology.name} — {self.monitor.source}" + (
+            " — paused" if self.paused else ""
+        )
 
     def _write_log(self) -> None:
         """The entries logged since the last call (the 50 newest, if more)."""
@@ -348,7 +381,7 @@ class MonitorApp(App):
 
     def action_pause(self) -> None:
         self.paused = not self.paused
-        self.sub_title = self.model.topology.name + (" — paused" if self.paused else "")
+        self.sub_title = self._title()
         if not self.paused:
             self._relabel()
             self._write_log()

@@ -157,6 +157,38 @@ class NetworkModel:
         self._log(said)
         return said
 
+    def lines(
+        self, broker: str, lines: list[m.LogLine], missed: int, now: float, wall: float
+    ) -> list[LogEntry]:
+        """Lines ``broker`` logged, reported at ``now`` (``wall``: the same moment on the
+        clock the lines' times are on): each at the moment it was logged, named by its
+        broker."""
+        said = [
+            LogEntry(min(now, now - (wall - ln.at)), ln.level, f"{broker}: {ln.text}")
+            for ln in lines
+        ]
+        if missed:
+            said.append(LogEntry(now, "warning", f"{broker}: {missed:,} more lines not shown"))
+        self._log(said)
+        return said
+
+    def silent(self, now: float, after: float, since: float) -> list[LogEntry]:
+        """Brokers that reported nothing for ``after`` seconds (or never, ``after`` seconds
+        into a watch that began at ``since``) count as not answering."""
+        said: list[LogEntry] = []
+        for broker, view in self.brokers.items():
+            if view.stats is not None and now - view.at > after:
+                said += self.unreachable(broker, f"no report for {now - view.at:.0f} s", now)
+            elif view.stats is None and view.error is None and now - since > after:
+                said += self.unreachable(broker, "has not reported", now)
+        return said
+
+    def note(self, level: str, text: str, now: float) -> LogEntry:
+        """A line of the watcher's own (where it watches through, a connection lost)."""
+        entry = LogEntry(now, level, text)
+        self._log([entry])
+        return entry
+
     def _log(self, said: list[LogEntry]) -> None:
         self.log.extend(said)
         self.logged += len(said)

@@ -185,15 +185,19 @@ def log_lines(model: NetworkModel, started: float, *, lines: int = LOG_LINES) ->
     return text
 
 
-def overview(model: NetworkModel, started: float, *, height: int | None = None) -> Group:
+def overview(
+    model: NetworkModel, started: float, *, height: int | None = None, source: str = ""
+) -> Group:
     """The tree, the legend, the links not up and the latest events; with ``height`` (a
     terminal's), the tree is closed down to what leaves room for the rest."""
     bad = sum(link.state != LINK_UP for link in model.links())
     rest = 1 + (1 if not bad else 4 + min(bad, MAX_LINKS)) + min(len(model.log), LOG_LINES) + 1
+    rest += 1 if source else 0
     tree_lines = None if height is None else max(4, height - rest)
     parts = [
         network_tree(model, max_lines=tree_lines),
         Text(LEGEND, style="dim"),
+        *([Text(f"watching {source}", style="dim")] if source else []),
         links_table(model),
     ]
     if model.log:

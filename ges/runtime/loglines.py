@@ -55,4 +55,6 @@ class BrokerLog(logging.LoggerAdapter):
             except (TypeError, ValueError):
                 text = f"{msg} {args}"
             self.lines.add(level, text)
+        # the record names the broker's code that logged, not this frame
+        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1
         super().log(level, msg, *args, **kwargs)

@@ -49,7 +49,8 @@ def test_brokers_not_running_and_a_cut_link_show_in_health_links_and_log(diamond
     links = {(link["a"], link["b"]): link["state"] for link in snap["links"]}
     assert links == {("a", "b"): "up", ("a", "c"): "cut", ("b", "d"): "down", ("c", "d"): "down"}
     d = brokers_of(net)["d"]
-    assert not d["answering"] and "cannot reach broker" in d["error"]
+    assert not d["answering"] and "cannot reach broker" in d["error"]  # asked directly
+    assert snap["through"] == "a"  # the first broker of the topology that answers
     assert any(e["text"].startswith("d does not answer") for e in snap["log"])
     assert text.exit_code == 0, text.stderr
     assert "split" in text.stdout and "a–c" in text.stdout and "cut" in text.stdout
@@ -63,4 +64,6 @@ def test_no_broker_answering_and_bad_options_are_one_line_each(diamond_file):
     assert result.exit_code != 0
     assert "--json: only with --once" in one_error_line(result)
     result = ges("monitor", diamond_file, "--once", "--interval", "0", "--insecure")
-    assert "--interval 0.0: must be > 0" in one_error_line(result)
+    assert "--interval 0: must be from 0.1 to 60 s" in one_error_line(result)
+    result = ges("monitor", diamond_file, "--once", "--broker", "zz", "--insecure")
+    assert one_error_line(result) == "error: --broker zz: not a broker of diamond"

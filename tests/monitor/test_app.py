@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from cli.main import app as ges_app
 from ges.monitor.app import MonitorApp
-from ges.monitor.live import Monitor
+from ges.monitor.live import Batch, Monitor
 from ges.monitor.model import NetworkModel
 from ges.topology import Topology
 from tests.cli.test_link import running
@@ -89,7 +89,9 @@ def test_a_broker_not_running_shows_down_and_sort_filter_and_pause_do_what_they_
             assert str(app.nodes[("broker", "d")].label) == "d down"
             c2 = str(app.nodes[("unit", ("S", "c2"))].label)
             assert c2.startswith("c2 some down 1/2")
-            assert "d does not answer" in log_text(app)
+            # no report from it: it counts as not answering after three intervals (at least 3 s)
+            said = "d does not answer: has not reported"
+            await until(pilot, "d silent", lambda: said in log_text(app))
 
             await pilot.press("s", "s")  # name → rate → health: the unhealthy unit first
             assert app.sort == "health"
@@ -123,16 +125,17 @@ def test_a_broker_not_running_shows_down_and_sort_filter_and_pause_do_what_they_
 def test_the_event_log_pane_goes_on_after_the_models_log_is_full(tmp_path):
     """The model keeps its last few entries; the pane still shows each new one."""
     topology = Topology.from_yaml(diamond(tmp_path))
-    monitor = Monitor(topology)
+    monitor = Monitor(topology, poll=True)
     monitor.model = NetworkModel(topology, log_entries=3)
 
     async def scenario() -> None:
         app = MonitorApp(monitor, poll=False)
         async with app.run_test(size=(100, 30)) as pilot:
             for i in range(10):  # a broker going away and coming back: two entries a round
-                app.take([("a", "refused", float(2 * i))])
+                app.take(Batch(2.0 * i, [("a", "refused", 2.0 * i)]))
                 up = list(topology.neighbours["a"])
-                app.take([("a", stats("a", links_up=up, links_expected=len(up)), 2 * i + 1.0)])
+                answer = stats("a", links_up=up, links_expected=len(up))
+                app.take(Batch(2 * i + 1.0, [("a", answer, 2 * i + 1.0)]))
                 await pilot.pause()
             shown = log_text(app).splitlines()
             assert len(shown) == app.model.logged > 20  # every entry, not only the last 3
