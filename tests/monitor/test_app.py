@@ -1,18 +1,21 @@
 """``ges monitor``'s interactive view driven headless by Textual's pilot against real brokers
 (over TCP, in a thread of the test): keys expand and collapse a unit and select a broker, a link
 cut with ``ges link down`` shows as cut in the detail and in the event log, a broker stopped
-shows down, and sort, filter and pause do what they say."""
+shows down, a client roaming shows in the event log, and sort, filter and pause do what they
+say."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
+import trio
 import yaml
 from textual.widgets import RichLog, Static, Tree
 from typer.testing import CliRunner
 
 from cli.main import app as ges_app
+from ges.client import DurableSession
 from ges.monitor.app import MonitorApp
 from ges.monitor.live import Batch, Monitor
 from ges.monitor.model import NetworkModel
@@ -20,6 +23,7 @@ from ges.topology import Topology
 from tests.cli.test_link import running
 from tests.conftest import DIAMOND, on_free_ports
 from tests.monitor.test_live import stats
+from tests.runtime.test_sessions import EVERYTHING, REPLICATED, publish
 
 
 def diamond(tmp_path):
@@ -142,3 +146,35 @@ def test_the_event_log_pane_goes_on_after_the_models_log_is_full(tmp_path):
             assert shown[-1].endswith("a answers again")
 
     asyncio.run(scenario())
+
+
+def test_a_client_roaming_between_brokers_shows_in_the_event_log(tmp_path):
+    """Durable session alice opens at d, leaves, misses events and resumes at b: the line its
+    replicator logs comes to the view in that broker's report."""
+    path = tmp_path / "replicated.yaml"
+    path.write_text(yaml.safe_dump(on_free_ports(REPLICATED)))
+    topology = Topology.from_yaml(path)
+
+    async def roam() -> None:
+        s = DurableSession(topology, "alice", "d", EVERYTHING)
+        async with s.running():
+            with trio.fail_after(10):
+                while not s.moves:
+                    await trio.sleep(0.02)
+        await publish(topology, "a", 0, 12)
+        again = DurableSession(topology, "alice", "b", None)
+        async with again.running():
+            with trio.fail_after(10):
+                while not again.moves:
+                    await trio.sleep(0.02)
+
+    async def scenario() -> None:
+        app = MonitorApp(Monitor(topology, refresh=0.2))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(pilot, "two rounds", lambda: app.rounds >= 2)
+            await asyncio.to_thread(trio.run, roam)
+            said = "c: durable session alice: d -> b, 12 to replay"
+            await until(pilot, "the roam in the log pane", lambda: said in log_text(app))
+
+    with running(path):
+        asyncio.run(scenario())
