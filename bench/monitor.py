@@ -4,15 +4,18 @@ network unwatched, in the same run.
     python bench/monitor.py [--quick] [--json] [--topology T.yaml] [--seconds S] [--interval I]
 
 ``ges up T --no-live --insecure`` (embedded: every broker in one process, on free ports) runs
-the topology — by default ``topologies/generated-512.yaml``, 512 brokers. Then, alternately:
+the topology — by default ``topologies/generated-512.yaml``, 512 brokers. Then, in turn:
 
 1. **unwatched**: nothing but the network for S seconds;
-2. **watched**: ``ges monitor T --plain --interval I`` (its output to /dev/null) for S seconds.
+2. **watched**: ``ges monitor T --plain --interval I`` (its output to /dev/null) for S seconds —
+   watching through one broker, to which every broker reports each interval (ges.core.watch);
+3. **polled**: the same with ``--poll``, which asks every broker each interval over a
+   connection of its own (how ``ges monitor`` worked before it watched through one broker).
 
 Per phase: the brokers' CPU (the ``ges up`` process, % of one core), the monitor's CPU, and the
 frames the brokers received and sent per second (their ``frames_in``/``frames_out`` counters,
 read from every broker before and after the phase — that reading is outside both phases). The
-ratio is watched ÷ unwatched, from the same run. ``--quick``: 128 brokers
+ratios are watched ÷ unwatched and polled ÷ unwatched, from the same run. ``--quick``: 128 brokers
 (``ges.topology.generate``, 2·4·4·4, on free ports), 10 s phases.
 
 Nothing here asserts a timing. Exit 0 when every phase ran; 1 otherwise; 2 for a bad flag.
@@ -44,6 +47,7 @@ from ges.topology import Topology  # noqa: E402
 from ges.topology.generate import generate  # noqa: E402
 
 GES = [sys.executable, "-m", "cli.main"]
+KINDS = ("unwatched", "watched", "polled")
 READY_SECONDS = 600
 
 
@@ -77,13 +81,15 @@ def frames(topology: Topology) -> tuple[int, int]:
     return trio.run(main)
 
 
-def phase(up_pid: int, topology: Topology, path: Path, seconds: float, interval: float | None):
-    """One phase, watched when ``interval`` is given; its figures."""
+def phase(up_pid: int, topology: Topology, path: Path, seconds: float, interval: float, kind: str):
+    """One phase of ``kind`` (unwatched, watched, polled); its figures."""
     f0 = frames(topology)
     monitor = None
-    if interval is not None:
+    if kind != "unwatched":
+        how = ["--poll"] if kind == "polled" else []
         monitor = subprocess.Popen(
-            [*GES, "monitor", str(path), "--plain", "--interval", str(interval), "--insecure"],
+            [*GES, "monitor", str(path), "--plain", "--interval", str(interval), "--insecure"]
+            + how,
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -141,7 +147,7 @@ def main() -> int:
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    phases: dict[str, list] = {"unwatched": [], "watched": []}
+    phases: dict[str, list] = {kind: [] for kind in KINDS}
     try:
         line = up.stdout.readline()
         if not line.startswith("ready:"):
@@ -149,10 +155,9 @@ def main() -> int:
             return 1
         time.sleep(5)  # let the start-up's traffic settle
         for r in range(rounds):
-            for kind in ("unwatched", "watched"):
+            for kind in KINDS:
                 console.print(f"round {r + 1}: {kind} for {seconds:g} s …")
-                interval = args.interval if kind == "watched" else None
-                phases[kind].append(phase(up.pid, topology, path, seconds, interval))
+                phases[kind].append(phase(up.pid, topology, path, seconds, args.interval, kind))
     finally:
         up.send_signal(signal.SIGINT)
         try:
@@ -172,19 +177,21 @@ def main() -> int:
         "interval": args.interval,
         "phases": phases,
         "median": {k: {r: median(k, r) for r in rows} for k in phases},
-        "monitor_cpu_percent": median("watched", "monitor_cpu_percent"),
+        "monitor_cpu_percent": {k: median(k, "monitor_cpu_percent") for k in KINDS[1:]},
     }
     report["ratio"] = {
-        r: round(median("watched", r) / median("unwatched", r), 2)
-        if median("unwatched", r)
-        else None
-        for r in rows
+        k: {
+            r: round(median(k, r) / median("unwatched", r), 2) if median("unwatched", r) else None
+            for r in rows
+        }
+        for k in KINDS[1:]
     }
     table = Table(
         title=f"ges monitor on {n} brokers (embedded), interval {args.interval:g} s, "
         f"median of {rounds} × {seconds:g} s"
     )
-    for col in ("measure", "unwatched", "watched", "watched ÷ unwatched"):
+    columns = ("measure", "unwatched", "watched", "polled", "watched ÷ un", "polled ÷ un")
+    for col in columns:
         table.add_column(col, justify="left" if col == "measure" else "right")
     labels = {
         "brokers_cpu_percent": "brokers' CPU, % of a core",
@@ -192,15 +199,16 @@ def main() -> int:
         "frames_out_per_s": "frames out per s (all brokers)",
     }
     for r in rows:
-        ratio = report["ratio"][r]
+        ratios = [report["ratio"][k][r] for k in KINDS[1:]]
         table.add_row(
             labels[r],
-            f"{median('unwatched', r):,.1f}",
-            f"{median('watched', r):,.1f}",
-            f"{ratio:.2f}×" if ratio is not None else "—",
+            *(f"{median(k, r):,.1f}" for k in KINDS),
+            *(f"{x:.2f}×" if x is not None else "—" for x in ratios),
         )
     table.add_row(
-        "the monitor's own CPU, % of a core", "—", f"{report['monitor_cpu_percent']:,.1f}"
+        "the monitor's own CPU, % of a core",
+        "—",
+        *(f"{report['monitor_cpu_percent'][k]:,.1f}" for k in KINDS[1:]),
     )
     console.print(table)
     if args.json:
