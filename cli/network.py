@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import sys
 from pathlib import Path
 
 import trio
@@ -49,9 +51,13 @@ def _check_log_level(level: str) -> str:
     return level.lower()
 
 
-def _setup_logging(level: str, *, console=None) -> None:
+def _setup_logging(level: str, *, console=None, file: Path | None = None) -> None:
     level = _check_log_level(level)
-    handler = RichHandler(console=console or err, show_path=False, rich_tracebacks=False)
+    if file is not None:
+        handler = logging.FileHandler(file)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    else:
+        handler = RichHandler(console=console or err, show_path=False, rich_tracebacks=False)
     logging.basicConfig(
         level=level.upper(), handlers=[handler], format="%(name)s: %(message)s", force=True
     )
@@ -111,6 +117,12 @@ def up(
     no_live: bool = typer.Option(
         False, "--no-live", help="No live view; just a readiness line and logs."
     ),
+    plain: bool = typer.Option(
+        False,
+        "--plain",
+        help="The live view as a refreshing tree above the logs, instead of the interactive "
+        "view (the default when the output is not a terminal).",
+    ),
     ready_timeout: float = typer.Option(
         120.0, "--ready-timeout", help="Seconds to wait for every link."
     ),
@@ -150,6 +162,7 @@ def up(
         certs,
         insecure,
         metrics_port,
+        plain,
     )
 
 
@@ -198,6 +211,7 @@ def _up(
     certs=None,
     insecure=False,
     metrics_port=None,
+    plain=False,
 ) -> None:
     log_level = _check_log_level(log_level)
     _check_max_clients(max_clients)
@@ -210,10 +224,15 @@ def _up(
     # on one host, the first start makes the network's certificates (as `ges certs init`)
     cert_dir = network_certs(topology, certs, insecure, data_dir=data_dir, make=True)
     tls = client_auth(cert_dir).tls  # ges up's own polls, as the operator
-    # with the live view on, logs print above it through the same console
-    _setup_logging(log_level, console=err if no_live else out)
     network = Network(topology=topology, processes=processes, data_dir=data_dir)
-    trio.run(
+    interactive = not no_live and not plain and out.is_terminal and sys.stdin.isatty()
+    if interactive:  # the interactive view owns the terminal: logs go to a file
+        log_file = Path(data_dir) / "logs" / "up.log"
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        _setup_logging(log_level, file=log_file)
+    else:  # with the plain live view on, logs print above it through the same console
+        _setup_logging(log_level, console=err if no_live else out)
+    run = functools.partial(
         _run_up,
         topology,
         topology_file,
@@ -233,6 +252,12 @@ def _up(
         tls,
         metrics_port,
     )
+    if not interactive:
+        trio.run(run)
+        return
+    from cli.up_view import up_with_view  # Textual: only for the interactive view
+
+    up_with_view(run, Monitor(topology, tls=tls, client_id="up"), log_file)
 
 
 async def _run_up(
@@ -247,13 +272,20 @@ async def _run_up(
     options: dict,
     tls=None,
     metrics_port=None,
+    *,
+    beside=None,
 ):
     """``options``: the keyword options every broker gets (strict_log, record_dir, …);
-    ``tls``: what this process polls the brokers with."""
+    ``tls``: what this process polls the brokers with. ``beside``: the network runs in a
+    thread beside the interactive view (cli.up_view), which stops it: called with the
+    nursery's cancel scope at the start, and with None once the network is ready."""
     supervisor = None
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(stop_on_signals, nursery.cancel_scope)
+            if beside is None:
+                nursery.start_soon(stop_on_signals, nursery.cancel_scope)
+            else:
+                beside(nursery.cancel_scope)
             mode = "processes" if network.processes else "embedded"
             if routing != "content":
                 mode += f", {routing} routing"
@@ -306,8 +338,10 @@ async def _run_up(
                 highlight=False,
                 soft_wrap=True,
             )
-            if not no_live:
-                nursery.start_soon(Monitor(topology, console=out, tls=tls).run)
+            if beside is not None:
+                beside(None)
+            elif not no_live:
+                nursery.start_soon(Monitor(topology, console=out, tls=tls, client_id="up").run)
     finally:
         if supervisor is not None:
             with trio.CancelScope(shield=True):
@@ -384,6 +418,7 @@ def _broker(
     certs=None,
     insecure=False,
     metrics_port=None,
+    plain=False,
 ) -> None:
     log_level = _check_log_level(log_level)
     _check_max_clients(max_clients)

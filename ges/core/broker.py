@@ -461,6 +461,12 @@ class BrokerCore:
             log_released=0 if self.log is None else self.log.released(),
             forged=c["forged"],
             sessions=0 if self.replicator is None else len(self.replicator.sessions),
+            nacks_sent=c["nacks_sent"],
+            nacks_answered=c["nacks_answered"],
+            recovered=c["recovered"],
+            lost=c["lost"],
+            session_events=0 if self.replicator is None else self.replicator.held_total,
+            session_epoch=0 if self.replicator is None else self.replicator.store.last,
         )
 
 

@@ -494,6 +494,11 @@ class Replicator(HandOver, Taking, ReadBack, Part):
             q = self._uncommitted[pubend] = deque()
         q.append((epoch, tick))
 
+    @property
+    def held_total(self) -> int:
+        """Events held for the sessions, each counted once per session it is held for."""
+        return sum(live.held for live in self.sessions.values())
+
     def floor(self, pubend: str) -> int | None:
         """The highest tick of ``pubend`` this broker may acknowledge for its sessions (None:
         any): below what the store has not committed yet, and — after a restart, until the

@@ -113,17 +113,34 @@ def broker_detail(model: NetworkModel, broker: str, now_unix: float) -> Text:
         f"clients  {s.clients:,}  subs {s.subscriptions:,}  sessions {s.sessions:,}\n"
         f"per s    in {rate(v.rate_in)}  out {rate(v.rate_out)}  dlv {rate(v.rate_delivered)}\n"
         f"totals   in {s.events_in:,}  dlv {s.delivered:,}  dup {s.duplicates:,}\n"
+        f"queued   to clients {_bytes(s.queued_clients)}  to links {_bytes(s.queued_links)}\n"
         f"slow consumers {s.slow_consumers}   refused {s.clients_refused}\n"
-        f"log      held {s.log_held:,}  released {s.log_released:,}\n"
+        f"log      held {s.log_held:,}  released {s.log_released:,}  {_bytes(s.log_bytes)}\n"
+        f"nacks    sent {s.nacks_sent:,}  answered {s.nacks_answered:,}"
+        f"  recovered {s.recovered:,}  lost {s.lost:,}\n"
         f"profiles {s.profile_entries:,} entries\n"
-        "links\n"
     )
+    if s.sessions or s.session_epoch:
+        out.append(
+            f"replica  {s.sessions:,} sessions  {s.session_events:,} held"
+            f"  epoch {s.session_epoch:,}\n"
+        )
+    if s.latency_p50_us:
+        out.append(f"latency  p50 {s.latency_p50_us:,} µs  p99 {s.latency_p99_us:,} µs\n")
+    out.append("links\n")
     for peer in model.topology.neighbours[broker]:
         state = "cut" if peer in s.links_cut else "up" if peer in s.links_up else "down"
         level = model.topology.link_level(broker, peer)
         out.append(f"  {peer:<8} level {level}  ")
         out.append(state + "\n", style="green" if state == "up" else "red")
     return out
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
 
 
 def _duration(seconds: float) -> str:
@@ -147,6 +164,7 @@ class MonitorApp(App):
     """
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
         Binding("s", "sort", "sort"),
         Binding("slash", "filter", "filter"),
         Binding("escape", "clear_filter", "clear", show=False),

@@ -311,6 +311,17 @@ class NetworkModel:
                     "slow_consumers": s.slow_consumers,
                     "log_held": s.log_held,
                     "log_released": s.log_released,
+                    "log_bytes": s.log_bytes,
+                    "queued_clients": s.queued_clients,
+                    "queued_links": s.queued_links,
+                    "nacks_sent": s.nacks_sent,
+                    "nacks_answered": s.nacks_answered,
+                    "recovered": s.recovered,
+                    "lost": s.lost,
+                    "session_events": s.session_events,
+                    "session_epoch": s.session_epoch,
+                    "latency_p50_us": s.latency_p50_us,
+                    "latency_p99_us": s.latency_p99_us,
                 }
             return out
 

@@ -44,7 +44,7 @@ from ges.runtime.commits import commit_alone, log_task, sessions_task
 from ges.runtime.links import BACKOFF_FIRST, BACKOFF_MAX, Links
 from ges.runtime.loglines import BrokerLog, Lines
 from ges.runtime.notes import RateLimitedLog
-from ges.runtime.pubend_log import LogBounds, SqliteLog
+from ges.runtime.pubend_log import LogBounds, SqliteLog, size_on_disk
 from ges.runtime.recording import BrokerRecorder
 from ges.runtime.session_store import SqliteSessionStore
 from ges.runtime.sessions import SESSION_REQUESTS, SessionDesk
@@ -447,12 +447,18 @@ class BrokerServer:
     def stats(self) -> m.Stats:
         """The core's counters with the runtime's own (cut links, refusals, slow consumers):
         what a ``StatsRequest`` is answered, and what the metrics read (ges.runtime.metrics)."""
+        p50, p99 = (0, 0) if self.recorder is None else self.recorder.latency_us()
         return msgspec.structs.replace(
             self.core.stats(),
             links_cut=sorted(self._cut),
             slow_consumers=self.counters["slow_consumers"],
             clients_refused=self.counters["clients_refused"],
             requests_refused=self.counters["requests_refused"],
+            queued_clients=self._client_budget.used,
+            queued_links=sum(c.queued for c in self._peers.values()),
+            log_bytes=0 if self.pubend_log is None else size_on_disk(self.pubend_log.path),
+            latency_p50_us=p50,
+            latency_p99_us=p99,
         )
 
     async def _pump(self, conn: Connection, handle, client: int | None = None) -> None:

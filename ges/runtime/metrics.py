@@ -12,9 +12,7 @@ listener of a broker has: a request head of at most :data:`MAX_REQUEST_BYTES` wi
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 
 import trio
 from prometheus_client import CollectorRegistry, generate_latest
@@ -60,6 +58,10 @@ COUNTERS = (
         "Pubend log ticks released (every other broker acknowledged them).",
         "log_released",
     ),
+    ("nacks_sent", "Nacks sent for events missed (reliable delivery's repair).", "nacks_sent"),
+    ("nacks_answered", "Nacks answered from this broker's log or cache.", "nacks_answered"),
+    ("recovered", "Events recovered by nacks.", "recovered"),
+    ("lost", "Ticks reported lost (no log held them any more).", "lost"),
 )
 #: (name, help, Stats field) of the gauges read from the broker's Stats.
 GAUGES = (
@@ -69,6 +71,12 @@ GAUGES = (
     ("profile_entries", "Profile entries held for the units this broker keeps.", "profile_entries"),
     ("log_held", "Events this broker's pubend log holds.", "log_held"),
     ("sessions", "Durable sessions this broker's replicator holds.", "sessions"),
+    (
+        "session_events",
+        "Events the replicator holds for its sessions (once per session waiting for one).",
+        "session_events",
+    ),
+    ("session_epoch", "The last epoch the replicator's store numbered.", "session_epoch"),
 )
 
 
@@ -118,26 +126,18 @@ class BrokerCollector(Collector):
             for peer in server.core.neighbours:
                 up = 1 if peer in stats.links_up else 0
                 links_up.add_metric([*at, peer, "1" if peer in cut else "0"], up)
-            queued.add_metric([*at, "clients"], server._client_budget.used)
-            queued.add_metric([*at, "links"], sum(c.queued for c in server._peers.values()))
+            queued.add_metric([*at, "clients"], stats.queued_clients)
+            queued.add_metric([*at, "links"], stats.queued_links)
             log = server.pubend_log
             if log is not None:
                 log_bytes.add_metric([*at, "uncommitted"], log.uncommitted)
-                log_bytes.add_metric([*at, "on_disk"], _size_on_disk(log.path))
+                log_bytes.add_metric([*at, "on_disk"], stats.log_bytes)
             incarnation = server.core.incarnation
             if incarnation > 10**18:  # a start time in ns (tests may choose small numbers)
                 started.add_metric(at, incarnation / 1e9)
         yield from counters.values()
         yield from gauges.values()
         yield from (links_up, queued, log_bytes, started)
-
-
-def _size_on_disk(path) -> int:
-    total = 0
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(OSError):
-            total += os.stat(f"{path}{suffix}").st_size
-    return total
 
 
 def registry_of(servers) -> CollectorRegistry:

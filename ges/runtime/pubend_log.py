@@ -36,6 +36,7 @@ the log task checkpoints from a worker thread every :data:`CHECKPOINT_BYTES`.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from pathlib import Path
 
@@ -461,3 +462,12 @@ class SqliteLog:
         for conn in (self._reader, self._writer):
             if conn is not None:
                 conn.close()
+
+
+def size_on_disk(path) -> int:
+    """Bytes of a SQLite database's files (the database, its WAL and shared memory)."""
+    total = 0
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(OSError):
+            total += os.stat(f"{path}{suffix}").st_size
+    return total

@@ -14,11 +14,16 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections import deque
 from pathlib import Path
 
 from ges.errors import OperationError
 from ges.records import Delivery, delivery_record
 from ges.wire import messages as m
+
+#: Deliveries whose latency ``latency_us`` summarises (the latest; sorting them for a report
+#: takes well under a millisecond).
+LATENCIES_KEPT = 4096
 
 
 class BrokerRecorder:
@@ -37,6 +42,8 @@ class BrokerRecorder:
         self._file = None
         self._stopped = False
         self._dirty = False
+        #: one-way latencies of the latest deliveries, in ns (for Stats: ges monitor)
+        self._latencies: deque[int] = deque(maxlen=LATENCIES_KEPT)
 
     def deliver(self, client: str, msg: m.Deliver, now_ns: int) -> None:
         """Record ``msg``'s events, handed to ``client`` at ``now_ns`` (the broker's clock)."""
@@ -48,6 +55,9 @@ class BrokerRecorder:
             except OSError as exc:
                 self._failed(exc)
                 return
+        self._latencies.extend(
+            now_ns - it.event.published_at for it in msg.items if it.event.published_at
+        )
         lines = [
             json.dumps(
                 delivery_record(
@@ -61,6 +71,14 @@ class BrokerRecorder:
             for it in msg.items
         ]
         self._write("\n".join(lines) + "\n")
+
+    def latency_us(self) -> tuple[int, int]:
+        """p50 and p99 of the latest deliveries' one-way latency, in µs ((0, 0): none yet)."""
+        if not self._latencies:
+            return 0, 0
+        ordered = sorted(self._latencies)
+        n = len(ordered)
+        return ordered[n // 2] // 1000, ordered[min(n - 1, n * 99 // 100)] // 1000
 
     def flush(self) -> None:
         if self._dirty and self._file is not None:

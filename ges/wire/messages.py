@@ -441,6 +441,25 @@ class Stats(_Msg):
     forged: int = 0
     #: durable sessions this broker's replicator holds (ges.core.replicator)
     sessions: int = 0
+    #: reliable delivery's repair (seed 002 §2.3): nacks this broker sent, nacks it answered,
+    #: events recovered by nacks, and ticks reported lost
+    nacks_sent: int = 0
+    nacks_answered: int = 0
+    recovered: int = 0
+    lost: int = 0
+    #: the replicator's store: events held for its sessions (once per session that waits for
+    #: one), and the last epoch it numbered
+    session_events: int = 0
+    session_epoch: int = 0
+    #: bytes queued towards clients and towards links, not yet written; the pubend log's
+    #: files' size on disk
+    queued_clients: int = 0
+    queued_links: int = 0
+    log_bytes: int = 0
+    #: one-way latency of the latest deliveries to local clients (published_at to handed
+    #: over, on the two clocks), p50 and p99 in µs, when delivery records are on (0: off)
+    latency_p50_us: int = 0
+    latency_p99_us: int = 0
 
 
 class Error(_Msg):

@@ -9,7 +9,10 @@ import trio
 
 from ges.client import DurableSession, connect
 from ges.monitor.live import Monitor
-from tests.conftest import topology_on_free_ports
+from ges.runtime import BrokerServer
+from ges.runtime.up import wait_ready
+from ges.wire import messages as m
+from tests.conftest import receive, topology_on_free_ports
 from tests.runtime.test_sessions import EVERYTHING, REPLICATED, publish, start, stoppable_network
 
 
@@ -96,4 +99,30 @@ async def test_a_broker_cut_off_from_the_one_watched_through_is_asked_directly(t
         links = {(link.a, link.b): link.state for link in monitor.model.links()}
         assert links[("a", "c")] == links[("c", "d")] == "cut"
         assert monitor.model.health(monitor.model.units[("S",)]) == "split"
+        nursery.cancel_scope.cancel()
+
+
+async def test_reports_carry_delivery_latency_with_records_on_and_queue_and_repair_counters(
+    tmp_path,
+):
+    topology = topology_on_free_ports(REPLICATED)
+    async with trio.open_nursery() as nursery:
+        for bid in topology.brokers:
+            server = BrokerServer(topology, bid, data_dir=tmp_path / bid, record_dir=tmp_path)
+            await nursery.start(server.run)
+        await wait_ready(topology, timeout=10)
+        spec = topology.brokers["d"]
+        async with connect(spec.host, spec.port, topology=topology) as client:
+            sub = await client.subscribe([m.Constraint("n", "exists")])
+            await publish(topology, "a", 0, 50)
+            await receive(sub, 50)
+            stats = await client.stats()
+        assert 0 < stats.latency_p50_us <= stats.latency_p99_us < 5_000_000
+        assert stats.queued_clients == stats.queued_links == 0
+        assert stats.nacks_sent == stats.lost == 0
+        spec = topology.brokers["a"]
+        async with connect(spec.host, spec.port, topology=topology) as client:
+            a = await client.stats()
+        assert a.log_bytes > 0 and a.log_held + a.log_released == 50
+        assert a.latency_p50_us == 0  # no client of a
         nursery.cancel_scope.cancel()
