@@ -80,7 +80,7 @@ def up_with_view(run, monitor: Monitor, log_file: Path) -> None:
         thread.join()
     finally:
         signal.signal(signal.SIGTERM, previous)
-    err.print(f"the brokers' log: {log_file}", highlight=False)
+    err.print(f"the brokers' log: {log_file}", highlight=False, soft_wrap=True)
     _raise(box)
 
 

@@ -23,9 +23,12 @@ it cannot reach.
 Bounds: roots are brokers of the topology (a lease naming another is a protocol error), so at
 most one lease per broker is kept; the interval and time to live a lease asks for are
 clamped to :data:`MIN_INTERVAL`–:data:`MAX_INTERVAL` and at most :data:`MAX_TTL`; the lines
-of one report are at most :data:`MAX_LINES`, each cut to :data:`MAX_LINE_CHARS` (the rest are
-counted as ``missed``); a watcher's reports go through its connection's queue, whose bound
-in bytes cuts a watcher that does not read as any slow consumer.
+of one broker's report are at most :data:`MAX_LINES`, each cut to :data:`MAX_LINE_CHARS` (the
+rest are counted as ``missed``); a broker gathers for each root at most the latest report of each
+broker of the topology (a newer one replaces it, their lines kept within the bound), and sends
+them in frames of at most :data:`MAX_REPORT_BYTES`; a watcher's reports go through its
+connection's queue, whose bound in bytes cuts a watcher that does not read as any slow
+consumer.
 
 The counters come from ``stats`` and the lines from ``lines`` — callables the driver sets
 (the trio runtime's counters include its own, and it keeps the log's lines); by default the
@@ -38,6 +41,7 @@ import math
 from collections.abc import Callable
 
 import attrs
+import msgspec
 
 from ges.core.outputs import ProtocolError, ToClient, ToPeer, hop
 from ges.core.part import Part
@@ -53,9 +57,16 @@ MIN_TTL = 6.0
 MAX_TTL = 6 * MAX_INTERVAL
 #: Clients watching at one broker.
 MAX_WATCHERS = 64
-#: Lines one report carries, and characters kept of each.
+#: Lines one broker's report carries, and characters kept of each.
 MAX_LINES = 64
 MAX_LINE_CHARS = 400
+#: Hops from the root a broker's turn in an interval can tell apart (farther ones share the
+#: first turn).
+DEPTH_SLOTS = 16
+#: Bytes of reports in one Report frame (about: counters and lines as text).
+MAX_REPORT_BYTES = 256 * 1024
+#: What one broker's counters take in a frame, about, for the bound above.
+STATS_BYTES = 512
 
 
 @attrs.define
@@ -64,6 +75,20 @@ class Lease:
     seq: tuple[int, int]
     interval: float
     expires: float
+    #: hops from the root, as the lease came; when it came (its turns count from then), and
+    #: this broker's next turn to report to the root
+    distance: int = 0
+    started: float = 0.0
+    next_at: float = 0.0
+    #: when what came after this broker's turn goes on (INF: nothing waits)
+    flush_at: float = float("inf")
+    #: the reports gathered for the root since this broker's last turn, by broker
+    gathered: dict = attrs.Factory(dict)
+
+
+def turn(distance: int, interval: float) -> float:
+    """Seconds into each interval at which a broker ``distance`` hops from the root reports."""
+    return (DEPTH_SLOTS - min(distance, DEPTH_SLOTS)) * interval / (2 * DEPTH_SLOTS)
 
 
 def clamp_interval(interval: float) -> float:
@@ -82,8 +107,8 @@ class Watching(Part):
         #: client connection -> the interval it asked for
         self.watchers: dict[int, float] = {}
         self._seq = 0
-        self._renew_at = float("inf")
-        self._report_at = float("inf")
+        self._renew_at = INF
+        self._report_at = INF
         #: the counters and the lines logged since the last call (set by the driver)
         self.stats: Callable[[], m.Stats] = core.stats
         self.lines: Callable[[], tuple[list[m.LogLine], int]] = lambda: ([], 0)
@@ -104,7 +129,7 @@ class Watching(Part):
     def unwatch(self, conn: int) -> None:
         self.watchers.pop(conn, None)
         if not self.watchers:
-            self._renew_at = float("inf")  # the lease runs out; the reports stop
+            self._renew_at = INF  # the lease runs out; the reports stop
 
     def _renew(self, now: float) -> list:
         """A new lease from this broker, kept here and flooded to every link."""
@@ -124,25 +149,38 @@ class Watching(Part):
         if msg.root == self.id or (known is not None and (msg.incarnation, msg.seq) <= known.seq):
             return []  # seen (or this broker's own, come round)
         self.sent += 1
-        return self._take(msg, now) + [ToPeer(p, msg) for p in sorted(self.links_up) if p != peer]
+        onward = msgspec.structs.replace(msg, hops=msg.hops + 1)
+        return self._take(onward, now) + [
+            ToPeer(p, onward) for p in sorted(self.links_up) if p != peer
+        ]
 
     def _take(self, msg: m.WatchLease, now: float) -> list:
         interval = clamp_interval(msg.interval)
         ttl = min(MAX_TTL, max(0.0, msg.ttl)) if math.isfinite(msg.ttl) else 0.0
-        fresh = not self._live(now)
-        self.leases[msg.root] = Lease((msg.incarnation, msg.seq), interval, now + ttl)
-        if fresh:  # the first report goes now: the watcher sees this broker at once
-            self._report_at = now
+        if not self._live(now):
             self.lines()  # lines logged while nobody watched are not reported
-        else:
-            self._report_at = min(self._report_at, now + interval)
+        known = self.leases.get(msg.root)
+        if known is not None and known.expires > now:  # renewed: its turns stay as they are
+            known.seq, known.interval, known.expires = (
+                (msg.incarnation, msg.seq),
+                interval,
+                now + ttl,
+            )
+            return []
+        # the first report goes now (the watcher sees this broker at once); then its turns
+        lease = Lease((msg.incarnation, msg.seq), interval, now + ttl, msg.hops, now, now)
+        self.leases[msg.root] = lease
+        self._report_at = min(self._report_at, now)
         return []
 
     def leases_for(self, peer: str, now: float) -> list:
         """The live leases, for a link that just came up (a broker that restarted learns that
         it is watched at once, not at the next renewal)."""
         return [
-            ToPeer(peer, m.WatchLease(root, *lease.seq, lease.interval, lease.expires - now))
+            ToPeer(
+                peer,
+                m.WatchLease(root, *lease.seq, lease.interval, lease.expires - now, lease.distance),
+            )
             for root, lease in sorted(self.leases.items())
             if lease.expires > now and root != peer
         ]
@@ -166,37 +204,120 @@ class Watching(Part):
     def _report(self, now: float) -> list:
         for root in [r for r, lease in self.leases.items() if lease.expires <= now]:
             del self.leases[root]
-        if not self.leases:
-            self._report_at = float("inf")
-            return []
-        self._report_at = now + min(lease.interval for lease in self.leases.values())
-        stats = self.stats()
-        lines, missed = self.lines()
-        if len(lines) > MAX_LINES:
-            missed += len(lines) - MAX_LINES
-            lines = lines[-MAX_LINES:]
-        lines = [
-            ln
-            if len(ln.text) <= MAX_LINE_CHARS
-            else m.LogLine(ln.at, ln.level, ln.text[:MAX_LINE_CHARS] + "…")
-            for ln in lines
-        ]
+        due = [root for root, lease in sorted(self.leases.items()) if lease.next_at <= now]
         out: list = []
-        for root in sorted(self.leases):
-            report = m.Report(root, stats, lines, missed)
-            out += self.on_report(report, now)
+        for root, lease in sorted(self.leases.items()):  # late reports, gathered a moment
+            if lease.flush_at <= now and root not in due:
+                out += self._flush(root, lease, [], now)
+        if due:
+            own = self._own()
+            for root in due:
+                lease = self.leases[root]
+                # the next turn: this broker's slot in the first interval after now, counted
+                # from when the lease reached it
+                slot = lease.started + turn(lease.distance, lease.interval)
+                k = math.floor((now - slot) / lease.interval) + 1
+                lease.next_at = slot + k * lease.interval
+                if lease.next_at <= now:  # rounding: now was the turn itself
+                    lease.next_at += lease.interval
+                out += self._flush(root, lease, [own], now)
+        self._report_at = min(
+            (min(lease.next_at, lease.flush_at) for lease in self.leases.values()), default=INF
+        )
         return out
 
+    def _flush(self, root: str, lease: Lease, own: list, now: float) -> list:
+        """What was gathered for ``root`` (and this broker's own report), sent on."""
+        items = [*lease.gathered.values(), *own]
+        lease.gathered = {}
+        lease.flush_at = INF
+        out: list = []
+        for chunk in _chunks(items) if items else []:
+            out += self._send(m.Report(root, chunk), now)
+        return out
+
+    def _own(self) -> m.Reported:
+        stats = self.stats()
+        lines, missed = self.lines()
+        return _bounded(m.Reported(stats, lines, missed))
+
     def on_report(self, msg: m.Report, now: float) -> list:
-        """A report: to this broker's watchers if it is the root it is for, else a hop on."""
+        """Reports for a root: to this broker's watchers if it is that root; else gathered
+        for this broker's next turn, or passed on at once if it holds no lease of the root."""
         if self.router is None:
             raise ProtocolError("a report, but this broker floods (nobody watches through it)")
         self.unicast.check(msg.to, msg.detour)
-        if msg.stats.broker not in self.topology.brokers:
-            raise ProtocolError(f"a report of unknown broker {msg.stats.broker!r}")
-        if msg.to != self.id:
-            self.sent += 1
-            return self.unicast.relay(msg.to, msg.detour, msg.hops, lambda h, d: hop(msg, h, d))
-        if msg.hops:  # as it left its broker
-            msg = hop(msg, 0, [])
-        return [ToClient(conn, msg) for conn in self.watchers]
+        brokers = self.topology.brokers
+        if len(msg.items) > len(brokers):
+            raise ProtocolError(f"{len(msg.items)} reports, the topology has {len(brokers)}")
+        for item in msg.items:
+            if item.stats.broker not in brokers:
+                raise ProtocolError(f"a report of unknown broker {item.stats.broker!r}")
+        if msg.to == self.id:
+            if msg.hops:  # as it left its broker
+                msg = hop(msg, 0, [])
+            return [ToClient(conn, msg) for conn in self.watchers]
+        lease = self.leases.get(msg.to)
+        if lease is None or lease.expires <= now or msg.detour:
+            return self._send(msg, now)  # no turn of its own here (or on a detour): on
+        gathered = lease.gathered
+        for item in msg.items:
+            earlier = gathered.get(item.stats.broker)
+            gathered[item.stats.broker] = item if earlier is None else _merged(earlier, item)
+        if lease.next_at - now > lease.interval / 2 and lease.flush_at == INF:
+            # after this broker's turn (they came another way than the lease's): they go on
+            # after a moment with whatever else comes late, not an interval later
+            lease.flush_at = now + lease.interval / (2 * DEPTH_SLOTS)
+            self._report_at = min(self._report_at, lease.flush_at)
+        return []
+
+    def _send(self, msg: m.Report, now: float) -> list:
+        if msg.to == self.id:
+            return [ToClient(conn, msg) for conn in self.watchers]
+        self.sent += 1
+        return self.unicast.relay(msg.to, msg.detour, msg.hops, lambda h, d: hop(msg, h, d))
+
+
+INF = float("inf")
+
+
+def _size(item: m.Reported) -> int:
+    return STATS_BYTES + sum(len(ln.text) + 32 for ln in item.lines)
+
+
+def _chunks(items: list[m.Reported]) -> list[list[m.Reported]]:
+    """``items`` in lists of at most MAX_REPORT_BYTES each (about)."""
+    chunks: list[list[m.Reported]] = [[]]
+    size = 0
+    for item in items:
+        n = _size(item)
+        if chunks[-1] and size + n > MAX_REPORT_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(item)
+        size += n
+    return chunks
+
+
+def _bounded(item: m.Reported) -> m.Reported:
+    """At most MAX_LINES lines (the latest) of at most MAX_LINE_CHARS characters."""
+    lines, missed = item.lines, item.missed
+    if len(lines) <= MAX_LINES and all(len(ln.text) <= MAX_LINE_CHARS for ln in lines):
+        return item
+    if len(lines) > MAX_LINES:
+        missed += len(lines) - MAX_LINES
+        lines = lines[-MAX_LINES:]
+    lines = [
+        ln
+        if len(ln.text) <= MAX_LINE_CHARS
+        else m.LogLine(ln.at, ln.level, ln.text[:MAX_LINE_CHARS] + "…")
+        for ln in lines
+    ]
+    return m.Reported(item.stats, lines, missed)
+
+
+def _merged(earlier: m.Reported, later: m.Reported) -> m.Reported:
+    """Two reports of one broker gathered before a turn: the later counters, both's lines."""
+    return _bounded(
+        m.Reported(later.stats, [*earlier.lines, *later.lines], earlier.missed + later.missed)
+    )

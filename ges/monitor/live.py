@@ -255,15 +255,16 @@ class Monitor:
                         report = await reports.receive()
                     except trio.EndOfChannel:
                         break
-                    at = heard[report.stats.broker] = trio.current_time()
-                    stats = report.stats
-                    if stats.broker == broker:  # the root counted this watcher as a client
-                        stats = _less_one(stats)
+                    at, wall = trio.current_time(), time.time()
                     batch = box[0]
-                    batch.answers.append((stats.broker, stats, at))
-                    if report.lines or report.missed:
-                        wall = time.time()
-                        batch.lines.append((stats.broker, report.lines, report.missed, at, wall))
+                    for item in report.items:
+                        stats = item.stats
+                        heard[stats.broker] = at
+                        if stats.broker == broker:  # the root counted this watcher as a client
+                            stats = _less_one(stats)
+                        batch.answers.append((stats.broker, stats, at))
+                        if item.lines or item.missed:
+                            batch.lines.append((stats.broker, item.lines, item.missed, at, wall))
                     continue
                 box[0].now = trio.current_time()
                 take(box[0])

@@ -483,16 +483,18 @@ class Watch(_Msg):
 
 
 class WatchLease(_Msg):
-    """Broker ``root`` has clients watching: every broker is to send it a :class:`Report` each
-    ``interval`` seconds until ``ttl`` seconds after it got this lease. Flooded over the links;
-    a broker passes on only a lease newer than the last it had from ``root``: a later
-    ``incarnation`` of it (it restarted), or a higher ``seq``."""
+    """Broker ``root`` has clients watching: every broker is to report to it each ``interval``
+    seconds until ``ttl`` seconds after it got this lease. Flooded over the links; ``hops`` is
+    how far its sender is from ``root`` (its receiver is one more). A broker passes on only a
+    lease newer than the last it had from ``root``: a later ``incarnation`` of it (it
+    restarted), or a higher ``seq``."""
 
     root: str
     incarnation: int
     seq: int
     interval: float
     ttl: float
+    hops: int = 0
 
 
 class LogLine(msgspec.Struct, array_like=True, frozen=True):
@@ -504,16 +506,22 @@ class LogLine(msgspec.Struct, array_like=True, frozen=True):
     text: str
 
 
-class Report(_Msg):
-    """Broker ``stats.broker``'s counters and the lines it logged since its last report, for
-    watching broker ``to`` (relayed hop by hop), which hands it as it is to its watching
-    clients. ``missed``: lines logged since the last report that are not here (over the
-    bound)."""
+class Reported(msgspec.Struct, array_like=True, frozen=True):
+    """One broker's report: its counters, and the lines it logged since its last report
+    (``missed``: lines not here, over the bound)."""
 
-    to: str
     stats: Stats
     lines: list[LogLine] = []
     missed: int = 0
+
+
+class Report(_Msg):
+    """Reports of brokers for watching broker ``to``, gathered on their way (each broker sends
+    its own with those it has gathered since its last) and relayed hop by hop; the watching
+    broker hands them as they are to its watching clients."""
+
+    to: str
+    items: list[Reported]
     hops: int = 0
     detour: list[str] = []
 

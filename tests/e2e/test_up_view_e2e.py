@@ -97,8 +97,8 @@ def test_up_on_a_terminal_shows_the_view_and_q_stops_the_network(tmp_path):
         assert len(brokers) == 3  # one process per broker, children of ges up
         term.press(b"q")
         term.read_until("stopped", within=30)
+        term.read_until(f"the brokers' log: {tmp_path / 'logs' / 'up.log'}", within=10)
         assert term.proc.wait(timeout=30) == 0
         assert all(not Path(f"/proc/{pid}").exists() for pid in brokers)
-        assert f"the brokers' log: {tmp_path / 'logs' / 'up.log'}" in term.text
     finally:
         term.close()

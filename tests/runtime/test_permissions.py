@@ -172,6 +172,21 @@ async def test_cutting_a_link_needs_the_operator_role(chain3, certs):
         nursery.cancel_scope.cancel()
 
 
+async def test_watching_the_network_needs_the_operator_role(chain3, certs):
+    async with trio.open_nursery() as nursery:
+        await serve(nursery, chain3, certs)
+        async with connect(*at(chain3), topology=chain3, tls=tls(certs, "carol")) as carol:
+            reports = await carol.watch(0.2)
+            assert [r async for r in reports] == []  # ended with the connection: refused
+            assert "may not watch the network: that needs the operator" in carol.closed_reason
+        async with connect(*at(chain3), topology=chain3, tls=tls(certs, "admin")) as admin:
+            reports = await admin.watch(0.2)
+            with trio.fail_after(5):  # b1 runs alone here: its own reports, each interval
+                got = [await reports.receive() for _ in range(2)]
+            assert [item.stats.broker for r in got for item in r.items] == ["b1", "b1"]
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_changed_access_file_applies_to_open_connections(chain3, certs, caplog):
     """A client whose permissions a reload changes is told so and disconnected (a subscription
     its new roles would not allow must not go on delivering); the others stay."""

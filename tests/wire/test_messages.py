@@ -153,12 +153,17 @@ EXAMPLES = [
     m.HandoverNote("b1", "b12", "b1/ab12/3/4000", "alice", "refused", "no room", hops=1),
     m.SessionControl("roam", "alice", "b19", req=4),
     m.Watch(1.0),
-    m.WatchLease("b3", 1_700_000_000_000_000_000, 7, 1.0, 6.0),
+    m.WatchLease("b3", 1_700_000_000_000_000_000, 7, 1.0, 6.0, hops=2),
     m.Report(
         "b3",
-        m.Stats("b7", "12", 0, 0, ["b6"], 2, 1, 2, 3, 4, 5, 6, 0),
-        [m.LogLine(1_700_000_000.5, "info", "link b8 up")],
-        missed=2,
+        [
+            m.Reported(
+                m.Stats("b7", "12", 0, 0, ["b6"], 2, 1, 2, 3, 4, 5, 6, 0),
+                [m.LogLine(1_700_000_000.5, "info", "link b8 up")],
+                missed=2,
+            ),
+            m.Reported(m.Stats("b8", "13", 0, 0, ["b7"], 1, 1, 2, 3, 4, 5, 6, 0)),
+        ],
         hops=3,
         detour=["b5"],
     ),
