@@ -16,7 +16,9 @@ Per phase: the brokers' CPU (the ``ges up`` process, % of one core), the monitor
 frames the brokers received and sent per second (their ``frames_in``/``frames_out`` counters,
 read from every broker before and after the phase — that reading is outside both phases). The
 ratios are watched ÷ unwatched and polled ÷ unwatched, from the same run. ``--quick``: 128 brokers
-(``ges.topology.generate``, 2·4·4·4, on free ports), 10 s phases.
+(``ges.topology.generate``, 2·4·4·4, on free ports), 10 s phases. ``--tls``: the network runs
+secure, as ``ges up`` does by default (every connection the monitor opens is then a TLS
+handshake); otherwise ``--insecure``.
 
 Nothing here asserts a timing. Exit 0 when every phase ran; 1 otherwise; 2 for a bad flag.
 """
@@ -40,9 +42,11 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cli._common import client_auth  # noqa: E402
 from ges.client import broker_stats  # noqa: E402
 from ges.errors import OperationError  # noqa: E402
 from ges.runtime.ports import on_free_ports  # noqa: E402
+from ges.security.certs import CertDir  # noqa: E402
 from ges.topology import Topology  # noqa: E402
 from ges.topology.generate import generate  # noqa: E402
 
@@ -57,7 +61,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def frames(topology: Topology) -> tuple[int, int]:
+def frames(topology: Topology, tls=None) -> tuple[int, int]:
     """Every broker's frames in and out, summed."""
 
     async def main() -> tuple[int, int]:
@@ -67,7 +71,9 @@ def frames(topology: Topology) -> tuple[int, int]:
         async def one(spec) -> None:
             async with limit:
                 try:
-                    s = await broker_stats(spec.host, spec.port, topology=topology, timeout=10)
+                    s = await broker_stats(
+                        spec.host, spec.port, topology=topology, timeout=10, tls=tls
+                    )
                 except OperationError:
                     return
                 total[0] += s.frames_in
@@ -81,15 +87,23 @@ def frames(topology: Topology) -> tuple[int, int]:
     return trio.run(main)
 
 
-def phase(up_pid: int, topology: Topology, path: Path, seconds: float, interval: float, kind: str):
+def phase(
+    up_pid: int,
+    topology: Topology,
+    path: Path,
+    seconds: float,
+    interval: float,
+    kind: str,
+    auth: tuple = ("--insecure",),
+    tls=None,
+):
     """One phase of ``kind`` (unwatched, watched, polled); its figures."""
-    f0 = frames(topology)
+    f0 = frames(topology, tls)
     monitor = None
     if kind != "unwatched":
         how = ["--poll"] if kind == "polled" else []
         monitor = subprocess.Popen(
-            [*GES, "monitor", str(path), "--plain", "--interval", str(interval), "--insecure"]
-            + how,
+            [*GES, "monitor", str(path), "--plain", "--interval", str(interval), *auth] + how,
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -102,7 +116,7 @@ def phase(up_pid: int, topology: Topology, path: Path, seconds: float, interval:
     if monitor is not None:
         monitor.send_signal(signal.SIGINT)
         monitor.wait(timeout=30)
-    f1 = frames(topology)
+    f1 = frames(topology, tls)
     wall = t1 - t0
     # the frames of the two readings around the phase are the same in both kinds of phase
     return {
@@ -121,7 +135,12 @@ def main() -> int:
     parser.add_argument("--topology", type=Path, default=None, help="topology file")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per phase")
     parser.add_argument("--interval", type=float, default=1.0, help="the monitor's interval")
-    parser.add_argument("--rounds", type=int, default=None, help="pairs of phases")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of the three phases")
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="run the network secure (TLS, the default of ges up) instead of --insecure",
+    )
     args = parser.parse_args()
     seconds = args.seconds or (10.0 if args.quick else 30.0)
     rounds = args.rounds or (1 if args.quick else 2)
@@ -138,9 +157,12 @@ def main() -> int:
     path.write_text(yaml.safe_dump(on_free_ports(data)))
     topology = Topology.from_yaml(path)
     n = len(topology.brokers)
-    console.print(f"starting ges up on {n} brokers (embedded) …")
+    certs = work / "run" / "certs"
+    up_auth = () if args.tls else ("--insecure",)
+    auth = ("--certs", str(certs)) if args.tls else ("--insecure",)
+    console.print(f"starting ges up on {n} brokers (embedded{', TLS' if args.tls else ''}) …")
     up = subprocess.Popen(
-        [*GES, "up", str(path), "--no-live", "--insecure", "--data-dir", str(work / "run")]
+        [*GES, "up", str(path), "--no-live", *up_auth, "--data-dir", str(work / "run")]
         + ["--ready-timeout", str(READY_SECONDS)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -157,7 +179,10 @@ def main() -> int:
         for r in range(rounds):
             for kind in KINDS:
                 console.print(f"round {r + 1}: {kind} for {seconds:g} s …")
-                phases[kind].append(phase(up.pid, topology, path, seconds, args.interval, kind))
+                tls = client_auth(CertDir(certs)).tls if args.tls else None
+                phases[kind].append(
+                    phase(up.pid, topology, path, seconds, args.interval, kind, auth, tls)
+                )
     finally:
         up.send_signal(signal.SIGINT)
         try:
@@ -186,8 +211,10 @@ def main() -> int:
         }
         for k in KINDS[1:]
     }
+    report["tls"] = args.tls
     table = Table(
-        title=f"ges monitor on {n} brokers (embedded), interval {args.interval:g} s, "
+        title=f"ges monitor on {n} brokers (embedded{', TLS' if args.tls else ''}), "
+        f"interval {args.interval:g} s, "
         f"median of {rounds} × {seconds:g} s"
     )
     columns = ("measure", "unwatched", "watched", "polled", "watched ÷ un", "polled ÷ un")
