@@ -112,16 +112,8 @@ class Monitor:
         answers: list[tuple[str, m.Stats | str, float]] = []
 
         async def ask(broker: str) -> None:
-            spec = self.topology.brokers[broker]
             try:
-                stats = await broker_stats(
-                    spec.host,
-                    spec.port,
-                    topology=self.topology,
-                    client_id=self.client_id,
-                    timeout=TIMEOUT,
-                    tls=self.tls,
-                )
+                stats = await broker_stats(**self._reach(broker))
             except OperationError as exc:
                 answers.append((broker, str(exc), trio.current_time()))
                 return
@@ -132,6 +124,18 @@ class Monitor:
             for broker in self.topology.brokers if brokers is None else brokers:
                 nursery.start_soon(ask, broker)
         return Batch(trio.current_time(), answers)
+
+    def _reach(self, broker: str) -> dict:
+        """How to connect to ``broker``: the keyword arguments of ``connect``."""
+        spec = self.topology.brokers[broker]
+        return {
+            "host": spec.host,
+            "port": spec.port,
+            "topology": self.topology,
+            "client_id": self.client_id,
+            "timeout": TIMEOUT,
+            "tls": self.tls,
+        }
 
     # -- the model -----------------------------------------------------------------------------
 
@@ -209,16 +213,8 @@ class Monitor:
     async def _watch_through(self, broker: str, take) -> str | None:
         """Watch through ``broker`` until the connection ends: why it ended (None: the
         network floods, and must be polled)."""
-        spec = self.topology.brokers[broker]
         try:
-            async with connect(
-                spec.host,
-                spec.port,
-                topology=self.topology,
-                client_id=self.client_id,
-                timeout=TIMEOUT,
-                tls=self.tls,
-            ) as client:
+            async with connect(**self._reach(broker)) as client:
                 reports = await client.watch(self.refresh)
                 self.via = self.through = broker
                 self.since = trio.current_time()
