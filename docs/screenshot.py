@@ -41,6 +41,11 @@ def demo() -> Topology:
     return Topology.from_dict(data)
 
 
+#: set by the screenshot's side once the view is up: the network then cuts b6–b14, so the cut
+#: comes to the event log in the brokers' reports
+CUT = threading.Event()
+
+
 def run_network(topology: Topology, ready: threading.Event, stop: threading.Event) -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -54,13 +59,16 @@ def run_network(topology: Topology, ready: threading.Event, stop: threading.Even
                 connect(b1.host, b1.port, topology=topology) as pub_client,
             ):
                 await sub_client.subscribe([])
-                for at, peer in (("b6", "b14"), ("b14", "b6")):  # as ges link down does
-                    spec = topology.brokers[at]
-                    async with connect(spec.host, spec.port, topology=topology) as operator:
-                        await operator.link(peer, up=False)
                 ready.set()
                 n = 0
+                cut = False
                 while not stop.is_set():
+                    if CUT.is_set() and not cut:
+                        cut = True
+                        for at, peer in (("b6", "b14"), ("b14", "b6")):  # as ges link down does
+                            spec = topology.brokers[at]
+                            async with connect(spec.host, spec.port, topology=topology) as operator:
+                                await operator.link(peer, up=False)
                     await pub_client.publish([m.Event({"n": n + i}) for i in range(20)])
                     n += 20
                     await trio.sleep(0.1)
@@ -73,6 +81,11 @@ async def shoot(topology: Topology, out: Path) -> None:
     app = MonitorApp(Monitor(topology, refresh=0.5))
     async with app.run_test(size=(100, 30)) as pilot:
         while app.rounds < 4:
+            await pilot.pause(0.1)
+        CUT.set()
+        while not any("cut by an operator" in e.text for e in app.model.log):
+            await pilot.pause(0.1)
+        while app.rounds < 10:
             await pilot.pause(0.1)
         node = app.nodes[("broker", "b6")]
         app.query_one("Tree").move_cursor(node)

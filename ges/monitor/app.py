@@ -113,11 +113,11 @@ def broker_detail(model: NetworkModel, broker: str, now_unix: float) -> Text:
         f"clients  {s.clients:,}  subs {s.subscriptions:,}  sessions {s.sessions:,}\n"
         f"per s    in {rate(v.rate_in)}  out {rate(v.rate_out)}  dlv {rate(v.rate_delivered)}\n"
         f"totals   in {s.events_in:,}  dlv {s.delivered:,}  dup {s.duplicates:,}\n"
-        f"queued   to clients {_bytes(s.queued_clients)}  to links {_bytes(s.queued_links)}\n"
+        f"queued   clients {_bytes(s.queued_clients)}  links {_bytes(s.queued_links)}\n"
         f"slow consumers {s.slow_consumers}   refused {s.clients_refused}\n"
         f"log      held {s.log_held:,}  released {s.log_released:,}  {_bytes(s.log_bytes)}\n"
-        f"nacks    sent {s.nacks_sent:,}  answered {s.nacks_answered:,}"
-        f"  recovered {s.recovered:,}  lost {s.lost:,}\n"
+        f"nacks    sent {s.nacks_sent:,}  answered {s.nacks_answered:,}\n"
+        f"repaired {s.recovered:,} events  lost {s.lost:,} ticks\n"
         f"profiles {s.profile_entries:,} entries\n"
     )
     if s.sessions or s.session_epoch:

@@ -153,6 +153,8 @@ class Monitor:
                 said += model.observe(broker, answer, at)
         if not self.poll:
             said += model.silent(batch.now, self.silent_after(), self.since)
+        if batch.answers and all(self.heard[b] for b in model.brokers):  # all heard of once
+            said += model.health_changes(batch.now)
         return said
 
     def render(self, height: int | None = None) -> Group:
@@ -164,9 +166,9 @@ class Monitor:
         """Where the reports come from, said in a few words."""
         if self.poll:
             return f"asking every broker every {self.refresh:g} s"
-        if self.via is None:
-            return "not connected"
-        return f"through {self.via}, reports every {self.refresh:g} s"
+        if self.via is None and self.through is None:
+            return "not connected yet"
+        return f"through {self.via or self.through}, reports every {self.refresh:g} s"
 
     # -- feeding -------------------------------------------------------------------------------
 

@@ -114,6 +114,8 @@ class NetworkModel:
         self._links: dict[tuple[str, str], str] = {
             link.key: LINK_UNKNOWN for link in topology.links
         }
+        #: each unit's health when health_changes last looked
+        self._health: dict[tuple[str, ...], str] = {}
 
     # -- reports ---------------------------------------------------------------------------------
 
@@ -181,6 +183,25 @@ class NetworkModel:
                 said += self.unreachable(broker, f"no report for {now - view.at:.0f} s", now)
             elif view.stats is None and view.error is None and now - since > after:
                 said += self.unreachable(broker, "has not reported", now)
+        return said
+
+    def health_changes(self, now: float) -> list[LogEntry]:
+        """Units whose health changed since the last call (a partition inside one shows as
+        ``split``), logged; the first call only takes note of how each unit stands."""
+        said: list[LogEntry] = []
+        first = not self._health
+        for path, u in self.units.items():
+            health = self.health(u)
+            before = self._health.get(path)
+            self._health[path] = health
+            if first or before == health or before is None:
+                continue
+            worse = HEALTH_RANK[health] > HEALTH_RANK[before]
+            name = u.name and "/".join(path) or f"network {self.topology.name}"
+            said.append(
+                LogEntry(now, "warning" if worse else "info", f"{name}: {before} -> {health}")
+            )
+        self._log(said)
         return said
 
     def note(self, level: str, text: str, now: float) -> LogEntry:

@@ -133,6 +133,25 @@ def test_unit_health_from_ok_through_links_down_split_some_down_to_unreachable()
     assert said[0].text == "b2 answers again"
 
 
+def test_a_unit_whose_health_changes_is_logged_a_partition_as_split():
+    model = NetworkModel(DEMO)
+    everyone(model, 1.0)
+    assert model.health_changes(1.0) == []  # the first look: how each unit stands
+    split = dict(
+        b2=stats("b2", down=["b4"]),
+        b4=stats("b4", down=["b2"]),
+        b3=stats("b3", down=["b5"]),
+        b5=stats("b5", down=["b3"]),
+    )
+    everyone(model, 2.0, **split)
+    said = {e.text: e.level for e in model.health_changes(2.0)}
+    assert said["SSC-A/SC-1: ok -> split"] == "warning"
+    assert model.health_changes(2.5) == []  # told once
+    everyone(model, 3.0)
+    said = {e.text: e.level for e in model.health_changes(3.0)}
+    assert said["SSC-A/SC-1: split -> ok"] == "info"
+
+
 def test_totals_add_up_a_units_brokers_and_the_snapshot_is_plain_data():
     model = NetworkModel(DEMO)
     everyone(model, 1.0)
