@@ -7,26 +7,40 @@ becomes a *root*: it floods a :class:`~ges.wire.messages.WatchLease` (its id, a 
 number, the interval its watchers asked for, a time to live) over its links, and every broker
 passes on each lease newer than the last it had from that root, once, to its other links — so a
 lease reaches every broker that is connected to the root, whatever links are down, for about
-two frames per link. While it holds a live lease a broker sends a
-:class:`~ges.wire.messages.Report` every interval (the shortest any live root asked for) to each
-root: its counters and the lines it logged since its last report, relayed hop by hop as nacks
-and hand-overs are (ges.core.unicast). A root passes the reports meant for it, its own among
-them, to its watching clients as they are. It renews its lease every third of the time to
-live while it has watchers; once they are gone its lease runs out and the reports stop.
+two frames per link; the lease counts its hops, so each broker learns how far it is from the
+root. While it holds a live lease a broker sends the root one
+:class:`~ges.wire.messages.Report` each interval it asked for: its own report (its counters and
+the lines it logged since its last, encoded once: :func:`~ges.wire.messages.carry`) with the
+reports of other brokers that came to it since its last turn — passed on as the bytes they came
+as, never decoded on the way — relayed hop by hop as nacks and hand-overs are
+(ges.core.unicast). A root passes what comes for it, its own among it, to its watching clients
+as it is. It renews its lease every third of the time to live while it has watchers; once they
+are gone its lease runs out and the reports stop.
 
-What it costs a broker: one report per interval per root, a few relays of other brokers'
-reports along shortest paths, and a lease every few seconds — instead of a connection and a
-request per broker per interval from wherever the monitor runs. A broker that does not report
-is seen as silent by the watcher (ges.monitor), which is all a watcher can know of a broker
-it cannot reach.
+Reports are gathered on their way, as TAG's aggregation tree schedules its epochs (Madden et
+al., OSDI 2002): the first report goes at once, so a watcher sees every broker at once; after
+that a broker ``d`` hops from the root reports in slot :data:`DEPTH_SLOTS` − ``d`` of
+``2 · DEPTH_SLOTS`` in each interval, counted from when the lease reached it — the farthest
+first — so what its neighbours farther out sent has come by then and goes in the same frame.
+With the brokers' clocks running at the same rate each broker sends about one frame per
+interval, and the root gets every report within about half an interval of its taking. A report
+that comes long before a broker's next turn (its path to the root is not the lease's, or it was
+late) goes on one slot later with whatever else comes meanwhile; a report for a root this
+broker holds no lease of goes on at once.
+
+What it costs a broker: one frame per interval per root and a lease every few seconds —
+instead of a connection and a request per broker per interval from wherever the monitor runs.
+A broker that does not report is seen as silent by the watcher (ges.monitor), which is all a
+watcher can know of a broker it cannot reach.
 
 Bounds: roots are brokers of the topology (a lease naming another is a protocol error), so at
 most one lease per broker is kept; the interval and time to live a lease asks for are
 clamped to :data:`MIN_INTERVAL`–:data:`MAX_INTERVAL` and at most :data:`MAX_TTL`; the lines
 of one broker's report are at most :data:`MAX_LINES`, each cut to :data:`MAX_LINE_CHARS` (the
 rest are counted as ``missed``); a broker gathers for each root at most the latest report of each
-broker of the topology (a newer one replaces it, their lines kept within the bound), and sends
-them in frames of at most :data:`MAX_REPORT_BYTES`; a watcher's reports go through its
+broker of the topology (a newer one replaces it, their lines kept within the bound — the one
+case where a report is opened on its way), and sends them in frames of at most
+:data:`MAX_REPORT_BYTES`; a watcher's reports go through its
 connection's queue, whose bound in bytes cuts a watcher that does not read as any slow
 consumer.
 
@@ -45,6 +59,7 @@ import msgspec
 
 from ges.core.outputs import ProtocolError, ToClient, ToPeer, hop
 from ges.core.part import Part
+from ges.wire import FrameError
 from ges.wire import messages as m
 
 #: The shortest and longest report interval a watcher may ask for, in seconds.
@@ -63,10 +78,8 @@ MAX_LINE_CHARS = 400
 #: Hops from the root a broker's turn in an interval can tell apart (farther ones share the
 #: first turn).
 DEPTH_SLOTS = 16
-#: Bytes of reports in one Report frame (about: counters and lines as text).
+#: Bytes of reports in one Report frame.
 MAX_REPORT_BYTES = 256 * 1024
-#: What one broker's counters take in a frame, about, for the bound above.
-STATS_BYTES = 512
 
 
 @attrs.define
@@ -236,10 +249,10 @@ class Watching(Part):
             out += self._send(m.Report(root, chunk), now)
         return out
 
-    def _own(self) -> m.Reported:
+    def _own(self) -> m.Carried:
         stats = self.stats()
         lines, missed = self.lines()
-        return _bounded(m.Reported(stats, lines, missed))
+        return m.carry(_bounded(m.Reported(stats, lines, missed)))
 
     def on_report(self, msg: m.Report, now: float) -> list:
         """Reports for a root: to this broker's watchers if it is that root; else gathered
@@ -251,8 +264,8 @@ class Watching(Part):
         if len(msg.items) > len(brokers):
             raise ProtocolError(f"{len(msg.items)} reports, the topology has {len(brokers)}")
         for item in msg.items:
-            if item.stats.broker not in brokers:
-                raise ProtocolError(f"a report of unknown broker {item.stats.broker!r}")
+            if item.broker not in brokers:
+                raise ProtocolError(f"a report of unknown broker {item.broker!r}")
         if msg.to == self.id:
             if msg.hops:  # as it left its broker
                 msg = hop(msg, 0, [])
@@ -262,8 +275,8 @@ class Watching(Part):
             return self._send(msg, now)  # no turn of its own here (or on a detour): on
         gathered = lease.gathered
         for item in msg.items:
-            earlier = gathered.get(item.stats.broker)
-            gathered[item.stats.broker] = item if earlier is None else _merged(earlier, item)
+            earlier = gathered.get(item.broker)
+            gathered[item.broker] = item if earlier is None else _merged(earlier, item)
         if lease.next_at - now > lease.interval / 2 and lease.flush_at == INF:
             # after this broker's turn (they came another way than the lease's): they go on
             # after a moment with whatever else comes late, not an interval later
@@ -281,16 +294,12 @@ class Watching(Part):
 INF = float("inf")
 
 
-def _size(item: m.Reported) -> int:
-    return STATS_BYTES + sum(len(ln.text) + 32 for ln in item.lines)
-
-
-def _chunks(items: list[m.Reported]) -> list[list[m.Reported]]:
-    """``items`` in lists of at most MAX_REPORT_BYTES each (about)."""
-    chunks: list[list[m.Reported]] = [[]]
+def _chunks(items: list[m.Carried]) -> list[list[m.Carried]]:
+    """``items`` in lists of at most MAX_REPORT_BYTES each."""
+    chunks: list[list[m.Carried]] = [[]]
     size = 0
     for item in items:
-        n = _size(item)
+        n = len(item.body) + len(item.broker) + 8
         if chunks[-1] and size + n > MAX_REPORT_BYTES:
             chunks.append([])
             size = 0
@@ -316,8 +325,12 @@ def _bounded(item: m.Reported) -> m.Reported:
     return m.Reported(item.stats, lines, missed)
 
 
-def _merged(earlier: m.Reported, later: m.Reported) -> m.Reported:
-    """Two reports of one broker gathered before a turn: the later counters, both's lines."""
-    return _bounded(
-        m.Reported(later.stats, [*earlier.lines, *later.lines], earlier.missed + later.missed)
-    )
+def _merged(earlier: m.Carried, later: m.Carried) -> m.Carried:
+    """Two reports of one broker gathered before a turn (rare: the broker's turns came twice
+    before this one's): the later counters, both's lines. Only here is a report opened on its
+    way; one that does not open is a protocol error of the peer that sent it."""
+    try:
+        a, b = m.opened(earlier), m.opened(later)
+    except FrameError as exc:
+        raise ProtocolError(str(exc)) from None
+    return m.carry(_bounded(m.Reported(b.stats, [*a.lines, *b.lines], a.missed + b.missed)))

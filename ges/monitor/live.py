@@ -33,6 +33,7 @@ from ges.errors import OperationError
 from ges.monitor.model import NetworkModel
 from ges.monitor.tree import overview
 from ges.topology import Topology
+from ges.wire import FrameError
 from ges.wire import messages as m
 
 #: Seconds between refreshes.
@@ -255,7 +256,12 @@ class Monitor:
                         break
                     at, wall = trio.current_time(), time.time()
                     batch = box[0]
-                    for item in report.items:
+                    for carried in report.items:
+                        try:
+                            item = m.opened(carried)
+                        except FrameError as exc:  # a broker that lies: said, and left out
+                            batch.notes.append(("warning", f"{broker}: {exc}", at))
+                            continue
                         stats = item.stats
                         heard[stats.broker] = at
                         if stats.broker == broker:  # the root counted this watcher as a client

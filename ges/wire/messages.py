@@ -515,15 +515,46 @@ class Reported(msgspec.Struct, array_like=True, frozen=True):
     missed: int = 0
 
 
+class Carried(msgspec.Struct, array_like=True, frozen=True):
+    """Broker ``broker``'s report as it travels: a :class:`Reported`, encoded once by that
+    broker; the brokers it passes do not decode it (:func:`carry`, :func:`opened`)."""
+
+    broker: str
+    body: msgspec.Raw
+
+
 class Report(_Msg):
     """Reports of brokers for watching broker ``to``, gathered on their way (each broker sends
     its own with those it has gathered since its last) and relayed hop by hop; the watching
     broker hands them as they are to its watching clients."""
 
     to: str
-    items: list[Reported]
+    items: list[Carried]
     hops: int = 0
     detour: list[str] = []
+
+
+_reported = msgspec.msgpack.Decoder(Reported)
+
+
+def carry(report: Reported) -> Carried:
+    """A broker's report, encoded to travel."""
+    return Carried(report.stats.broker, msgspec.Raw(msgspec.msgpack.encode(report)))
+
+
+def opened(item: Carried) -> Reported:
+    """A report as it left its broker.
+
+    Raises:
+        FrameError: it does not decode, or names another broker than it travels as.
+    """
+    try:
+        report = _reported.decode(item.body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise FrameError(f"bad report of {item.broker!r}: {exc}") from None
+    if report.stats.broker != item.broker:
+        raise FrameError(f"a report of {report.stats.broker!r} carried as {item.broker!r}")
+    return report
 
 
 # -- operator ↔ broker (client protocol) -------------------------------------------------------

@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from ges.core import ProtocolError, ToClient
 from ges.core.watch import MAX_LINE_CHARS, MAX_LINES, MAX_WATCHERS, MIN_INTERVAL
 from ges.sim import Sim
 from ges.topology import Topology
+from ges.wire import FrameError
 from ges.wire import messages as m
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +40,7 @@ class Watched:
         self.sim.run_until(1.0)
 
     def _report(self, broker, conn, msg, now):
-        self.reports[(broker, conn)] += [(now, item) for item in msg.items]
+        self.reports[(broker, conn)] += [(now, m.opened(item)) for item in msg.items]
         self.batches[(broker, conn)].append(msg)
 
     def _sent(self, src, dst, msg):
@@ -63,7 +65,7 @@ def test_one_watcher_gets_every_brokers_report_each_interval():
     # a report arrives as it left its broker, with that broker's counters
     last = w.batches[("b1", 7)][-1]
     assert last.to == "b1" and last.hops == 0 and last.detour == []
-    for item in last.items:
+    for item in map(m.opened, last.items):
         assert item.stats.links_expected == len(w.topology.neighbours[item.stats.broker])
 
 
@@ -164,11 +166,11 @@ def test_bad_leases_reports_and_watches():
         core.peer_message("b1", m.WatchLease("nobody", 1, 1, 1.0, 6.0), 2.0)
     stats = core.stats()
     with pytest.raises(ProtocolError, match="unknown broker"):
-        core.peer_message("b1", m.Report("nowhere", [m.Reported(stats)]), 2.0)
+        core.peer_message("b1", m.Report("nowhere", [m.carry(m.Reported(stats))]), 2.0)
     with pytest.raises(ProtocolError, match="unknown broker"):
         core.peer_message(
             "b1",
-            m.Report("b1", [m.Reported(m.Stats("ghost", "1", *[0] * 3, 0, 0, 0, 0, 0, 0, 0, 0))]),
+            m.Report("b1", [m.carry(m.Reported(m.Stats("ghost", "1", *[0] * 3, *[0] * 8)))]),
             2.0,
         )
     # an absurd interval and time to live are clamped
@@ -181,6 +183,15 @@ def test_bad_leases_reports_and_watches():
         core.client_message(conn, m.Watch(1.0), 2.0)
     (refused,) = core.client_message(999, m.Watch(1.0), 2.0)
     assert refused == ToClient(999, m.Error(f"{MAX_WATCHERS} clients watch here already"))
+
+
+def test_a_report_carried_under_another_name_or_undecodable_is_refused_where_it_is_opened():
+    stats = m.Stats("b4", "1", 0, 0, [], 0, 0, 0, 0, 0, 0, 0, 0)
+    forged = m.Carried("b3", m.carry(m.Reported(stats)).body)
+    with pytest.raises(FrameError, match="carried as 'b3'"):
+        m.opened(forged)
+    with pytest.raises(FrameError, match="bad report"):
+        m.opened(m.Carried("b3", msgspec.Raw(b"\xc1")))
 
 
 def test_a_flooding_network_cannot_be_watched_through_a_broker():

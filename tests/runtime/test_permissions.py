@@ -183,7 +183,7 @@ async def test_watching_the_network_needs_the_operator_role(chain3, certs):
             reports = await admin.watch(0.2)
             with trio.fail_after(5):  # b1 runs alone here: its own reports, each interval
                 got = [await reports.receive() for _ in range(2)]
-            assert [item.stats.broker for r in got for item in r.items] == ["b1", "b1"]
+            assert [m.opened(item).stats.broker for r in got for item in r.items] == ["b1", "b1"]
         nursery.cancel_scope.cancel()
 
 

@@ -157,12 +157,14 @@ EXAMPLES = [
     m.Report(
         "b3",
         [
-            m.Reported(
-                m.Stats("b7", "12", 0, 0, ["b6"], 2, 1, 2, 3, 4, 5, 6, 0),
-                [m.LogLine(1_700_000_000.5, "info", "link b8 up")],
-                missed=2,
+            m.carry(
+                m.Reported(
+                    m.Stats("b7", "12", 0, 0, ["b6"], 2, 1, 2, 3, 4, 5, 6, 0),
+                    [m.LogLine(1_700_000_000.5, "info", "link b8 up")],
+                    missed=2,
+                )
             ),
-            m.Reported(m.Stats("b8", "13", 0, 0, ["b7"], 1, 1, 2, 3, 4, 5, 6, 0)),
+            m.carry(m.Reported(m.Stats("b8", "13", 0, 0, ["b7"], 1, 1, 2, 3, 4, 5, 6, 0))),
         ],
         hops=3,
         detour=["b5"],
