@@ -23,7 +23,7 @@ ROOT = Path(ges.__file__).parent.parent
 
 #: Lowest first; packages on one line are one layer and must not import each other.
 LAYERS: list[set[str]] = [
-    {"errors", "wire"},
+    {"errors", "wire", "mqtt"},
     {"topology", "matching", "records"},
     {"connectivity", "reliable", "security", "durable"},
     {"routing"},

@@ -14,7 +14,7 @@ import ges
 from tests.test_layers import imports_of
 
 GES = Path(ges.__file__).parent
-PACKAGES = ["core", "connectivity", "matching", "routing", "reliable", "durable", "wire"]
+PACKAGES = ["core", "connectivity", "matching", "routing", "reliable", "durable", "wire", "mqtt"]
 #: Single sans-I/O modules of packages that also hold I/O (the monitor's model of a network).
 MODULES = ["monitor/model.py"]
 FORBIDDEN = {"trio", "time", "random", "socket", "sqlite3", "sqlite_utils", "asyncio"}
