@@ -125,8 +125,6 @@ class Watching(Part):
         #: the counters and the lines logged since the last call (set by the driver)
         self.stats: Callable[[], m.Stats] = core.stats
         self.lines: Callable[[], tuple[list[m.LogLine], int]] = lambda: ([], 0)
-        #: reports sent and relayed, leases passed on (Stats does not count them apart)
-        self.sent = 0
 
     # -- the watchers at this broker -----------------------------------------------------------
 
@@ -151,7 +149,8 @@ class Watching(Part):
         self._seq += 1
         lease = m.WatchLease(self.id, self.core.incarnation, self._seq, interval, ttl)
         self._renew_at = now + ttl / 3
-        return self._take(lease, now) + [ToPeer(p, lease) for p in sorted(self.links_up)]
+        self._take(lease, now)
+        return [ToPeer(p, lease) for p in sorted(self.links_up)]
 
     # -- leases --------------------------------------------------------------------------------
 
@@ -161,16 +160,14 @@ class Watching(Part):
         known = self.leases.get(msg.root)
         if msg.root == self.id or (known is not None and (msg.incarnation, msg.seq) <= known.seq):
             return []  # seen (or this broker's own, come round)
-        self.sent += 1
         onward = msgspec.structs.replace(msg, hops=msg.hops + 1)
-        return self._take(onward, now) + [
-            ToPeer(p, onward) for p in sorted(self.links_up) if p != peer
-        ]
+        self._take(onward, now)
+        return [ToPeer(p, onward) for p in sorted(self.links_up) if p != peer]
 
-    def _take(self, msg: m.WatchLease, now: float) -> list:
+    def _take(self, msg: m.WatchLease, now: float) -> None:
         interval = clamp_interval(msg.interval)
         ttl = min(MAX_TTL, max(0.0, msg.ttl)) if math.isfinite(msg.ttl) else 0.0
-        if not self._live(now):
+        if not any(lease.expires > now for lease in self.leases.values()):
             self.lines()  # lines logged while nobody watched are not reported
         known = self.leases.get(msg.root)
         if known is not None and known.expires > now:  # renewed: its turns stay as they are
@@ -179,12 +176,11 @@ class Watching(Part):
                 interval,
                 now + ttl,
             )
-            return []
+            return
         # the first report goes now (the watcher sees this broker at once); then its turns
         lease = Lease((msg.incarnation, msg.seq), interval, now + ttl, msg.hops, now, now)
         self.leases[msg.root] = lease
         self._report_at = min(self._report_at, now)
-        return []
 
     def leases_for(self, peer: str, now: float) -> list:
         """The live leases, for a link that just came up (a broker that restarted learns that
@@ -197,9 +193,6 @@ class Watching(Part):
             for root, lease in sorted(self.leases.items())
             if lease.expires > now and root != peer
         ]
-
-    def _live(self, now: float) -> list[str]:
-        return [root for root, lease in self.leases.items() if lease.expires > now]
 
     # -- reports -------------------------------------------------------------------------------
 
@@ -267,9 +260,7 @@ class Watching(Part):
             if item.broker not in brokers:
                 raise ProtocolError(f"a report of unknown broker {item.broker!r}")
         if msg.to == self.id:
-            if msg.hops:  # as it left its broker
-                msg = hop(msg, 0, [])
-            return [ToClient(conn, msg) for conn in self.watchers]
+            return self._send(msg, now)
         lease = self.leases.get(msg.to)
         if lease is None or lease.expires <= now or msg.detour:
             return self._send(msg, now)  # no turn of its own here (or on a detour): on
@@ -285,9 +276,12 @@ class Watching(Part):
         return []
 
     def _send(self, msg: m.Report, now: float) -> list:
+        """To this broker's watchers if it is the root (as the reports left their brokers),
+        else a hop on towards the root."""
         if msg.to == self.id:
+            if msg.hops:
+                msg = hop(msg, 0, [])
             return [ToClient(conn, msg) for conn in self.watchers]
-        self.sent += 1
         return self.unicast.relay(msg.to, msg.detour, msg.hops, lambda h, d: hop(msg, h, d))
 
 
