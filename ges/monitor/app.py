@@ -333,17 +333,14 @@ class MonitorApp(App):
         self.monitor.apply(batch)
         if batch.answers:
             self.rounds += 1
-        heard = self.monitor.heard
-        if (
-            len(self.model.brokers) > OPEN_ALL_BROKERS
-            and heard
-            and (len(heard) == len(self.model.brokers) or self.rounds >= 8)
-        ):  # a large network, every broker heard: open the units that are not healthy, once
-            for unit in self.model.units.values():
-                if self.model.health(unit) != OK and unit.path not in self._sick_opened:
-                    self._sick_opened.add(unit.path)
-                    self._opened.add(unit.path)
-                    node = self.nodes.get(("unit", unit.path))
+        if len(self.model.brokers) > OPEN_ALL_BROKERS:
+            # a large network: open the units that are not healthy, once (as the model found
+            # them once every broker was heard of)
+            for path, health in self.model.unit_health.items():
+                if health != OK and path not in self._sick_opened:
+                    self._sick_opened.add(path)
+                    self._opened.add(path)
+                    node = self.nodes.get(("unit", path))
                     if node is not None:
                         node.expand()
         if self.paused:

@@ -154,7 +154,9 @@ class Monitor:
                 said += model.observe(broker, answer, at)
         if not self.poll:
             said += model.silent(batch.now, self.silent_after(), self.since)
-        if batch.answers and all(self.heard[b] for b in model.brokers):  # all heard of once
+        if batch.answers and all(  # every broker heard of once, or known not to answer
+            self.heard[b] or view.error is not None for b, view in model.brokers.items()
+        ):
             said += model.health_changes(batch.now)
         return said
 
@@ -244,10 +246,10 @@ class Monitor:
         whose reports do not come are asked directly meanwhile (:meth:`_ask_silent`)."""
         every = min(BATCH_EVERY, self.refresh)
         box = [Batch(0.0)]  # the batch being filled
-        heard: dict[str, float] = {}  # when each broker's last report came
+        last_report: dict[str, float] = {}  # when each broker's last report came
         due = trio.current_time() + every
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._ask_silent, heard, box)
+            nursery.start_soon(self._ask_silent, last_report, box)
             while True:
                 with trio.move_on_at(due):
                     try:
@@ -263,7 +265,7 @@ class Monitor:
                             batch.notes.append(("warning", f"{broker}: {exc}", at))
                             continue
                         stats = item.stats
-                        heard[stats.broker] = at
+                        last_report[stats.broker] = at
                         if stats.broker == broker:  # the root counted this watcher as a client
                             stats = _less_one(stats)
                         batch.answers.append((stats.broker, stats, at))
@@ -282,7 +284,7 @@ class Monitor:
         """Seconds without a report after which a broker counts as silent."""
         return max(SILENT_AFTER * self.refresh, SILENT_MIN)
 
-    async def _ask_silent(self, heard: dict[str, float], box: list[Batch]) -> None:
+    async def _ask_silent(self, last_report: dict[str, float], box: list[Batch]) -> None:
         """Each interval, the brokers whose reports have stopped (or never came) are asked for
         their counters directly: one cut off from the broker watched through by a partition
         may still answer the monitor, and one that does not is seen not to answer, and why."""
@@ -290,7 +292,9 @@ class Monitor:
             await trio.sleep(self.refresh)
             now = trio.current_time()
             after = self.silent_after()
-            silent = [b for b in self.topology.brokers if now - heard.get(b, self.since) > after]
+            silent = [
+                b for b in self.topology.brokers if now - last_report.get(b, self.since) > after
+            ]
             if silent:
                 box[0].answers += (await self.collect(silent)).answers
 

@@ -114,8 +114,9 @@ class NetworkModel:
         self._links: dict[tuple[str, str], str] = {
             link.key: LINK_UNKNOWN for link in topology.links
         }
-        #: each unit's health when health_changes last looked
-        self._health: dict[tuple[str, ...], str] = {}
+        #: each unit's health when health_changes last looked (the interactive view opens the
+        #: unhealthy ones of a large network from it)
+        self.unit_health: dict[tuple[str, ...], str] = {}
 
     # -- reports ---------------------------------------------------------------------------------
 
@@ -189,11 +190,11 @@ class NetworkModel:
         """Units whose health changed since the last call (a partition inside one shows as
         ``split``), logged; the first call only takes note of how each unit stands."""
         said: list[LogEntry] = []
-        first = not self._health
+        first = not self.unit_health
         for path, u in self.units.items():
             health = self.health(u)
-            before = self._health.get(path)
-            self._health[path] = health
+            before = self.unit_health.get(path)
+            self.unit_health[path] = health
             if first or before == health or before is None:
                 continue
             worse = HEALTH_RANK[health] > HEALTH_RANK[before]
