@@ -33,6 +33,10 @@ The reasoning:
   ``s > x`` is ``s >= x + "\\x00"``, ``s <= x`` is ``s < x + "\\x00"``, and ``prefix p`` is
   ``[p, succ(p))`` where ``succ(p)`` strips trailing U+10FFFF and increments the last remaining
   character (None when nothing remains).
+* Topic filters (``topic``) test only ``@topic``, which takes no interval, so its string set is
+  an only-set or the filters' intersection (itself a filter, or nothing) minus finitely many
+  points. A string of it outside another set is found among finitely many candidate topics
+  (ges.matching.topics.candidates), enough of them that excluded points cannot hide them all.
 * ``S2 \\ S1`` (per kind) is ``(S2 ∩ E1) ∪ (S2 below I1) ∪ (S2 above I1) ∪ (S2 \\ Only1)`` plus
   ``NaN``: each part is a point test or "does interval I minus finite set E hold an element?",
   which walks up from I's least element through immediate successors — at most ``|E| + 1`` steps,
@@ -46,6 +50,7 @@ import math
 import sys
 from collections.abc import Iterable
 
+from ges.matching import topics
 from ges.matching.model import BOOLEAN, NUMBER, STRING, Conjunction, Constraint, weight
 
 __all__ = ["Analysis", "analyse", "covers", "covers_analysed", "witness"]
@@ -159,13 +164,14 @@ class _Part:
     *only* set starts as {False, True}).
     """
 
-    __slots__ = ("kind", "interval", "only", "excluded", "nan")
+    __slots__ = ("kind", "interval", "only", "excluded", "nan", "topics")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.only: frozenset | None = frozenset((False, True)) if kind is BOOLEAN else None
         self.excluded: set = set()
         self.nan = kind is NUMBER
+        self.topics: list[str] = []  # topic filters (only ever on TOPIC_ATTR: no interval)
         if kind is NUMBER:
             self.interval = ((-_INF, True), (_INF, True))
         elif kind is STRING:
@@ -178,7 +184,9 @@ class _Part:
             self.excluded.add(value)
             return
         self.nan = False
-        if op == "eq" or op == "in":
+        if op == "topic":
+            self.topics.append(value)
+        elif op == "eq" or op == "in":
             values = frozenset(value) if op == "in" else frozenset((value,))
             self.only = values if self.only is None else self.only & values
         elif self.kind is NUMBER:
@@ -208,6 +216,8 @@ class _Part:
         if self.only is not None and value not in self.only:
             return False
         if value in self.excluded:
+            return False
+        if self.topics and not all(topics.matches(f, value) for f in self.topics):
             return False
         return self.interval is None or _in_interval(self.kind, self.interval, value)
 
@@ -246,6 +256,8 @@ def _pick(part: _Part):
             if value in part:
                 return value
         return _NOTHING
+    if part.topics:
+        return _pick_topic(part, None, len(part.excluded) + 1)
     value = _pick_interval(part.kind, part.interval, part.excluded)
     if value is _NOTHING and part.nan:
         return math.nan
@@ -273,6 +285,8 @@ def _part_difference(p2: _Part, p1: _Part):
     for value in sorted(p1.excluded):
         if value in p2:
             return value
+    if p2.topics or p1.topics:  # on TOPIC_ATTR, so neither has an interval
+        return _topic_difference(p2, p1)
     kind = p2.kind
     for outside in _outside(kind, p1.interval):
         value = _pick_interval(kind, _meet(kind, p2.interval, outside), p2.excluded)
@@ -284,6 +298,46 @@ def _part_difference(p2: _Part, p1: _Part):
             return value
     if p2.nan and not p1.nan:
         return math.nan
+    return _NOTHING
+
+
+# -- topic filters (ges.matching.topics) ------------------------------------------------------
+
+
+def _within(part: _Part) -> str | None | object:
+    """The one filter the part's filters amount to (None: any string; _NOTHING: no topic)."""
+    within = None
+    for f in part.topics:
+        within = f if within is None else topics.intersect(within, f)
+        if within is None:
+            return _NOTHING
+    return within
+
+
+def _pick_topic(p2: _Part, escape: str | None, variants: int, p1: _Part | None = None):
+    """A member of ``p2`` outside ``p1`` (if given) among the topics of ``p2``'s filters that
+    would lie outside filter ``escape`` (ges.matching.topics.candidates: complete when
+    ``variants`` is one more than the strings that may be excluded)."""
+    within = _within(p2)
+    if within is _NOTHING:
+        return _NOTHING
+    for value in topics.candidates(within, escape, variants):
+        if value in p2 and (p1 is None or value not in p1):
+            return value
+    return _NOTHING
+
+
+def _topic_difference(p2: _Part, p1: _Part):
+    """Some string in p2 but not in p1, where either has topic filters and p1's excluded
+    strings are already tried: outside p1's only-set, or outside one of p1's filters."""
+    if p1.only is not None:
+        value = _pick_topic(p2, None, len(p2.excluded) + len(p1.only) + 1, p1)
+        if value is not _NOTHING:
+            return value
+    for f in p1.topics:
+        value = _pick_topic(p2, f, len(p2.excluded) + 1, p1)
+        if value is not _NOTHING:
+            return value
     return _NOTHING
 
 

@@ -13,8 +13,8 @@ the keys it is looked up by:
 * :class:`Tests` indexes the edges that test one attribute by operator, each in the structure
   that answers "which of these does this value satisfy" without scanning: a hash table for
   ``eq`` and ``in``, sorted thresholds (:class:`Sorted`) for ``lt``/``le``/``gt``/``ge`` per kind,
-  ranges sorted by lower bound (:class:`Intervals`), prefixes by length, ``ne`` per kind, and
-  ``exists``. A table is created on first use and dropped when emptied.
+  ranges sorted by lower bound (:class:`Intervals`), prefixes by length, topic filters by their
+  levels (ges.matching.topics.TopicTree), ``ne`` per kind, and ``exists``. A table is created on first use and dropped when emptied.
 * :meth:`Tests.probes` flattens the non-empty tables into ``(attribute, probe code, table)``
   tuples; ``ProfileGraph.match`` dispatches on the code (``EQ`` … ``RANGE``; an ordered code + 1
   is the same test on strings) in one inlined loop, so the codes and the shape of each table are
@@ -31,6 +31,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Hashable
 
 from ges.matching.model import STRING, Constraint, kind
+from ges.matching.topics import TopicTree
 
 # -- keys --------------------------------------------------------------------------------------
 
@@ -42,7 +43,9 @@ FALSE_KEY = ("bool", False)
 #: The order of operators inside one attribute: the most selective first.
 _OP_ORDER = {
     op: i
-    for i, op in enumerate(("eq", "in", "prefix", "range", "lt", "le", "gt", "ge", "ne", "exists"))
+    for i, op in enumerate(
+        ("eq", "in", "prefix", "topic", "range", "lt", "le", "gt", "ge", "ne", "exists")
+    )
 }
 
 
@@ -199,6 +202,7 @@ class Tests:
         "plens",
         "prefix",
         "rng",
+        "topic",
     )
 
     # Tables are created on first use: most nodes test one attribute with one operator, and the
@@ -216,6 +220,7 @@ class Tests:
         self.ge: dict[str, Sorted] | None = None
         self.exists: Node | None = None
         self.rng: dict[str, Intervals] | None = None  # kind -> ranges by lower bound
+        self.topic: TopicTree | None = None  # topic filters (ges.matching.topics)
 
     def add(self, ckey, c: Constraint) -> tuple[Node, bool]:
         """A node for a new constraint; True if that needed a new table (a new probe)."""
@@ -247,6 +252,11 @@ class Tests:
         elif op == "exists":
             new = True
             self.exists = node
+        elif op == "topic":
+            new = self.topic is None
+            if new:
+                self.topic = TopicTree()
+            self.topic.add(c.value, node)
         elif op == "range":
             if self.rng is None:
                 self.rng = {}
@@ -310,6 +320,10 @@ class Tests:
                 self.rng = None
         elif op == "exists":
             self.exists = None
+        elif op == "topic":
+            self.topic.remove(c.value)
+            if not self.topic:
+                self.topic = None
         else:
             table = getattr(self, op)
             s = table[ckey[1]]
@@ -336,6 +350,8 @@ class Tests:
                 out.append((attr, RANGE + (k is STRING), s))
         if self.prefix:
             out.append((attr, PREFIX, (self.prefix, self.plens)))
+        if self.topic:
+            out.append((attr, TOPIC, self.topic))
         if self.ne:
             for k, table in self.ne.items():
                 out.append((attr, NE, (k, table)))
@@ -345,7 +361,7 @@ class Tests:
 
 
 # Probe codes; an ordered code + 1 is the same test on strings.
-EQ, IN, GT, GE, LT, LE, PREFIX, NE, EXISTS, RANGE = 0, 1, 2, 4, 6, 8, 10, 11, 12, 13
+EQ, IN, GT, GE, LT, LE, PREFIX, NE, EXISTS, RANGE, TOPIC = 0, 1, 2, 4, 6, 8, 10, 11, 12, 13, 15
 
 
 def node_probes(node: Node) -> tuple:

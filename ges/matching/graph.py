@@ -55,6 +55,7 @@ from ges.matching.edge_tables import (
     NE,
     PREFIX,
     RANGE,
+    TOPIC,
     TRUE_KEY,
     Eq,
     Node,
@@ -278,7 +279,10 @@ class ProfileGraph:
                     if node is not None:
                         found.append(node)
                 elif code >= RANGE:
-                    if (code == RANGE and (t is int or t is float) and v == v) or (
+                    if code == TOPIC:
+                        if t is str:
+                            table.match(v, found)
+                    elif (code == RANGE and (t is int or t is float) and v == v) or (
                         code > RANGE and t is str
                     ):
                         for lo, lo_open, hi, hi_closed, node in table.items[

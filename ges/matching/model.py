@@ -11,9 +11,12 @@ attribute never matches, not even ``ne``, and never raises. ``NaN`` is allowed i
 satisfies only ``ne`` and ``exists``, like the IEEE comparisons) but never as a constraint value.
 
 Operators: ``eq ne lt le gt ge`` (ordered ones on strings and numbers), ``prefix`` (strings),
-``exists`` (no value) and ``in`` (a non-empty set of values of one kind). An event's type travels
-as the reserved attribute ``@type`` (attribute names can never start with ``@``), so a profile's
-``event_type`` is one more equality constraint and the matchers need no special case.
+``exists`` (no value), ``in`` (a non-empty set of values of one kind) and ``topic`` (an MQTT topic
+filter, ges.matching.topics). An event's type travels as the reserved attribute ``@type``
+(attribute names can never start with ``@``), so a profile's ``event_type`` is one more equality
+constraint and the matchers need no special case. An MQTT PUBLISH's topic travels as the reserved
+attribute ``@topic``; ``topic`` tests only it, and it takes no ordered test and no ``prefix``
+(``a/#`` says what a prefix would), which keeps covering exact (ges.matching.covering).
 
 ``Conjunction.matches`` / ``Profile.matches`` evaluate every constraint: this is the naive
 evaluator the profile graph (``ges.matching.graph``) is checked against and benchmarked beside.
@@ -26,14 +29,18 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from ges.matching import topics
 from ges.wire import messages as wire
 
 Value = str | int | float | bool
 
 #: The reserved attribute carrying an event's type.
 TYPE_ATTR = "@type"
+#: The reserved attribute carrying an MQTT topic (ges.mqtt), the one the ``topic`` operator tests.
+TOPIC_ATTR = "@topic"
+RESERVED = frozenset((TYPE_ATTR, TOPIC_ATTR))
 
-OPS = ("eq", "ne", "lt", "le", "gt", "ge", "prefix", "exists", "in")
+OPS = ("eq", "ne", "lt", "le", "gt", "ge", "prefix", "exists", "in", "topic")
 ORDERED = frozenset(("lt", "le", "gt", "ge"))
 #: How each operator is written in ``--where`` text and in ``str()``.
 SYMBOLS = {"eq": "=", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -41,6 +48,8 @@ SYMBOLS = {"eq": "=", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 ALIASES = {"=": "eq", "==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 
 STRING, NUMBER, BOOLEAN = "string", "number", "bool"
+#: What ``@topic`` may not be tested with.
+_NOT_TOPIC = ORDERED | {"prefix"}
 
 #: Bounds on one profile (a broker admits nothing larger). A profile's *weight* — its
 #: constraints plus the values of its ``in`` tests (plus a unit per kilobyte of strings),
@@ -124,9 +133,15 @@ class Constraint:
     value: Value | tuple[Value, ...] | None = attrs.field(default=None, eq=_value_key)
 
     def __attrs_post_init__(self) -> None:
-        if self.attr != TYPE_ATTR and (len(self.attr) > MAX_NAME or not NAME.fullmatch(self.attr)):
+        if self.attr not in RESERVED and (
+            len(self.attr) > MAX_NAME or not NAME.fullmatch(self.attr)
+        ):
             raise ValueError(f"attribute name {self.attr!r} must match [A-Za-z_][\\w.-]*")
         op, value = self.op, self.value
+        if op == "topic" and self.attr != TOPIC_ATTR:
+            raise ValueError(f"topic: tests only {TOPIC_ATTR}")
+        if op in _NOT_TOPIC and self.attr == TOPIC_ATTR:
+            raise ValueError(f"{op}: {TOPIC_ATTR} takes topic, eq, ne, in and exists")
         if op == "exists":
             if value is not None:
                 raise ValueError("exists: takes no value")
@@ -147,6 +162,10 @@ class Constraint:
             raise ValueError(f"{op}: booleans are not ordered")
         if op == "prefix" and k is not STRING:
             raise ValueError("prefix: needs a string value")
+        if op == "topic":
+            why = "topic: needs a string value" if k is not STRING else topics.check_filter(value)
+            if why is not None:
+                raise ValueError(why if why.startswith("topic") else f"topic: {why}")
 
     @property
     def kind(self) -> str | None:
@@ -184,6 +203,8 @@ def test(op: str, want, have) -> bool:
         return have != want
     if op == "prefix":
         return have.startswith(want)
+    if op == "topic":
+        return topics.matches(want, have)
     if hk is BOOLEAN:
         return False
     if op == "lt":

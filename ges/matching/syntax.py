@@ -74,9 +74,9 @@ _BOOLS = {"true": True, "false": False}
 
 _NAME = re.compile(r"[A-Za-z_][\w.\-]*")
 _WHERE = re.compile(
-    r"\s*(?P<attr>[A-Za-z_][\w.\-]*)"
+    r"\s*(?P<attr>[A-Za-z_][\w.\-]*|@topic)"
     r"(?:\s+(?P<exists>exists)\s*$"
-    r"|(?:\s*(?P<op>==|!=|<=|>=|=|<|>)|\s+(?P<word>prefix|in)\b)\s*(?P<value>.*?)\s*$)"
+    r"|(?:\s*(?P<op>==|!=|<=|>=|=|<|>)|\s+(?P<word>prefix|in|topic)\b)\s*(?P<value>.*?)\s*$)"
 )
 
 
@@ -107,12 +107,13 @@ def _split_list(raw: str) -> list[str]:
 
 def parse_where(text: str) -> Constraint:
     """``'price > 10'``, ``'sym = IBM'``, ``"sym = '42'"`` (quoted: string), ``'sym exists'``,
-    ``'sym in IBM,HPQ'`` (comma-separated values, each typed on its own)."""
+    ``'sym in IBM,HPQ'`` (comma-separated values, each typed on its own), ``'@topic topic
+    sensors/+/temp'`` (an MQTT topic filter; ``@topic`` is an MQTT publish's topic)."""
     m = _WHERE.fullmatch(text)
     if not m:
         raise UserInputError(
             f"--where {text!r}: expected 'name OP value' with OP one of "
-            "= != < <= > >= prefix in, or 'name exists'"
+            "= != < <= > >= prefix in topic, or 'name exists'"
         )
     if m["exists"]:
         return Constraint(m["attr"], "exists")
@@ -120,7 +121,7 @@ def parse_where(text: str) -> Constraint:
     op = m["op"] or m["word"]
     if not raw:
         raise UserInputError(f"--where {text!r}: missing value after {op!r}")
-    if raw[0] in "=<>!" and op != "prefix":
+    if raw[0] in "=<>!" and op not in ("prefix", "topic"):
         raise UserInputError(f"--where {text!r}: value {raw!r} starts with an operator; quote it")
     if op == "in":
         if raw.startswith("(") and raw.endswith(")"):  # as str() writes it: in (a, b)
@@ -129,8 +130,8 @@ def parse_where(text: str) -> Constraint:
         if any(not p for p in parts):
             raise UserInputError(f"--where {text!r}: empty value in the list (quote '' for one)")
         value = tuple(_typed(p) for p in parts)
-    elif op == "prefix" and raw[0] not in "'\"":
-        value = raw  # a prefix is always a string: 'code prefix 10' means "10…"
+    elif op in ("prefix", "topic") and raw[0] not in "'\"":
+        value = raw  # always a string: 'code prefix 10' means "10…"
     else:
         value = _typed(raw)
     try:

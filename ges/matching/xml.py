@@ -37,6 +37,7 @@ from ges.matching.model import (
     INT_MIN,
     MAX_NAME,
     NAME,
+    TOPIC_ATTR,
     TYPE_ATTR,
     Conjunction,
     Constraint,
@@ -280,6 +281,8 @@ def _constraint(element: etree._Element, source: str) -> Constraint:
     op, attr, type_name = _op(element), element.get("attr"), element.get("type")
     what = f"{op} {attr}"
     try:
+        if op == "topic":
+            return Constraint(TOPIC_ATTR, op, element.text or "")
         if op == "exists":
             return Constraint(attr, op)
         if op == "in":
@@ -512,7 +515,9 @@ def _in_type(c: Constraint) -> str:
 def _write_constraint(parent: etree._Element, c: Constraint) -> None:
     tag = f"{{{PROFILE_NS}}}{c.op}"
     what = f"{c.op} {c.attr}"
-    if c.op == "exists":
+    if c.op == "topic":
+        etree.SubElement(parent, tag).text = _xml_text(c.value, what)
+    elif c.op == "exists":
         etree.SubElement(parent, tag, {"attr": c.attr})
     elif c.op == "in":
         type_name = _in_type(c)

@@ -11,9 +11,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from ges.matching import topics
 from ges.matching.covering import covers, witness
-from ges.matching.model import OPS, Conjunction, Constraint
+from ges.matching.model import OPS, TOPIC_ATTR, Conjunction, Constraint
 from ges.matching.model import test as reference_test
+from ges.matching.topics import check_topic
 
 INF = math.inf
 NAN = math.nan
@@ -194,8 +196,16 @@ def test_witnesses_are_explicit():
 
 # -- generated conjunctions ---------------------------------------------------------------------
 
-ATTRS = ("x", "y", "z")
-HOME_KIND = {"x": "number", "y": "string", "z": "bool"}
+ATTRS = ("x", "y", "z", TOPIC_ATTR)
+HOME_KIND = {"x": "number", "y": "string", "z": "bool", TOPIC_ATTR: "string"}
+#: Levels of topics and filters: '$' first levels, empty levels, and wildcards.
+LEVELS = ["a", "b", "$s", ""]
+TOPICS = st.lists(st.sampled_from(LEVELS), min_size=1, max_size=3).map("/".join)
+FILTERS = st.tuples(st.lists(st.sampled_from([*LEVELS, "+", "+"]), max_size=3), st.booleans()).map(
+    lambda t: "/".join([*t[0], "#"] if t[1] or not t[0] else t[0]) or "+"
+)
+#: What @topic takes (no ordered tests, no prefix).
+TOPIC_OPS = ("eq", "ne", "in", "exists", "topic", "topic")
 NICE = [*range(-3, 4), *(i / 2 for i in range(-7, 8, 2)), 2.0, -1.0]
 WILD = [
     *NICE,
@@ -227,7 +237,13 @@ def values(kind: str, numbers: list):
 @st.composite
 def constraints(draw, numbers: list, attrs=ATTRS):
     attr = draw(st.sampled_from(attrs))
-    op = draw(st.sampled_from(OPS))
+    op = draw(st.sampled_from(TOPIC_OPS if attr == TOPIC_ATTR else OPS))
+    if op == "topic":
+        return Constraint(TOPIC_ATTR, op, draw(FILTERS))
+    if attr == TOPIC_ATTR and op != "exists" and draw(st.integers(0, 3)) < 3:
+        if op == "in":
+            return Constraint(attr, op, tuple(draw(st.lists(TOPICS, min_size=1, max_size=3))))
+        return Constraint(attr, op, draw(TOPICS))
     if op == "exists":
         return Constraint(attr, op)
     if op == "prefix":
@@ -265,9 +281,11 @@ def weaker(draw, c: Constraint, numbers: list) -> list[Constraint]:
     out = [c, Constraint(attr, "exists")]
     if op == "exists" or op == "ne":
         return out
+    if op == "topic":
+        return [*out, Constraint(attr, "topic", generalized(draw, v))]
     sample = v[0] if op == "in" else v
     pool = _kind_pool(sample, numbers)
-    ordered = type(sample) is not bool
+    ordered = type(sample) is not bool and attr != TOPIC_ATTR
 
     def one(choices):
         return draw(st.sampled_from(choices)) if choices else None
@@ -288,7 +306,9 @@ def weaker(draw, c: Constraint, numbers: list) -> list[Constraint]:
                 out.append(Constraint(attr, "ge", w))
             if (w := one([w for w in pool if w < lo])) is not None:
                 out.append(Constraint(attr, "gt", w))
-        if type(sample) is str:
+        if type(sample) is str and attr == TOPIC_ATTR and op == "eq" and not check_topic(v):
+            out.append(Constraint(attr, "topic", generalized(draw, v)))
+        elif type(sample) is str and attr != TOPIC_ATTR:
             common = _common_prefix(vs)
             out.append(Constraint(attr, "prefix", common[: draw(st.integers(0, len(common)))]))
     elif op in ("lt", "le"):
@@ -307,6 +327,26 @@ def weaker(draw, c: Constraint, numbers: list) -> list[Constraint]:
         if (w := one([w for w in pool if not w.startswith(v)])) is not None:
             out.append(Constraint(attr, "ne", w))
     return out
+
+
+def generalized(draw, topic_filter: str) -> str:
+    """A topic filter matching every topic ``topic_filter`` (a filter or a topic) matches:
+    some literal levels made '+', maybe the rest made '#' ('$' first levels stay)."""
+    levels = topic_filter.split("/")
+    if levels[-1] == "#":
+        levels = levels[:-1]
+    out = []
+    for i, level in enumerate(levels):
+        fixed = i == 0 and level.startswith("$")
+        out.append("+" if not fixed and draw(st.integers(0, 2)) == 0 else level)
+    cut = draw(st.integers(0, len(out)))
+    if out == [""]:
+        out = ["+"]
+    if topic_filter.endswith("#") or cut < len(out):
+        if cut == 0 and levels and levels[0].startswith("$"):
+            cut = 1
+        out = [*out[:cut], "#"]
+    return "/".join(out)
 
 
 def _common_prefix(strings) -> str:
@@ -377,7 +417,10 @@ def _near(value) -> list:
 def event_values(c1: Conjunction, c2: Conjunction) -> list:
     out = [NAN, INF, -INF, 0, 1.5, -(10**400), "", "zz", True, False]
     for c in (*c1.constraints, *c2.constraints):
-        if c.op == "in":
+        if c.op == "topic":  # topics it matches, and topics near them
+            for t in topics.candidates(c.value, None, 2):
+                out += [t, t + "/a", t.rpartition("/")[0] or "$" + t]
+        elif c.op == "in":
             for v in c.value:
                 out += _near(v)
         elif c.value is not None:

@@ -17,7 +17,7 @@ from hypothesis.stateful import (
 )
 
 from ges.matching.graph import ProfileGraph
-from ges.matching.model import TYPE_ATTR, Conjunction, Constraint, Profile
+from ges.matching.model import TOPIC_ATTR, TYPE_ATTR, Conjunction, Constraint, Profile
 
 
 def C(attr, op, value=None):
@@ -189,7 +189,12 @@ def test_pruning_does_not_lose_destinations_behind_a_matched_one():
 
 # -- against the naive evaluator ----------------------------------------------------------------
 
-ATTRS = ["a", "b", "c", TYPE_ATTR]
+ATTRS = ["a", "b", "c", TYPE_ATTR, TOPIC_ATTR]
+TOPIC_LEVELS = ["a", "b", "$s", "", "+"]
+FILTERS = st.tuples(st.lists(st.sampled_from(TOPIC_LEVELS), max_size=3), st.booleans()).map(
+    lambda t: "/".join([*t[0], "#"] if t[1] or not t[0] else t[0]) or "+"
+)
+TOPICS = st.lists(st.sampled_from(["a", "b", "$s", "", "c"]), min_size=1, max_size=4).map("/".join)
 STRINGS = ["", "a", "ab", "abc", "b", "ba", "ab\x00", "\U0010ffff"]
 NUMBERS = [-2, -1, 0, 0.5, 1, 1.0, 1.5, 2, 3, math.inf, -math.inf]
 BOOLS = [True, False]
@@ -198,6 +203,13 @@ BOOLS = [True, False]
 @st.composite
 def constraints(draw):
     attr = draw(st.sampled_from(ATTRS))
+    if attr == TOPIC_ATTR:
+        op = draw(st.sampled_from(["topic", "topic", "topic", "eq", "ne", "in", "exists"]))
+        if op == "topic":
+            return Constraint(attr, op, draw(FILTERS))
+        if op == "in":
+            return Constraint(attr, op, tuple(draw(st.lists(TOPICS, min_size=1, max_size=3))))
+        return Constraint(attr, op) if op == "exists" else Constraint(attr, op, draw(TOPICS))
     op = draw(st.sampled_from(["eq", "ne", "lt", "le", "gt", "ge", "prefix", "exists", "in"]))
     if op == "exists":
         return Constraint(attr, op)
@@ -224,7 +236,9 @@ event_values = st.one_of(
     st.floats(allow_nan=True),
     st.integers(-3, 3),
 )
-events = st.dictionaries(st.sampled_from(ATTRS), event_values, max_size=4)
+events = st.dictionaries(
+    st.sampled_from(ATTRS), st.one_of(event_values, TOPICS, TOPICS, TOPICS), max_size=4
+)
 
 
 def naive(stored, attributes) -> set:

@@ -21,6 +21,7 @@ from ges.matching.model import (
     OPS,
     ORDERED,
     STRING,
+    TOPIC_ATTR,
     TYPE_ATTR,
     Conjunction,
     Constraint,
@@ -82,7 +83,7 @@ def test_constraint_kind_property():
 
 
 def test_the_operator_set():
-    assert set(OPS) == {"eq", "ne", "lt", "le", "gt", "ge", "prefix", "exists", "in"}
+    assert set(OPS) == {"eq", "ne", "lt", "le", "gt", "ge", "prefix", "exists", "in", "topic"}
     assert set(ORDERED) == {"lt", "le", "gt", "ge"}
 
 
@@ -191,12 +192,13 @@ VALID_BY_OP = {
     "prefix": "",
     "exists": None,
     "in": (1,),
+    "topic": "a/+",
 }
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_missing_attribute_never_matches(op):
-    c = C("a", op, VALID_BY_OP[op])
+    c = C(TOPIC_ATTR if op == "topic" else "a", op, VALID_BY_OP[op])
     assert not c.matches({"b": 1})
     assert not c.matches({})
     assert not J(c).matches({})
@@ -723,6 +725,8 @@ def constraints(draw):
     op = draw(st.sampled_from(OPS))
     if op == "exists":
         return Constraint(attr, op)
+    if op == "topic":
+        return Constraint(TOPIC_ATTR, op, draw(st.sampled_from(["a/+", "#", "+/b/#", "$s/+"])))
     if op == "prefix":
         return Constraint(attr, op, draw(strings))
     if op in ORDERED:
@@ -733,7 +737,10 @@ def constraints(draw):
     return Constraint(attr, op, draw(scalars))
 
 
-events = st.dictionaries(st.sampled_from(NAMES), event_values)
+events = st.dictionaries(
+    st.sampled_from([*NAMES, TOPIC_ATTR]),
+    st.one_of(event_values, st.sampled_from(["a/b", "$s/b", "a"])),
+)
 
 
 @given(st.lists(constraints(), max_size=5), events)

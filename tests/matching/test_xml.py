@@ -21,6 +21,7 @@ from ges.matching import xml
 from ges.matching.model import (
     OPS,
     ORDERED,
+    TOPIC_ATTR,
     TYPE_ATTR,
     Conjunction,
     Constraint,
@@ -155,6 +156,17 @@ SCALARS = st.one_of(TEXT, INTS, FLOATS, st.booleans())
 @st.composite
 def constraints(draw) -> Constraint:
     attr, op = draw(NAMES), draw(st.sampled_from(OPS))
+    if op == "topic":
+        levels = draw(
+            st.lists(
+                st.one_of(st.just("+"), TEXT.filter(lambda t: not set(t) & set("/+#"))),
+                min_size=1,
+                max_size=4,
+            )
+        )
+        return Constraint(
+            TOPIC_ATTR, op, "/".join(levels + (["#"] if draw(st.booleans()) else [])) or "#"
+        )
     if op == "exists":
         return Constraint(attr, op)
     if op == "prefix":

@@ -1,0 +1,128 @@
+"""MQTT topic filters (ges.matching.topics): the spec's examples, then intersection, the
+candidates covering relies on, and the filter tree, each against brute force on small
+universes of topics."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from ges.matching import topics
+from ges.matching.topics import TopicTree, candidates, check_filter, intersect, matches
+
+# MQTT 3.1.1 §4.7.1 and 5.0 §4.7.1-4.7.2
+SPEC = [
+    ("sport/tennis/player1/#", "sport/tennis/player1", True),
+    ("sport/tennis/player1/#", "sport/tennis/player1/ranking", True),
+    ("sport/tennis/player1/#", "sport/tennis/player1/score/wimbledon", True),
+    ("sport/#", "sport", True),
+    ("#", "sport/tennis", True),
+    ("sport/tennis/+", "sport/tennis/player1", True),
+    ("sport/tennis/+", "sport/tennis/player1/ranking", False),
+    ("sport/+", "sport", False),
+    ("sport/+", "sport/", True),
+    ("+/+", "/finance", True),
+    ("/+", "/finance", True),
+    ("+", "/finance", False),
+    ("#", "$SYS/broker", False),
+    ("+/monitor/Clients", "$SYS/monitor/Clients", False),
+    ("$SYS/#", "$SYS/broker", True),
+    ("$SYS/monitor/+", "$SYS/monitor/Clients", True),
+    ("a/b", "a/b", True),
+    ("a/b", "a/b/", False),
+]
+
+
+@pytest.mark.parametrize(("f", "t", "expected"), SPEC)
+def test_the_specs_examples(f, t, expected):
+    assert matches(f, t) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("", "empty"),
+        ("a/#/b", "last level"),
+        ("sport/tennis#", "whole level"),
+        ("a+", "whole level"),
+        ("a\x00b", "U+0000"),
+    ],
+)
+def test_bad_filters_say_why(text, why):
+    assert why in check_filter(text)
+
+
+@pytest.mark.parametrize("text", ["#", "+", "+/+", "/", "a//b", "$SYS/#", "a/+/#"])
+def test_good_filters(text):
+    assert check_filter(text) is None
+
+
+def test_topics_a_client_may_publish():
+    assert topics.check_topic("a/b") is None
+    assert "wildcards" in topics.check_topic("a/+")
+    assert "empty" in topics.check_topic("")
+
+
+LEVELS = ["a", "b", "$s", ""]
+FILTERS = sorted(
+    {
+        "/".join([*ls, "#"] if many else ls) or "#"
+        for n in range(0, 4)
+        for ls in itertools.product([*LEVELS, "+"], repeat=n)
+        for many in (False, True)
+        if (n or many) and "/".join(ls) != ""
+    }
+    | {"#"}
+)
+UNIVERSE = ["/".join(ls) for n in range(1, 6) for ls in itertools.product([*LEVELS, "c"], repeat=n)]
+
+
+def test_intersection_is_a_filter_of_exactly_the_common_topics():
+    for a, b in itertools.product(FILTERS[::3], FILTERS[::2]):
+        both = {t for t in UNIVERSE if matches(a, t) and matches(b, t)}
+        f = intersect(a, b)
+        if f is None:
+            assert not both, (a, b)
+        else:
+            assert check_filter(f) is None
+            assert {t for t in UNIVERSE if matches(f, t)} == both, (a, b, f)
+
+
+def test_candidates_find_a_topic_inside_one_filter_and_outside_another():
+    found = 0
+    for within, escape in itertools.product([None, *FILTERS[::3]], FILTERS[::2]):
+        inside = [t for t in UNIVERSE if (within is None or matches(within, t))]
+        outside = [t for t in inside if not matches(escape, t)]
+        got = [t for t in candidates(within, escape, 1) if not matches(escape, t)]
+        assert all(within is None or matches(within, t) for t in candidates(within, escape, 1))
+        assert bool(got) == bool(outside), (within, escape)
+        found += bool(got)
+    assert found > 100
+
+
+def test_candidates_give_distinct_variants_past_excluded_topics():
+    got = list(candidates("a/+", "a/b", 3))
+    assert len(set(got)) == 3 and not any(matches("a/b", t) for t in got)
+
+
+def test_the_tree_finds_what_brute_force_finds_and_prunes_on_removal():
+    tree = TopicTree()
+    for f in FILTERS:
+        tree.add(f, f)
+    assert len(tree) == len(FILTERS)
+
+    def check(live):
+        for t in UNIVERSE:
+            out: list = []
+            tree.match(t, out)
+            assert sorted(out) == sorted(f for f in live if matches(f, t)), t
+
+    check(FILTERS)
+    for f in FILTERS[::2]:
+        tree.remove(f)
+    check(FILTERS[1::2])
+    for f in FILTERS[1::2]:
+        tree.remove(f)
+    assert len(tree) == 0
+    assert not tree._root.children and tree._root.many is None
