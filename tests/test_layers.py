@@ -23,9 +23,9 @@ ROOT = Path(ges.__file__).parent.parent
 
 #: Lowest first; packages on one line are one layer and must not import each other.
 LAYERS: list[set[str]] = [
-    {"errors", "wire", "mqtt"},
+    {"errors", "wire"},
     {"topology", "matching", "records"},
-    {"connectivity", "reliable", "security", "durable"},
+    {"connectivity", "reliable", "security", "durable", "mqtt"},
     {"routing"},
     {"core"},
     {"transport"},

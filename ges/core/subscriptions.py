@@ -224,10 +224,10 @@ class Subscriptions(Part):
         subs = self.clients[conn]
         if msg.sub_id not in subs and len(subs) >= self.config.max_subscriptions_per_client:
             reason = f"over {self.config.max_subscriptions_per_client} subscriptions"
-            return [ToClient(conn, m.Error(reason))]
+            return [ToClient(conn, m.Error(reason, req=msg.req))]
         if len(msg.conjunctions) > MAX_CONJUNCTIONS:
             reason = f"subscription {msg.sub_id}: over {MAX_CONJUNCTIONS} conjunctions"
-            return [ToClient(conn, m.Error(reason))]
+            return [ToClient(conn, m.Error(reason, req=msg.req))]
         out: list = []
         tickets: list[Ticket] = []  # the one it opens, closed if the job is dropped
         body = self._subscribe(conn, msg, out, now, tickets)
@@ -258,7 +258,7 @@ class Subscriptions(Part):
                     yield cost
                     cost = 0
         except ValueError as exc:
-            out.append(ToClient(conn, m.Error(f"subscription {msg.sub_id}: {exc}")))
+            out.append(ToClient(conn, m.Error(f"subscription {msg.sub_id}: {exc}", req=msg.req)))
             return
         profile = Profile.parsed(msg.profile_id, tuple(conjunctions) or (Conjunction(),), total)
         dest = (conn, msg.sub_id)
@@ -267,7 +267,9 @@ class Subscriptions(Part):
         grow = profile.weight - (old.weight if old is not None else 0)
         refusal = self._over_weight(conn, grow)
         if refusal is not None:
-            out.append(ToClient(conn, m.Error(f"subscription {msg.sub_id}: {refusal}")))
+            out.append(
+                ToClient(conn, m.Error(f"subscription {msg.sub_id}: {refusal}", req=msg.req))
+            )
             return
         self._set_weight(conn, grow)
         out += self._supersede(conn, msg.sub_id)

@@ -501,7 +501,12 @@ class BrokerServer:
                             if run:
                                 outs += self._client_publishes(client, run)
                                 run = []
-                            outs.append(ToClient(client, m.Error(why, denied=True)))
+                            outs.append(
+                                ToClient(
+                                    client,
+                                    m.Error(why, denied=True, req=getattr(msg, "req", 0)),
+                                )
+                            )
                             continue
                     if client is not None and type(msg) is m.Publish:
                         run.append(msg)

@@ -1,0 +1,261 @@
+"""One MQTT client's connection at a broker, as GES requests and answers: sans-I/O.
+
+Theory of operation
+-------------------
+A :class:`MqttSession` stands between an MQTT client and the broker's core, in the style of
+h11: ``receive_data(bytes)`` returns what the client asked, as GES client messages
+(``m.Publish``, ``m.Subscribe`` …) for the broker to handle as it handles a GES client's;
+``from_broker(msg)`` takes what the broker answers that client (``m.PubAck``, ``m.SubAck``,
+``m.Deliver`` …); both leave the MQTT bytes to send in ``data_to_send()``. The trio runtime
+(ges.runtime.mqtt) owns the socket, the clock, authentication and the CONNECT's answer.
+
+The mapping (MQTT 3.1.1):
+
+* A PUBLISH is one event: its topic the reserved attribute ``@topic``, its QoS ``@qos``, its
+  payload the event's payload. QoS 1 is acknowledged (PUBACK) once the pubend has it in its log
+  (GES's PubAck); QoS 2 the same with PUBREC, and the packet identifier is kept until PUBREL,
+  so a PUBLISH sent again with it is acknowledged and not published twice (§4.3.3, method A).
+* The client's topic filters are one GES subscription, a disjunction of ``@topic topic F``
+  conjunctions, replaced as a whole by each SUBSCRIBE and UNSUBSCRIBE (§3.8.4: a SUBSCRIBE for
+  a filter it has replaces it); SUBACK and UNSUBACK go when the broker's SubAck says the
+  network has the change. A message matching several filters goes once, at the highest QoS of
+  those filters (§3.3.5 allows either).
+* A delivered event goes out at the lower of its publisher's QoS and the filter's (an event a
+  GES client published, without ``@qos``, at the filter's). QoS 1 and 2 deliveries get packet
+  identifiers and are held until acknowledged; at most ``max_inflight`` at a time, the rest
+  wait in order (bounded in bytes by the runtime, which cuts a client that lets them pile up).
+
+Bounds: packets of ``max_packet`` bytes (the framing), ``max_filters`` filters per client,
+``max_inflight`` unacknowledged deliveries, and the QoS 2 identifiers are at most 65,535.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ges.matching.model import TOPIC_ATTR
+from ges.matching.topics import matches
+from ges.mqtt import packets as p
+from ges.mqtt.frames import DEFAULT_MAX_PACKET, Malformed, PacketReader
+from ges.wire import messages as m
+
+#: The reserved attribute carrying a PUBLISH's QoS.
+QOS_ATTR = "@qos"
+#: The GES subscription holding a client's filters.
+SUB_ID = 1
+#: Topic filters one client may hold; a SUBSCRIBE past it gets 0x80 for the filters over.
+MAX_FILTERS = 1024
+#: Deliveries of QoS 1 and 2 sent and not yet acknowledged, per client.
+MAX_INFLIGHT = 256
+
+
+class MqttSession:
+    """An MQTT client's connection after its CONNECT was accepted (see the module docstring)."""
+
+    def __init__(
+        self,
+        connect: p.Connect,
+        *,
+        max_packet: int = DEFAULT_MAX_PACKET,
+        max_filters: int = MAX_FILTERS,
+        max_inflight: int = MAX_INFLIGHT,
+    ):
+        self.connect = connect
+        self.reader = PacketReader(max_packet=max_packet)
+        self.max_filters = max_filters
+        self.max_inflight = max_inflight
+        #: filter -> granted QoS, as the broker has it (or is about to)
+        self.filters: dict[str, int] = {}
+        self._out = bytearray()
+        self._seq = 0  # the last GES Publish sent
+        self._acks: dict[int, tuple[int, int]] = {}  # GES seq -> (QoS, packet id) to answer
+        self._req = 0
+        #: GES req -> the MQTT answer once the broker has the change, and the filters before it
+        self._changes: dict[int, tuple[object, dict[str, int]]] = {}
+        self._received: dict[int, bool] = {}  # QoS 2 packet ids in: acknowledged (PUBREC) yet?
+        self._inflight: dict[int, p.Publish] = {}  # packet id -> a delivery not acknowledged
+        self._released: set[int] = set()  # QoS 2 deliveries PUBREC'd, PUBCOMP awaited
+        self._waiting: deque[p.Publish] = deque()  # deliveries waiting for an identifier
+        self.waiting_bytes = 0
+        self._next_id = 0
+        self.closed: str | None = None  # why the client ended the connection (DISCONNECT)
+        #: events published and deliveries sent, for the broker's counters
+        self.published = 0
+        self.delivered = 0
+
+    # -- bytes in ------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes, wall_ns: int = 0) -> list:
+        """GES client messages for what ``data`` completes; ``wall_ns`` stamps publishes.
+
+        Raises:
+            Malformed: the client broke the protocol (close the connection, saying this).
+        """
+        self.reader.feed(data)
+        out: list = []
+        for packet in self.reader.packets():
+            self._packet(p.decode(packet), wall_ns, out)
+        return out
+
+    def _packet(self, pkt, wall_ns: int, out: list) -> None:
+        kind = type(pkt)
+        if kind is p.Publish:
+            self._publish(pkt, wall_ns, out)
+        elif kind is p.PubAck:
+            sent = self._inflight.get(pkt.packet_id)
+            if sent is not None and sent.qos == 1:  # else not ours, or acked before: tolerated
+                del self._inflight[pkt.packet_id]
+                self._send_waiting()
+        elif kind is p.PubRec:
+            sent = self._inflight.get(pkt.packet_id)
+            if sent is not None and sent.qos == 2:
+                del self._inflight[pkt.packet_id]
+                self._released.add(pkt.packet_id)
+            self._send(p.PubRel(pkt.packet_id))
+        elif kind is p.PubComp:
+            self._released.discard(pkt.packet_id)
+            self._send_waiting()
+        elif kind is p.PubRel:
+            self._received.pop(pkt.packet_id, None)
+            self._send(p.PubComp(pkt.packet_id))
+        elif kind is p.Subscribe:
+            self._subscribe(pkt, out)
+        elif kind is p.Unsubscribe:
+            before = dict(self.filters)
+            for f in pkt.filters:
+                self.filters.pop(f, None)
+            self._change(p.UnsubAck(pkt.packet_id), before, out)
+        elif kind is p.PingReq:
+            self._send(p.PingResp())
+        elif kind is p.Disconnect:
+            self.closed = "disconnected"
+        else:  # CONNECT again, or what only a server sends
+            raise Malformed(f"a {kind.__name__.upper()} from a client that is connected")
+
+    def _publish(self, pkt: p.Publish, wall_ns: int, out: list) -> None:
+        if pkt.qos == 2:
+            acked = self._received.get(pkt.packet_id)
+            if acked is not None:  # sent again: answered once the first is in the log
+                if acked:
+                    self._send(p.PubRec(pkt.packet_id))
+                return
+            if len(self._received) >= 65535:
+                raise Malformed("over 65,535 QoS 2 messages not released")
+            self._received[pkt.packet_id] = False
+        self._seq += 1
+        if pkt.qos:
+            self._acks[self._seq] = (pkt.qos, pkt.packet_id)
+        attributes = {TOPIC_ATTR: pkt.topic, QOS_ATTR: pkt.qos}
+        out.append(m.Publish(self._seq, [m.Event(attributes, pkt.payload, wall_ns)]))
+        self.published += 1
+
+    def _subscribe(self, pkt: p.Subscribe, out: list) -> None:
+        before = dict(self.filters)
+        codes = []
+        for f, qos in pkt.filters:
+            if f not in self.filters and len(self.filters) >= self.max_filters:
+                codes.append(p.SUBSCRIBE_FAILED)
+                continue
+            self.filters[f] = qos
+            codes.append(qos)
+        self._change(p.SubAck(pkt.packet_id, tuple(codes)), before, out)
+
+    def _change(self, answer, before: dict[str, int], out: list) -> None:
+        self._req += 1
+        self._changes[self._req] = (answer, before)
+        if self.filters:
+            conjunctions = [[m.Constraint(TOPIC_ATTR, "topic", f)] for f in self.filters]
+            out.append(m.Subscribe(SUB_ID, conjunctions, req=self._req))
+        else:
+            out.append(m.Unsubscribe(SUB_ID, req=self._req))
+
+    # -- the broker's answers ------------------------------------------------------------------
+
+    def from_broker(self, msg) -> None:
+        kind = type(msg)
+        if kind is m.Deliver:
+            for item in msg.items:
+                self._deliver(item.event)
+        elif kind is m.PubAck:
+            for seq in range(msg.seq - msg.seqs + 1, msg.seq + 1):
+                answer = self._acks.pop(seq, None)
+                if answer is None:
+                    continue
+                qos, packet_id = answer
+                if qos == 1:
+                    self._send(p.PubAck(packet_id))
+                elif packet_id in self._received:
+                    self._received[packet_id] = True
+                    self._send(p.PubRec(packet_id))
+        elif kind is m.SubAck:
+            change = self._changes.pop(msg.req, None)
+            if change is not None:
+                self._send(change[0])
+        elif kind is m.Error:
+            self._refused(msg)
+
+    def _refused(self, msg: m.Error) -> None:
+        """A request refused (a publish or filters not allowed, a profile over the bounds)."""
+        change = self._changes.pop(msg.req, None) if msg.req else None
+        if change is None:
+            return  # a refused publish: MQTT 3.1.1 has no way to say so but not to ack it
+        answer, before = change
+        self.filters = before
+        if type(answer) is p.SubAck:
+            answer = p.SubAck(answer.packet_id, (p.SUBSCRIBE_FAILED,) * len(answer.codes))
+        self._send(answer)
+
+    def _deliver(self, event: m.Event) -> None:
+        topic = event.attributes.get(TOPIC_ATTR)
+        if type(topic) is not str:
+            return  # not for MQTT (every filter tests @topic: never happens)
+        granted = -1
+        for f, qos in self.filters.items():
+            if qos > granted and matches(f, topic):
+                granted = qos
+        if granted < 0:
+            return  # a filter just removed
+        published = event.attributes.get(QOS_ATTR, 2)
+        qos = min(granted, published if type(published) is int else 2)
+        self.delivered += 1
+        pkt = p.Publish(topic, event.payload, qos)
+        if self._waiting or (qos and self.inflight >= self.max_inflight):
+            self._waiting.append(pkt)  # in order: QoS 0 too waits behind them
+            self.waiting_bytes += len(event.payload) + len(topic)
+        elif qos:
+            self._send_inflight(pkt)
+        else:
+            self._send(pkt)
+
+    def _send_inflight(self, pkt: p.Publish) -> None:
+        while True:
+            self._next_id = self._next_id % 65535 + 1
+            if self._next_id not in self._inflight and self._next_id not in self._released:
+                break
+        pkt = p.Publish(pkt.topic, pkt.payload, pkt.qos, packet_id=self._next_id)
+        self._inflight[self._next_id] = pkt
+        self._send(pkt)
+
+    def _send_waiting(self) -> None:
+        waiting = self._waiting
+        while waiting and (not waiting[0].qos or self.inflight < self.max_inflight):
+            pkt = waiting.popleft()
+            self.waiting_bytes -= len(pkt.payload) + len(pkt.topic)
+            if pkt.qos:
+                self._send_inflight(pkt)
+            else:
+                self._send(pkt)
+
+    # -- bytes out -----------------------------------------------------------------------------
+
+    def _send(self, pkt) -> None:
+        self._out += p.encode(pkt)
+
+    def data_to_send(self) -> bytes:
+        out = bytes(self._out)
+        self._out.clear()
+        return out
+
+    @property
+    def inflight(self) -> int:
+        return len(self._inflight) + len(self._released)

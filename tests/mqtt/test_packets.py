@@ -1,0 +1,140 @@
+"""MQTT 3.1.1's packets (ges.mqtt.packets): what a client and a server send survives encoding,
+and every malformed field is refused in one line (§4.8: the connection is closed)."""
+
+from __future__ import annotations
+
+import re
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ges.mqtt import packets as p
+from ges.mqtt.frames import (
+    CONNECT,
+    PUBLISH,
+    SUBSCRIBE,
+    UNSUBSCRIBE,
+    Malformed,
+    Packet,
+    PacketReader,
+    frame,
+)
+
+
+def roundtrip(value):
+    reader = PacketReader()
+    reader.feed(p.encode(value))
+    (packet,) = reader.packets()
+    return p.decode(packet)
+
+
+TOPIC_TEXT = st.text(
+    st.characters(exclude_characters="\x00+#", exclude_categories=("Cs",)), min_size=1, max_size=40
+)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        p.Connect("c1"),
+        p.Connect("", clean_session=True, keepalive=0),
+        p.Connect("c2", False, 30, "alice", b"secret", p.Will("w/t", b"gone", 1, True)),
+        p.ConnAck(p.ACCEPTED, True),
+        p.ConnAck(p.BAD_LOGIN),
+        p.Publish("a/b", b"", 0),
+        p.Publish("a/b", b"x" * 1000, 1, packet_id=7),
+        p.Publish("$SYS/x", b"y", 2, retain=True, dup=True, packet_id=65535),
+        p.PubAck(1),
+        p.PubRec(2),
+        p.PubRel(3),
+        p.PubComp(4),
+        p.Subscribe(5, (("a/+", 0), ("#", 2))),
+        p.SubAck(5, (0, p.SUBSCRIBE_FAILED)),
+        p.Unsubscribe(6, ("a/+", "#")),
+        p.UnsubAck(6),
+        p.PingReq(),
+        p.PingResp(),
+        p.Disconnect(),
+    ],
+    ids=lambda v: type(v).__name__,
+)
+def test_what_is_sent_is_what_is_read(value):
+    assert roundtrip(value) == value
+
+
+@given(TOPIC_TEXT, st.binary(max_size=300), st.integers(0, 2), st.booleans())
+def test_any_publish_survives(topic, payload, qos, retain):
+    value = p.Publish(topic, payload, qos, retain, packet_id=9 if qos else 0)
+    assert roundtrip(value) == value
+
+
+def s(text: str | bytes) -> bytes:
+    raw = text.encode() if isinstance(text, str) else text
+    return struct.pack("!H", len(raw)) + raw
+
+
+def connect_body(flags: int, payload: bytes, name: bytes = b"MQTT") -> bytes:
+    return s(name) + bytes([4, flags]) + struct.pack("!H", 60) + payload
+
+
+BAD = [
+    (Packet(PUBLISH, 0, s(b"a/\xff")), "not well-formed UTF-8"),
+    (Packet(PUBLISH, 0, s("a\x00b")), "U+0000"),
+    (Packet(PUBLISH, 0, s("a/+")), "wildcards"),
+    (Packet(PUBLISH, 0, s("")), "empty"),
+    (Packet(PUBLISH, 2, s("a") + b"\x00\x00"), "packet identifier 0"),
+    (Packet(PUBLISH, 8, s("a")), "QoS 0 with DUP"),
+    (Packet(PUBLISH, 2, s("a")), "cut short"),
+    (Packet(PUBLISH, 0, b"\x00\x09ab"), "runs past its end"),
+    (Packet(SUBSCRIBE, 2, b"\x00\x01"), "no topic filter"),
+    (Packet(SUBSCRIBE, 2, b"\x00\x01" + s("a/#/b") + b"\x00"), "last level"),
+    (Packet(SUBSCRIBE, 2, b"\x00\x01" + s("a") + b"\x03"), "QoS 3"),
+    (Packet(SUBSCRIBE, 2, b"\x00\x01" + s("a") + b"\x41"), "reserved bits"),
+    (Packet(SUBSCRIBE, 2, b"\x00\x01" + s("a")), "cut short"),
+    (Packet(UNSUBSCRIBE, 2, b"\x00\x01"), "no topic filter"),
+    (Packet(CONNECT, 0, connect_body(1, s("c"))), "reserved flag"),
+    (Packet(CONNECT, 0, connect_body(0x08, s("c"))), "no will"),
+    (Packet(CONNECT, 0, connect_body(0x40, s("c"))), "password but no user"),
+    (Packet(CONNECT, 0, connect_body(0x1C, s("c") + s("t") + s("m"))), "QoS 3"),
+    (Packet(CONNECT, 0, connect_body(0, s("c"), b"HTTP")), "not MQTT"),
+    (Packet(CONNECT, 0, connect_body(0, s("c") + b"x")), "more than its fields"),
+    (Packet(CONNECT, 0, connect_body(0x04, s("c") + s("w/+") + s("m"))), "will topic"),
+]
+
+
+@pytest.mark.parametrize(("packet", "why"), BAD, ids=[w for _, w in BAD])
+def test_malformed_fields_are_refused_in_one_line(packet, why):
+    with pytest.raises(Malformed, match=re.escape(why)) as info:
+        p.decode(packet)
+    assert "\n" not in str(info.value)
+
+
+def test_a_connect_for_another_protocol_level_still_decodes():
+    # the level is the server's to answer (CONNACK 1, unacceptable protocol version)
+    body = s("MQTT") + bytes([5, 2]) + struct.pack("!H", 10) + s("c")
+    assert p.decode(Packet(CONNECT, 0, body)).level == 5
+
+
+def test_strings_over_their_length_prefix_are_not_encoded():
+    with pytest.raises(ValueError, match="65,535"):
+        p.encode(p.Publish("a" * 70000))
+
+
+def test_a_packet_cut_anywhere_reads_the_same():
+    data = b"".join(
+        p.encode(v) for v in (p.Connect("c"), p.Publish("t", b"abc", 1, packet_id=1), p.PingReq())
+    )
+    for cut in range(1, len(data)):
+        reader = PacketReader()
+        reader.feed(data[:cut])
+        got = reader.packets()
+        reader.feed(data[cut:])
+        got += reader.packets()
+        assert [p.decode(x) for x in got] == [
+            p.Connect("c"),
+            p.Publish("t", b"abc", 1, packet_id=1),
+            p.PingReq(),
+        ]
+    assert frame(12, 0, b"") == p.encode(p.PingReq())

@@ -1,0 +1,142 @@
+"""An MQTT client's connection as GES requests (ges.mqtt.session), without a broker: the
+messages it asks the broker for, and the packets it answers with what the broker says."""
+
+from __future__ import annotations
+
+import pytest
+
+from ges.matching.model import TOPIC_ATTR
+from ges.mqtt import packets as p
+from ges.mqtt.frames import Malformed, PacketReader
+from ges.mqtt.session import QOS_ATTR, SUB_ID, MqttSession
+from ges.wire import messages as m
+
+
+def packets_of(session: MqttSession) -> list:
+    reader = PacketReader()
+    reader.feed(session.data_to_send())
+    return [p.decode(x) for x in reader.packets()]
+
+
+def send(session: MqttSession, *values, wall_ns: int = 0) -> list:
+    return session.receive_data(b"".join(p.encode(v) for v in values), wall_ns)
+
+
+def deliver(*events: tuple[str, int | None]) -> m.Deliver:
+    items = []
+    for i, (topic, qos) in enumerate(events):
+        attributes = {TOPIC_ATTR: topic} if qos is None else {TOPIC_ATTR: topic, QOS_ATTR: qos}
+        items.append(m.EventItem(i + 1, i, 0, m.Event(attributes, f"e{i}".encode())))
+    return m.Deliver(SUB_ID, "b", items)
+
+
+def test_a_publish_is_an_event_with_its_topic_and_qos():
+    s = MqttSession(p.Connect("c"))
+    (msg,) = send(s, p.Publish("a/b", b"hi", 0), wall_ns=123)
+    assert isinstance(msg, m.Publish)
+    (event,) = msg.events
+    assert event.attributes == {TOPIC_ATTR: "a/b", QOS_ATTR: 0}
+    assert event.payload == b"hi" and event.published_at == 123
+    s.from_broker(m.PubAck(msg.seq, "b", 1, 1))
+    assert packets_of(s) == []  # QoS 0: nothing to answer
+
+
+def test_qos1_is_acknowledged_once_the_pubend_has_it_even_when_acks_are_joined():
+    s = MqttSession(p.Connect("c"))
+    a, b = send(s, p.Publish("t", b"1", 1, packet_id=10), p.Publish("t", b"2", 1, packet_id=11))
+    assert packets_of(s) == []  # not before the log has them
+    s.from_broker(m.PubAck(b.seq, "b", 1, 2, seqs=2))
+    assert packets_of(s) == [p.PubAck(10), p.PubAck(11)]
+
+
+def test_qos2_is_published_once_however_often_it_is_sent():
+    s = MqttSession(p.Connect("c"))
+    (msg,) = send(s, p.Publish("t", b"x", 2, packet_id=5))
+    assert send(s, p.Publish("t", b"x", 2, dup=True, packet_id=5)) == []
+    assert packets_of(s) == []  # PUBREC only once it is in the log
+    s.from_broker(m.PubAck(msg.seq, "b", 1, 1))
+    assert packets_of(s) == [p.PubRec(5)]
+    assert send(s, p.Publish("t", b"x", 2, dup=True, packet_id=5)) == []
+    assert packets_of(s) == [p.PubRec(5)]
+    send(s, p.PubRel(5))
+    assert packets_of(s) == [p.PubComp(5)]
+    (again,) = send(s, p.Publish("t", b"y", 2, packet_id=5))  # released: a new message
+    assert again.events[0].payload == b"y"
+
+
+def test_filters_are_one_subscription_replaced_as_a_whole():
+    s = MqttSession(p.Connect("c"))
+    (sub,) = send(s, p.Subscribe(1, (("a/+", 1), ("b/#", 0))))
+    assert sub.sub_id == SUB_ID
+    assert [c[0].value for c in sub.conjunctions] == ["a/+", "b/#"]
+    assert all(c[0].attr == TOPIC_ATTR and c[0].op == "topic" for c in sub.conjunctions)
+    assert packets_of(s) == []  # SUBACK once the network has it
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    assert packets_of(s) == [p.SubAck(1, (1, 0))]
+    (sub2,) = send(s, p.Subscribe(2, (("a/+", 2),)))  # the same filter: replaced
+    assert [c[0].value for c in sub2.conjunctions] == ["a/+", "b/#"]
+    assert s.filters == {"a/+": 2, "b/#": 0}
+    (unsub,) = send(s, p.Unsubscribe(3, ("a/+", "b/#")))
+    assert isinstance(unsub, m.Unsubscribe)
+    s.from_broker(m.SubAck(SUB_ID, True, req=unsub.req))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub2.req))
+    assert packets_of(s) == [p.UnsubAck(3), p.SubAck(2, (2,))]
+
+
+def test_a_refused_subscribe_is_0x80_and_the_filters_stay_as_they_were():
+    s = MqttSession(p.Connect("c"))
+    (sub,) = send(s, p.Subscribe(1, (("a", 1),)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    (sub2,) = send(s, p.Subscribe(2, (("secret/#", 1), ("b", 0))))
+    s.from_broker(m.Error("not allowed", denied=True, req=sub2.req))
+    assert packets_of(s) == [p.SubAck(1, (1,)), p.SubAck(2, (0x80, 0x80))]
+    assert s.filters == {"a": 1}
+
+
+def test_filters_over_the_bound_get_0x80():
+    s = MqttSession(p.Connect("c"), max_filters=2)
+    (sub,) = send(s, p.Subscribe(1, (("a", 0), ("b", 1), ("c", 2))))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    assert packets_of(s) == [p.SubAck(1, (0, 1, 0x80))]
+
+
+def test_a_delivery_goes_once_at_the_highest_qos_its_filters_allow():
+    s = MqttSession(p.Connect("c"))
+    send(s, p.Subscribe(1, (("a/+", 0), ("a/#", 1), ("x", 2))))
+    s.data_to_send()
+    s.from_broker(deliver(("a/b", 2), ("a/b", 0), ("x", None)))
+    got = packets_of(s)
+    assert [(x.topic, x.qos, x.payload) for x in got] == [
+        ("a/b", 1, b"e0"),
+        ("a/b", 0, b"e1"),
+        ("x", 2, b"e2"),  # published by a GES client: the filter's QoS
+    ]
+    assert got[0].packet_id and got[2].packet_id and got[0].packet_id != got[2].packet_id
+
+
+def test_deliveries_past_the_window_wait_for_acknowledgements():
+    s = MqttSession(p.Connect("c"), max_inflight=2)
+    send(s, p.Subscribe(1, (("#", 2),)))
+    s.data_to_send()
+    s.from_broker(deliver(("a", 1), ("b", 2), ("c", 1), ("d", 0)))
+    first = packets_of(s)
+    assert [x.topic for x in first] == ["a", "b"]  # QoS 0 waits behind them too: order
+    assert s.waiting_bytes > 0
+    send(s, p.PubAck(first[0].packet_id))
+    assert [x.topic for x in packets_of(s)] == ["c", "d"]  # d (QoS 0) needs no identifier
+    assert s.waiting_bytes == 0
+    send(s, p.PubRec(first[1].packet_id))
+    assert packets_of(s) == [p.PubRel(first[1].packet_id)]
+    assert s.inflight == 2  # b until its PUBCOMP, and c
+    send(s, p.PubComp(first[1].packet_id))
+    assert s.inflight == 1
+
+
+def test_ping_disconnect_and_a_second_connect():
+    s = MqttSession(p.Connect("c"))
+    send(s, p.PingReq())
+    assert packets_of(s) == [p.PingResp()]
+    send(s, p.Disconnect())
+    assert s.closed == "disconnected"
+    with pytest.raises(Malformed, match="CONNECT from a client that is connected"):
+        send(MqttSession(p.Connect("c")), p.Connect("c"))
