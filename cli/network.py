@@ -212,10 +212,13 @@ def _up(
     insecure=False,
     metrics_port=None,
     plain=False,
+    mqtt_port=None,
 ) -> None:
     log_level = _check_log_level(log_level)
     _check_max_clients(max_clients)
     _check_metrics_port(metrics_port)
+    if mqtt_port is not None and not 1 <= mqtt_port <= 65535:
+        raise UserInputError(f"--mqtt-port {mqtt_port}: must be in 1..65535")
     _check_routing(routing)
     reliable = _check_delivery(delivery, routing)
     tags = parse_tags(tag)
@@ -379,6 +382,13 @@ def broker(
     tag: list[str] = TAGS,
     max_clients: int = MAX_CLIENTS_OPTION,
     metrics_port: int = METRICS_PORT,
+    mqtt_port: int = typer.Option(
+        None,
+        "--mqtt-port",
+        help="Serve MQTT 3.1.1 clients on this port (over TLS unless --insecure), instead of "
+        "the broker's mqtt_port in the topology.",
+        metavar="PORT",
+    ),
     certs: Path = CERTS,
     insecure: bool = INSECURE,
 ) -> None:
@@ -401,6 +411,7 @@ def broker(
         certs,
         insecure,
         metrics_port,
+        mqtt_port=mqtt_port,
     )
 
 
@@ -419,10 +430,13 @@ def _broker(
     insecure=False,
     metrics_port=None,
     plain=False,
+    mqtt_port=None,
 ) -> None:
     log_level = _check_log_level(log_level)
     _check_max_clients(max_clients)
     _check_metrics_port(metrics_port)
+    if mqtt_port is not None and not 1 <= mqtt_port <= 65535:
+        raise UserInputError(f"--mqtt-port {mqtt_port}: must be in 1..65535")
     _check_routing(routing)
     reliable = _check_delivery(delivery, routing)
     tags = parse_tags(tag)
@@ -448,6 +462,7 @@ def _broker(
                 record_tags=tags,
                 max_clients=max_clients,
                 certs=cert_dir,
+                mqtt_port=mqtt_port,
             )
             await nursery.start(server.run)
             spec = topology.brokers[broker_id]
@@ -455,6 +470,12 @@ def _broker(
                 f"broker {broker_id} listening on {spec.host}:{spec.port} (pid {os.getpid()})",
                 highlight=False,
             )
+            if server.mqtt_port is not None:
+                err.print(
+                    f"broker {broker_id} MQTT on {spec.host}:{server.mqtt_port}"
+                    f"{'' if cert_dir is None else ' (TLS)'}",
+                    highlight=False,
+                )
             port = metrics_port or spec.metrics_port
             if port:
                 await nursery.start(serve_metrics, registry_of([server]), port, server.listen_host)

@@ -30,8 +30,9 @@ from ges.client import DurableSession, Move, connect
 from ges.core.publishing import MAX_PUBLISHER_ID
 from ges.durable import session_name_problem
 from ges.errors import OperationError, PermissionDenied, UserInputError
-from ges.matching.model import TYPE_ATTR, Conjunction, Profile, profile_to_wire
+from ges.matching.model import TOPIC_ATTR, TYPE_ATTR, Conjunction, Profile, profile_to_wire
 from ges.matching.syntax import parse_attr, parse_where
+from ges.matching.topics import check_topic
 from ges.matching.xml import load_event, load_profile
 from ges.records import RecordWriter, SessionDelivery
 from ges.topology import parse_duration
@@ -70,6 +71,12 @@ def publish(
     size: int = typer.Option(0, "--size", help="Payload bytes per event."),
     payload: str = typer.Option(None, "--payload", help="Payload text (instead of --size filler)."),
     event_type: str = typer.Option(None, "--type", help="Event type (profiles may require one)."),
+    topic: str = typer.Option(
+        None,
+        "--topic",
+        help="An MQTT topic (the @topic attribute): MQTT clients whose filters match it get "
+        "the events, and so do profiles with '@topic topic FILTER'.",
+    ),
     event_file: Path = typer.Option(
         None,
         "--event",
@@ -100,6 +107,7 @@ def publish(
         as_json,
         certs,
         insecure,
+        topic,
     )
 
 
@@ -118,9 +126,12 @@ def _publish(
     as_json,
     certs=None,
     insecure=False,
+    topic=None,
 ) -> None:
     topology = load_topology(topology_file)
     resolve_broker(topology, broker)
+    if topic is not None and (why := check_topic(topic)) is not None:
+        raise UserInputError(f"--topic {topic!r}: {why}")
     if count < 1:
         raise UserInputError(f"--count {count}: must be at least 1")
     if start < 0:
@@ -143,6 +154,8 @@ def _publish(
         if not event_type:
             raise UserInputError("--type: must not be empty")
         attributes[TYPE_ATTR] = event_type
+    if topic is not None:
+        attributes[TOPIC_ATTR] = topic
     if payload is not None:
         body = payload.encode()
     biggest = m.Event({**attributes, "n": start + count - 1}, body, time.time_ns())

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from collections import deque
 
+import attrs
+
 from ges.matching.model import TOPIC_ATTR
 from ges.matching.topics import matches
 from ges.mqtt import packets as p
@@ -67,9 +69,10 @@ class MqttSession:
         #: filter -> granted QoS, as the broker has it (or is about to)
         self.filters: dict[str, int] = {}
         self._out = bytearray()
-        self._seq = 0  # the last GES Publish sent
-        self._acks: dict[int, tuple[int, int]] = {}  # GES seq -> (QoS, packet id) to answer
+        #: the last number given to a GES request: a Publish's seq, a Subscribe's req (one
+        #: count, so that a refusal's req names which)
         self._req = 0
+        self._acks: dict[int, tuple[int, int]] = {}  # GES seq -> (QoS, packet id) to answer
         #: GES req -> the MQTT answer once the broker has the change, and the filters before it
         self._changes: dict[int, tuple[object, dict[str, int]]] = {}
         self._received: dict[int, bool] = {}  # QoS 2 packet ids in: acknowledged (PUBREC) yet?
@@ -142,11 +145,11 @@ class MqttSession:
             if len(self._received) >= 65535:
                 raise Malformed("over 65,535 QoS 2 messages not released")
             self._received[pkt.packet_id] = False
-        self._seq += 1
+        self._req += 1
         if pkt.qos:
-            self._acks[self._seq] = (pkt.qos, pkt.packet_id)
+            self._acks[self._req] = (pkt.qos, pkt.packet_id)
         attributes = {TOPIC_ATTR: pkt.topic, QOS_ATTR: pkt.qos}
-        out.append(m.Publish(self._seq, [m.Event(attributes, pkt.payload, wall_ns)]))
+        out.append(m.Publish(self._req, [m.Event(attributes, pkt.payload, wall_ns)]))
         self.published += 1
 
     def _subscribe(self, pkt: p.Subscribe, out: list) -> None:
@@ -169,6 +172,16 @@ class MqttSession:
         else:
             out.append(m.Unsubscribe(SUB_ID, req=self._req))
 
+    def will(self, wall_ns: int = 0) -> list:
+        """The client's will as a GES publish, once (the connection ended without DISCONNECT)."""
+        will = self.connect.will
+        if will is None:
+            return []
+        self.connect = attrs.evolve(self.connect, will=None)
+        self._req += 1
+        attributes = {TOPIC_ATTR: will.topic, QOS_ATTR: will.qos}
+        return [m.Publish(self._req, [m.Event(attributes, will.message, wall_ns)])]
+
     # -- the broker's answers ------------------------------------------------------------------
 
     def from_broker(self, msg) -> None:
@@ -178,15 +191,7 @@ class MqttSession:
                 self._deliver(item.event)
         elif kind is m.PubAck:
             for seq in range(msg.seq - msg.seqs + 1, msg.seq + 1):
-                answer = self._acks.pop(seq, None)
-                if answer is None:
-                    continue
-                qos, packet_id = answer
-                if qos == 1:
-                    self._send(p.PubAck(packet_id))
-                elif packet_id in self._received:
-                    self._received[packet_id] = True
-                    self._send(p.PubRec(packet_id))
+                self._published(seq)
         elif kind is m.SubAck:
             change = self._changes.pop(msg.req, None)
             if change is not None:
@@ -194,11 +199,27 @@ class MqttSession:
         elif kind is m.Error:
             self._refused(msg)
 
+    def _published(self, seq: int) -> None:
+        answer = self._acks.pop(seq, None)
+        if answer is None:
+            return
+        qos, packet_id = answer
+        if qos == 1:
+            self._send(p.PubAck(packet_id))
+        elif packet_id in self._received:
+            self._received[packet_id] = True
+            self._send(p.PubRec(packet_id))
+
     def _refused(self, msg: m.Error) -> None:
         """A request refused (a publish or filters not allowed, a profile over the bounds)."""
+        if msg.req in self._acks:
+            # MQTT 3.1.1 cannot refuse a PUBLISH: it is acknowledged and dropped (the broker
+            # logged why), as mosquitto does with what its ACL denies
+            self._published(msg.req)
+            return
         change = self._changes.pop(msg.req, None) if msg.req else None
         if change is None:
-            return  # a refused publish: MQTT 3.1.1 has no way to say so but not to ack it
+            return
         answer, before = change
         self.filters = before
         if type(answer) is p.SubAck:

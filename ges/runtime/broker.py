@@ -43,6 +43,7 @@ from ges.runtime.admission import MAX_OPENING, Admission
 from ges.runtime.commits import commit_alone, log_task, sessions_task
 from ges.runtime.links import BACKOFF_FIRST, BACKOFF_MAX, Links
 from ges.runtime.loglines import BrokerLog, Lines
+from ges.runtime.mqtt import MqttListener
 from ges.runtime.notes import RateLimitedLog
 from ges.runtime.pubend_log import LogBounds, SqliteLog, size_on_disk
 from ges.runtime.recording import BrokerRecorder
@@ -117,6 +118,7 @@ class BrokerServer:
         config: BrokerConfig | None = None,
         certs: CertDir | None = None,
         access: Path | None = None,
+        mqtt_port: int | None = None,
     ):
         self.topology = topology
         self.spec = topology.brokers[broker_id]
@@ -223,6 +225,10 @@ class BrokerServer:
         self.counters = {"slow_consumers": 0, "clients_refused": 0, "requests_refused": 0}
         #: accepting connections, and the links to neighbours
         self.admission = Admission(self)
+        #: MQTT clients (ges.runtime.mqtt): the port given, else the topology's, else none
+        self.mqtt_port = mqtt_port if mqtt_port is not None else self.spec.mqtt_port
+        self.mqtt = MqttListener(self)
+        self._mqtt_listeners: list = []
         self.links = Links(self)
         #: durable sessions of this broker's clients, wherever their replicator is
         self.sessions = SessionDesk(self)
@@ -238,6 +244,18 @@ class BrokerServer:
             listeners = await trio.open_tcp_listeners(self.spec.port, host=self.listen_host)
         except OSError as exc:
             raise OperationError(self.admission.listen_error(exc)) from None
+        mqtt = []
+        if self.mqtt_port is not None:
+            try:
+                mqtt = await trio.open_tcp_listeners(self.mqtt_port, host=self.listen_host)
+            except OSError as exc:
+                for listener in listeners:
+                    await listener.aclose()
+                raise OperationError(
+                    f"broker {self.id}: cannot listen for MQTT on {self.listen_host}:"
+                    f"{self.mqtt_port}: {exc.strerror or exc}"
+                ) from None
+        self._mqtt_listeners = mqtt
         try:
             async with trio.open_nursery() as nursery:
                 await self._serve(nursery, listeners, task_status)
@@ -249,6 +267,8 @@ class BrokerServer:
         self._nursery = nursery
         for listener in listeners:
             nursery.start_soon(self.admission.serve_listener, listener)
+        for listener in self._mqtt_listeners:
+            nursery.start_soon(self.mqtt.serve, listener)
         nursery.start_soon(self._timer)
         nursery.start_soon(self.watchdog.run)
         nursery.start_soon(self._worker)
@@ -262,6 +282,8 @@ class BrokerServer:
             if broker_order_key(self.id) < broker_order_key(peer):
                 nursery.start_soon(self.links.dial_forever, peer)
         self.log.info("listening on %s:%d", self.listen_host, self.spec.port)
+        if self._mqtt_listeners:
+            self.log.info("MQTT on %s:%d", self.listen_host, self.mqtt_port)
         task_status.started(self)
 
     # -- time --------------------------------------------------------------------------------
@@ -504,7 +526,7 @@ class BrokerServer:
                             outs.append(
                                 ToClient(
                                     client,
-                                    m.Error(why, denied=True, req=getattr(msg, "req", 0)),
+                                    m.Error(why, denied=True, req=_request_number(msg)),
                                 )
                             )
                             continue
@@ -646,6 +668,11 @@ class BrokerServer:
             if self.core.has_work:  # the rest of a large profile's removal
                 self._work_wakeup.set()
             self.log.debug("%s gone: %s", conn.label, conn.close_reason or "cancelled")
+
+
+def _request_number(msg) -> int:
+    """What a refusal names the request it refuses by: its ``req``, a Publish's ``seq``."""
+    return msg.seq if type(msg) is m.Publish else getattr(msg, "req", 0)
 
 
 #: Client requests held against the client's grant (ges.security.access).

@@ -23,9 +23,12 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
 def on_free_ports(data: dict, host: str = "127.0.0.1") -> dict:
     """A copy of a topology mapping (the YAML form) with every broker on a free port of ``host``."""
     data = {**data, "brokers": {k: dict(v) for k, v in data["brokers"].items()}}
-    for spec, port in zip(
-        data["brokers"].values(), free_ports(len(data["brokers"]), host), strict=True
-    ):
+    specs = list(data["brokers"].values())
+    mqtt = [spec for spec in specs if "mqtt_port" in spec]  # an MQTT port too: another one
+    ports = free_ports(len(specs) + len(mqtt), host)
+    for spec, port in zip(specs, ports, strict=False):
         spec["port"] = port
         spec["host"] = host
+    for spec, port in zip(mqtt, ports[len(specs) :], strict=True):
+        spec["mqtt_port"] = port
     return data

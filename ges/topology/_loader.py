@@ -43,7 +43,7 @@ _TOP_KEYS = {
     "description",
     "sessions",
 }
-_BROKER_KEYS = {"unit", "host", "port", "metrics_port"}
+_BROKER_KEYS = {"unit", "host", "port", "metrics_port", "mqtt_port"}
 
 #: the class a loaded topology is made as (ges.topology.model.Topology)
 T = TypeVar("T")
@@ -239,7 +239,10 @@ def _parse_brokers(data, w: _Where) -> dict[str, BrokerSpec]:
         for k in spec:
             if k not in _BROKER_KEYS:
                 w.fail(
-                    f"{what}: unknown key {k!r} (expected unit, host, port, metrics_port)", spec, k
+                    f"{what}: unknown key {k!r} (expected unit, host, port, metrics_port, "
+                    "mqtt_port)",
+                    spec,
+                    k,
                 )
         if "unit" not in spec:
             w.fail(f"{what}: missing 'unit'", raw, key)
@@ -271,29 +274,29 @@ def _parse_brokers(data, w: _Where) -> dict[str, BrokerSpec]:
                 key,
             )
         addresses[addr] = bid
-        metrics = spec.get("metrics_port")
-        if metrics is not None and (
-            isinstance(metrics, bool) or not isinstance(metrics, int) or not 1 <= metrics <= 65535
-        ):
-            w.fail(
-                f"{what}: metrics_port must be an integer in 1..65535, got {metrics!r}",
-                spec,
-                "metrics_port",
-            )
-        brokers[bid] = BrokerSpec(id=bid, unit=unit, host=addr[0], port=port, metrics_port=metrics)
+        extra = {}
+        for name in ("metrics_port", "mqtt_port"):
+            value = extra[name] = spec.get(name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535
+            ):
+                w.fail(f"{what}: {name} must be an integer in 1..65535, got {value!r}", spec, name)
+        brokers[bid] = BrokerSpec(id=bid, unit=unit, host=addr[0], port=port, **extra)
         entries[bid] = spec
     taken = {addr: f"broker {b}'s port" for addr, b in addresses.items()}
     for bid, b in brokers.items():
-        if b.metrics_port is None:
-            continue
-        addr = (b.host, b.metrics_port)
-        if addr in taken:
-            w.fail(
-                f"broker {bid}: metrics_port {b.metrics_port} on {b.host} is also {taken[addr]}",
-                entries[bid],
-                "metrics_port",
-            )
-        taken[addr] = f"broker {bid}'s metrics_port"
+        for name in ("metrics_port", "mqtt_port"):
+            value = getattr(b, name)
+            if value is None:
+                continue
+            addr = (b.host, value)
+            if addr in taken:
+                w.fail(
+                    f"broker {bid}: {name} {value} on {b.host} is also {taken[addr]}",
+                    entries[bid],
+                    name,
+                )
+            taken[addr] = f"broker {bid}'s {name}"
     return brokers
 
 

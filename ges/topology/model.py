@@ -79,8 +79,9 @@ class Topology:
         out: dict = {"name": self.name, "block_limit": self.block_limit, "brokers": {}}
         for b in self.brokers.values():
             out["brokers"][b.id] = {"unit": unit_name(b.unit), "host": b.host, "port": b.port}
-            if b.metrics_port is not None:
-                out["brokers"][b.id]["metrics_port"] = b.metrics_port
+            for name in ("metrics_port", "mqtt_port"):
+                if getattr(b, name) is not None:
+                    out["brokers"][b.id][name] = getattr(b, name)
         out["links"] = [
             [link.a, link.b] if link.cost is None else [link.a, link.b, {"cost": link.cost}]
             for link in self.links

@@ -47,6 +47,8 @@ class BrokerSpec:
     #: where it serves Prometheus metrics (ges.runtime.metrics); None: nowhere. A setting of
     #: the deployment, not of the network: not in the topology's digest
     metrics_port: int | None = None
+    #: where it serves MQTT clients (ges.runtime.mqtt); None: nowhere. Not in the digest either
+    mqtt_port: int | None = None
 
     @property
     def address(self) -> tuple[str, int]:

@@ -140,3 +140,21 @@ def test_ping_disconnect_and_a_second_connect():
     assert s.closed == "disconnected"
     with pytest.raises(Malformed, match="CONNECT from a client that is connected"):
         send(MqttSession(p.Connect("c")), p.Connect("c"))
+
+
+def test_a_refused_publish_is_acknowledged_and_dropped():
+    s = MqttSession(p.Connect("c"))
+    one, two = send(
+        s, p.Publish("no/t", b"1", 1, packet_id=3), p.Publish("no/t", b"2", 2, packet_id=4)
+    )
+    s.from_broker(m.Error("may not publish this event", denied=True, req=one.seq))
+    s.from_broker(m.Error("may not publish this event", denied=True, req=two.seq))
+    assert packets_of(s) == [p.PubAck(3), p.PubRec(4)]
+
+
+def test_the_will_goes_once_as_a_publish():
+    s = MqttSession(p.Connect("c", will=p.Will("status/c", b"gone", 1)))
+    (will,) = s.will(7)
+    assert will.events[0].attributes == {TOPIC_ATTR: "status/c", QOS_ATTR: 1}
+    assert will.events[0].payload == b"gone"
+    assert s.will(8) == []

@@ -1,0 +1,323 @@
+"""MQTT clients at a broker: the listener, the CONNECT, and the connection the broker serves.
+
+Theory of operation
+-------------------
+A broker with an MQTT port (``mqtt_port:`` in the topology, ``--mqtt-port``) listens on it
+beside its GES port, over TLS with the network's certificates unless ``--insecure``.
+:class:`MqttListener` takes each connection through its CONNECT — the first packet, whole
+within ``HANDSHAKE_TIMEOUT`` and at most ``MAX_CONNECT_BYTES`` — and answers it (CONNACK):
+
+* a protocol level other than 3.1 or 3.1.1: code 1; an empty client id with a persistent
+  session, or one over ``MAX_CLIENT_ID`` characters: code 2; the broker at its maximum of
+  clients: code 3;
+* with access control (ges.security.access), the user name is the GES identity and the
+  password its token (or a client certificate names it; without either the client id is the
+  name an anonymous grant is asked for): a wrong password is code 4, no grant code 5;
+* a client id already connected here takes the connection over: the old one is closed.
+
+Then the broker serves the connection as it serves a GES client (``BrokerServer._run_client``):
+:class:`MqttConnection` is a :class:`Connection` whose reads turn MQTT packets into GES client
+messages and whose sends turn the broker's answers into MQTT packets, both through the
+sans-I/O :class:`ges.mqtt.session.MqttSession`. So MQTT clients get what GES clients get:
+access checks per request, flow control of publishers, the bound on bytes queued towards a
+client (a client that does not keep up is cut as a slow consumer), and the same publish and
+delivery paths. Silence of one and a half keepalives ends the connection (§3.1.2.10); so does a
+malformed packet (§4.8), after which the client's will, if any, is published — as it is when
+the connection ends any way but by DISCONNECT.
+
+Persistent sessions (clean session 0) are served like clean ones for now: the CONNACK says no
+session was present, which a client takes to mean it must subscribe again (§3.2.2.2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import trio
+
+from ges.mqtt import packets as p
+from ges.mqtt.frames import DEFAULT_MAX_PACKET, Malformed, PacketReader
+from ges.mqtt.session import MqttSession
+from ges.runtime.access import Admitted
+from ges.runtime.admission import ADMIT_WAIT, REFUSE_WAIT, peer_of
+from ges.security.tls import peer_identity
+from ges.transport.connection import (
+    HANDSHAKE_TIMEOUT,
+    READ_SIZE,
+    Connection,
+    ConnectionClosed,
+)
+from ges.transport.tls import TLSStream
+from ges.wire import MAX_EVENT_BYTES, FrameError, decode
+
+#: The largest CONNECT taken: a client id, a will and credentials.
+MAX_CONNECT_BYTES = 64 * 1024
+#: The largest packet taken after it: a PUBLISH of the largest event GES carries.
+MAX_PACKET = min(DEFAULT_MAX_PACKET, MAX_EVENT_BYTES)
+MAX_CLIENT_ID = 256
+
+
+class MqttListener:
+    """One broker's MQTT port (see the module docstring)."""
+
+    def __init__(self, server):
+        self.server = server
+        self.connected: dict[str, MqttConnection] = {}
+        self._anonymous = 0
+
+    async def serve(self, listener: trio.SocketListener) -> None:
+        server = self.server
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    server.notes.warning(f"mqtt accept {exc.errno}", "accept failed: %s", exc)
+                    await trio.sleep(0.1)
+                    continue
+                if server._opening >= server.max_opening:
+                    server._nursery.start_soon(self._close, stream, "too many opening")
+                    continue
+                server._opening += 1
+                if server.tls_accept is not None:
+                    stream = TLSStream(stream, server.tls_accept, server_side=True)
+                server._nursery.start_soon(self.handle, stream)
+
+    async def _close(self, stream, why: str) -> None:
+        self.server.counters["clients_refused"] += 1
+        self.server.notes.warning(
+            f"mqtt {why}", "refused an MQTT connection from %s: %s", peer_of(stream), why
+        )
+        with trio.CancelScope(shield=True), trio.move_on_after(REFUSE_WAIT):
+            await stream.aclose()
+
+    async def _refuse(self, stream, code: int, why: str) -> None:
+        with (
+            trio.move_on_after(REFUSE_WAIT),
+            contextlib.suppress(trio.BrokenResourceError, OSError),
+        ):
+            await stream.send_all(p.encode(p.ConnAck(code)))
+        await self._close(stream, why)
+
+    async def handle(self, stream) -> None:
+        server = self.server
+        opening = True
+        try:
+            got = await self._connect(stream)
+            if got is None:
+                return
+            connect, reader, early = got
+            refusal = await self._check(stream, connect)
+            if refusal is not None:
+                code, why = refusal
+                await self._refuse(stream, code, why)
+                return
+            admitted = await self._admit(stream, connect)
+            if isinstance(admitted, tuple):
+                await self._refuse(stream, *admitted)
+                return
+            server._opening -= 1
+            opening = False
+            await self._serve(stream, connect, reader, early, admitted)
+        finally:
+            if opening:
+                server._opening -= 1
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await stream.aclose()
+
+    async def _connect(self, stream):
+        """The CONNECT, the reader holding what came after it, and the packets that did."""
+        reader = PacketReader(max_packet=MAX_CONNECT_BYTES)
+        why = None
+        with trio.move_on_after(HANDSHAKE_TIMEOUT):
+            try:
+                while True:
+                    data = await stream.receive_some(READ_SIZE)
+                    if not data:
+                        why = "closed before its CONNECT"
+                        break
+                    reader.feed(data)
+                    packets = reader.packets()
+                    if packets:
+                        if packets[0].name != "CONNECT":
+                            why = f"its first packet was a {packets[0].name}, not CONNECT"
+                            break
+                        reader.max_packet = MAX_PACKET
+                        return p.decode(packets[0]), reader, packets[1:]
+            except Malformed as exc:
+                why = str(exc)
+            except (trio.BrokenResourceError, OSError) as exc:
+                why = f"before its CONNECT: {exc}"
+        await self._close(stream, why or f"no CONNECT within {HANDSHAKE_TIMEOUT:g}s")
+        return None
+
+    async def _check(self, stream, connect: p.Connect) -> tuple[int, str] | None:
+        if connect.level not in (3, 4):
+            return p.BAD_VERSION, f"MQTT protocol level {connect.level} (3.1.1 is served)"
+        if not connect.client_id and not connect.clean_session:
+            return p.BAD_CLIENT_ID, "an empty client id with a persistent session"
+        if len(connect.client_id) > MAX_CLIENT_ID:
+            return p.BAD_CLIENT_ID, f"a client id of over {MAX_CLIENT_ID} characters"
+        if self.server._admitted >= self.server.max_clients:
+            return p.UNAVAILABLE, f"at its maximum of {self.server.max_clients} clients"
+        return None
+
+    async def _admit(self, stream, connect: p.Connect) -> Admitted | None | tuple[int, str]:
+        """The client's grant (None: ``--insecure``), or the CONNACK code refusing it and why."""
+        access = self.server.access
+        if access is None:
+            return None
+        name = connect.username or connect.client_id
+        try:
+            secret = (connect.password or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            return p.BAD_LOGIN, f"user {name!r}: a password that is not UTF-8"
+        cert = peer_identity(stream) if isinstance(stream, TLSStream) else None
+        admitted = None
+        with trio.move_on_after(ADMIT_WAIT):
+            admitted = await access.admit(name, cert, secret)
+        if admitted is None:
+            return p.UNAVAILABLE, "too many passwords to check at once"
+        if isinstance(admitted.grant, str):
+            code = p.BAD_LOGIN if secret and not admitted.token_ok else p.NOT_AUTHORIZED
+            return code, admitted.grant
+        return admitted
+
+    async def _serve(self, stream, connect, reader, early, admitted) -> None:
+        server = self.server
+        client_id = connect.client_id
+        if not client_id:
+            self._anonymous += 1
+            client_id = f"mqtt-{server.id}-{self._anonymous}"
+        old = self.connected.get(client_id)
+        if old is not None:  # §3.1.4: the new connection takes over
+            server.log.info("MQTT client %s connected again: closing its old connection", client_id)
+            old.close("taken over by a new connection with the same client id")
+        session = MqttSession(connect, max_packet=MAX_PACKET)
+        session.reader = reader
+        conn = MqttConnection(
+            stream,
+            session,
+            early,
+            label=f"mqtt {client_id}",
+            max_queued=server.client_queue_bytes,
+            write_deadline=server.client_write_deadline,
+            frame_deadline=server.frame_deadline,
+            idle_deadline=connect.keepalive * 1.5 if connect.keepalive else None,
+            budget=server._client_budget,
+        )
+        try:
+            await stream.send_all(p.encode(p.ConnAck(p.ACCEPTED, False)))
+        except (trio.BrokenResourceError, OSError):
+            return
+        self.connected[client_id] = conn
+        server._admitted += 1
+        try:
+            await server._run_client(client_id, conn, admitted)
+        finally:
+            server._admitted -= 1
+            if self.connected.get(client_id) is conn:
+                del self.connected[client_id]
+
+
+class MqttConnection(Connection):
+    """A client's MQTT connection, read and written as a GES client's (the module docstring)."""
+
+    def __init__(self, stream, session: MqttSession, early: list, **kwargs):
+        super().__init__(stream, **kwargs)
+        self.session = session
+        self.watchdog = None  # reads below keep their own deadlines
+        self._early_packets = early
+
+    async def read_messages(self):
+        """GES client messages, one list per read; the will last unless DISCONNECT came."""
+        session = self.session
+        try:
+            if self._early_packets:
+                out: list = []
+                for packet in self._early_packets:
+                    session._packet(p.decode(packet), time.time_ns(), out)
+                self._early_packets = []
+                self._flush_session()
+                if out:
+                    yield out
+            async for batch in self._read_packets():
+                yield batch
+        except Malformed as exc:
+            will = self._will()
+            if will:
+                yield will
+            raise FrameError(f"malformed MQTT: {exc}") from None
+        will = self._will()
+        if will:
+            yield will
+
+    async def _read_packets(self):
+        session = self.session
+        reader = session.reader
+        started = None
+        while session.closed is None:
+            buffered = bool(reader._buf)
+            wait = self.idle_deadline
+            if buffered:
+                now = trio.current_time()
+                started = now if started is None else started
+                wait = max(0.0, started + self.frame_deadline - now)
+            else:
+                started = None
+            with trio.move_on_after(float("inf") if wait is None else wait) as late:
+                try:
+                    data = await self.stream.receive_some(READ_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    self._ended(f"read failed: {exc or type(exc).__name__}")
+                    return
+            if late.cancelled_caught:
+                if buffered:
+                    raise Malformed(
+                        f"a packet not complete {self.frame_deadline:g}s after it began"
+                    )
+                self._ended(f"keepalive: nothing received for {self.idle_deadline:g}s")
+                return
+            if not data:
+                self._ended("closed by peer")
+                return
+            msgs = session.receive_data(data, time.time_ns())
+            self._flush_session()
+            if msgs:
+                yield msgs
+        self.close(session.closed)
+
+    def _ended(self, why: str) -> None:
+        """The connection ended: why, without cancelling what reads it, so that the will
+        yielded next is still published (the broker closes the connection after it)."""
+        if self.close_reason is None:
+            self.close_reason = why
+
+    def _will(self) -> list:
+        if self.session.closed == "disconnected":
+            return []
+        return self.session.will(time.time_ns())
+
+    def _flush_session(self) -> None:
+        out = self.session.data_to_send()
+        if out:
+            with contextlib.suppress(ConnectionClosed):
+                if not super().send_nowait(out):
+                    self.close("slow consumer: its answers do not fit its queue")
+
+    def send_nowait(self, data: bytes) -> bool:
+        """The broker's frames for this client, as MQTT packets; False: over its bound."""
+        decoder = self.decoder
+        decoder.feed(data)
+        session = self.session
+        for body in decoder.frames():
+            session.from_broker(decode(body))
+        if session.waiting_bytes > self.max_queued:
+            return False
+        out = session.data_to_send()
+        return super().send_nowait(out) if out else True
+
+    def close_after(self, data: bytes, reason: str, within: float) -> None:
+        """MQTT 3.1.1 cannot say why: what the writer has goes, then the connection closes."""
+        super().close_after(b"", reason, within)

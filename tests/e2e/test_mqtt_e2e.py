@@ -1,0 +1,312 @@
+"""MQTT clients against ``ges up`` (issue 23): paho-mqtt and mosquitto's own command-line
+clients, over TLS with the network's certificates as ``ges up`` makes them, publishing at one
+broker and subscribing at another across super-super-clusters with wildcards; GES's own
+clients on the same events; identities and permissions; what ends an MQTT connection."""
+
+from __future__ import annotations
+
+import json
+import queue
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+import paho.mqtt.client as mqtt
+import pytest
+import yaml
+
+from ges.runtime.ports import on_free_ports
+from ges.security.certs import CertDir
+from tests.e2e.test_up_e2e import GES, ROOT, Up, ges
+
+
+@pytest.fixture(scope="module")
+def mosquitto_clients() -> str:
+    """mosquitto_sub's path: the Debian package mosquitto-clients, installed if missing."""
+    found = shutil.which("mosquitto_sub")
+    if found is None:
+        for cmd in (
+            ["apt-get", "install", "-y", "-q", "mosquitto-clients"],
+            ["apt-get", "update", "-q"],
+            ["apt-get", "install", "-y", "-q", "mosquitto-clients"],
+        ):
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            if cmd[1] == "install" and done.returncode == 0:
+                break
+        found = shutil.which("mosquitto_sub")
+        if found is None:
+            pytest.fail(f"could not install mosquitto-clients: {done.stderr[-500:]}")
+    return found
+
+
+def demo_with_mqtt(tmp_path):
+    data = yaml.safe_load((ROOT / "topologies" / "demo.yaml").read_text())
+    assert all("mqtt_port" in b for b in data["brokers"].values())
+    data = on_free_ports(data)
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path, {bid: spec["mqtt_port"] for bid, spec in data["brokers"].items()}
+
+
+class Paho:
+    """A paho-mqtt client on its own thread; what it receives goes to ``messages``."""
+
+    def __init__(self, client_id: str, port: int, certs=None, as_client=None, **login):
+        self.messages: queue.Queue = queue.Queue()
+        self.acked = threading.Event()
+        c = self.client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311
+        )
+        if certs is not None:
+            mine = {}
+            if as_client is not None:  # a client certificate of the network proves who
+                cert_dir = CertDir(certs)
+                mine = {
+                    "certfile": str(cert_dir.cert("client", as_client)),
+                    "keyfile": str(cert_dir.key("client", as_client)),
+                }
+            c.tls_set(ca_certs=str(certs / "ca.crt"), **mine)
+        if login:
+            c.username_pw_set(login["username"], login.get("password"))
+        connected: queue.Queue = queue.Queue()
+        c.on_connect = lambda cl, ud, flags, rc, props: connected.put(rc)
+        c.on_message = lambda cl, ud, msg: self.messages.put(msg)
+        c.on_subscribe = lambda cl, ud, mid, codes, props: self.acked.set()
+        c.connect("127.0.0.1", port, keepalive=30)
+        c.loop_start()
+        self.rc = connected.get(timeout=30)
+
+    def subscribe(self, *filters: tuple[str, int]) -> None:
+        self.acked.clear()
+        self.client.subscribe(list(filters))
+        assert self.acked.wait(30), "no SUBACK"
+
+    def publish(self, topic: str, payload: bytes, qos: int) -> None:
+        self.client.publish(topic, payload, qos).wait_for_publish(30)
+
+    def received(self, n: int, within: float = 30) -> list:
+        out = []
+        deadline = time.monotonic() + within
+        while len(out) < n:
+            out.append(self.messages.get(timeout=max(0.1, deadline - time.monotonic())))
+        return out
+
+    def nothing_more(self, wait: float = 1.0) -> bool:
+        try:
+            extra = self.messages.get(timeout=wait)
+        except queue.Empty:
+            return True
+        raise AssertionError(f"unexpected {extra.topic}: {extra.payload!r}")
+
+    def stop(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def test_mqtt_clients_across_super_super_clusters_with_ges_clients_beside(
+    tmp_path, mosquitto_clients
+):
+    topology, ports = demo_with_mqtt(tmp_path)
+    up = Up(topology, tmp_path / "run")  # secure by default: TLS on the MQTT ports too
+    certs = up.certs
+    clients = []
+    try:
+        # mosquitto_sub at b20 (SSC-B), filters with both wildcards (its lines unbuffered)
+        sub = subprocess.Popen(
+            ["stdbuf", "-oL", mosquitto_clients, "-h", "127.0.0.1", "-p", str(ports["b20"]), "--cafile",
+             str(certs / "ca.crt"), "--cert", str(CertDir(certs).cert("client", "admin")),
+             "--key", str(CertDir(certs).key("client", "admin")), "-i", "dash", "-q", "1", "-v", "-d",
+             "-t", "sensors/+/temp", "-t", "alerts/#"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(ln) for ln in sub.stdout], daemon=True).start()
+        while "SUBACK" not in lines.get(timeout=30):
+            pass
+        # paho at b11 (SSC-B too, another super-cluster) with '#': everything but $-topics
+        every = Paho("every", ports["b11"], certs, "admin")
+        clients.append(every)
+        assert every.rc == 0
+        every.subscribe(("#", 2))
+        # a GES client at b16 with an XML profile's equivalent, --where
+        ges_sub = subprocess.Popen(
+            [*GES, "subscribe", str(topology), "-b", "b16", "--where", "@topic topic sensors/#",
+             "--count", "4", "--timeout", "60", "--format", "jsonl", *up.auth],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert ges_sub.stderr.readline().startswith("subscribed at")
+        # paho publishes at b1 (SSC-A) at every QoS
+        pub = Paho("pub", ports["b1"], certs, "admin")
+        clients.append(pub)
+        sent = [
+            ("sensors/k1/temp", b"t1", 0),
+            ("sensors/k2/temp", b"t2", 1),
+            ("sensors/k3/humidity", b"h3", 1),
+            ("alerts", b"a0", 2),
+            ("alerts/fire/hall", b"a1", 2),
+            ("$SYS/load", b"s", 1),
+            ("sensors/k4/temp", b"t4", 2),
+        ]
+        for topic, payload, qos in sent:
+            pub.publish(topic, payload, qos)
+        # GES's own publisher, with a topic, reaches MQTT subscribers
+        done = ges("publish", topology, "-b", "b5", "--topic", "alerts/ges", "--payload", "g",
+                   *up.auth)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+
+        want = ["sensors/k1/temp t1", "sensors/k2/temp t2", "alerts a0", "alerts/fire/hall a1",
+                "sensors/k4/temp t4", "alerts/ges g"]  # fmt: skip
+        got = []
+        while len(got) < len(want):
+            line = lines.get(timeout=30).rstrip("\n")
+            if not line.startswith(("Client ", "Subscribed ")):  # -d lines
+                got.append(line)
+        assert sorted(got) == sorted(want)
+        assert got[:5] == want[:5]  # one publisher's messages in its order
+        # '#' matched all but the $-topic, each once, at the lower of the two QoS
+        everything = every.received(7)
+        assert [(x.topic, x.payload, x.qos) for x in everything[:6]] == [
+            (t, pl, q) for t, pl, q in sent if not t.startswith("$")
+        ]
+        assert (everything[6].topic, everything[6].payload) == ("alerts/ges", b"g")
+        assert every.nothing_more()
+        stdout, stderr = ges_sub.communicate(timeout=60)
+        assert ges_sub.returncode == 0, stderr
+        records = [json.loads(line) for line in stdout.splitlines()]
+        assert [r["attributes"]["@topic"] for r in records] == [
+            "sensors/k1/temp",
+            "sensors/k2/temp",
+            "sensors/k3/humidity",
+            "sensors/k4/temp",
+        ]
+        assert [r["attributes"]["@qos"] for r in records] == [0, 1, 1, 2]
+        sub.terminate()
+    finally:
+        for c in clients:
+            c.stop()
+        code = up.stop()
+    assert code == 0
+
+
+ACCESS = """\
+roles:
+  sensor: {publish: ["@topic topic sensors/#"], subscribe: none}
+  viewer: {subscribe: ["@topic topic sensors/#"]}
+"""
+
+
+def connect_packet(client_id: str, will: tuple[str, bytes] | None = None) -> bytes:
+    def s(b: bytes) -> bytes:
+        return struct.pack("!H", len(b)) + b
+
+    flags = 0x02 | (0x04 if will else 0)
+    body = s(b"MQTT") + bytes([4, flags]) + struct.pack("!H", 30) + s(client_id.encode())
+    if will:
+        body += s(will[0].encode()) + s(will[1])
+    return bytes([0x10, len(body)]) + body
+
+
+def test_logins_permissions_takeover_wills_and_malformed_packets(tmp_path):
+    topology, ports = demo_with_mqtt(tmp_path)
+    up = Up(topology, tmp_path / "run", "--insecure")
+    clients = []
+    try:
+        (tmp_path / "run").mkdir(exist_ok=True)
+        watcher = Paho("watcher", ports["b3"])
+        clients.append(watcher)
+        watcher.subscribe(("status/#", 1), ("sensors/#", 1))
+
+        # a will: a raw client connects with one and goes without DISCONNECT
+        raw = socket.create_connection(("127.0.0.1", ports["b2"]))
+        raw.sendall(connect_packet("gone", ("status/gone", b"offline")))
+        assert raw.recv(4) == b"\x20\x02\x00\x00"  # CONNACK, accepted
+        raw.close()
+        (will,) = watcher.received(1)
+        assert (will.topic, will.payload) == ("status/gone", b"offline")
+
+        # a malformed packet closes that connection (and publishes its will), nothing else
+        bad = socket.create_connection(("127.0.0.1", ports["b2"]))
+        bad.sendall(connect_packet("bad", ("status/bad", b"malformed")))
+        assert bad.recv(4) == b"\x20\x02\x00\x00"
+        bad.sendall(b"\x30\x05\x00\x03a/+x")  # a PUBLISH to a topic with a wildcard
+        bad.settimeout(10)
+        assert bad.recv(10) == b""  # closed
+        (will,) = watcher.received(1)
+        assert will.payload == b"malformed"
+
+        # a second connection with a client id takes over: the first is closed
+        first = socket.create_connection(("127.0.0.1", ports["b4"]))
+        first.sendall(connect_packet("same"))
+        assert first.recv(4) == b"\x20\x02\x00\x00"
+        second = socket.create_connection(("127.0.0.1", ports["b4"]))
+        second.sendall(connect_packet("same"))
+        assert second.recv(4) == b"\x20\x02\x00\x00"
+        first.settimeout(10)
+        assert first.recv(10) == b""
+        second.close()
+
+        # not MQTT at all: closed, and the broker goes on serving
+        junk = socket.create_connection(("127.0.0.1", ports["b4"]))
+        junk.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        junk.settimeout(10)
+        assert junk.recv(10) == b""
+        pub = Paho("p", ports["b4"])
+        clients.append(pub)
+        pub.publish("sensors/x", b"still", 1)
+        (msg,) = watcher.received(1)
+        assert msg.payload == b"still"
+    finally:
+        for c in clients:
+            c.stop()
+        code = up.stop()
+    assert code == 0
+
+
+def login(clients: list, client_id: str, port: int, certs, user: str, token: str) -> Paho:
+    """A client logged in as ``user``: brokers read a changed access file within a second
+    (ges.runtime.access), so a login just after ``ges users add`` may be tried again."""
+    deadline = time.monotonic() + 15
+    while True:
+        client = Paho(client_id, port, certs, username=user, password=token)
+        clients.append(client)
+        if client.rc == 0 or time.monotonic() > deadline:
+            assert client.rc == 0, client.rc
+            return client
+        time.sleep(0.5)
+
+
+def test_mqtt_users_and_their_permissions(tmp_path):
+    topology, ports = demo_with_mqtt(tmp_path)
+    up = Up(topology, tmp_path / "run")
+    clients = []
+    try:
+        certs = up.certs
+        (certs / "access.yaml").write_text(ACCESS)
+        tokens = {}
+        for user, role in (("sensor1", "sensor"), ("viewer1", "viewer")):
+            added = ges("users", "add", topology, user, "--role", role, *up.auth)
+            assert added.returncode == 0, added.stderr
+            tokens[user] = added.stdout.splitlines()[-1].removeprefix("GES_TOKEN=")
+        wrong = Paho("w", ports["b1"], certs, username="sensor1", password="not-it")
+        clients.append(wrong)
+        assert wrong.rc == 4 or str(wrong.rc) == "Bad user name or password"
+        viewer = login(clients, "v", ports["b20"], certs, "viewer1", tokens["viewer1"])
+        viewer.subscribe(("sensors/#", 1))
+        codes: queue.Queue = queue.Queue()
+        viewer.client.on_subscribe = lambda cl, ud, mid, rcs, props: codes.put(rcs)
+        viewer.client.subscribe("admin/#", 1)  # not its to read: 0x80
+        assert [rc.value for rc in codes.get(timeout=30)] == [0x80]
+        sensor = login(clients, "s", ports["b1"], certs, "sensor1", tokens["sensor1"])
+        sensor.publish("admin/secret", b"no", 1)  # acknowledged, dropped (MQTT 3.1.1)
+        sensor.publish("sensors/a", b"yes", 1)
+        (msg,) = viewer.received(1)
+        assert (msg.topic, msg.payload) == ("sensors/a", b"yes")
+        assert viewer.nothing_more()
+    finally:
+        for c in clients:
+            c.stop()
+        code = up.stop()
+    assert code == 0
