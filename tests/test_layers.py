@@ -25,8 +25,8 @@ ROOT = Path(ges.__file__).parent.parent
 LAYERS: list[set[str]] = [
     {"errors", "wire"},
     {"topology", "matching", "records"},
-    {"connectivity", "reliable", "security", "durable", "mqtt"},
-    {"routing"},
+    {"connectivity", "reliable", "security", "durable"},
+    {"routing", "mqtt"},
     {"core"},
     {"transport"},
     {"sim", "client"},

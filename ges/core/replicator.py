@@ -316,9 +316,18 @@ class Replicator(HandOver, Taking, ReadBack, Part):
         live.inflight_bytes = 0
         backlog, _ = self.store.held(state.key, start)
         live.held = backlog
-        subs = [(sub_id, profile_id) for sub_id, (profile_id, _) in sorted(state.subs.items())]
+        ordered = sorted(state.subs.items())
+        subs = [(sub_id, profile_id) for sub_id, (profile_id, _) in ordered]
         opened = m.SessionOpened(
-            state.name, self.id, self.store.id, created, start, backlog, subs, req=msg.req
+            state.name,
+            self.id,
+            self.store.id,
+            created,
+            start,
+            backlog,
+            subs,
+            req=msg.req,
+            profiles=[list(conjunctions) for _, (_, conjunctions) in ordered],
         )
         moved = f"{was} -> {live.at}" if was else f"opened at {live.at}"
         text = f"durable session {state.name}: {moved}, {backlog:,} to replay"

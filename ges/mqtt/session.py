@@ -31,10 +31,12 @@ Bounds: packets of ``max_packet`` bytes (the framing), ``max_filters`` filters p
 
 from __future__ import annotations
 
+import hashlib
 from collections import deque
 
 import attrs
 
+from ges.durable import session_name_problem
 from ges.matching.model import TOPIC_ATTR
 from ges.matching.topics import matches
 from ges.mqtt import packets as p
@@ -49,6 +51,25 @@ SUB_ID = 1
 MAX_FILTERS = 1024
 #: Deliveries of QoS 1 and 2 sent and not yet acknowledged, per client.
 MAX_INFLIGHT = 256
+#: Bytes of packets a client may send before its CONNACK (a persistent session's waits for
+#: its replicator), held until then.
+MAX_EARLY_BYTES = 256 * 1024
+#: A persistent session's subscription that matches nothing (it has no filters left).
+NO_SUB = 9
+
+
+def session_name(client_id: str) -> str:
+    """The GES durable session of an MQTT client id's persistent session."""
+    name = f"mqtt.{client_id}"
+    if session_name_problem(name) is None:
+        return name
+    return "mqtt.h" + hashlib.sha256(client_id.encode()).hexdigest()[:40]
+
+
+def _packet_id(epoch: int) -> int:
+    """A persistent session's delivery's identifier: its epoch's, so that a broker the
+    session moves to sends it again with the one the client had (§4.3.3)."""
+    return epoch % 65535 + 1
 
 
 class MqttSession:
@@ -78,13 +99,48 @@ class MqttSession:
         self._received: dict[int, bool] = {}  # QoS 2 packet ids in: acknowledged (PUBREC) yet?
         self._inflight: dict[int, p.Publish] = {}  # packet id -> a delivery not acknowledged
         self._released: set[int] = set()  # QoS 2 deliveries PUBREC'd, PUBCOMP awaited
-        self._waiting: deque[p.Publish] = deque()  # deliveries waiting for an identifier
+        #: deliveries waiting for an identifier, each with its session epoch (None: clean)
+        self._waiting: deque[tuple[p.Publish, int | None]] = deque()
         self.waiting_bytes = 0
         self._next_id = 0
-        self.closed: str | None = None  # why the client ended the connection (DISCONNECT)
+        #: why the connection is to end: the client's DISCONNECT, or the broker's refusal or
+        #: takeover of its session (then the CONNACK or what is queued goes first)
+        self.closed: str | None = None
+        #: the CONNACK is sent (a persistent session's once the replicator has answered)
+        self.connected = False
+        self.persistent = not connect.clean_session
+        self.name = session_name(connect.client_id) if self.persistent else ""
+        self._opening = 0  # the req of the SessionOpen the CONNACK waits for
+        self._exists = False  # the GES durable session exists (it has filters)
+        self._sent_epoch = -1  # the highest epoch handed to the client (or queued for it)
+        self._replayed_to = -1  # epochs up to this may have been delivered before: DUP
+        self._epochs: deque[list] = deque()  # [epoch, done] of deliveries, in epoch order
+        self._pid_epoch: dict[int, int] = {}  # packet id -> epoch of a delivery in flight
+        self._acked = -1
+        #: GES messages for the broker that arose from its own answers (session acks of QoS 0
+        #: deliveries): ``take_pending``
+        self._pending: list = []
+        self._early: list = []  # packets that came before the CONNACK, with their time
+        self._early_bytes = 0
         #: events published and deliveries sent, for the broker's counters
         self.published = 0
         self.delivered = 0
+
+    def start(self) -> list:
+        """What the broker is asked first: a persistent session's open (the CONNACK waits for
+        its answer); a clean session's CONNACK goes at once."""
+        if not self.persistent:
+            self._send(p.ConnAck(p.ACCEPTED, False))
+            self.connected = True
+            return []
+        self._req += 1
+        self._opening = self._req
+        return [m.SessionOpen(self.name, None, req=self._req)]
+
+    def take_pending(self) -> list:
+        """GES messages that arose from the broker's answers (see ``_pending``)."""
+        out, self._pending = self._pending, []
+        return out
 
     # -- bytes in ------------------------------------------------------------------------------
 
@@ -95,9 +151,23 @@ class MqttSession:
             Malformed: the client broke the protocol (close the connection, saying this).
         """
         self.reader.feed(data)
+        return self.receive_packets(self.reader.packets(), wall_ns)
+
+    def receive_packets(self, packets: list, wall_ns: int = 0) -> list:
+        """:meth:`receive_data` for packets already cut (those that came with the CONNECT)."""
         out: list = []
-        for packet in self.reader.packets():
-            self._packet(p.decode(packet), wall_ns, out)
+        for packet in packets:
+            pkt = p.decode(packet)
+            if self.connected:
+                self._packet(pkt, wall_ns, out)
+                continue
+            # sent before the CONNACK (MQTT allows it): handled once the session is open
+            self._early.append((pkt, wall_ns))
+            self._early_bytes += len(packet.body)
+            if self._early_bytes > MAX_EARLY_BYTES:
+                raise Malformed(f"over {MAX_EARLY_BYTES} bytes of packets before its CONNACK")
+        if self._pending:
+            out += self.take_pending()
         return out
 
     def _packet(self, pkt, wall_ns: int, out: list) -> None:
@@ -108,6 +178,7 @@ class MqttSession:
             sent = self._inflight.get(pkt.packet_id)
             if sent is not None and sent.qos == 1:  # else not ours, or acked before: tolerated
                 del self._inflight[pkt.packet_id]
+                self._delivered(pkt.packet_id)
                 self._send_waiting()
         elif kind is p.PubRec:
             sent = self._inflight.get(pkt.packet_id)
@@ -116,7 +187,9 @@ class MqttSession:
                 self._released.add(pkt.packet_id)
             self._send(p.PubRel(pkt.packet_id))
         elif kind is p.PubComp:
-            self._released.discard(pkt.packet_id)
+            if pkt.packet_id in self._released:
+                self._released.discard(pkt.packet_id)
+                self._delivered(pkt.packet_id)
             self._send_waiting()
         elif kind is p.PubRel:
             self._received.pop(pkt.packet_id, None)
@@ -166,11 +239,29 @@ class MqttSession:
     def _change(self, answer, before: dict[str, int], out: list) -> None:
         self._req += 1
         self._changes[self._req] = (answer, before)
-        if self.filters:
+        if self.persistent:
+            if self.filters or self._exists:
+                out.append(m.SessionOpen(self.name, self._session_subs(), req=self._req))
+            else:  # nothing to keep and nothing kept: nothing to ask
+                del self._changes[self._req]
+                self._send(answer)
+        elif self.filters:
             conjunctions = [[m.Constraint(TOPIC_ATTR, "topic", f)] for f in self.filters]
             out.append(m.Subscribe(SUB_ID, conjunctions, req=self._req))
         else:
             out.append(m.Unsubscribe(SUB_ID, req=self._req))
+
+    def _session_subs(self) -> list[m.SessionSub]:
+        """The filters as a durable session's subscriptions: one per QoS granted (its sub_id
+        the QoS + 1), so a stored event's matched subscriptions say its QoS; none left, one
+        that matches nothing (a session holds at least one)."""
+        by_qos: dict[int, list] = {}
+        for f, qos in self.filters.items():
+            by_qos.setdefault(qos, []).append([m.Constraint(TOPIC_ATTR, "topic", f)])
+        if not by_qos:
+            nothing = [m.Constraint(TOPIC_ATTR, "eq", ""), m.Constraint(TOPIC_ATTR, "ne", "")]
+            return [m.SessionSub(NO_SUB, "mqtt-none", [nothing])]
+        return [m.SessionSub(q + 1, f"mqtt-qos{q}", c) for q, c in sorted(by_qos.items())]
 
     def will(self, wall_ns: int = 0) -> list:
         """The client's will as a GES publish, once (the connection ended without DISCONNECT)."""
@@ -196,6 +287,15 @@ class MqttSession:
             change = self._changes.pop(msg.req, None)
             if change is not None:
                 self._send(change[0])
+        elif kind is m.SessionEvents:
+            if msg.name == self.name:
+                for item in msg.items:
+                    self._stored(item)
+        elif kind is m.SessionOpened:
+            self._opened(msg)
+        elif kind is m.SessionClosed:
+            if msg.name == self.name:
+                self._lost(msg.reason, msg.retry)
         elif kind is m.Error:
             self._refused(msg)
 
@@ -210,8 +310,47 @@ class MqttSession:
             self._received[packet_id] = True
             self._send(p.PubRec(packet_id))
 
+    def _opened(self, msg: m.SessionOpened) -> None:
+        self._exists = True
+        self._replayed_to = max(self._replayed_to, msg.start + msg.backlog)
+        if msg.req == self._opening:  # the CONNACK's: the filters it kept come back
+            self._opening = 0
+            self.filters = {
+                conj[0].value: sub_id - 1
+                for (sub_id, _), conjs in zip(msg.subs, msg.profiles, strict=False)
+                if sub_id != NO_SUB
+                for conj in conjs
+            }
+            self._acked = self._sent_epoch = msg.start
+            self._connected(not msg.created)
+            return
+        change = self._changes.pop(msg.req, None)
+        if change is not None:
+            self._send(change[0])
+
+    def _connected(self, present: bool) -> None:
+        self._send(p.ConnAck(p.ACCEPTED, present))
+        self.connected = True
+        early, self._early = self._early, []
+        for pkt, wall_ns in early:
+            self._packet(pkt, wall_ns, self._pending)
+
+    def _lost(self, reason: str, retry: bool) -> None:
+        """The session cannot be opened here now (``retry``), or went elsewhere."""
+        if not self.connected:
+            self._send(p.ConnAck(p.UNAVAILABLE if retry else p.NOT_AUTHORIZED))
+        self.closed = f"durable session {self.name}: {reason}"
+
     def _refused(self, msg: m.Error) -> None:
         """A request refused (a publish or filters not allowed, a profile over the bounds)."""
+        if msg.req and msg.req == self._opening:
+            self._opening = 0
+            if msg.denied:
+                self._send(p.ConnAck(p.NOT_AUTHORIZED))
+                self.closed = f"durable session {self.name}: {msg.reason}"
+            else:  # it does not exist yet: it will with the first filter
+                self._connected(False)
+            return
         if msg.req in self._acks:
             # MQTT 3.1.1 cannot refuse a PUBLISH: it is acknowledged and dropped (the broker
             # logged why), as mosquitto does with what its ACL denies
@@ -236,36 +375,89 @@ class MqttSession:
                 granted = qos
         if granted < 0:
             return  # a filter just removed
+        self._out_publish(topic, event, granted, None)
+
+    def _stored(self, item: m.SessionItem) -> None:
+        """An event of the persistent session: delivered once per epoch, acknowledged to the
+        replicator once the client has it and every one before it."""
+        epoch = item.epoch
+        if epoch <= self._sent_epoch:
+            return  # sent on this connection already (a change of filters opened it again)
+        self._sent_epoch = epoch
+        self._epochs.append([epoch, False])
+        event = item.item.event
+        topic = event.attributes.get(TOPIC_ATTR)
+        granted = max((s - 1 for s in item.subs if s != NO_SUB), default=-1)
+        if item.gap_to or type(topic) is not str or granted < 0:
+            self._done(epoch)  # a gap notice MQTT cannot say, or nothing for MQTT
+            return
+        self._out_publish(topic, event, granted, epoch)
+
+    def _out_publish(self, topic: str, event: m.Event, granted: int, epoch: int | None) -> None:
         published = event.attributes.get(QOS_ATTR, 2)
         qos = min(granted, published if type(published) is int else 2)
         self.delivered += 1
-        pkt = p.Publish(topic, event.payload, qos)
-        if self._waiting or (qos and self.inflight >= self.max_inflight):
-            self._waiting.append(pkt)  # in order: QoS 0 too waits behind them
+        dup = epoch is not None and epoch <= self._replayed_to
+        pkt = p.Publish(topic, event.payload, qos, dup=dup and qos > 0)
+        if self._waiting or (qos and not self._room(epoch)):
+            self._waiting.append((pkt, epoch))  # in order: QoS 0 too waits behind them
             self.waiting_bytes += len(event.payload) + len(topic)
-        elif qos:
-            self._send_inflight(pkt)
         else:
-            self._send(pkt)
+            self._send_one(pkt, epoch)
 
-    def _send_inflight(self, pkt: p.Publish) -> None:
-        while True:
-            self._next_id = self._next_id % 65535 + 1
-            if self._next_id not in self._inflight and self._next_id not in self._released:
-                break
-        pkt = p.Publish(pkt.topic, pkt.payload, pkt.qos, packet_id=self._next_id)
-        self._inflight[self._next_id] = pkt
+    def _room(self, epoch: int | None) -> bool:
+        if self.inflight >= self.max_inflight:
+            return False
+        if epoch is None:
+            return True
+        pid = _packet_id(epoch)
+        return pid not in self._inflight and pid not in self._released
+
+    def _send_one(self, pkt: p.Publish, epoch: int | None) -> None:
+        if not pkt.qos:
+            self._send(pkt)
+            if epoch is not None:
+                self._done(epoch)
+            return
+        if epoch is not None:  # the same identifier whichever broker sends it again
+            pid = _packet_id(epoch)
+            self._pid_epoch[pid] = epoch
+        else:
+            while True:
+                self._next_id = self._next_id % 65535 + 1
+                if self._next_id not in self._inflight and self._next_id not in self._released:
+                    break
+            pid = self._next_id
+        pkt = attrs.evolve(pkt, packet_id=pid)
+        self._inflight[pid] = pkt
         self._send(pkt)
 
     def _send_waiting(self) -> None:
         waiting = self._waiting
-        while waiting and (not waiting[0].qos or self.inflight < self.max_inflight):
-            pkt = waiting.popleft()
+        while waiting and (not waiting[0][0].qos or self._room(waiting[0][1])):
+            pkt, epoch = waiting.popleft()
             self.waiting_bytes -= len(pkt.payload) + len(pkt.topic)
-            if pkt.qos:
-                self._send_inflight(pkt)
-            else:
-                self._send(pkt)
+            self._send_one(pkt, epoch)
+
+    def _delivered(self, pid: int) -> None:
+        epoch = self._pid_epoch.pop(pid, None)
+        if epoch is not None:
+            self._done(epoch)
+
+    def _done(self, epoch: int) -> None:
+        """The client has the delivery of ``epoch``: the session's acknowledged epoch moves
+        on past every delivery done from the oldest (SessionAck is cumulative)."""
+        epochs = self._epochs
+        for entry in epochs:
+            if entry[0] == epoch:
+                entry[1] = True
+                break
+        acked = self._acked
+        while epochs and epochs[0][1]:
+            acked = epochs.popleft()[0]
+        if acked != self._acked:
+            self._acked = acked
+            self._pending.append(m.SessionAck(self.name, acked))
 
     # -- bytes out -----------------------------------------------------------------------------
 

@@ -207,10 +207,6 @@ class MqttListener:
             idle_deadline=connect.keepalive * 1.5 if connect.keepalive else None,
             budget=server._client_budget,
         )
-        try:
-            await stream.send_all(p.encode(p.ConnAck(p.ACCEPTED, False)))
-        except (trio.BrokenResourceError, OSError):
-            return
         self.connected[client_id] = conn
         server._admitted += 1
         try:
@@ -229,19 +225,19 @@ class MqttConnection(Connection):
         self.session = session
         self.watchdog = None  # reads below keep their own deadlines
         self._early_packets = early
+        self._wake: trio.CancelScope | None = None  # the read waiting for the client
+        self._woken = False
 
     async def read_messages(self):
         """GES client messages, one list per read; the will last unless DISCONNECT came."""
         session = self.session
         try:
-            if self._early_packets:
-                out: list = []
-                for packet in self._early_packets:
-                    session._packet(p.decode(packet), time.time_ns(), out)
-                self._early_packets = []
-                self._flush_session()
-                if out:
-                    yield out
+            out = session.start()  # a clean session's CONNACK, or a persistent one's open
+            out += session.receive_packets(self._early_packets, time.time_ns())
+            self._early_packets = []
+            self._flush_session()
+            if out:
+                yield out
             async for batch in self._read_packets():
                 yield batch
         except Malformed as exc:
@@ -258,6 +254,9 @@ class MqttConnection(Connection):
         reader = session.reader
         started = None
         while session.closed is None:
+            pending = session.take_pending()  # what the broker's answers led to (acks)
+            if pending:
+                yield pending
             buffered = bool(reader._buf)
             wait = self.idle_deadline
             if buffered:
@@ -267,11 +266,16 @@ class MqttConnection(Connection):
             else:
                 started = None
             with trio.move_on_after(float("inf") if wait is None else wait) as late:
+                self._wake = late
                 try:
                     data = await self.stream.receive_some(READ_SIZE)
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     self._ended(f"read failed: {exc or type(exc).__name__}")
                     return
+            self._wake = None
+            if late.cancelled_caught and self._woken:
+                self._woken = False
+                continue  # woken for what the broker's answers led to
             if late.cancelled_caught:
                 if buffered:
                     raise Malformed(
@@ -316,6 +320,12 @@ class MqttConnection(Connection):
         if session.waiting_bytes > self.max_queued:
             return False
         out = session.data_to_send()
+        if session.closed is not None:  # refused or taken over: what it has goes, then it ends
+            super().close_after(out, session.closed, REFUSE_WAIT)
+            return True
+        if session._pending and self._wake is not None and not self._woken:
+            self._woken = True
+            self._wake.cancel()
         return super().send_nowait(out) if out else True
 
     def close_after(self, data: bytes, reason: str, within: float) -> None:

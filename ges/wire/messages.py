@@ -635,6 +635,9 @@ class SessionOpened(_Msg):
     backlog: int
     subs: list[tuple[int, str]]
     req: int = 0
+    #: each subscription's profile, in the order of ``subs`` (a client that keeps no copy of
+    #: them — an MQTT client's persistent session — learns them back)
+    profiles: list[list[list[Constraint]]] = []
 
 
 class SessionItem(msgspec.Struct, array_like=True, frozen=True, gc=False):

@@ -125,7 +125,10 @@ def test_the_solo_topology_loads_with_its_replicator(rig):
 
 def test_opening_a_new_session_answers_session_opened(rig):
     outs = rig.open(1, req=5)
-    assert to(outs, 1) == [m.SessionOpened("alice", "r", "memory", True, 0, 0, [(1, "p")], req=5)]
+    (opened,) = to(outs, 1)
+    assert opened == m.SessionOpened(
+        "alice", "r", "memory", True, 0, 0, [(1, "p")], req=5, profiles=[SUB.conjunctions]
+    )  # the profiles come back (an MQTT persistent session keeps no copy of its own)
     assert [o.conn for o in outs] == [1]
     (state,) = rig.store.sessions().values()
     assert (state.name, state.owner, state.created, state.acked) == ("alice", "alice", WALL, 0)

@@ -6,8 +6,10 @@ clients on the same events; identities and permissions; what ends an MQTT connec
 from __future__ import annotations
 
 import json
+import os
 import queue
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -54,11 +56,17 @@ def demo_with_mqtt(tmp_path):
 class Paho:
     """A paho-mqtt client on its own thread; what it receives goes to ``messages``."""
 
-    def __init__(self, client_id: str, port: int, certs=None, as_client=None, **login):
+    def __init__(
+        self, client_id: str, port: int, certs=None, as_client=None, clean_session=True, **login
+    ):
         self.messages: queue.Queue = queue.Queue()
         self.acked = threading.Event()
         c = self.client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=mqtt.MQTTv311,
+            clean_session=clean_session,
+            reconnect_on_failure=False,
         )
         if certs is not None:
             mine = {}
@@ -72,12 +80,13 @@ class Paho:
         if login:
             c.username_pw_set(login["username"], login.get("password"))
         connected: queue.Queue = queue.Queue()
-        c.on_connect = lambda cl, ud, flags, rc, props: connected.put(rc)
+        c.on_connect = lambda cl, ud, flags, rc, props: connected.put((rc, flags))
         c.on_message = lambda cl, ud, msg: self.messages.put(msg)
         c.on_subscribe = lambda cl, ud, mid, codes, props: self.acked.set()
         c.connect("127.0.0.1", port, keepalive=30)
         c.loop_start()
-        self.rc = connected.get(timeout=30)
+        self.rc, flags = connected.get(timeout=30)
+        self.session_present = flags.session_present
 
     def subscribe(self, *filters: tuple[str, int]) -> None:
         self.acked.clear()
@@ -305,6 +314,149 @@ def test_mqtt_users_and_their_permissions(tmp_path):
         (msg,) = viewer.received(1)
         assert (msg.topic, msg.payload) == ("sensors/a", b"yes")
         assert viewer.nothing_more()
+    finally:
+        for c in clients:
+            c.stop()
+        code = up.stop()
+    assert code == 0
+
+
+def test_a_persistent_qos1_subscriber_moved_between_brokers_under_load_gets_everything(
+    tmp_path,
+):
+    """The must-show of issue 23: 10,000 QoS 1 messages published at b1 while a persistent
+    subscriber is taken over at another broker every two seconds, across super-clusters and
+    super-super-clusters; every message arrives, and each that arrives again is marked DUP."""
+    topology, ports = demo_with_mqtt(tmp_path)
+    up = Up(topology, tmp_path / "run", "--insecure")
+    received: list[tuple[int, bool]] = []
+    lock = threading.Lock()
+    subs: list[mqtt.Client] = []
+
+    def subscriber(broker: str) -> mqtt.Client:
+        c = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id="roamer",
+            clean_session=False,
+            protocol=mqtt.MQTTv311,
+            reconnect_on_failure=False,  # taken over: it must not take the session back
+        )
+        connected: queue.Queue = queue.Queue()
+        c.on_connect = lambda cl, ud, flags, rc, props: connected.put((rc, flags))
+
+        def on_message(cl, ud, msg):
+            with lock:
+                received.append((int(msg.payload), bool(msg.dup)))
+
+        c.on_message = on_message
+        c.connect("127.0.0.1", ports[broker], keepalive=30)
+        c.loop_start()
+        rc, flags = connected.get(timeout=30)
+        assert rc == 0, rc
+        return c, flags.session_present
+
+    N = 10_000
+    try:
+        first, present = subscriber("b20")
+        subs.append(first)
+        assert not present
+        done = threading.Event()
+        first.on_subscribe = lambda *a: done.set()
+        first.subscribe("load/#", 1)
+        assert done.wait(30)
+        pub = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, client_id="loader", protocol=mqtt.MQTTv311
+        )
+        pub.max_inflight_messages_set(500)
+        pub.max_queued_messages_set(0)
+        pub.connect("127.0.0.1", ports["b1"])
+        pub.loop_start()
+
+        def publish_all():  # about 500 a second: the moves happen under load
+            for i in range(N):
+                pub.publish(f"load/{i % 10}", str(i).encode(), 1)
+                if i % 50 == 49:
+                    time.sleep(0.1)
+
+        publisher = threading.Thread(target=publish_all)
+        publisher.start()
+        moves = ["b12", "b3", "b17", "b9", "b20", "b6", "b14", "b1"]
+        taken = []
+        for broker in moves:
+            time.sleep(2)
+            with lock:
+                if len({n for n, _ in received}) >= N:
+                    break
+            new, present = subscriber(broker)  # takes the session over from the last one
+            assert present  # the session was found at whichever broker holds it
+            old = subs[-1]
+            subs.append(new)
+            old.loop_stop()
+            taken.append(broker)
+        publisher.join(timeout=120)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with lock:
+                if len({n for n, _ in received}) >= N:
+                    break
+            time.sleep(0.2)
+        pub.loop_stop()
+        with lock:
+            got = list(received)
+        seen: set[int] = set()
+        repeated_without_dup = []
+        for n, dup in got:
+            if n in seen and not dup:
+                repeated_without_dup.append(n)
+            seen.add(n)
+        assert len(taken) >= 6, taken
+        print(f"moves {taken}, {len(got)} received, {len(got) - N} again (all DUP)")
+        assert seen == set(range(N)), f"missing {sorted(set(range(N)) - seen)[:20]}"
+        assert not repeated_without_dup, repeated_without_dup[:20]
+    finally:
+        for c in subs:
+            c.loop_stop()
+        code = up.stop()
+    assert code == 0
+
+
+def test_a_persistent_subscriber_gets_what_it_missed_at_another_broker_even_with_its_own_killed(
+    tmp_path,
+):
+    """Disconnect, miss messages, come back elsewhere: all of them; then the same after a
+    kill -9 of the broker it was connected to (ges up --processes restarts it)."""
+    topology, ports = demo_with_mqtt(tmp_path)
+    up = Up(topology, tmp_path / "run", "--insecure", "--processes")
+    clients = []
+    try:
+        sub = Paho("away", ports["b16"], clean_session=False)
+        clients.append(sub)
+        sub.subscribe(("news/#", 1))
+        sub.stop()  # DISCONNECT: the session stays and stores
+        pub = Paho("pub", ports["b1"])
+        clients.append(pub)
+        for i in range(100):
+            pub.publish("news/a", str(i).encode(), 1)
+        back = Paho("away", ports["b14"], clean_session=False)  # another cluster
+        clients.append(back)
+        assert back.session_present
+        assert sorted(int(x.payload) for x in back.received(100)) == list(range(100))
+        # now its broker dies under it
+        # (b14 is not a replicator: the session's, SC-3's, is on b12)
+        pid = next(b["pid"] for b in up.run_json()["brokers"] if b["id"] == "b14")
+        os.kill(pid, signal.SIGKILL)
+        for i in range(100, 200):
+            pub.publish("news/a", str(i).encode(), 1)
+        again = Paho("away", ports["b19"], clean_session=False)  # SC-4
+        clients.append(again)
+        assert again.session_present
+        got = again.received(100)
+        fresh = sorted({int(x.payload) for x in got} - set(range(100)))
+        while len(fresh) < 100:  # anything of the first hundred again comes with DUP
+            got += again.received(1)
+            fresh = sorted({int(x.payload) for x in got} - set(range(100)))
+        assert fresh == list(range(100, 200))
+        assert all(x.dup for x in got if int(x.payload) < 100)
     finally:
         for c in clients:
             c.stop()

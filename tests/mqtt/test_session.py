@@ -8,8 +8,16 @@ import pytest
 from ges.matching.model import TOPIC_ATTR
 from ges.mqtt import packets as p
 from ges.mqtt.frames import Malformed, PacketReader
-from ges.mqtt.session import QOS_ATTR, SUB_ID, MqttSession
+from ges.mqtt.session import QOS_ATTR, SUB_ID, MqttSession, session_name
 from ges.wire import messages as m
+
+
+def opened(connect: p.Connect, **options) -> MqttSession:
+    """A clean session past its CONNACK."""
+    session = MqttSession(connect, **options)
+    assert session.start() == []
+    assert packets_of(session) == [p.ConnAck(p.ACCEPTED, False)]
+    return session
 
 
 def packets_of(session: MqttSession) -> list:
@@ -31,7 +39,7 @@ def deliver(*events: tuple[str, int | None]) -> m.Deliver:
 
 
 def test_a_publish_is_an_event_with_its_topic_and_qos():
-    s = MqttSession(p.Connect("c"))
+    s = opened(p.Connect("c"))
     (msg,) = send(s, p.Publish("a/b", b"hi", 0), wall_ns=123)
     assert isinstance(msg, m.Publish)
     (event,) = msg.events
@@ -42,7 +50,7 @@ def test_a_publish_is_an_event_with_its_topic_and_qos():
 
 
 def test_qos1_is_acknowledged_once_the_pubend_has_it_even_when_acks_are_joined():
-    s = MqttSession(p.Connect("c"))
+    s = opened(p.Connect("c"))
     a, b = send(s, p.Publish("t", b"1", 1, packet_id=10), p.Publish("t", b"2", 1, packet_id=11))
     assert packets_of(s) == []  # not before the log has them
     s.from_broker(m.PubAck(b.seq, "b", 1, 2, seqs=2))
@@ -50,7 +58,7 @@ def test_qos1_is_acknowledged_once_the_pubend_has_it_even_when_acks_are_joined()
 
 
 def test_qos2_is_published_once_however_often_it_is_sent():
-    s = MqttSession(p.Connect("c"))
+    s = opened(p.Connect("c"))
     (msg,) = send(s, p.Publish("t", b"x", 2, packet_id=5))
     assert send(s, p.Publish("t", b"x", 2, dup=True, packet_id=5)) == []
     assert packets_of(s) == []  # PUBREC only once it is in the log
@@ -65,7 +73,7 @@ def test_qos2_is_published_once_however_often_it_is_sent():
 
 
 def test_filters_are_one_subscription_replaced_as_a_whole():
-    s = MqttSession(p.Connect("c"))
+    s = opened(p.Connect("c"))
     (sub,) = send(s, p.Subscribe(1, (("a/+", 1), ("b/#", 0))))
     assert sub.sub_id == SUB_ID
     assert [c[0].value for c in sub.conjunctions] == ["a/+", "b/#"]
@@ -84,7 +92,7 @@ def test_filters_are_one_subscription_replaced_as_a_whole():
 
 
 def test_a_refused_subscribe_is_0x80_and_the_filters_stay_as_they_were():
-    s = MqttSession(p.Connect("c"))
+    s = opened(p.Connect("c"))
     (sub,) = send(s, p.Subscribe(1, (("a", 1),)))
     s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
     (sub2,) = send(s, p.Subscribe(2, (("secret/#", 1), ("b", 0))))
@@ -94,14 +102,14 @@ def test_a_refused_subscribe_is_0x80_and_the_filters_stay_as_they_were():
 
 
 def test_filters_over_the_bound_get_0x80():
-    s = MqttSession(p.Connect("c"), max_filters=2)
+    s = opened(p.Connect("c"), max_filters=2)
     (sub,) = send(s, p.Subscribe(1, (("a", 0), ("b", 1), ("c", 2))))
     s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
     assert packets_of(s) == [p.SubAck(1, (0, 1, 0x80))]
 
 
 def test_a_delivery_goes_once_at_the_highest_qos_its_filters_allow():
-    s = MqttSession(p.Connect("c"))
+    s = opened(p.Connect("c"))
     send(s, p.Subscribe(1, (("a/+", 0), ("a/#", 1), ("x", 2))))
     s.data_to_send()
     s.from_broker(deliver(("a/b", 2), ("a/b", 0), ("x", None)))
@@ -115,7 +123,7 @@ def test_a_delivery_goes_once_at_the_highest_qos_its_filters_allow():
 
 
 def test_deliveries_past_the_window_wait_for_acknowledgements():
-    s = MqttSession(p.Connect("c"), max_inflight=2)
+    s = opened(p.Connect("c"), max_inflight=2)
     send(s, p.Subscribe(1, (("#", 2),)))
     s.data_to_send()
     s.from_broker(deliver(("a", 1), ("b", 2), ("c", 1), ("d", 0)))
@@ -133,17 +141,17 @@ def test_deliveries_past_the_window_wait_for_acknowledgements():
 
 
 def test_ping_disconnect_and_a_second_connect():
-    s = MqttSession(p.Connect("c"))
+    s = opened(p.Connect("c"))
     send(s, p.PingReq())
     assert packets_of(s) == [p.PingResp()]
     send(s, p.Disconnect())
     assert s.closed == "disconnected"
     with pytest.raises(Malformed, match="CONNECT from a client that is connected"):
-        send(MqttSession(p.Connect("c")), p.Connect("c"))
+        send(opened(p.Connect("c")), p.Connect("c"))
 
 
 def test_a_refused_publish_is_acknowledged_and_dropped():
-    s = MqttSession(p.Connect("c"))
+    s = opened(p.Connect("c"))
     one, two = send(
         s, p.Publish("no/t", b"1", 1, packet_id=3), p.Publish("no/t", b"2", 2, packet_id=4)
     )
@@ -153,8 +161,109 @@ def test_a_refused_publish_is_acknowledged_and_dropped():
 
 
 def test_the_will_goes_once_as_a_publish():
-    s = MqttSession(p.Connect("c", will=p.Will("status/c", b"gone", 1)))
+    s = opened(p.Connect("c", will=p.Will("status/c", b"gone", 1)))
     (will,) = s.will(7)
     assert will.events[0].attributes == {TOPIC_ATTR: "status/c", QOS_ATTR: 1}
     assert will.events[0].payload == b"gone"
     assert s.will(8) == []
+
+
+# -- persistent sessions (clean session 0): a GES durable session --------------------------
+
+C = m.Constraint
+
+
+def stored(epoch: int, topic: str, qos: int, subs=(2,)) -> m.SessionItem:
+    event = m.Event({TOPIC_ATTR: topic, QOS_ATTR: qos}, f"e{epoch}".encode())
+    return m.SessionItem(epoch, "b1", m.EventItem(epoch, 0, 0, event), list(subs))
+
+
+def test_a_persistent_session_is_opened_before_the_connack_and_holds_early_packets():
+    s = MqttSession(p.Connect("car-7", clean_session=False))
+    (opening,) = s.start()
+    assert opening == m.SessionOpen("mqtt.car-7", None, req=opening.req)
+    assert packets_of(s) == []  # the CONNACK waits for the replicator
+    assert send(s, p.Subscribe(1, (("a/+", 1),))) == []  # held, not refused
+    s.from_broker(m.Error("durable session 'mqtt.car-7' does not exist", req=opening.req))
+    assert packets_of(s) == [p.ConnAck(p.ACCEPTED, False)]
+    (change,) = s.take_pending()  # the held SUBSCRIBE creates it
+    assert change.name == "mqtt.car-7"
+    assert change.subs == [m.SessionSub(2, "mqtt-qos1", [[C(TOPIC_ATTR, "topic", "a/+")]])]
+    s.from_broker(
+        m.SessionOpened("mqtt.car-7", "b1", "s", True, 0, 0, [(2, "mqtt-qos1")], change.req)
+    )
+    assert packets_of(s) == [p.SubAck(1, (1,))]
+
+
+def test_a_resumed_session_says_so_redelivers_with_dup_and_acks_in_epoch_order():
+    s = MqttSession(p.Connect("car-7", clean_session=False))
+    (opening,) = s.start()
+    profiles = [[[C(TOPIC_ATTR, "topic", "a/+")]], [[C(TOPIC_ATTR, "topic", "z")]]]
+    s.from_broker(
+        m.SessionOpened(
+            "mqtt.car-7", "b1", "s", False, 5, 2, [(2, "mqtt-qos1"), (1, "mqtt-qos0")],
+            opening.req, profiles,
+        )
+    )  # fmt: skip
+    assert packets_of(s) == [p.ConnAck(p.ACCEPTED, True)]
+    assert s.filters == {"a/+": 1, "z": 0}
+    s.from_broker(m.SessionEvents("mqtt.car-7", [stored(6, "a/x", 2), stored(7, "a/y", 1)]))
+    s.from_broker(m.SessionEvents("mqtt.car-7", [stored(8, "a/z", 1), stored(6, "a/x", 2)]))
+    got = packets_of(s)
+    assert [(x.topic, x.qos, x.dup, x.packet_id) for x in got] == [
+        ("a/x", 1, True, 7),  # stored before the open: may have been delivered before
+        ("a/y", 1, True, 8),
+        ("a/z", 1, False, 9),  # the identifier follows the epoch: the same at any broker
+    ]  # and epoch 6 again (a second open) is not sent twice
+    assert send(s, p.PubAck(8)) == []  # epoch 7: 6 is not acknowledged yet
+    assert send(s, p.PubAck(7)) == [m.SessionAck("mqtt.car-7", 7)]
+    assert send(s, p.PubAck(9)) == [m.SessionAck("mqtt.car-7", 8)]
+
+
+def test_qos0_deliveries_of_a_session_are_acknowledged_as_they_go():
+    s = MqttSession(p.Connect("c", clean_session=False))
+    (opening,) = s.start()
+    s.from_broker(
+        m.SessionOpened(
+            "mqtt.c",
+            "b1",
+            "s",
+            False,
+            0,
+            0,
+            [(1, "mqtt-qos0")],
+            opening.req,
+            [[[C(TOPIC_ATTR, "topic", "#")]]],
+        )
+    )
+    s.data_to_send()
+    s.from_broker(
+        m.SessionEvents("mqtt.c", [stored(1, "t", 1, subs=(1,)), stored(2, "t", 0, subs=(1,))])
+    )
+    assert [x.qos for x in packets_of(s)] == [0, 0]
+    assert s.take_pending() == [m.SessionAck("mqtt.c", 1), m.SessionAck("mqtt.c", 2)]
+
+
+def test_a_session_refused_or_taken_over_ends_the_connection():
+    s = MqttSession(p.Connect("c", clean_session=False))
+    (opening,) = s.start()
+    s.from_broker(
+        m.Error("durable session 'mqtt.c' belongs to 'bob'", denied=True, req=opening.req)
+    )
+    assert packets_of(s) == [p.ConnAck(p.NOT_AUTHORIZED)]
+    assert "belongs to" in s.closed
+    s = MqttSession(p.Connect("c", clean_session=False))
+    s.start()
+    s.from_broker(m.SessionClosed("mqtt.c", "replicator b1 is unreachable", retry=True))
+    assert packets_of(s) == [p.ConnAck(p.UNAVAILABLE)]
+    s = MqttSession(p.Connect("c", clean_session=False))
+    (opening,) = s.start()
+    s.from_broker(m.SessionOpened("mqtt.c", "b1", "s", True, 0, 0, [], opening.req))
+    s.from_broker(m.SessionClosed("mqtt.c", "taken over at b7"))
+    assert s.closed == "durable session mqtt.c: taken over at b7"
+
+
+def test_client_ids_that_cannot_name_a_session_are_hashed():
+    assert session_name("sensor-1.a") == "mqtt.sensor-1.a"
+    odd = session_name("a b/c")
+    assert odd.startswith("mqtt.h") and odd != session_name("a b/d")
