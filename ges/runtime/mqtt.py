@@ -25,8 +25,9 @@ delivery paths. Silence of one and a half keepalives ends the connection (§3.1.
 malformed packet (§4.8), after which the client's will, if any, is published — as it is when
 the connection ends any way but by DISCONNECT.
 
-Persistent sessions (clean session 0) are served like clean ones for now: the CONNACK says no
-session was present, which a client takes to mean it must subscribe again (§3.2.2.2).
+A persistent session (clean session 0) is a GES durable session (ges.mqtt.session): its
+CONNACK waits for the session's replicator, found wherever it is, to open it — and says whether
+it was present.
 """
 
 from __future__ import annotations
