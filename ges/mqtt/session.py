@@ -335,6 +335,12 @@ class MqttSession:
         for pkt, wall_ns in early:
             self._packet(pkt, wall_ns, self._pending)
 
+    def open_timed_out(self) -> None:
+        """The session's open went unanswered for too long (its replicator was lost while it
+        was asked, say): CONNACK 3, server unavailable — the client connects again."""
+        if not self.connected and self.closed is None:
+            self._lost("not opened in time (its replicator did not answer)", True)
+
     def _lost(self, reason: str, retry: bool) -> None:
         """The session cannot be opened here now (``retry``), or went elsewhere."""
         if not self.connected:

@@ -57,6 +57,9 @@ MAX_CONNECT_BYTES = 64 * 1024
 #: The largest packet taken after it: a PUBLISH of the largest event GES carries.
 MAX_PACKET = min(DEFAULT_MAX_PACKET, MAX_EVENT_BYTES)
 MAX_CLIENT_ID = 256
+#: Seconds a persistent session's CONNACK waits for its replicator to open it; then CONNACK
+#: 3 (server unavailable), and the client tries again (a GES client's open waits as long).
+OPEN_WAIT = 15.0
 
 
 class MqttListener:
@@ -211,11 +214,27 @@ class MqttListener:
         self.connected[client_id] = conn
         server._admitted += 1
         try:
-            await server._run_client(client_id, conn, admitted)
+            async with trio.open_nursery() as nursery:
+                if session.persistent:
+                    nursery.start_soon(self._open_deadline, conn)
+                await server._run_client(client_id, conn, admitted)
+                nursery.cancel_scope.cancel()
         finally:
             server._admitted -= 1
             if self.connected.get(client_id) is conn:
                 del self.connected[client_id]
+
+    async def _open_deadline(self, conn: MqttConnection) -> None:
+        """A persistent session's CONNACK waits for its replicator at most OPEN_WAIT seconds
+        (finding it may wait on replicators that do not answer): then CONNACK 3 and close."""
+        await trio.sleep(OPEN_WAIT)
+        session = conn.session
+        if not session.connected and session.closed is None:
+            session.open_timed_out()
+            self.server.log.warning(
+                "%s: %s; CONNACK 3, it may connect again", conn.label, session.closed
+            )
+            Connection.close_after(conn, session.data_to_send(), session.closed, REFUSE_WAIT)
 
 
 class MqttConnection(Connection):
@@ -291,6 +310,8 @@ class MqttConnection(Connection):
             self._flush_session()
             if msgs:
                 yield msgs
+        if self.closing:  # the broker ends it after a last answer: wait until that is written
+            await trio.sleep_forever()
         self.close(session.closed)
 
     def _ended(self, why: str) -> None:
@@ -300,8 +321,8 @@ class MqttConnection(Connection):
             self.close_reason = why
 
     def _will(self) -> list:
-        if self.session.closed == "disconnected":
-            return []
+        if self.session.closed == "disconnected" or not self.session.connected:
+            return []  # a client never connected has no will yet
         return self.session.will(time.time_ns())
 
     def _flush_session(self) -> None:

@@ -457,6 +457,28 @@ def test_a_persistent_subscriber_gets_what_it_missed_at_another_broker_even_with
             fresh = sorted({int(x.payload) for x in got} - set(range(100)))
         assert fresh == list(range(100, 200))
         assert all(x.dup for x in got if int(x.payload) < 100)
+        # and its replicator (SC-3's, b12) dies: an open that cannot reach it is CONNACK 3,
+        # at once, and the client tries again until the restarted replicator has it
+        again.stop()
+        for i in range(200, 250):
+            pub.publish("news/a", str(i).encode(), 1)
+        pid = next(b["pid"] for b in up.run_json()["brokers"] if b["id"] == "b12")
+        os.kill(pid, signal.SIGKILL)
+        codes = []
+        deadline = time.monotonic() + 60
+        while True:
+            last = Paho("away", ports["b20"], clean_session=False)
+            clients.append(last)
+            codes.append(str(last.rc))
+            if last.rc == 0 or time.monotonic() > deadline:
+                break
+            assert str(last.rc) == "Server unavailable", codes
+            time.sleep(1)
+        assert last.rc == 0 and last.session_present, codes
+        got = last.received(50)
+        while {int(x.payload) for x in got} < set(range(200, 250)):
+            got += last.received(1)
+        assert all(x.dup for x in got if int(x.payload) < 200)
     finally:
         for c in clients:
             c.stop()

@@ -267,3 +267,13 @@ def test_client_ids_that_cannot_name_a_session_are_hashed():
     assert session_name("sensor-1.a") == "mqtt.sensor-1.a"
     odd = session_name("a b/c")
     assert odd.startswith("mqtt.h") and odd != session_name("a b/d")
+
+
+def test_an_open_left_unanswered_is_connack_3():
+    s = MqttSession(p.Connect("c", clean_session=False))
+    s.start()
+    s.open_timed_out()
+    assert packets_of(s) == [p.ConnAck(p.UNAVAILABLE)]
+    assert "not opened in time" in s.closed
+    s.open_timed_out()  # once
+    assert packets_of(s) == []
