@@ -239,11 +239,11 @@ class MqttParser(_Counter):
             elif kind == 2:  # CONNACK
                 self.connack = buf[i + 1]
                 if self.connack:
-                    self.error = f"mosquitto refused the connection (CONNACK code {self.connack})"
+                    self.error = f"MQTT broker refused the connection (CONNACK code {self.connack})"
             elif kind == 9:  # SUBACK
                 self.suback = buf[i + 2]
                 if self.suback == 0x80:
-                    self.error = "mosquitto refused the subscription (SUBACK 0x80)"
+                    self.error = "MQTT broker refused the subscription (SUBACK 0x80)"
             elif kind != 13:  # PINGRESP is harmless; anything else is not expected
                 self.error = f"unexpected MQTT packet type {kind}"
             pos = stop

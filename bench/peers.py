@@ -1,13 +1,18 @@
 """GES beside mosquitto and nats-server: one load generator, three protocols, one table.
 
-    python bench/peers.py [--quick] [--json] [--only ges,mosquitto,nats] [--scenarios ...]
-                          [--window W] [--batch B] [--no-ges-window] [--repeats N]
+    python bench/peers.py [--quick] [--json] [--only ges,ges-mqtt,mosquitto,nats]
+                          [--scenarios ...] [--window W] [--batch B] [--no-ges-window]
+                          [--repeats N]
 
 The same publisher and subscriber processes (``bench/_peers_load.py``; codecs in
 ``_peers_proto.py``) speak GES to ``ges broker``, MQTT 3.1.1 to mosquitto and NATS to
 nats-server, each broker started here as its own process on free ports with its
-configuration in a temp directory. Every event is one publish frame (the way MQTT and NATS
-clients send one message per frame) with a 100-byte payload; the publisher encodes all frames
+configuration in a temp directory. A fourth column, ``ges-mqtt`` ("GES (MQTT)"), is GES again
+served through its MQTT port: ``ges broker`` started as for the ``ges`` column, with
+``--mqtt-port`` on a free port, and measured with the very MQTT clients (QoS, window, session
+flags) that measure mosquitto, so that it differs from the mosquitto column only in the
+broker. Every event is one publish frame (the way MQTT and NATS clients send one message per
+frame) with a 100-byte payload; the publisher encodes all frames
 first and writes them back to back, many frames per socket write — a GES publisher keeping
 at most ``--window`` (1,000) Publish frames unacknowledged, as its client library does with
 its window (GES acknowledges every publish; MQTT QoS 0 and core NATS acknowledge nothing). The
@@ -18,21 +23,41 @@ rows (scenario keys of ``--scenarios`` and the JSON):
 2. ``1to100``: aggregate deliveries/s to 100 subscribing connections in one subscriber process;
 3. ``latency_1``: one broker, single events paced at 1,000/s, each stamped with
    ``time.monotonic_ns()`` in its payload: p50/p99 of receive time − stamp at the subscriber;
-4. ``latency_2``: the same through two brokers and the link between them (GES: two brokers of
-   one topology; mosquitto: a second mosquitto bridging ``#`` both ways to the first;
-   nats-server: a leaf node of the first), publisher at one, subscriber at the other;
+4. ``latency_2``: the same through two brokers and the link between them (GES and GES (MQTT):
+   two brokers of one topology, the MQTT clients at each one's MQTT port; mosquitto: a second
+   mosquitto bridging ``#`` both ways to the first; nats-server: a leaf node of the first),
+   publisher at one, subscriber at the other;
 5. ``reliable``: events/s 1 → 1 with acknowledged, stored publishing — GES reliable delivery
-   (the SQLite pubend log), MQTT QoS 1 both ways with ``persistence true``, JetStream with a
-   file-store stream and a push consumer — at most ``--window`` publishes unacknowledged;
+   (the SQLite pubend log), MQTT QoS 1 both ways with ``persistence true`` (mosquitto) or
+   ``--delivery reliable`` and its SQLite pubend log (GES (MQTT): a PUBACK once the event is
+   in that log), JetStream with a file-store stream and a push consumer — at most ``--window``
+   publishes unacknowledged;
 6. broker CPU µs per event during ``1to1`` (utime + stime of the broker process from
    /proc/<pid>/stat, before and after, ÷ events).
 
 GES's own batched figures (``--batch`` events per Publish frame) are in separate rows
-(``1to1_batched``, ``reliable_batched``), never in the per-event ones. mosquitto is the
-baseline: every figure is shown with GES/mosquitto and GES/nats-server from the same run. The
-full run repeats every scenario three times, the brokers taking turns within each scenario
-(interleaved, the order rotating), and shows the median; ``--quick`` runs each once with fewer
-events. A broker that is not installed is reported as skipped and the rest are measured.
+(``1to1_batched``, ``reliable_batched``), never in the per-event ones; GES (MQTT) has none (an
+MQTT PUBLISH carries one message). mosquitto is the baseline: every figure is shown with
+GES/mosquitto, GES/nats-server and GES (MQTT)/mosquitto from the same run (the JSON also has
+ges-mqtt/nats and ges-mqtt/ges, the cost of the MQTT port over GES's own). The full run repeats
+every scenario three times, the brokers taking turns within each scenario (interleaved, the
+order rotating), and shows the median; ``--quick`` runs each once with fewer events. A broker
+that is not installed is reported as skipped and the rest are measured.
+
+GES (MQTT) against mosquitto is like for like (clients, QoS, windows, process layout) but for
+the brokers: the GES broker holds at most ``ges.mqtt.session.MAX_INFLIGHT`` (256) QoS 1
+deliveries unacknowledged per client, where mosquitto is given ``max_inflight_messages`` =
+``--window``; the reliable row's subscriber asks both for a persistent session (clean session
+0), which mosquitto keeps in memory and GES as a durable session
+``mqtt.<client id>``, whose replicator writes each delivery to its SQLite session store and
+reads it back from there until it is acknowledged — more stored than the ``ges`` column's reliable row, whose
+subscriber has no durable session; every PUBLISH becomes a GES event (``@topic``, ``@qos``)
+matched against content-based profiles (the filter ``bench`` as an ``@topic`` constraint) and
+goes through the broker's publish and delivery paths as a GES client's does, its answers turned
+back into MQTT packets. Against the ``ges`` column: the events carry ``@topic`` and ``@qos``
+instead of ``n``, the subscription is that ``@topic`` filter instead of match-all, and at QoS 0
+the broker sends the publisher no PubAcks and the publisher keeps no window (the ``ges``
+publisher keeps ``--window``).
 
 Exit code 0 when every run delivered every event, 1 when a run failed (lost events, an error,
 a timeout), 2 for a bad flag.
@@ -75,13 +100,30 @@ from throughput import (
     wait_listening,
 )
 
+from ges.mqtt.session import MAX_INFLIGHT as MQTT_MAX_INFLIGHT
 from ges.runtime.ports import free_ports
 
 LOAD = BENCH / "_peers_load.py"
 GES = [sys.executable, "-m", "cli.main"]
-BROKERS = ("ges", "mosquitto", "nats")
-PROTOCOL = {"ges": "ges", "mosquitto": "mqtt", "nats": "nats"}
-LABEL = {"ges": "GES", "mosquitto": "mosquitto", "nats": "nats-server"}
+BROKERS = ("ges", "ges-mqtt", "mosquitto", "nats")
+#: GES's columns: its own protocol, and MQTT 3.1.1 at its MQTT port (``--mqtt-port``)
+GES_COLUMNS = ("ges", "ges-mqtt")
+PROTOCOL = {"ges": "ges", "ges-mqtt": "mqtt", "mosquitto": "mqtt", "nats": "nats"}
+LABEL = {"ges": "GES", "ges-mqtt": "GES (MQTT)", "mosquitto": "mosquitto", "nats": "nats-server"}
+#: the ratios of the JSON: (broker, against)
+RATIOS = (
+    ("ges", "mosquitto"),
+    ("ges", "nats"),
+    ("ges-mqtt", "mosquitto"),
+    ("ges-mqtt", "nats"),
+    ("ges-mqtt", "ges"),
+)
+#: the ratio columns of the table and their headings (the last on two lines: the table's width)
+SHOWN_RATIOS = {
+    ("ges", "mosquitto"): "GES/mosquitto",
+    ("ges", "nats"): "GES/nats",
+    ("ges-mqtt", "mosquitto"): "GES (MQTT)/\nmosquitto",
+}
 BASELINE = "mosquitto"
 FANOUT = 100
 LATENCY_RATE = 1_000.0
@@ -172,6 +214,7 @@ class Setup:
         self.children = children
         self.pub_port = pub_port
         self.sub_port = sub_port
+        #: GES: the topology's name, which a GES client's Hello names ("" for MQTT clients)
         self.topology: str = kw.get("topology", "")
         self.pids = [c.pid for c in children]
 
@@ -192,7 +235,12 @@ class Brokers:
         return path
 
     def start(self, broker: str, *, brokers: int = 1, reliable: bool = False) -> Setup:
-        start = {"ges": self.ges, "mosquitto": self.mosquitto, "nats": self.nats}[broker]
+        start = {
+            "ges": self.ges,
+            "ges-mqtt": self.ges_mqtt,
+            "mosquitto": self.mosquitto,
+            "nats": self.nats,
+        }[broker]
         before = list(self.kids.children)
         try:
             return start(brokers, reliable)
@@ -207,12 +255,14 @@ class Brokers:
 
     # GES ---------------------------------------------------------------------------------
 
-    def ges(self, brokers: int, reliable: bool) -> Setup:
+    def ges(self, brokers: int, reliable: bool, *, mqtt: bool = False) -> Setup:
         """``ges broker --insecure`` per broker of a one- or two-broker topology (one link);
         ``--delivery reliable`` (the default, with its SQLite pubend log in the data directory)
-        or ``best-effort``."""
-        where = self._dir("ges")
-        ports = free_ports(brokers)
+        or ``best-effort``. ``mqtt``: each broker with ``--mqtt-port`` on a free port too, and
+        the clients sent there (the GES (MQTT) column)."""
+        where = self._dir("ges-mqtt" if mqtt else "ges")
+        ports = free_ports(brokers * (2 if mqtt else 1))
+        ports, mqtt_ports = ports[:brokers], ports[brokers:]
         ids = [f"b{i + 1}" for i in range(brokers)]
         name = f"bench-peers-{brokers}"
         data = {
@@ -232,13 +282,23 @@ class Brokers:
                     f"ges broker {b}",
                     [*GES, "broker", path, "--id", b, "--data-dir", where / f"data-{b}"]
                     + ["--log-level", "warning", "--insecure"]
-                    + ["--delivery", "reliable" if reliable else "best-effort"],
+                    + ["--delivery", "reliable" if reliable else "best-effort"]
+                    + (["--mqtt-port", mqtt_ports[ids.index(b)]] if mqtt else []),
                     stdout_pipe=False,
                 )
             )
         for child, port in zip(children, ports, strict=True):
             wait_listening(child, port)
+        if mqtt:
+            for child, port in zip(children, mqtt_ports, strict=True):
+                wait_listening(child, port)
+            return Setup("ges-mqtt", children, mqtt_ports[0], mqtt_ports[-1])
         return Setup("ges", children, ports[0], ports[-1], topology=name)
+
+    def ges_mqtt(self, brokers: int, reliable: bool) -> Setup:
+        """GES served through its MQTT port: the brokers of :meth:`ges`, each with
+        ``--mqtt-port``; the publisher and subscriber are MQTT clients there."""
+        return self.ges(brokers, reliable, mqtt=True)
 
     # mosquitto ---------------------------------------------------------------------------
 
@@ -500,11 +560,10 @@ def ratio(a, b) -> float | None:
 
 def build_report(results: dict, sizes: dict, args, versions: dict, skipped: dict, t0) -> dict:
     for key, res in results.items():
-        ges = res.get("ges", {})
         res["ratios"] = {
-            f"ges/{other}": {f: ratio(ges.get(f), res[other].get(f)) for f in FIELDS[key]}
-            for other in ("mosquitto", "nats")
-            if other in res and "ges" in res
+            f"{one}/{other}": {f: ratio(res[one].get(f), res[other].get(f)) for f in FIELDS[key]}
+            for one, other in RATIOS
+            if one in res and other in res
         }
     return {
         "bench": "peers",
@@ -520,6 +579,7 @@ def build_report(results: dict, sizes: dict, args, versions: dict, skipped: dict
             "window": args.window,
             "ges_window": 0 if args.no_ges_window else args.window,
             "ges_batched_window": BATCHED_WINDOW,
+            "ges_mqtt_max_inflight": MQTT_MAX_INFLIGHT,
             "fanout_subscribers": FANOUT,
             "latency_rate_per_s": LATENCY_RATE,
             "cpus": os.cpu_count(),
@@ -585,10 +645,14 @@ def render(report: dict, out: Console) -> None:
             f"Versions: GES {versions.get('ges')}, mosquitto {versions.get('mosquitto', '—')},"
             f" nats-server {versions.get('nats', '—')}. Ratios GES/other: > 1 means GES is"
             " higher (better for rates, worse for latency and CPU).\n"
+            "GES (MQTT): the same ges broker through its --mqtt-port, measured with the MQTT"
+            " clients that measure mosquitto (QoS 0; QoS 1 both ways in the reliable row);"
+            f" it sends at most {cfg['ges_mqtt_max_inflight']} QoS 1 deliveries unacknowledged.\n"
             f"GES publishers keep at most {cfg['ges_window'] or 'unlimited'} Publish frames"
             f" unacknowledged (batched rows: {cfg['ges_batched_window']}); MQTT QoS 1 and"
             f" JetStream publishers {cfg['window']}; QoS 0 and core NATS have no acknowledgement."
-            "\nreliable: GES reliable delivery, MQTT QoS 1 + persistence, JetStream file store.\nCPU %: medians of the runs, % of"
+            "\nreliable: GES reliable delivery (GES (MQTT): QoS 1 to its pubend log), MQTT QoS 1"
+            " + persistence, JetStream file store.\nCPU %: medians of the runs, % of"
             " one core (2 cores here); (other) = processes outside the run, the most in any run."
             " A subscriber near 100 % bounds that figure: it is the load generator's limit."
             + "".join(f"\n{LABEL[b]}: {why}, skipped." for b, why in report["skipped"].items())
@@ -597,9 +661,9 @@ def render(report: dict, out: Console) -> None:
     )
     table.add_column("measure")
     for b in BROKERS:
-        table.add_column(LABEL[b], justify="right", style="bold" if b == "ges" else None)
-    table.add_column("GES/mosquitto", justify="right")
-    table.add_column("GES/nats", justify="right")
+        table.add_column(LABEL[b], justify="right", style="bold" if b in GES_COLUMNS else None)
+    for heading in SHOWN_RATIOS.values():
+        table.add_column(heading, justify="right")
 
     def cell(key, broker, field, unit=""):
         if broker not in present:
@@ -618,10 +682,13 @@ def render(report: dict, out: Console) -> None:
 
     def ratios(key, field):
         rs = res.get(key, {}).get("ratios", {})
-        return [
-            "—" if rs.get(f"ges/{o}", {}).get(field) is None else f"{rs[f'ges/{o}'][field]:.2f}×"
-            for o in ("mosquitto", "nats")
-        ]
+        out = []
+        for one, other in SHOWN_RATIOS:
+            value = rs.get(f"{one}/{other}", {}).get(field)
+            out.append("—" if value is None else f"{value:.2f}×")
+        return out
+
+    blank = [""] * len(SHOWN_RATIOS)
 
     def row(label, key, field, unit="", *, end=False):
         if key not in res:
@@ -646,7 +713,7 @@ def render(report: dict, out: Console) -> None:
                 )
                 or ("skipped" if b not in present else "—")
             )
-        table.add_row(f"[dim]{label}[/dim]", *cells, "", "", style="dim")
+        table.add_row(f"[dim]{label}[/dim]", *cells, *blank, style="dim")
 
     def other(key, *, end=True):
         """CPU (% of a core, medians): broker(s) · subscriber process (max of other
@@ -667,8 +734,8 @@ def render(report: dict, out: Console) -> None:
             reads.append(_fmt(r.get("events_per_read")))
         label = "  CPU %: broker·subscriber (other)"
         if not key.startswith("latency"):
-            table.add_row("[dim]  events per subscriber read[/dim]", *reads, "", "", style="dim")
-        table.add_row(f"[dim]{label}[/dim]", *cells, "", "", style="dim", end_section=end)
+            table.add_row("[dim]  events per subscriber read[/dim]", *reads, *blank, style="dim")
+        table.add_row(f"[dim]{label}[/dim]", *cells, *blank, style="dim", end_section=end)
 
     row("1→1 events/s (one event per frame)", "1to1", "deliveries_per_s")
     spread("  runs", "1to1", "deliveries_per_s")
@@ -770,8 +837,9 @@ def main() -> int:
             continue
         binaries[broker] = binary
         versions[broker] = version_of(broker, binary)
-    if "ges" not in only:
-        skipped["ges"] = "not selected (--only)"
+    for broker in GES_COLUMNS:
+        if broker not in only:
+            skipped[broker] = "not selected (--only)"
     present = [b for b in BROKERS if b not in skipped]
     log(
         "brokers: "
