@@ -228,6 +228,8 @@ class BrokerServer:
         #: MQTT clients (ges.runtime.mqtt): the port given, else the topology's, else none
         self.mqtt_port = mqtt_port if mqtt_port is not None else self.spec.mqtt_port
         self.mqtt = MqttListener(self)
+        #: clients whose connection takes messages rather than frames (MQTT's)
+        self._message_clients: set[int] = set()
         self._mqtt_listeners: list = []
         self.links = Links(self)
         #: durable sessions of this broker's clients, wherever their replicator is
@@ -362,6 +364,7 @@ class BrokerServer:
         encoded: dict[int, list[bytes]] = {}
         to_peers: dict[str, list[bytes]] = {}
         to_clients: dict[int, list[bytes]] = {}
+        to_messages: dict[int, list] = {}
         now = trio.current_time()
         recorder = self.recorder
         # delivery records: the broker's clock before it hands anything on
@@ -377,11 +380,14 @@ class BrokerServer:
                 if dest < 0:  # to a durable session's own subscriptions (ges.core.replicator)
                     outs.extend(self.core.replicator.own(dest, out.msg, now))
                     continue
+                if recorder is not None and type(out.msg) is m.Deliver:
+                    recorder.deliver(self.core.client_name(dest), out.msg, wall)
+                if dest in self._message_clients:  # MQTT: messages, not frames to decode
+                    to_messages.setdefault(dest, []).append(out.msg)
+                    continue
                 pending = to_clients.get(dest)
                 if pending is None:
                     pending = to_clients[dest] = []
-                if recorder is not None and type(out.msg) is m.Deliver:
-                    recorder.deliver(self.core.client_name(dest), out.msg, wall)
             elif kind is Notice:
                 level = logging.WARNING if out.level == "warning" else logging.INFO
                 self.log.log(level, "%s", out.text)
@@ -406,18 +412,26 @@ class BrokerServer:
             pending += frames
         for conn_id, frames in to_clients.items():
             self._to_client(conn_id, frames)
+        for conn_id, msgs in to_messages.items():
+            self._to_client(conn_id, msgs, messages=True)
         for peer, frames in to_peers.items():
             await self._to_peer(peer, frames, now)
         if recorder is not None:
             recorder.flush()
 
-    def _to_client(self, conn_id: int, frames: list[bytes]) -> None:
+    def _to_client(self, conn_id: int, frames: list, *, messages: bool = False) -> None:
+        """Queue ``frames`` (encoded; ``messages``: the messages themselves, for a connection
+        that takes them as they are — an MQTT client's) towards a client, cutting it as a slow
+        consumer when they do not fit."""
         conn = self._clients.get(conn_id)
         if conn is None or not frames:
             return
-        data = frames[0] if len(frames) == 1 else b"".join(frames)
         try:
-            if not conn.send_nowait(data):
+            if messages:
+                fits = conn.send_messages(frames)
+            else:
+                fits = conn.send_nowait(frames[0] if len(frames) == 1 else b"".join(frames))
+            if not fits:
                 self._slow_consumer(conn, f"over {conn.max_queued} bytes queued")
             elif self._client_budget.used > MAX_CLIENT_QUEUES_BYTES:
                 self._over_budget()
@@ -640,6 +654,8 @@ class BrokerServer:
             self.access.opened(conn_id, admitted)
         conn.label = f"client {client_id}#{conn_id}"
         self._clients[conn_id] = conn
+        if hasattr(conn, "send_messages"):
+            self._message_clients.add(conn_id)
         self.core.client_open(conn_id, client_id)
         self.log.debug("%s connected", conn.label)
         try:
@@ -655,6 +671,7 @@ class BrokerServer:
                 self.counters["slow_consumers"] += 1
                 self.log.warning("%s: %s, disconnected", conn.label, conn.close_reason)
             del self._clients[conn_id]
+            self._message_clients.discard(conn_id)
             if self.access is not None:
                 self.access.closed(conn_id)
             # the client's profile leaves with it; a slow peer cannot hold up shutdown for

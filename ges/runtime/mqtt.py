@@ -336,9 +336,14 @@ class MqttConnection(Connection):
         """The broker's frames for this client, as MQTT packets; False: over its bound."""
         decoder = self.decoder
         decoder.feed(data)
+        return self.send_messages([decode(body) for body in decoder.frames()])
+
+    def send_messages(self, msgs: list) -> bool:
+        """The broker's messages for this client, as MQTT packets; False: over its bound (the
+        broker hands them so, not encoded: ``BrokerServer._to_client``)."""
         session = self.session
-        for body in decoder.frames():
-            session.from_broker(decode(body))
+        for msg in msgs:
+            session.from_broker(msg)
         if session.waiting_bytes > self.max_queued:
             return False
         out = session.data_to_send()

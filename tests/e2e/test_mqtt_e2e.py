@@ -122,6 +122,7 @@ def test_mqtt_clients_across_super_super_clusters_with_ges_clients_beside(
     up = Up(topology, tmp_path / "run")  # secure by default: TLS on the MQTT ports too
     certs = up.certs
     clients = []
+    children: list[subprocess.Popen] = []
     try:
         # mosquitto_sub at b20 (SSC-B), filters with both wildcards (its lines unbuffered)
         sub = subprocess.Popen(
@@ -131,6 +132,7 @@ def test_mqtt_clients_across_super_super_clusters_with_ges_clients_beside(
              "-t", "sensors/+/temp", "-t", "alerts/#"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
+        children.append(sub)
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=lambda: [lines.put(ln) for ln in sub.stdout], daemon=True).start()
         while "SUBACK" not in lines.get(timeout=30):
@@ -146,6 +148,7 @@ def test_mqtt_clients_across_super_super_clusters_with_ges_clients_beside(
              "--count", "4", "--timeout", "60", "--format", "jsonl", *up.auth],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        children.append(ges_sub)
         assert ges_sub.stderr.readline().startswith("subscribed at")
         # paho publishes at b1 (SSC-A) at every QoS
         pub = Paho("pub", ports["b1"], certs, "admin")
@@ -192,8 +195,10 @@ def test_mqtt_clients_across_super_super_clusters_with_ges_clients_beside(
             "sensors/k4/temp",
         ]
         assert [r["attributes"]["@qos"] for r in records] == [0, 1, 1, 2]
-        sub.terminate()
     finally:
+        for child in children:  # nothing outlives the test, passed or failed
+            child.kill()
+            child.wait()
         for c in clients:
             c.stop()
         code = up.stop()
