@@ -233,31 +233,10 @@ def decode(packet: Packet):
         out = _connect(r)
     elif t == SUBSCRIBE:
         packet_id = r.packet_id()
-        filters = []
-        while r.left():
-            f = r.string("topic filter")
-            why = check_filter(f)
-            if why is not None:
-                raise Malformed(f"a SUBSCRIBE's {why}")
-            qos = r.byte()
-            if qos > 2:
-                raise Malformed(f"a SUBSCRIBE asking for QoS {qos} (reserved bits or QoS 3)")
-            filters.append((f, qos))
-        if not filters:
-            raise Malformed("a SUBSCRIBE with no topic filter")
-        out = Subscribe(packet_id, tuple(filters))
+        out = Subscribe(packet_id, tuple(_filters(r, "a SUBSCRIBE", with_qos=True)))
     elif t == UNSUBSCRIBE:
         packet_id = r.packet_id()
-        names = []
-        while r.left():
-            f = r.string("topic filter")
-            why = check_filter(f)
-            if why is not None:
-                raise Malformed(f"an UNSUBSCRIBE's {why}")
-            names.append(f)
-        if not names:
-            raise Malformed("an UNSUBSCRIBE with no topic filter")
-        out = Unsubscribe(packet_id, tuple(names))
+        out = Unsubscribe(packet_id, tuple(_filters(r, "an UNSUBSCRIBE", with_qos=False)))
     elif t == CONNACK:
         flags_byte, code = r.byte(), r.byte()
         if flags_byte & 0xFE:
@@ -275,6 +254,25 @@ def decode(packet: Packet):
     else:
         raise Malformed(f"a {packet.name}, which MQTT 3.1.1 does not have")
     r.done()
+    return out
+
+
+def _filters(r: _Reader, what: str, *, with_qos: bool) -> list:
+    """A SUBSCRIBE's (filter, QoS) pairs or an UNSUBSCRIBE's filters: at least one."""
+    out: list = []
+    while r.left():
+        f = r.string("topic filter")
+        why = check_filter(f)
+        if why is not None:
+            raise Malformed(f"{what}'s {why}")
+        if with_qos:
+            qos = r.byte()
+            if qos > 2:
+                raise Malformed(f"{what} asking for QoS {qos} (reserved bits or QoS 3)")
+            f = (f, qos)
+        out.append(f)
+    if not out:
+        raise Malformed(f"{what} with no topic filter")
     return out
 
 
