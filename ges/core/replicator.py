@@ -281,8 +281,9 @@ class Replicator(HandOver, Taking, ReadBack, Part):
         out: list = []
         before = dict(live.state.subs) if before is None else before
         if live.follower is not None:
-            reason = f"taken over at {msg.at or self.id}"
-            out.append(ToClient(live.follower, m.SessionClosed(msg.name, reason)))
+            if live.follower != conn:  # the same connection opening it again is no takeover
+                reason = f"taken over at {msg.at or self.id}"
+                out.append(ToClient(live.follower, m.SessionClosed(msg.name, reason)))
             self._detach(live, now)
         waiting = set() if waiting is None else waiting
         if msg.max_events or msg.max_age:  # its own retention limits, from now on
@@ -314,7 +315,7 @@ class Replicator(HandOver, Taking, ReadBack, Part):
         live.sent = start
         live.inflight.clear()
         live.inflight_bytes = 0
-        backlog, _ = self.store.held(state.key, start)
+        backlog, last = self.store.held(state.key, start)
         live.held = backlog
         ordered = sorted(state.subs.items())
         subs = [(sub_id, profile_id) for sub_id, (profile_id, _) in ordered]
@@ -328,6 +329,7 @@ class Replicator(HandOver, Taking, ReadBack, Part):
             subs,
             req=msg.req,
             profiles=[list(conjunctions) for _, (_, conjunctions) in ordered],
+            last=last,
         )
         moved = f"{was} -> {live.at}" if was else f"opened at {live.at}"
         text = f"durable session {state.name}: {moved}, {backlog:,} to replay"

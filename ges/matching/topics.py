@@ -24,6 +24,8 @@ from collections.abc import Iterator
 
 SEPARATOR = "/"
 ONE, MANY = "+", "#"
+#: Levels of a topic filter: covering two filters costs the square of their depth.
+MAX_LEVELS = 128
 
 
 def check_filter(text: str) -> str | None:
@@ -33,6 +35,8 @@ def check_filter(text: str) -> str | None:
     if "\x00" in text:
         return "a topic filter must not hold U+0000"
     levels = text.split(SEPARATOR)
+    if len(levels) > MAX_LEVELS:
+        return f"a topic filter of over {MAX_LEVELS} levels"
     for i, level in enumerate(levels):
         if level in (ONE, MANY):
             if level == MANY and i != len(levels) - 1:

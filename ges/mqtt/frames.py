@@ -92,12 +92,15 @@ class PacketReader:
         self.version = version
         self.max_packet = max_packet
         self._buf = bytearray()
+        #: ``packets(limit)`` stopped at its limit: more may be whole already
+        self.more = False
 
     def feed(self, data: bytes) -> None:
         self._buf += data
 
-    def packets(self) -> list[Packet]:
-        """Every whole packet received so far, in order; what is left waits for more bytes.
+    def packets(self, limit: int | None = None) -> list[Packet]:
+        """Every whole packet received so far (at most ``limit``: then ``more`` says whether
+        whole ones are left), in order; what is left waits for more bytes.
 
         Raises:
             Malformed: the bytes are not MQTT (the connection is to be closed).
@@ -105,7 +108,11 @@ class PacketReader:
         out: list[Packet] = []
         buf = self._buf
         start = 0
+        self.more = False
         while len(buf) - start >= 2:
+            if limit is not None and len(out) >= limit:
+                self.more = True
+                break
             head = buf[start]
             packet_type, flags = head >> 4, head & 0x0F
             self._check_type(packet_type, flags)

@@ -38,7 +38,7 @@ import attrs
 
 from ges.durable import session_name_problem
 from ges.matching.model import TOPIC_ATTR
-from ges.matching.topics import matches
+from ges.matching.topics import TopicTree, check_topic
 from ges.mqtt import packets as p
 from ges.mqtt.frames import DEFAULT_MAX_PACKET, Malformed, PacketReader
 from ges.wire import messages as m
@@ -54,6 +54,14 @@ MAX_INFLIGHT = 256
 #: Bytes of packets a client may send before its CONNACK (a persistent session's waits for
 #: its replicator), held until then.
 MAX_EARLY_BYTES = 256 * 1024
+#: Packets handled at once: a read full of small packets is taken in batches, the broker
+#: serving others in between.
+MAX_BATCH = 128
+#: What a delivery waiting for an identifier costs beyond its topic and payload (its packet
+#: value, its place in the queue, the event it keeps alive).
+WAITING_OVERHEAD = 256
+#: What one held packet counts for beyond its body (an empty PINGREQ is not free).
+EARLY_OVERHEAD = 64
 #: A persistent session's subscription that matches nothing (it has no filters left).
 NO_SUB = 9
 
@@ -95,7 +103,11 @@ class MqttSession:
         self._req = 0
         self._acks: dict[int, tuple[int, int]] = {}  # GES seq -> (QoS, packet id) to answer
         #: GES req -> the MQTT answer once the broker has the change, and the filters before it
-        self._changes: dict[int, tuple[object, dict[str, int]]] = {}
+        #: GES req -> the MQTT answers once the broker has the change, each with what undoes
+        #: it (filter -> its QoS before, None: it had none) if the broker refuses it
+        self._changes: dict[int, list[tuple[object, dict]]] = {}
+        self._batch_change: tuple[int, int] | None = None  # (req, index in out) this batch
+        self._tree: TopicTree | None = None  # the filters, for matching deliveries
         self._received: dict[int, bool] = {}  # QoS 2 packet ids in: acknowledged (PUBREC) yet?
         self._inflight: dict[int, p.Publish] = {}  # packet id -> a delivery not acknowledged
         self._released: set[int] = set()  # QoS 2 deliveries PUBREC'd, PUBCOMP awaited
@@ -114,11 +126,12 @@ class MqttSession:
         self._exists = False  # the GES durable session exists (it has filters)
         self._sent_epoch = -1  # the highest epoch handed to the client (or queued for it)
         self._replayed_to = -1  # epochs up to this may have been delivered before: DUP
-        self._epochs: deque[list] = deque()  # [epoch, done] of deliveries, in epoch order
+        self._epochs: deque[int] = deque()  # epochs of deliveries not yet taken, in order
+        self._done_epochs: set[int] = set()  # those of them the client has
         self._pid_epoch: dict[int, int] = {}  # packet id -> epoch of a delivery in flight
         self._acked = -1
-        #: GES messages for the broker that arose from its own answers (session acks of QoS 0
-        #: deliveries): ``take_pending``
+        #: session acks that arose from the broker's own answers (QoS 0 deliveries taken):
+        #: ``take_pending``
         self._pending: list = []
         self._early: list = []  # packets that came before the CONNACK, with their time
         self._early_bytes = 0
@@ -151,11 +164,17 @@ class MqttSession:
             Malformed: the client broke the protocol (close the connection, saying this).
         """
         self.reader.feed(data)
-        return self.receive_packets(self.reader.packets(), wall_ns)
+        return self.receive_packets(self.reader.packets(MAX_BATCH), wall_ns)
+
+    @property
+    def more(self) -> bool:
+        """Whole packets wait beyond the last batch: ``receive_data(b"")`` takes the next."""
+        return self.reader.more
 
     def receive_packets(self, packets: list, wall_ns: int = 0) -> list:
         """:meth:`receive_data` for packets already cut (those that came with the CONNECT)."""
         out: list = []
+        self._batch_change = None
         for packet in packets:
             pkt = p.decode(packet)
             if self.connected:
@@ -163,9 +182,10 @@ class MqttSession:
                 continue
             # sent before the CONNACK (MQTT allows it): handled once the session is open
             self._early.append((pkt, wall_ns))
-            self._early_bytes += len(packet.body)
+            self._early_bytes += len(packet.body) + EARLY_OVERHEAD
             if self._early_bytes > MAX_EARLY_BYTES:
                 raise Malformed(f"over {MAX_EARLY_BYTES} bytes of packets before its CONNACK")
+        self._end_batch(out)
         if self._pending:
             out += self.take_pending()
         return out
@@ -197,10 +217,11 @@ class MqttSession:
         elif kind is p.Subscribe:
             self._subscribe(pkt, out)
         elif kind is p.Unsubscribe:
-            before = dict(self.filters)
+            undo = {}
             for f in pkt.filters:
-                self.filters.pop(f, None)
-            self._change(p.UnsubAck(pkt.packet_id), before, out)
+                if f in self.filters:
+                    undo[f] = self.filters.pop(f)
+            self._change(p.UnsubAck(pkt.packet_id), undo, out)
         elif kind is p.PingReq:
             self._send(p.PingResp())
         elif kind is p.Disconnect:
@@ -226,30 +247,53 @@ class MqttSession:
         self.published += 1
 
     def _subscribe(self, pkt: p.Subscribe, out: list) -> None:
-        before = dict(self.filters)
+        undo: dict = {}
         codes = []
         for f, qos in pkt.filters:
             if f not in self.filters and len(self.filters) >= self.max_filters:
                 codes.append(p.SUBSCRIBE_FAILED)
                 continue
+            if f not in undo:
+                undo[f] = self.filters.get(f)
             self.filters[f] = qos
             codes.append(qos)
-        self._change(p.SubAck(pkt.packet_id, tuple(codes)), before, out)
+        self._change(p.SubAck(pkt.packet_id, tuple(codes)), undo, out)
 
-    def _change(self, answer, before: dict[str, int], out: list) -> None:
+    def _change(self, answer, undo: dict, out: list) -> None:
+        """Ask the broker for the filters as they now are; the changes of one batch of packets
+        go as one request (a client's thousand SUBSCRIBEs in one read are one profile)."""
+        if not undo and not self._changes:  # nothing changed, nothing before it unanswered
+            self._send(answer)
+            return
+        self._tree = None
+        if self._batch_change is not None:
+            req, at = self._batch_change
+            if at < len(out) and out[at] is None:  # made once the batch is read
+                self._changes[req].append((answer, undo))
+                return
         self._req += 1
-        self._changes[self._req] = (answer, before)
+        if self.persistent and not (self.filters or self._exists):
+            self._send(answer)  # nothing to keep and nothing kept: nothing to ask
+            return
+        self._changes[self._req] = [(answer, undo)]
+        self._batch_change = (self._req, len(out))
+        out.append(None)  # the request, made at the end of the batch (_end_batch)
+
+    def _end_batch(self, out: list) -> list:
+        if self._batch_change is not None:
+            req, at = self._batch_change
+            self._batch_change = None
+            if at < len(out) and out[at] is None:
+                out[at] = self._change_message(req)
+        return out
+
+    def _change_message(self, req: int):
         if self.persistent:
-            if self.filters or self._exists:
-                out.append(m.SessionOpen(self.name, self._session_subs(), req=self._req))
-            else:  # nothing to keep and nothing kept: nothing to ask
-                del self._changes[self._req]
-                self._send(answer)
-        elif self.filters:
+            return m.SessionOpen(self.name, self._session_subs(), req=req)
+        if self.filters:
             conjunctions = [[m.Constraint(TOPIC_ATTR, "topic", f)] for f in self.filters]
-            out.append(m.Subscribe(SUB_ID, conjunctions, req=self._req))
-        else:
-            out.append(m.Unsubscribe(SUB_ID, req=self._req))
+            return m.Subscribe(SUB_ID, conjunctions, req=req)
+        return m.Unsubscribe(SUB_ID, req=req)
 
     def _session_subs(self) -> list[m.SessionSub]:
         """The filters as a durable session's subscriptions: one per QoS granted (its sub_id
@@ -284,9 +328,8 @@ class MqttSession:
             for seq in range(msg.seq - msg.seqs + 1, msg.seq + 1):
                 self._published(seq)
         elif kind is m.SubAck:
-            change = self._changes.pop(msg.req, None)
-            if change is not None:
-                self._send(change[0])
+            for answer, _ in self._changes.pop(msg.req, ()):
+                self._send(answer)
         elif kind is m.SessionEvents:
             if msg.name == self.name:
                 for item in msg.items:
@@ -312,7 +355,7 @@ class MqttSession:
 
     def _opened(self, msg: m.SessionOpened) -> None:
         self._exists = True
-        self._replayed_to = max(self._replayed_to, msg.start + msg.backlog)
+        self._replayed_to = max(self._replayed_to, msg.last)
         if msg.req == self._opening:  # the CONNACK's: the filters it kept come back
             self._opening = 0
             self.filters = {
@@ -324,16 +367,22 @@ class MqttSession:
             self._acked = self._sent_epoch = msg.start
             self._connected(not msg.created)
             return
-        change = self._changes.pop(msg.req, None)
-        if change is not None:
-            self._send(change[0])
+        for answer, _ in self._changes.pop(msg.req, ()):
+            self._send(answer)
 
     def _connected(self, present: bool) -> None:
         self._send(p.ConnAck(p.ACCEPTED, present))
         self.connected = True
+
+    def release_early(self) -> list:
+        """Once connected: the GES messages of the packets that came before the CONNACK (the
+        runtime asks from its reading task, so they go through the broker as any request)."""
+        out: list = []
+        self._batch_change = None
         early, self._early = self._early, []
         for pkt, wall_ns in early:
-            self._packet(pkt, wall_ns, self._pending)
+            self._packet(pkt, wall_ns, out)
+        return self._end_batch(out)
 
     def open_timed_out(self) -> None:
         """The session's open went unanswered for too long (its replicator was lost while it
@@ -362,23 +411,33 @@ class MqttSession:
             # logged why), as mosquitto does with what its ACL denies
             self._published(msg.req)
             return
-        change = self._changes.pop(msg.req, None) if msg.req else None
-        if change is None:
+        changes = self._changes.pop(msg.req, None) if msg.req else None
+        if changes is None:
             return
-        answer, before = change
-        self.filters = before
-        if type(answer) is p.SubAck:
-            answer = p.SubAck(answer.packet_id, (p.SUBSCRIBE_FAILED,) * len(answer.codes))
-        self._send(answer)
+        for _, undo in reversed(changes):  # only what these changes did is undone
+            for f, qos in undo.items():
+                if qos is None:
+                    self.filters.pop(f, None)
+                else:
+                    self.filters[f] = qos
+        self._tree = None
+        for answer, _ in changes:
+            if type(answer) is p.SubAck:
+                answer = p.SubAck(answer.packet_id, (p.SUBSCRIBE_FAILED,) * len(answer.codes))
+            self._send(answer)
 
     def _deliver(self, event: m.Event) -> None:
         topic = event.attributes.get(TOPIC_ATTR)
         if type(topic) is not str:
             return  # not for MQTT (every filter tests @topic: never happens)
-        granted = -1
-        for f, qos in self.filters.items():
-            if qos > granted and matches(f, topic):
-                granted = qos
+        tree = self._tree
+        if tree is None:
+            tree = self._tree = TopicTree()
+            for f, qos in self.filters.items():
+                tree.add(f, qos)
+        found: list = []
+        tree.match(topic, found)
+        granted = max(found, default=-1)
         if granted < 0:
             return  # a filter just removed
         self._out_publish(topic, event, granted, None)
@@ -390,7 +449,7 @@ class MqttSession:
         if epoch <= self._sent_epoch:
             return  # sent on this connection already (a change of filters opened it again)
         self._sent_epoch = epoch
-        self._epochs.append([epoch, False])
+        self._epochs.append(epoch)
         event = item.item.event
         topic = event.attributes.get(TOPIC_ATTR)
         granted = max((s - 1 for s in item.subs if s != NO_SUB), default=-1)
@@ -400,14 +459,18 @@ class MqttSession:
         self._out_publish(topic, event, granted, epoch)
 
     def _out_publish(self, topic: str, event: m.Event, granted: int, epoch: int | None) -> None:
+        if check_topic(topic) is not None or len(topic.encode()) > 65535:
+            if epoch is not None:  # a GES publisher's @topic MQTT cannot carry: skipped
+                self._done(epoch)
+            return
         published = event.attributes.get(QOS_ATTR, 2)
-        qos = min(granted, published if type(published) is int else 2)
+        qos = min(granted, published if type(published) is int and published >= 0 else 2)
         self.delivered += 1
         dup = epoch is not None and epoch <= self._replayed_to
         pkt = p.Publish(topic, event.payload, qos, dup=dup and qos > 0)
         if self._waiting or (qos and not self._room(epoch)):
             self._waiting.append((pkt, epoch))  # in order: QoS 0 too waits behind them
-            self.waiting_bytes += len(event.payload) + len(topic)
+            self.waiting_bytes += len(event.payload) + len(topic) + WAITING_OVERHEAD
         else:
             self._send_one(pkt, epoch)
 
@@ -442,7 +505,7 @@ class MqttSession:
         waiting = self._waiting
         while waiting and (not waiting[0][0].qos or self._room(waiting[0][1])):
             pkt, epoch = waiting.popleft()
-            self.waiting_bytes -= len(pkt.payload) + len(pkt.topic)
+            self.waiting_bytes -= len(pkt.payload) + len(pkt.topic) + WAITING_OVERHEAD
             self._send_one(pkt, epoch)
 
     def _delivered(self, pid: int) -> None:
@@ -453,14 +516,12 @@ class MqttSession:
     def _done(self, epoch: int) -> None:
         """The client has the delivery of ``epoch``: the session's acknowledged epoch moves
         on past every delivery done from the oldest (SessionAck is cumulative)."""
-        epochs = self._epochs
-        for entry in epochs:
-            if entry[0] == epoch:
-                entry[1] = True
-                break
+        epochs, done = self._epochs, self._done_epochs
+        done.add(epoch)
         acked = self._acked
-        while epochs and epochs[0][1]:
-            acked = epochs.popleft()[0]
+        while epochs and epochs[0] in done:
+            acked = epochs.popleft()
+            done.discard(acked)
         if acked != self._acked:
             self._acked = acked
             self._pending.append(m.SessionAck(self.name, acked))

@@ -653,6 +653,7 @@ class BrokerServer:
         if admitted is not None:
             self.access.opened(conn_id, admitted)
         conn.label = f"client {client_id}#{conn_id}"
+        conn.conn_id = conn_id
         self._clients[conn_id] = conn
         if hasattr(conn, "send_messages"):
             self._message_clients.add(conn_id)

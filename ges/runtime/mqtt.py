@@ -195,6 +195,12 @@ class MqttListener:
             self._anonymous += 1
             client_id = f"mqtt-{server.id}-{self._anonymous}"
         old = self.connected.get(client_id)
+        identity = None if admitted is None else (admitted.client_id, admitted.cert)
+        if old is not None and old.identity != identity:  # not another's to take over
+            await self._refuse(
+                stream, p.BAD_CLIENT_ID, f"client id {client_id!r} is connected as someone else"
+            )
+            return
         if old is not None:  # §3.1.4: the new connection takes over
             server.log.info("MQTT client %s connected again: closing its old connection", client_id)
             old.close("taken over by a new connection with the same client id")
@@ -211,6 +217,8 @@ class MqttListener:
             idle_deadline=connect.keepalive * 1.5 if connect.keepalive else None,
             budget=server._client_budget,
         )
+        conn.on_acks = self._acks
+        conn.identity = identity
         self.connected[client_id] = conn
         server._admitted += 1
         try:
@@ -223,6 +231,22 @@ class MqttListener:
             server._admitted -= 1
             if self.connected.get(client_id) is conn:
                 del self.connected[client_id]
+
+    def _acks(self, conn: MqttConnection, acks: list) -> None:
+        """Session acks that arose from the broker's answers (not from a packet the client
+        sent): handed to the broker by a task of their own, since they arose while it was
+        sending (acks are cumulative: their order does not matter)."""
+        self.server._nursery.start_soon(self._send_acks, conn, acks)
+
+    async def _send_acks(self, conn: MqttConnection, acks: list) -> None:
+        conn_id = getattr(conn, "conn_id", None)
+        if conn_id is None or conn.closing:
+            return
+        outs: list = []
+        for ack in acks:
+            outs += await self.server.sessions.request(conn_id, ack)
+        if outs:
+            await self.server._dispatch(outs)
 
     async def _open_deadline(self, conn: MqttConnection) -> None:
         """A persistent session's CONNACK waits for its replicator at most OPEN_WAIT seconds
@@ -245,8 +269,12 @@ class MqttConnection(Connection):
         self.session = session
         self.watchdog = None  # reads below keep their own deadlines
         self._early_packets = early
-        self._wake: trio.CancelScope | None = None  # the read waiting for the client
-        self._woken = False
+        #: set once the CONNACK is decided (sent, or a refusal on its way)
+        self._decided = trio.Event()
+        #: where acks that arise from the broker's answers go: ``MqttListener.acks``
+        self.on_acks = None
+        #: who the client proved to be (None: --insecure): only they may take its id over
+        self.identity = None
 
     async def read_messages(self):
         """GES client messages, one list per read; the will last unless DISCONNECT came."""
@@ -258,6 +286,14 @@ class MqttConnection(Connection):
             self._flush_session()
             if out:
                 yield out
+            if not session.connected:  # a persistent session's CONNACK waits for its open
+                await self._decided.wait()
+                if not session.connected:  # refused: closed once the CONNACK is written
+                    await trio.sleep_forever()
+                early = session.release_early()
+                self._flush_session()
+                if early:
+                    yield early
             async for batch in self._read_packets():
                 yield batch
         except Malformed as exc:
@@ -274,9 +310,6 @@ class MqttConnection(Connection):
         reader = session.reader
         started = None
         while session.closed is None:
-            pending = session.take_pending()  # what the broker's answers led to (acks)
-            if pending:
-                yield pending
             buffered = bool(reader._buf)
             wait = self.idle_deadline
             if buffered:
@@ -286,16 +319,11 @@ class MqttConnection(Connection):
             else:
                 started = None
             with trio.move_on_after(float("inf") if wait is None else wait) as late:
-                self._wake = late
                 try:
                     data = await self.stream.receive_some(READ_SIZE)
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     self._ended(f"read failed: {exc or type(exc).__name__}")
                     return
-            self._wake = None
-            if late.cancelled_caught and self._woken:
-                self._woken = False
-                continue  # woken for what the broker's answers led to
             if late.cancelled_caught:
                 if buffered:
                     raise Malformed(
@@ -310,6 +338,12 @@ class MqttConnection(Connection):
             self._flush_session()
             if msgs:
                 yield msgs
+            while session.more and session.closed is None:  # a read of many small packets
+                await trio.lowlevel.checkpoint()
+                msgs = session.receive_data(b"", time.time_ns())
+                self._flush_session()
+                if msgs:
+                    yield msgs
         if self.closing:  # the broker ends it after a last answer: wait until that is written
             await trio.sleep_forever()
         self.close(session.closed)
@@ -350,9 +384,11 @@ class MqttConnection(Connection):
         if session.closed is not None:  # refused or taken over: what it has goes, then it ends
             super().close_after(out, session.closed, REFUSE_WAIT)
             return True
-        if session._pending and self._wake is not None and not self._woken:
-            self._woken = True
-            self._wake.cancel()
+        if session.connected or session.closed is not None:
+            self._decided.set()
+        acks = session.take_pending()  # QoS 0 deliveries taken: the replicator hears now
+        if acks and self.on_acks is not None:
+            self.on_acks(self, acks)
         return super().send_nowait(out) if out else True
 
     def close_after(self, data: bytes, reason: str, within: float) -> None:

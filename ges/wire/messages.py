@@ -638,6 +638,8 @@ class SessionOpened(_Msg):
     #: each subscription's profile, in the order of ``subs`` (a client that keeps no copy of
     #: them — an MQTT client's persistent session — learns them back)
     profiles: list[list[list[Constraint]]] = []
+    #: the last epoch among the ``backlog`` stored for it (0: none)
+    last: int = 0
 
 
 class SessionItem(msgspec.Struct, array_like=True, frozen=True, gc=False):

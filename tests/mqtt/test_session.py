@@ -186,7 +186,8 @@ def test_a_persistent_session_is_opened_before_the_connack_and_holds_early_packe
     assert send(s, p.Subscribe(1, (("a/+", 1),))) == []  # held, not refused
     s.from_broker(m.Error("durable session 'mqtt.car-7' does not exist", req=opening.req))
     assert packets_of(s) == [p.ConnAck(p.ACCEPTED, False)]
-    (change,) = s.take_pending()  # the held SUBSCRIBE creates it
+    assert s.take_pending() == []  # (that holds acks only)
+    (change,) = s.release_early()  # the held SUBSCRIBE creates it
     assert change.name == "mqtt.car-7"
     assert change.subs == [m.SessionSub(2, "mqtt-qos1", [[C(TOPIC_ATTR, "topic", "a/+")]])]
     s.from_broker(
@@ -202,7 +203,7 @@ def test_a_resumed_session_says_so_redelivers_with_dup_and_acks_in_epoch_order()
     s.from_broker(
         m.SessionOpened(
             "mqtt.car-7", "b1", "s", False, 5, 2, [(2, "mqtt-qos1"), (1, "mqtt-qos0")],
-            opening.req, profiles,
+            opening.req, profiles, last=7,
         )
     )  # fmt: skip
     assert packets_of(s) == [p.ConnAck(p.ACCEPTED, True)]
@@ -277,3 +278,38 @@ def test_an_open_left_unanswered_is_connack_3():
     assert "not opened in time" in s.closed
     s.open_timed_out()  # once
     assert packets_of(s) == []
+
+
+def test_a_refused_subscribe_undoes_only_its_own_filters_and_one_read_is_one_request():
+    s = opened(p.Connect("c"))
+    out = send(s, p.Subscribe(1, (("admin/#", 1),)), p.Subscribe(2, (("sensors/#", 0),)))
+    (sub,) = out  # the two SUBSCRIBEs of one read: one profile asked for
+    assert [c[0].value for c in sub.conjunctions] == ["admin/#", "sensors/#"]
+    s.from_broker(m.Error("may not subscribe to admin/#", denied=True, req=sub.req))
+    assert packets_of(s) == [p.SubAck(1, (0x80,)), p.SubAck(2, (0x80,))]
+    assert s.filters == {}
+    (again,) = send(s, p.Subscribe(3, (("sensors/#", 0),)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=again.req))
+    assert packets_of(s) == [p.SubAck(3, (0,))]
+    assert s.filters == {"sensors/#": 0}
+
+
+def test_what_mqtt_cannot_carry_is_not_sent():
+    s = opened(p.Connect("c"))
+    send(s, p.Subscribe(1, (("#", 1),)))
+    s.data_to_send()
+    bad = [("a/+", 1), ("x" * 70000, 1), ("ok", -1)]
+    items = [
+        m.EventItem(i, 0, 0, m.Event({TOPIC_ATTR: t, QOS_ATTR: q}, b""))
+        for i, (t, q) in enumerate(bad)
+    ]
+    s.from_broker(m.Deliver(SUB_ID, "b", items))
+    assert [(x.topic, x.qos) for x in packets_of(s)] == [("ok", 1)]  # a bad QoS is the filter's
+
+
+def test_many_filters_match_through_a_tree():
+    s = opened(p.Connect("c"))
+    send(s, p.Subscribe(1, tuple((f"miss/{i}/+", 2) for i in range(1000)) + (("hit/#", 1),)))
+    s.data_to_send()
+    s.from_broker(deliver(("hit/a", 2)))
+    assert [(x.topic, x.qos) for x in packets_of(s)] == [("hit/a", 1)]
