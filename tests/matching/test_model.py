@@ -4,6 +4,7 @@ every operator, validation and bounds, the wire constructors, event types and ``
 from __future__ import annotations
 
 import math
+import re
 
 import attrs
 import pytest
@@ -768,6 +769,19 @@ def _same_kind(x, y) -> bool:
     return k(x) == k(y)
 
 
+def _topic_regex(topic_filter: str, topic: str) -> bool:
+    """MQTT's filter rules stated as a regular expression: ``+`` one level, a final ``#`` any
+    levels (none included), no wildcard first level for a ``$`` topic."""
+    if topic_filter[0] in "+#" and topic.startswith("$"):
+        return False
+    parts = topic_filter.split("/")
+    tail = ""
+    if parts[-1] == "#":
+        parts, tail = parts[:-1], "(/.*)?" if len(parts) > 1 else ".*"
+    pattern = "/".join("[^/]*" if x == "+" else re.escape(x) for x in parts) + tail
+    return re.fullmatch(pattern, topic, re.DOTALL) is not None
+
+
 @given(constraints(), events)
 def test_constraint_semantics_model(c, attributes):
     """An independent statement of the rules in the module docstring."""
@@ -786,6 +800,8 @@ def test_constraint_semantics_model(c, attributes):
         assert got == (c.op == "ne")
     elif c.op == "prefix":
         assert got == have.startswith(want)
+    elif c.op == "topic":
+        assert got == _topic_regex(want, have)
     else:
         # same kind, and validation keeps booleans out of the ordered operators
         python = {
