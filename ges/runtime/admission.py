@@ -98,7 +98,13 @@ class Admission:
             why = exc.strerror or str(exc)
         return f"broker {self.server.id}: cannot listen on {where}: {why}"
 
-    async def serve_listener(self, listener: trio.SocketListener) -> None:
+    async def serve_listener(self, listener: trio.SocketListener, handle=None, refuse=None) -> None:
+        """Accept connections, within the bound on those opening at once, each handed to
+        ``handle(stream)`` (default: a GES handshake) or ``refuse(stream, reason)`` over the
+        bound; TLS wraps them when the network has certificates. The MQTT port
+        (ges.runtime.mqtt) is served by the same loop with its own two."""
+        handle = handle or self.handle_incoming
+        refuse = refuse or self.refuse
         async with listener:
             while True:
                 try:
@@ -111,7 +117,7 @@ class Admission:
                     continue
                 if self.server._opening >= self.server.max_opening:
                     self.server._nursery.start_soon(
-                        self.refuse,
+                        refuse,
                         stream,
                         f"broker {self.server.id}: {self.server.max_opening} connections are already "
                         "opening; try again later",
@@ -120,7 +126,7 @@ class Admission:
                 self.server._opening += 1
                 if self.server.tls_accept is not None:  # the handshake runs with the first read
                     stream = TLSStream(stream, self.server.tls_accept, server_side=True)
-                self.server._nursery.start_soon(self.handle_incoming, stream)
+                self.server._nursery.start_soon(handle, stream)
 
     async def refuse(self, stream: trio.SocketStream, reason: str) -> None:
         """Tell a connection it is refused (without waiting long for a slow reader), and close

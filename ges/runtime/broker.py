@@ -270,7 +270,9 @@ class BrokerServer:
         for listener in listeners:
             nursery.start_soon(self.admission.serve_listener, listener)
         for listener in self._mqtt_listeners:
-            nursery.start_soon(self.mqtt.serve, listener)
+            nursery.start_soon(
+                self.admission.serve_listener, listener, self.mqtt.handle, self.mqtt.dismiss
+            )
         nursery.start_soon(self._timer)
         nursery.start_soon(self.watchdog.run)
         nursery.start_soon(self._worker)

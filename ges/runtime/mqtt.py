@@ -50,7 +50,7 @@ from ges.transport.connection import (
     ConnectionClosed,
 )
 from ges.transport.tls import TLSStream
-from ges.wire import MAX_EVENT_BYTES, FrameError, decode
+from ges.wire import MAX_EVENT_BYTES, FrameError
 
 #: The largest CONNECT taken: a client id, a will and credentials.
 MAX_CONNECT_BYTES = 64 * 1024
@@ -70,25 +70,9 @@ class MqttListener:
         self.connected: dict[str, MqttConnection] = {}
         self._anonymous = 0
 
-    async def serve(self, listener: trio.SocketListener) -> None:
-        server = self.server
-        async with listener:
-            while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:
-                    server.notes.warning(f"mqtt accept {exc.errno}", "accept failed: %s", exc)
-                    await trio.sleep(0.1)
-                    continue
-                if server._opening >= server.max_opening:
-                    server._nursery.start_soon(self._close, stream, "too many opening")
-                    continue
-                server._opening += 1
-                if server.tls_accept is not None:
-                    stream = TLSStream(stream, server.tls_accept, server_side=True)
-                server._nursery.start_soon(self.handle, stream)
-
-    async def _close(self, stream, why: str) -> None:
+    async def dismiss(self, stream, why: str) -> None:
+        """Refuse a connection (no CONNACK: over the bound on those opening, or before its
+        CONNECT), logged once per cause."""
         self.server.counters["clients_refused"] += 1
         self.server.notes.warning(
             f"mqtt {why}", "refused an MQTT connection from %s: %s", peer_of(stream), why
@@ -102,7 +86,7 @@ class MqttListener:
             contextlib.suppress(trio.BrokenResourceError, OSError),
         ):
             await stream.send_all(p.encode(p.ConnAck(code)))
-        await self._close(stream, why)
+        await self.dismiss(stream, why)
 
     async def handle(self, stream) -> None:
         server = self.server
@@ -153,7 +137,7 @@ class MqttListener:
                 why = str(exc)
             except (trio.BrokenResourceError, OSError) as exc:
                 why = f"before its CONNECT: {exc}"
-        await self._close(stream, why or f"no CONNECT within {HANDSHAKE_TIMEOUT:g}s")
+        await self.dismiss(stream, why or f"no CONNECT within {HANDSHAKE_TIMEOUT:g}s")
         return None
 
     async def _check(self, stream, connect: p.Connect) -> tuple[int, str] | None:
@@ -363,14 +347,8 @@ class MqttConnection(Connection):
         out = self.session.data_to_send()
         if out:
             with contextlib.suppress(ConnectionClosed):
-                if not super().send_nowait(out):
+                if not self.send_nowait(out):
                     self.close("slow consumer: its answers do not fit its queue")
-
-    def send_nowait(self, data: bytes) -> bool:
-        """The broker's frames for this client, as MQTT packets; False: over its bound."""
-        decoder = self.decoder
-        decoder.feed(data)
-        return self.send_messages([decode(body) for body in decoder.frames()])
 
     def send_messages(self, msgs: list) -> bool:
         """The broker's messages for this client, as MQTT packets; False: over its bound (the
@@ -384,12 +362,12 @@ class MqttConnection(Connection):
         if session.closed is not None:  # refused or taken over: what it has goes, then it ends
             super().close_after(out, session.closed, REFUSE_WAIT)
             return True
-        if session.connected or session.closed is not None:
+        if session.connected:
             self._decided.set()
         acks = session.take_pending()  # QoS 0 deliveries taken: the replicator hears now
         if acks and self.on_acks is not None:
             self.on_acks(self, acks)
-        return super().send_nowait(out) if out else True
+        return self.send_nowait(out) if out else True
 
     def close_after(self, data: bytes, reason: str, within: float) -> None:
         """MQTT 3.1.1 cannot say why: what the writer has goes, then the connection closes."""
