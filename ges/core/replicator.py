@@ -34,9 +34,11 @@ from ges.core.handover import HandOver
 from ges.core.outputs import Notice, ToClient
 from ges.core.part import Part
 from ges.core.readback import REPLAY_RESEND, ReadBack, Replay
+from ges.core.retaining import RETAINED_CONN, Retaining
 from ges.core.taking import Taking
 from ges.durable import session_name_problem
 from ges.durable.profiles import describe, subs_problem
+from ges.durable.retained import RetainedSet
 from ges.durable.store import SessionState, SessionStore
 from ges.wire import messages as m
 from ges.wire.messages import event_size
@@ -81,10 +83,10 @@ class Live:
     backoff: float = 0.0
 
 
-class Replicator(HandOver, Taking, ReadBack, Part):
+class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
     """The durable sessions of this broker's replicator (see the module docstring; reading back
     after a restart: ges.core.readback; handing a session over to another replicator:
-    ges.core.handover and ges.core.taking)."""
+    ges.core.handover and ges.core.taking; retained messages: ges.core.retaining)."""
 
     def __init__(self, core, store: SessionStore):
         super().__init__(core)
@@ -116,12 +118,14 @@ class Replicator(HandOver, Taking, ReadBack, Part):
         #: outputs waiting for a save of a session to be durable: (its mark, outputs)
         self._after_kept: list[tuple[int, list]] = []
         self.max_sessions = MAX_SESSIONS
+        self.retained = RetainedSet()
 
     # -- starting ---------------------------------------------------------------------------
 
     def restore(self, now: float) -> list:
-        """Enter the stored sessions' subscriptions (a restarted replicator); the outputs."""
-        out: list = []
+        """Enter the stored sessions' subscriptions (a restarted replicator) and the
+        subscription to retained messages; the outputs."""
+        out: list = self._retained_start()
         for _, state in sorted(self.store.sessions().items()):
             live = self._add(state, now)
             live.held, live.last = self.store.held(state.key, state.acked)
@@ -455,7 +459,18 @@ class Replicator(HandOver, Taking, ReadBack, Part):
     def stored(self, pubend: str, matched: list) -> list:
         """Events of ``pubend`` the sessions' own subscriptions got: ``matched`` is
         ``[((conn, sub_id), items)]``. Each event is stored once with the sessions and
-        subscriptions it is for, in tick order."""
+        subscriptions it is for, in tick order (retained events: ges.core.retaining)."""
+        notes: list = []
+        for i, ((conn, _), items) in enumerate(matched):
+            if conn == RETAINED_CONN:
+                notes = self._retain(pubend, items)
+                matched = matched[:i] + matched[i + 1 :]
+                break
+        if not matched:
+            return notes
+        return notes + self._stored(pubend, matched)
+
+    def _stored(self, pubend: str, matched: list) -> list:
         if self._restarted and pubend not in self._live:
             return self._hold(pubend, matched)
         asks: list = []

@@ -17,6 +17,7 @@ from typing import Protocol
 
 import attrs
 
+from ges.durable.retained import Kept
 from ges.wire import messages as m
 from ges.wire.messages import event_size
 
@@ -128,6 +129,12 @@ class SessionStore(Protocol):
         """Per pubend, the lowest and highest tick of session ``key``'s events in epochs
         ``after + 1..upto``."""
 
+    def retain(self, kept: Kept) -> None:
+        """Keep a topic's retained message (ges.durable.retained) with the next commit."""
+
+    def retained(self) -> list[Kept]:
+        """Every topic's retained message as kept (cleared ones too)."""
+
 
 class MemorySessionStore:
     """:class:`SessionStore` in memory: every append is committed at once."""
@@ -144,6 +151,7 @@ class MemorySessionStore:
         self._wants: dict[int, list[int]] = {}
         self._last = 0
         self._tops: dict[str, int] = {}
+        self._retained: dict[str, Kept] = {}
 
     def sessions(self) -> dict[str, SessionState]:
         return {
@@ -253,3 +261,9 @@ class MemorySessionStore:
                 if not got[2]:
                     del self._events[epoch]
         self._wants[key] = keep
+
+    def retain(self, kept: Kept) -> None:
+        self._retained[kept.topic] = kept
+
+    def retained(self) -> list[Kept]:
+        return list(self._retained.values())

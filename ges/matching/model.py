@@ -38,7 +38,9 @@ Value = str | int | float | bool
 TYPE_ATTR = "@type"
 #: The reserved attribute carrying an MQTT topic (ges.mqtt), the one the ``topic`` operator tests.
 TOPIC_ATTR = "@topic"
-RESERVED = frozenset((TYPE_ATTR, TOPIC_ATTR))
+#: The reserved attribute marking an MQTT retained message (1: ges.durable.retained).
+RETAIN_ATTR = "@retain"
+RESERVED = frozenset((TYPE_ATTR, TOPIC_ATTR, RETAIN_ATTR))
 
 OPS = ("eq", "ne", "lt", "le", "gt", "ge", "prefix", "exists", "in", "topic")
 ORDERED = frozenset(("lt", "le", "gt", "ge"))

@@ -226,3 +226,87 @@ class _Level:
         if node is None:
             node = self.children[level] = _Level()
         return node
+
+
+class TopicIndex:
+    """Topics (not filters) indexed by their levels, each with a value; ``find`` walks a
+    filter's levels down the index, so its cost grows with the topics it matches (and the
+    levels its wildcards pass), not with every topic held — the retained messages' index."""
+
+    __slots__ = ("_root", "_size")
+
+    def __init__(self) -> None:
+        self._root = _Level()
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def get(self, topic: str):
+        node = self._root
+        for level in topic.split(SEPARATOR):
+            node = node.children.get(level)
+            if node is None:
+                return None
+        return node.end
+
+    def set(self, topic: str, value) -> None:
+        node = self._root
+        for level in topic.split(SEPARATOR):
+            node = node.child(level)
+        if node.end is None:
+            self._size += 1
+        node.end = value
+
+    def pop(self, topic: str):
+        path = [self._root]
+        levels = topic.split(SEPARATOR)
+        for level in levels:
+            node = path[-1].children.get(level)
+            if node is None:
+                return None
+            path.append(node)
+        value, path[-1].end = path[-1].end, None
+        if value is not None:
+            self._size -= 1
+        for i in range(len(path) - 1, 0, -1):  # path[i] is reached by levels[i - 1]
+            node = path[i]
+            if node.end is not None or node.children:
+                break
+            del path[i - 1].children[levels[i - 1]]
+        return value
+
+    def find(self, topic_filter: str) -> Iterator:
+        """The values of the topics ``topic_filter`` (a valid filter) matches, depth first."""
+        f = topic_filter.split(SEPARATOR)
+        n = len(f)
+        root = self._root
+        stack = [(0, root)]
+        while stack:
+            i, node = stack.pop()
+            if i == n:
+                if node.end is not None:
+                    yield node.end
+                continue
+            level = f[i]
+            if level == MANY:
+                if i and node.end is not None:  # 'a/#' matches 'a'
+                    yield node.end
+                below = [
+                    child
+                    for name, child in node.children.items()
+                    if not (node is root and name.startswith("$"))
+                ]
+                while below:
+                    sub = below.pop()
+                    if sub.end is not None:
+                        yield sub.end
+                    below.extend(sub.children.values())
+            elif level == ONE:
+                for name, child in node.children.items():
+                    if not (node is root and name.startswith("$")):
+                        stack.append((i + 1, child))
+            else:
+                child = node.children.get(level)
+                if child is not None:
+                    stack.append((i + 1, child))

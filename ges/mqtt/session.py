@@ -37,7 +37,7 @@ from collections import deque
 import attrs
 
 from ges.durable import session_name_problem
-from ges.matching.model import TOPIC_ATTR
+from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
 from ges.matching.topics import TopicTree, check_topic
 from ges.mqtt import packets as p
 from ges.mqtt.frames import DEFAULT_MAX_PACKET, Malformed, PacketReader
@@ -130,6 +130,8 @@ class MqttSession:
         self._done_epochs: set[int] = set()  # those of them the client has
         self._pid_epoch: dict[int, int] = {}  # packet id -> epoch of a delivery in flight
         self._acked = -1
+        #: GES req -> the filters a RetainedAsk asked about (its answer goes out at their QoS)
+        self._retained_asks: dict[int, list[str]] = {}
         #: session acks that arose from the broker's own answers (QoS 0 deliveries taken):
         #: ``take_pending``
         self._pending: list = []
@@ -221,7 +223,7 @@ class MqttSession:
             for f in pkt.filters:
                 if f in self.filters:
                     undo[f] = self.filters.pop(f)
-            self._change(p.UnsubAck(pkt.packet_id), undo, out)
+            self._change(p.UnsubAck(pkt.packet_id), undo, out, [])
         elif kind is p.PingReq:
             self._send(p.PingResp())
         elif kind is p.Disconnect:
@@ -243,6 +245,8 @@ class MqttSession:
         if pkt.qos:
             self._acks[self._req] = (pkt.qos, pkt.packet_id)
         attributes = {TOPIC_ATTR: pkt.topic, QOS_ATTR: pkt.qos}
+        if pkt.retain:
+            attributes[RETAIN_ATTR] = 1
         out.append(m.Publish(self._req, [m.Event(attributes, pkt.payload, wall_ns)]))
         self.published += 1
 
@@ -257,25 +261,27 @@ class MqttSession:
                 undo[f] = self.filters.get(f)
             self.filters[f] = qos
             codes.append(qos)
-        self._change(p.SubAck(pkt.packet_id, tuple(codes)), undo, out)
+        # once granted, what is retained on them follows (§3.3.1.3, again for a filter it had)
+        self._change(p.SubAck(pkt.packet_id, tuple(codes)), undo, out, list(undo))
 
-    def _change(self, answer, undo: dict, out: list) -> None:
+    def _change(self, answer, undo: dict, out: list, retained: list[str]) -> None:
         """Ask the broker for the filters as they now are; the changes of one batch of packets
-        go as one request (a client's thousand SUBSCRIBEs in one read are one profile)."""
+        go as one request (a client's thousand SUBSCRIBEs in one read are one profile).
+        ``retained``: the filters to send what is retained on once the answer is sent."""
         if not undo and not self._changes:  # nothing changed, nothing before it unanswered
-            self._send(answer)
+            self._answer(answer, retained)
             return
         self._tree = None
         if self._batch_change is not None:
             req, at = self._batch_change
             if at < len(out) and out[at] is None:  # made once the batch is read
-                self._changes[req].append((answer, undo))
+                self._changes[req].append((answer, undo, retained))
                 return
         self._req += 1
         if self.persistent and not (self.filters or self._exists):
-            self._send(answer)  # nothing to keep and nothing kept: nothing to ask
+            self._answer(answer, retained)  # nothing to keep and nothing kept: nothing to ask
             return
-        self._changes[self._req] = [(answer, undo)]
+        self._changes[self._req] = [(answer, undo, retained)]
         self._batch_change = (self._req, len(out))
         out.append(None)  # the request, made at the end of the batch (_end_batch)
 
@@ -315,6 +321,8 @@ class MqttSession:
         self.connect = attrs.evolve(self.connect, will=None)
         self._req += 1
         attributes = {TOPIC_ATTR: will.topic, QOS_ATTR: will.qos}
+        if will.retain:
+            attributes[RETAIN_ATTR] = 1
         return [m.Publish(self._req, [m.Event(attributes, will.message, wall_ns)])]
 
     # -- the broker's answers ------------------------------------------------------------------
@@ -328,8 +336,10 @@ class MqttSession:
             for seq in range(msg.seq - msg.seqs + 1, msg.seq + 1):
                 self._published(seq)
         elif kind is m.SubAck:
-            for answer, _ in self._changes.pop(msg.req, ()):
-                self._send(answer)
+            for answer, _, retained in self._changes.pop(msg.req, ()):
+                self._answer(answer, retained)
+        elif kind is m.Retained:
+            self._retained(msg)
         elif kind is m.SessionEvents:
             if msg.name == self.name:
                 for item in msg.items:
@@ -367,8 +377,37 @@ class MqttSession:
             self._acked = self._sent_epoch = msg.start
             self._connected(not msg.created)
             return
-        for answer, _ in self._changes.pop(msg.req, ()):
-            self._send(answer)
+        for answer, _, retained in self._changes.pop(msg.req, ()):
+            self._answer(answer, retained)
+
+    def _answer(self, answer, retained: list[str]) -> None:
+        """A SUBACK or UNSUBACK goes; then the ask for what is retained on the filters a
+        SUBSCRIBE was granted (a session request: ``take_pending``)."""
+        self._send(answer)
+        if retained:
+            self._req += 1
+            self._retained_asks[self._req] = retained
+            self._pending.append(m.RetainedAsk(retained, req=self._req))
+
+    def _retained(self, msg: m.Retained) -> None:
+        """What is retained on the filters asked: sent with RETAIN set, each at the highest
+        QoS of those filters it matches that the client still holds."""
+        asked = self._retained_asks.pop(msg.req, None)
+        if not asked:
+            return
+        tree = TopicTree()
+        for f in asked:
+            qos = self.filters.get(f)
+            if qos is not None:
+                tree.add(f, qos)
+        for event in msg.events:
+            topic = event.attributes.get(TOPIC_ATTR)
+            if type(topic) is not str:
+                continue
+            found: list = []
+            tree.match(topic, found)
+            if found:
+                self._out_publish(topic, event, max(found), None, retain=True)
 
     def _connected(self, present: bool) -> None:
         self._send(p.ConnAck(p.ACCEPTED, present))
@@ -406,6 +445,8 @@ class MqttSession:
             else:  # it does not exist yet: it will with the first filter
                 self._connected(False)
             return
+        if self._retained_asks.pop(msg.req, None) is not None:
+            return  # nothing retained is sent (its replicator is unreachable, say)
         if msg.req in self._acks:
             # MQTT 3.1.1 cannot refuse a PUBLISH: it is acknowledged and dropped (the broker
             # logged why), as mosquitto does with what its ACL denies
@@ -414,14 +455,14 @@ class MqttSession:
         changes = self._changes.pop(msg.req, None) if msg.req else None
         if changes is None:
             return
-        for _, undo in reversed(changes):  # only what these changes did is undone
+        for _, undo, _ in reversed(changes):  # only what these changes did is undone
             for f, qos in undo.items():
                 if qos is None:
                     self.filters.pop(f, None)
                 else:
                     self.filters[f] = qos
         self._tree = None
-        for answer, _ in changes:
+        for answer, _, _ in changes:
             if type(answer) is p.SubAck:
                 answer = p.SubAck(answer.packet_id, (p.SUBSCRIBE_FAILED,) * len(answer.codes))
             self._send(answer)
@@ -458,7 +499,9 @@ class MqttSession:
             return
         self._out_publish(topic, event, granted, epoch)
 
-    def _out_publish(self, topic: str, event: m.Event, granted: int, epoch: int | None) -> None:
+    def _out_publish(
+        self, topic: str, event: m.Event, granted: int, epoch: int | None, retain: bool = False
+    ) -> None:
         if check_topic(topic) is not None or len(topic.encode()) > 65535:
             if epoch is not None:  # a GES publisher's @topic MQTT cannot carry: skipped
                 self._done(epoch)
@@ -467,7 +510,7 @@ class MqttSession:
         qos = min(granted, published if type(published) is int and published >= 0 else 2)
         self.delivered += 1
         dup = epoch is not None and epoch <= self._replayed_to
-        pkt = p.Publish(topic, event.payload, qos, dup=dup and qos > 0)
+        pkt = p.Publish(topic, event.payload, qos, retain=retain, dup=dup and qos > 0)
         if self._waiting or (qos and not self._room(epoch)):
             self._waiting.append((pkt, epoch))  # in order: QoS 0 too waits behind them
             self.waiting_bytes += len(event.payload) + len(topic) + WAITING_OVERHEAD

@@ -38,6 +38,7 @@ from ges.core.coalesce import coalesce
 from ges.durable import replicators
 from ges.durable.store import MemorySessionStore
 from ges.errors import OperationError
+from ges.matching.model import TOPIC_ATTR
 from ges.runtime.access import INLINE_COVER_TESTS, INLINE_MATCHES, AccessControl, Admitted
 from ges.runtime.admission import MAX_OPENING, Admission
 from ges.runtime.commits import commit_alone, log_task, sessions_task
@@ -597,6 +598,11 @@ class BrokerServer:
                     msg.fallback, msg.fallback_refused = None, why
                     break
             return None
+        if kind is m.RetainedAsk:  # what is retained is read as a subscription would be
+            if conn_id in self._followers:
+                return None
+            conjunctions = [[m.Constraint(TOPIC_ATTR, "topic", f)] for f in msg.filters]
+            return await self._refusal(conn_id, m.Subscribe(0, conjunctions))
         grant = self.access.grant(conn_id)
         if isinstance(grant, str):
             why = grant
@@ -696,7 +702,7 @@ def _request_number(msg) -> int:
 
 
 #: Client requests held against the client's grant (ges.security.access).
-_CHECKED = frozenset({m.Publish, m.Subscribe, m.LinkControl, m.SessionOpen, m.Watch})
+_CHECKED = frozenset({m.Publish, m.Subscribe, m.LinkControl, m.SessionOpen, m.Watch, m.RetainedAsk})
 
 
 def freeze_heap() -> None:

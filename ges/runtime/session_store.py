@@ -23,6 +23,7 @@ from pathlib import Path
 import attrs
 import msgspec
 
+from ges.durable.retained import Kept
 from ges.durable.store import MAX_READ, SessionState
 from ges.errors import OperationError
 from ges.runtime.pubend_log import transaction
@@ -31,6 +32,7 @@ from ges.wire.messages import event_size
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode_item = msgspec.msgpack.Decoder(m.EventItem).decode
+_decode_event = msgspec.msgpack.Decoder(m.Event).decode
 _decode_subs = msgspec.msgpack.Decoder(dict[int, tuple[str, list[list[m.Constraint]]]]).decode
 _decode_ints = msgspec.msgpack.Decoder(list[int]).decode
 _decode_handover = msgspec.msgpack.Decoder(dict).decode
@@ -56,6 +58,9 @@ CREATE TABLE IF NOT EXISTS wants (
     key INTEGER NOT NULL, epoch INTEGER NOT NULL, subs BLOB NOT NULL,
     PRIMARY KEY (key, epoch)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS wants_epoch ON wants (epoch);
+CREATE TABLE IF NOT EXISTS retained (
+    topic TEXT PRIMARY KEY, wall_ns INTEGER NOT NULL, pubend TEXT NOT NULL,
+    tick INTEGER NOT NULL, event BLOB);
 """
 
 
@@ -92,6 +97,7 @@ class SqliteSessionStore:
         self._saves: dict[str, SessionState | None] = {}
         self._releases: dict[int, int] = {}
         self._tops: dict[str, int] = {}
+        self._retains: dict[str, Kept] = {}
         #: sessions saved so far, up to which the group being written saves them, and up to
         #: which the file has them
         self._saved = self._saved_taken = self._saved_durable = 0
@@ -217,6 +223,16 @@ class SqliteSessionStore:
         )
         return {pubend: (lo, hi) for pubend, lo, hi in rows}
 
+    def retain(self, kept: Kept) -> None:
+        self._retains[kept.topic] = kept
+
+    def retained(self) -> list[Kept]:
+        rows = self._query("SELECT topic, wall_ns, pubend, tick, event FROM retained", ())
+        return [
+            Kept(topic, wall_ns, pubend, tick, None if event is None else _decode_event(event))
+            for topic, wall_ns, pubend, tick, event in rows
+        ]
+
     def release(self, key: int, upto: int) -> None:
         if self._releases.get(key) != -1:
             self._releases[key] = max(upto, self._releases.get(key, 0))
@@ -225,7 +241,9 @@ class SqliteSessionStore:
 
     @property
     def pending(self) -> bool:
-        return bool(self._pending_events or self._saves or self._releases or self._tops)
+        return bool(
+            self._pending_events or self._saves or self._releases or self._tops or self._retains
+        )
 
     def take_group(self) -> tuple:
         group = (
@@ -236,9 +254,10 @@ class SqliteSessionStore:
             self._last,
             self._pending_bytes,
             self._tops,
+            self._retains,
         )
         self._pending_events, self._pending_wants, self._saves, self._releases = [], [], {}, {}
-        self._tops = {}
+        self._tops, self._retains = {}, {}
         self._pending_bytes = 0
         self._saved_taken = self._saved
         return group
@@ -249,7 +268,11 @@ class SqliteSessionStore:
 
     def write_group(self, group: tuple) -> int:
         """Write one group in one transaction; returns the last epoch it covers."""
-        events, wants, saves, releases, last, _, tops = group
+        events, wants, saves, releases, last, _, tops, retains = group
+        retained = [
+            (k.topic, k.wall_ns, k.pubend, k.tick, None if k.event is None else _encode(k.event))
+            for k in retains.values()
+        ]
 
         def work(w: sqlite3.Connection) -> None:
             w.executemany(
@@ -259,6 +282,7 @@ class SqliteSessionStore:
             )
             w.executemany("INSERT OR REPLACE INTO tops (pubend, tick) VALUES (?, ?)", tops.items())
             w.executemany("INSERT INTO wants (key, epoch, subs) VALUES (?, ?, ?)", wants)
+            w.executemany("INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?)", retained)
             for name, state in saves.items():
                 if state is None:
                     w.execute("DELETE FROM sessions WHERE name = ?", (name,))

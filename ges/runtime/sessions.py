@@ -46,7 +46,9 @@ FOLLOW_CONNECT_WAIT = 5.0
 KEEPALIVE = 10.0
 
 #: What a client may send about durable sessions (the runtime hands them here).
-SESSION_REQUESTS = frozenset({m.SessionOpen, m.SessionAck, m.SessionControl, m.SessionLeave})
+SESSION_REQUESTS = frozenset(
+    {m.SessionOpen, m.SessionAck, m.SessionControl, m.SessionLeave, m.RetainedAsk}
+)
 
 
 class Follow:
@@ -108,6 +110,8 @@ class SessionDesk:
             if self.core.replicator is not None and self.server.is_follower(conn_id):
                 self.core.replicator.leave(conn_id, msg.name, now)
             return []
+        if kind is m.RetainedAsk:
+            return await self._retained(conn_id, msg)
         follower = self.server.is_follower(conn_id)
         who, operator = ("", True) if follower else self._who(conn_id)
         if kind is m.SessionControl:
@@ -128,6 +132,24 @@ class SessionDesk:
             return [ToClient(conn_id, m.Error(why, req=msg.req))]
         msg = msgspec.structs.replace(msg, owner=who, operator=operator, at=self.id)
         return await self._open(conn_id, msg, now)
+
+    async def _retained(self, conn_id: int, msg: m.RetainedAsk) -> list:
+        """What is retained on a client's filters (ges.durable.retained): asked of this
+        broker's home replicator, which every retained message reaches."""
+        if self.server.is_follower(conn_id) or self.home == self.id:
+            replicator = self.core.replicator
+            if replicator is None:
+                reason = f"broker {self.id} keeps no retained messages (it is not a replicator)"
+                return [ToClient(conn_id, m.Error(reason, req=msg.req))]
+            return replicator.retained_ask(conn_id, msg)
+        follow = await self._follow(self.home)
+        if follow.conn is None:
+            reason = f"retained messages: replicator {self.home} is unreachable: {follow.failed}"
+            return [ToClient(conn_id, m.Error(reason, req=msg.req))]
+        req = next(self._reqs)
+        follow.asks[req] = [conn_id, msg.req, None, None]
+        self._send(follow, msgspec.structs.replace(msg, req=req))
+        return []
 
     def _anonymous(self, conn_id: int) -> str | None:
         """Why this client may not hold a durable session (None: it may): one that proved no
@@ -309,6 +331,9 @@ class SessionDesk:
             for ask in follow.asks.values():
                 if ask[2] is not None:
                     ask[2].set()
+                elif ask[3] is None:  # an ask of what is retained
+                    note = m.Error(f"replicator {rep} unreachable: {why}", req=ask[1])
+                    outs.append(ToClient(ask[0], note))
                 else:  # an open waiting for its answer: open it again later
                     note = m.SessionClosed(
                         ask[3], f"replicator {rep} unreachable: {why}", retry=True
@@ -342,7 +367,7 @@ class SessionDesk:
         if kind is m.SessionEvents:
             client = follow.sessions.get(msg.name)
             return [] if client is None else [ToClient(client, msg)]
-        if kind is m.SessionOpened or kind is m.Error or kind is m.SessionList:
+        if kind in _ANSWERS:
             ask = follow.asks.get(msg.req)
             if ask is None:
                 return []
@@ -370,3 +395,7 @@ class SessionDesk:
                     del follow.asks[req]
                     return [ToClient(ask[0], msg)]
         return []
+
+
+#: What a replicator answers to a request of this broker's (by the request's number).
+_ANSWERS = frozenset({m.SessionOpened, m.Error, m.SessionList, m.Retained})

@@ -693,6 +693,23 @@ class SessionClosed(_Msg):
     replicator: str = ""
 
 
+class RetainedAsk(_Msg):
+    """What is retained on these MQTT topic filters (a subscriber's broker → a replicator,
+    ges.durable.retained)."""
+
+    filters: list[str]
+    req: int = 0
+
+
+class Retained(_Msg):
+    """The retained messages on the filters asked, each once; ``complete`` False: more are
+    retained than one answer carries."""
+
+    events: list[Event]
+    complete: bool = True
+    req: int = 0
+
+
 class Handover(_Msg):
     """Replicator ``source`` hands durable session ``name`` over to replicator ``to``, the one
     of the unit its client is now in (seed 004 §4's delegation; relayed hop by hop). ``cuts``:
@@ -807,6 +824,8 @@ Message = (
     | SessionClosed
     | SessionControl
     | SessionList
+    | RetainedAsk
+    | Retained
     | Handover
     | HandoverNote
     | Watch

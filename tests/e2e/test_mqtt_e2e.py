@@ -195,6 +195,53 @@ def test_mqtt_clients_across_super_super_clusters_with_ges_clients_beside(
             "sensors/k4/temp",
         ]
         assert [r["attributes"]["@qos"] for r in records] == [0, 1, 1, 2]
+
+        # retained messages: published at b1 (mosquitto_pub) and b20 (paho), a subscriber
+        # that comes later at b11 gets the last of each topic with RETAIN set; an empty one
+        # clears its topic
+        tls = ["--cafile", str(certs / "ca.crt"),
+               "--cert", str(CertDir(certs).cert("client", "admin")),
+               "--key", str(CertDir(certs).key("client", "admin"))]  # fmt: skip
+        pub_tool = mosquitto_clients.replace("mosquitto_sub", "mosquitto_pub")
+
+        def mosquitto_pub(port: int, topic: str, *message: str) -> None:
+            done = subprocess.run(
+                [pub_tool, "-h", "127.0.0.1", "-p", str(port), *tls, "-q", "1", "-r",
+                 "-t", topic, *message],
+                capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+
+        def retained_at(port: int, want: list[str]) -> list[str]:
+            """What a new subscriber to config/# gets retained, asked until it is ``want``
+            (retained messages reach the replicators as fast as routing takes them)."""
+            deadline = time.monotonic() + 30
+            while True:
+                done = subprocess.run(
+                    [mosquitto_clients, "-h", "127.0.0.1", "-p", str(port), *tls, "-q", "1",
+                     "-t", "config/#", "-F", "%r %t %p", "-W", "2", "-C", str(len(want) + 1)],
+                    capture_output=True, text=True, timeout=30,
+                )  # fmt: skip
+                got = sorted(done.stdout.splitlines())
+                if got == want or time.monotonic() > deadline:
+                    return got
+
+        mosquitto_pub(ports["b1"], "config/b1", "-m", "first")
+        mosquitto_pub(ports["b1"], "config/b1", "-m", "on")
+        pub20 = Paho("pub20", ports["b20"], certs, "admin")
+        clients.append(pub20)
+        pub20.client.publish("config/b20/mode", b"eco", 1, retain=True).wait_for_publish(30)
+        want = ["1 config/b1 on", "1 config/b20/mode eco"]
+        assert retained_at(ports["b11"], want) == want
+        assert retained_at(ports["b1"], want) == want  # another super-super-cluster's replicator
+        mosquitto_pub(ports["b1"], "config/b1", "-n")  # cleared
+        assert retained_at(ports["b11"], want[1:]) == want[1:]
+        # live subscribers got them as they were published, RETAIN 0
+        live = every.received(4)
+        assert [(x.topic, x.payload, x.retain) for x in live] == [
+            ("config/b1", b"first", 0), ("config/b1", b"on", 0), ("config/b20/mode", b"eco", 0),
+            ("config/b1", b"", 0)
+        ]  # fmt: skip
     finally:
         for child in children:  # nothing outlives the test, passed or failed
             child.kill()

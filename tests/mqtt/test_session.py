@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ges.matching.model import TOPIC_ATTR
+from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
 from ges.mqtt import packets as p
 from ges.mqtt.frames import Malformed, PacketReader
 from ges.mqtt.session import QOS_ATTR, SUB_ID, MqttSession, session_name
@@ -81,6 +81,7 @@ def test_filters_are_one_subscription_replaced_as_a_whole():
     assert packets_of(s) == []  # SUBACK once the network has it
     s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
     assert packets_of(s) == [p.SubAck(1, (1, 0))]
+    assert [type(x) for x in s.take_pending()] == [m.RetainedAsk]  # the runtime takes it
     (sub2,) = send(s, p.Subscribe(2, (("a/+", 2),)))  # the same filter: replaced
     assert [c[0].value for c in sub2.conjunctions] == ["a/+", "b/#"]
     assert s.filters == {"a/+": 2, "b/#": 0}
@@ -95,8 +96,10 @@ def test_a_refused_subscribe_is_0x80_and_the_filters_stay_as_they_were():
     s = opened(p.Connect("c"))
     (sub,) = send(s, p.Subscribe(1, (("a", 1),)))
     s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    s.take_pending()
     (sub2,) = send(s, p.Subscribe(2, (("secret/#", 1), ("b", 0))))
     s.from_broker(m.Error("not allowed", denied=True, req=sub2.req))
+    assert s.take_pending() == []  # nothing retained is asked for what is refused
     assert packets_of(s) == [p.SubAck(1, (1,)), p.SubAck(2, (0x80, 0x80))]
     assert s.filters == {"a": 1}
 
@@ -313,3 +316,53 @@ def test_many_filters_match_through_a_tree():
     s.data_to_send()
     s.from_broker(deliver(("hit/a", 2)))
     assert [(x.topic, x.qos) for x in packets_of(s)] == [("hit/a", 1)]
+
+
+def test_a_retained_publish_carries_retain_and_what_is_retained_follows_a_suback():
+    s = opened(p.Connect("c"))
+    (msg,) = send(s, p.Publish("a/b", b"20", 1, retain=True, packet_id=4))
+    assert msg.events[0].attributes[RETAIN_ATTR] == 1
+    (sub,) = send(s, p.Subscribe(1, (("a/+", 1), ("x", 0), ("a/#", 2))))
+    assert s.take_pending() == []  # not before the SUBACK
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    (ask,) = s.take_pending()
+    assert ask == m.RetainedAsk(["a/+", "x", "a/#"], req=ask.req)
+    assert packets_of(s) == [p.SubAck(1, (1, 0, 2))]
+    retained = [
+        m.Event({TOPIC_ATTR: "a/b", QOS_ATTR: 1, RETAIN_ATTR: 1}, b"20"),
+        m.Event({TOPIC_ATTR: "x", QOS_ATTR: 2, RETAIN_ATTR: 1}, b"x"),
+    ]
+    s.from_broker(m.Retained(retained, req=ask.req))
+    got = packets_of(s)
+    assert [(x.topic, x.qos, x.retain, x.payload) for x in got] == [
+        ("a/b", 1, True, b"20"),  # the highest of its filters, the publisher's lower
+        ("x", 0, True, b"x"),
+    ]
+    s.from_broker(m.Retained(retained, req=ask.req))  # answered once only
+    s.from_broker(deliver(("a/b", 1)))  # live: RETAIN 0 whatever it was published with
+    (live,) = packets_of(s)
+    assert not live.retain
+
+
+def test_a_resubscribe_asks_again_and_an_unanswerable_ask_sends_nothing():
+    s = opened(p.Connect("c"))
+    (sub,) = send(s, p.Subscribe(1, (("t", 0),)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    (first,) = s.take_pending()
+    (sub2,) = send(s, p.Subscribe(2, (("t", 0),)))  # §3.8.4: sent again for a filter it had
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub2.req))
+    (second,) = s.take_pending()
+    assert second.filters == ["t"] and second.req != first.req
+    s.from_broker(m.Error("replicator b1 unreachable", req=second.req))
+    (unsub,) = send(s, p.Unsubscribe(3, ("t",)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=unsub.req))
+    assert s.take_pending() == []  # an UNSUBSCRIBE asks nothing
+    s.data_to_send()
+    s.from_broker(m.Retained([m.Event({TOPIC_ATTR: "t", RETAIN_ATTR: 1}, b"x")], req=first.req))
+    assert packets_of(s) == []  # its filter is gone
+
+
+def test_a_retained_will_is_retained():
+    s = opened(p.Connect("c", will=p.Will("last", b"gone", 1, True)))
+    (msg,) = s.will()
+    assert msg.events[0].attributes == {TOPIC_ATTR: "last", QOS_ATTR: 1, RETAIN_ATTR: 1}

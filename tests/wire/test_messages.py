@@ -151,6 +151,8 @@ EXAMPLES = [
         detour=["b7"],
     ),
     m.HandoverNote("b1", "b12", "b1/ab12/3/4000", "alice", "refused", "no room", hops=1),
+    m.RetainedAsk(["home/+/temp", "#"], req=4),
+    m.Retained([m.Event({"@topic": "home/k/temp", "@retain": 1}, b"21", 5)], False, req=4),
     m.SessionControl("roam", "alice", "b19", req=4),
     m.Watch(1.0),
     m.WatchLease("b3", 1_700_000_000_000_000_000, 7, 1.0, 6.0, hops=2),

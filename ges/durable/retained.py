@@ -1,0 +1,148 @@
+"""Retained messages: per topic, the last message published with MQTT's RETAIN flag (MQTT 3.1.1
+§3.3.1.3), kept by every replicator so that a subscriber at any broker gets it.
+
+Theory of operation
+-------------------
+A PUBLISH with RETAIN set is an event carrying the reserved attribute ``@retain`` (1)
+(a GES client may set it too, with ``@topic``). Each replicator holds one standing
+subscription, :data:`RETAINED_PROFILE`, under its own connection number
+(ges.core.replicator): content routing brings every retained event of the network to every
+replicator, exactly once and in order per pubend, and the ticks of every other event are
+silence for it. A :class:`RetainedSet` keeps per topic the *last* such event: last by (the wall
+clock its publisher's broker stamped on it, its pubend, its tick) — a last-writer-wins register,
+so replicators that see two publishers' streams interleaved differently still keep the same
+message. An event with an empty payload clears its topic (§3.3.1.3); the clearing is kept,
+counted in the bounds, so that an older message that arrives after it does not come back.
+
+A subscriber's broker asks a replicator (its home replicator, ges.runtime.sessions) for what
+is retained on the filters of a SUBSCRIBE (``m.RetainedAsk``); :meth:`RetainedSet.find` walks
+each filter down a :class:`~ges.matching.topics.TopicIndex`, so an answer costs what it
+matches, and holds at most ``max_bytes`` of messages. The MQTT session sends them with RETAIN
+set (ges.mqtt.session).
+
+Bounds: ``max_bytes`` of topics and messages and ``max_topics`` topics in all. A topic already
+held is always replaced; a new one beyond the bounds is not kept (``refused`` counts them)
+until clearings make room. Storage: the replicator's store keeps each change (a crash loses
+at most the changes of its last commit group; every other replicator has them too).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
+from ges.matching.topics import TopicIndex, check_topic
+from ges.wire import messages as m
+from ges.wire.messages import event_size
+
+#: The replicators' standing subscription: every retained event that has a topic.
+RETAINED_PROFILE = [[m.Constraint(RETAIN_ATTR, "eq", 1), m.Constraint(TOPIC_ATTR, "exists")]]
+#: Bytes of topics and messages a replicator retains at most, and topics.
+MAX_BYTES = 64 << 20
+MAX_TOPICS = 100_000
+#: Bytes of messages one answer carries at most (what lies beyond is not sent: a SUBSCRIBE to
+#: '#' on a network retaining gigabytes gets the first of them).
+MAX_ANSWER_BYTES = 4 << 20
+#: What one kept topic costs beyond its topic and event (its index node and record).
+OVERHEAD = 200
+
+
+@attrs.frozen(slots=True)
+class Kept:
+    """A topic's retained message (``event`` None: cleared) and its place in the order."""
+
+    topic: str
+    wall_ns: int
+    pubend: str
+    tick: int
+    event: m.Event | None
+
+    @property
+    def order(self) -> tuple[int, str, int]:
+        return (self.wall_ns, self.pubend, self.tick)
+
+    @property
+    def size(self) -> int:
+        body = 0 if self.event is None else event_size(self.event)
+        return len(self.topic.encode()) + body + OVERHEAD
+
+
+def retained_topic(event: m.Event) -> str | None:
+    """The topic ``event`` is retained on (None: it is not a retained event MQTT can carry)."""
+    attributes = event.attributes
+    if attributes.get(RETAIN_ATTR) != 1:
+        return None
+    topic = attributes.get(TOPIC_ATTR)
+    if type(topic) is not str or check_topic(topic) is not None or len(topic.encode()) > 65535:
+        return None
+    return topic
+
+
+class RetainedSet:
+    """The retained messages one replicator holds (see the module docstring)."""
+
+    def __init__(self, max_bytes: int = MAX_BYTES, max_topics: int = MAX_TOPICS):
+        self.max_bytes = max_bytes
+        self.max_topics = max_topics
+        self._index = TopicIndex()
+        self.bytes = 0
+        #: new topics not kept for want of room
+        self.refused = 0
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def get(self, topic: str) -> Kept | None:
+        return self._index.get(topic)
+
+    def offer(self, pubend: str, tick: int, event: m.Event) -> Kept | None:
+        """Take ``event`` of ``pubend`` at ``tick``; the change to store (None: nothing
+        changed — not retained, older than what the topic has, or no room for a new topic)."""
+        topic = retained_topic(event)
+        if topic is None:
+            return None
+        kept = Kept(topic, event.published_at, pubend, tick, event if event.payload else None)
+        old = self._index.get(topic)
+        if old is not None and old.order >= kept.order:
+            return None
+        grows = kept.size - (0 if old is None else old.size)
+        if old is None and len(self._index) >= self.max_topics:
+            self.refused += 1
+            return None
+        if grows > 0 and self.bytes + grows > self.max_bytes:
+            if old is None:
+                self.refused += 1
+                return None
+            # a topic held is replaced whatever its size: its old message goes, cleared
+            kept = attrs.evolve(kept, event=None)
+            grows = kept.size - old.size
+        self._index.set(topic, kept)
+        self.bytes += grows
+        return kept
+
+    def load(self, kept: Kept) -> None:
+        """A change read back from the store (a restart): kept as it was."""
+        old = self._index.get(kept.topic)
+        if old is not None:
+            if old.order >= kept.order:
+                return
+            self.bytes -= old.size
+        self._index.set(kept.topic, kept)
+        self.bytes += kept.size
+
+    def find(self, filters: list[str], max_bytes: int = MAX_ANSWER_BYTES) -> tuple[list, bool]:
+        """The retained events on the topics ``filters`` match, each once, at most
+        ``max_bytes`` of them; and whether that is all of them."""
+        out: list[m.Event] = []
+        seen: set[str] = set()
+        size = 0
+        for f in filters:
+            for kept in self._index.find(f):
+                if kept.event is None or kept.topic in seen:
+                    continue
+                size += event_size(kept.event)
+                if size > max_bytes:
+                    return out, False
+                seen.add(kept.topic)
+                out.append(kept.event)
+        return out, True

@@ -1,0 +1,195 @@
+"""Retained messages (ges.durable.retained): each topic's last by the publishers' order, clears
+that stay cleared, the bounds, what a filter finds; kept in both stores; and a replicator core
+(ges.core.retaining) subscribed to them, answering what is retained on a subscriber's filters."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from ges.core.retaining import RETAINED_CONN
+from ges.durable.retained import OVERHEAD, Kept, RetainedSet
+from ges.durable.store import MemorySessionStore
+from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
+from ges.matching.topics import TopicIndex, matches
+from ges.runtime.session_store import SqliteSessionStore
+from ges.wire import messages as m
+from tests.durable.test_replicator_core import PUB, SOLO, Rig, to
+
+
+def ev(topic: str, payload: bytes = b"x", at: int = 0, retain=1) -> m.Event:
+    attributes = {TOPIC_ATTR: topic}
+    if retain is not None:
+        attributes[RETAIN_ATTR] = retain
+    return m.Event(attributes, payload, at)
+
+
+def payloads(events: list) -> list[bytes]:
+    return [e.payload for e in events]
+
+
+# -- the index of topics ----------------------------------------------------------------------
+
+
+def test_the_index_finds_what_matches_says_and_nothing_else():
+    rng = random.Random(7)
+    levels = ["a", "b", "$s", "c"]
+    topics = {
+        "/".join(rng.choice(levels) for _ in range(rng.randint(1, 4))) for _ in range(200)
+    } | {"a", "$s", "a/", "/a", "/"}
+    index = TopicIndex()
+    for t in topics:
+        index.set(t, t)
+    assert len(index) == len(topics)
+    filters = ["#", "+", "a/#", "+/+", "a/+/b", "$s/#", "+/a", "/#", "a/", "+/#", "c/b/a/$s"]
+    filters += ["/".join(x) for x in itertools.product(["a", "+", "$s"], repeat=2)]
+    for f in filters:
+        found = sorted(index.find(f))
+        assert found == sorted(t for t in topics if matches(f, t)), f
+    for t in list(topics)[::2]:
+        assert index.pop(t) == t
+        topics.discard(t)
+    assert index.pop("no/such") is None
+    assert len(index) == len(topics)
+    assert sorted(index.find("#")) == sorted(t for t in topics if not t.startswith("$"))
+
+
+# -- the set ----------------------------------------------------------------------------------
+
+
+def test_each_topic_keeps_its_last_message_by_time_then_pubend_then_tick():
+    r = RetainedSet()
+    assert r.offer("p", 1, ev("t", b"1", at=10)) is not None
+    assert r.offer("q", 1, ev("t", b"old", at=5)) is None  # published before: not kept
+    assert r.offer("p", 2, ev("t", b"2", at=10)) is not None  # same time, later tick
+    assert r.offer("a", 9, ev("t", b"tie", at=10)) is None  # same time, lower pubend
+    assert payloads(r.find(["t"])[0]) == [b"2"]
+    # replicators that see the same events in any order keep the same one
+    events = [("p", i, ev("u", str(i).encode(), at=i % 3)) for i in range(1, 9)]
+    kept = set()
+    for _ in range(5):
+        random.Random(len(kept)).shuffle(events)
+        other = RetainedSet()
+        for pubend, tick, e in events:
+            other.offer(pubend, tick, e)
+        kept.add(other.get("u").event.payload)
+    assert kept == {b"8"}
+
+
+def test_an_empty_message_clears_its_topic_and_an_older_one_does_not_come_back():
+    r = RetainedSet()
+    r.offer("p", 1, ev("t", b"1", at=1))
+    assert r.offer("p", 2, ev("t", b"", at=2)).event is None
+    assert r.find(["t", "#"]) == ([], True)
+    assert r.offer("q", 1, ev("t", b"late", at=1)) is None
+    assert r.offer("q", 2, ev("t", b"new", at=3)) is not None
+    assert payloads(r.find(["#"])[0]) == [b"new"]
+
+
+def test_only_retained_events_with_a_topic_mqtt_can_carry_are_kept():
+    r = RetainedSet()
+    for e in [
+        ev("t", retain=None),
+        ev("t", retain=0),
+        ev("a/+"),
+        ev(""),
+        m.Event({RETAIN_ATTR: 1}),
+    ]:
+        assert r.offer("p", 1, e) is None
+    assert len(r) == 0
+
+
+def test_bounds_refuse_new_topics_and_a_held_topic_is_always_replaced():
+    r = RetainedSet(max_topics=2)
+    assert r.offer("p", 1, ev("a")) and r.offer("p", 2, ev("b"))
+    assert r.offer("p", 3, ev("c")) is None and r.refused == 1
+    assert r.offer("p", 4, ev("a", b"again")) is not None
+    small = OVERHEAD * 3
+    r = RetainedSet(max_bytes=small)
+    assert r.offer("p", 1, ev("a")) is not None
+    assert r.offer("p", 2, ev("b", b"y" * small)) is None and r.refused == 1
+    # too big for what is left: the topic is cleared rather than left holding an older one
+    assert r.offer("p", 3, ev("a", b"y" * small)).event is None
+    assert r.bytes <= small and r.find(["a"]) == ([], True)
+
+
+def test_find_gives_each_topic_once_and_stops_at_its_bytes():
+    r = RetainedSet()
+    for i in range(10):
+        r.offer("p", i + 1, ev(f"s/{i}", b"z" * 100))
+    events, complete = r.find(["s/+", "s/#", "s/3"])
+    assert complete and sorted(e.attributes[TOPIC_ATTR] for e in events) == [
+        f"s/{i}" for i in range(10)
+    ]
+    events, complete = r.find(["#"], max_bytes=450)
+    assert not complete and 1 <= len(events) < 10
+
+
+# -- the stores -------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request, tmp_path):
+    if request.param == "memory":
+        yield MemorySessionStore()
+        return
+    s = SqliteSessionStore(tmp_path / "s.db")
+    yield s
+    s.close()
+
+
+def test_stores_keep_the_last_change_per_topic_cleared_ones_too(store, tmp_path):
+    store.retain(Kept("a", 1, "p", 1, ev("a", b"1")))
+    store.retain(Kept("a", 2, "p", 2, ev("a", b"2")))
+    store.retain(Kept("b", 3, "p", 3, None))
+    if hasattr(store, "take_group"):
+        store.write_group(store.take_group())
+        store.close()
+        store = SqliteSessionStore(tmp_path / "s.db")  # what a restart reads
+    got = sorted(store.retained(), key=lambda k: k.topic)
+    assert got == [Kept("a", 2, "p", 2, ev("a", b"2")), Kept("b", 3, "p", 3, None)]
+
+
+# -- a replicator -----------------------------------------------------------------------------
+
+
+def retained_publish(rig: Rig, *events: m.Event) -> None:
+    rig.seq += 1
+    outs = rig.core.client_message(PUB, m.Publish(rig.seq, list(events)), rig.now)
+    rig.feed(outs + rig.core.on_logged(rig.now))
+
+
+SOLO_MQTT = {**SOLO, "brokers": {"r": {"unit": "S/c1", "port": 1, "mqtt_port": 2}}}
+
+
+def test_a_replicator_keeps_what_is_retained_and_answers_asks_for_it():
+    rig = Rig(SOLO_MQTT)
+    rig.feed(rig.rep.restore(rig.now))
+    assert RETAINED_CONN in rig.core.subscriptions.clients
+    retained_publish(rig, ev("home/kitchen", b"20", at=1), ev("home/hall", b"18", at=1))
+    retained_publish(rig, ev("home/kitchen", b"21", at=2), ev("home/attic", b"x", retain=None))
+    retained_publish(rig, ev("home/hall", b"", at=3))  # cleared
+    outs = rig.feed(rig.rep.retained_ask(5, m.RetainedAsk(["home/#"], req=3)))
+    (answer,) = to(outs, 5)
+    assert answer.req == 3 and answer.complete and payloads(answer.events) == [b"21"]
+    assert len(rig.store.retained()) == 2  # kitchen, and hall's clearing
+    (refused,) = to(rig.feed(rig.rep.retained_ask(5, m.RetainedAsk(["a/#/b"], req=4))), 5)
+    assert type(refused) is m.Error and "'#' must be the last level" in refused.reason
+    # a restarted replicator has them from its store
+    again = Rig(SOLO_MQTT)
+    again.store = rig.store
+    again.rep.store = rig.store
+    again.feed(again.rep.restore(again.now))
+    (answer,) = to(again.feed(again.rep.retained_ask(5, m.RetainedAsk(["+/kitchen"]))), 5)
+    assert payloads(answer.events) == [b"21"]
+
+
+def test_a_network_that_serves_no_mqtt_holds_no_subscription_to_retained_messages():
+    rig = Rig(SOLO)
+    rig.feed(rig.rep.restore(rig.now))
+    assert RETAINED_CONN not in rig.core.subscriptions.clients
+    retained_publish(rig, ev("t", b"x"))
+    (answer,) = to(rig.feed(rig.rep.retained_ask(5, m.RetainedAsk(["#"]))), 5)
+    assert answer.events == []
