@@ -142,14 +142,15 @@ class MqttSession:
         self.delivered = 0
 
     def start(self) -> list:
-        """What the broker is asked first: a persistent session's open (the CONNACK waits for
-        its answer); a clean session's CONNACK goes at once."""
-        if not self.persistent:
-            self._send(p.ConnAck(p.ACCEPTED, False))
-            self.connected = True
-            return []
+        """What the broker is asked first, the CONNACK waiting for its answer: a persistent
+        session's open; for a clean session, to discard the persistent session its client id
+        had, if any (§3.1.2.4)."""
         self._req += 1
         self._opening = self._req
+        if not self.persistent:
+            return [
+                m.SessionControl("discard", session_name(self.connect.client_id), req=self._req)
+            ]
         return [m.SessionOpen(self.name, None, req=self._req)]
 
     def take_pending(self) -> list:
@@ -346,6 +347,10 @@ class MqttSession:
                     self._stored(item)
         elif kind is m.SessionOpened:
             self._opened(msg)
+        elif kind is m.SessionList:
+            if msg.req and msg.req == self._opening and not self.persistent:  # discarded
+                self._opening = 0
+                self._connected(False)
         elif kind is m.SessionClosed:
             if msg.name == self.name:
                 self._lost(msg.reason, msg.retry)
@@ -439,7 +444,9 @@ class MqttSession:
         """A request refused (a publish or filters not allowed, a profile over the bounds)."""
         if msg.req and msg.req == self._opening:
             self._opening = 0
-            if msg.denied:
+            if not self.persistent:  # not discarded (another's, say): not this one's to end
+                self._connected(False)
+            elif msg.denied:
                 self._send(p.ConnAck(p.NOT_AUTHORIZED))
                 self.closed = f"durable session {self.name}: {msg.reason}"
             else:  # it does not exist yet: it will with the first filter

@@ -207,8 +207,7 @@ class MqttListener:
         server._admitted += 1
         try:
             async with trio.open_nursery() as nursery:
-                if session.persistent:
-                    nursery.start_soon(self._open_deadline, conn)
+                nursery.start_soon(self._open_deadline, conn)
                 await server._run_client(client_id, conn, admitted)
                 nursery.cancel_scope.cancel()
         finally:
@@ -233,8 +232,8 @@ class MqttListener:
             await self.server._dispatch(outs)
 
     async def _open_deadline(self, conn: MqttConnection) -> None:
-        """A persistent session's CONNACK waits for its replicator at most OPEN_WAIT seconds
-        (finding it may wait on replicators that do not answer): then CONNACK 3 and close."""
+        """The CONNACK waits for the session's replicator at most OPEN_WAIT seconds (finding
+        it may wait on replicators that do not answer): then CONNACK 3 and close."""
         await trio.sleep(OPEN_WAIT)
         session = conn.session
         if not session.connected and session.closed is None:

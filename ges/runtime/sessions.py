@@ -114,6 +114,10 @@ class SessionDesk:
             return await self._retained(conn_id, msg)
         follower = self.server.is_follower(conn_id)
         who, operator = ("", True) if follower else self._who(conn_id)
+        if follower and kind is m.SessionControl and msg.action == "end":
+            who, operator = msg.owner, msg.operator  # for a client of that broker
+        if kind is m.SessionControl and msg.action == "discard" and not follower:
+            return await self._discard(conn_id, msg, who, operator, now)
         if kind is m.SessionControl:
             replicator = self.core.replicator
             if replicator is None:
@@ -149,6 +153,30 @@ class SessionDesk:
         req = next(self._reqs)
         follow.asks[req] = [conn_id, msg.req, None, None]
         self._send(follow, msgspec.structs.replace(msg, req=req))
+        return []
+
+    async def _discard(
+        self, conn_id: int, msg: m.SessionControl, who: str, operator: bool, now: float
+    ) -> list:
+        """End session ``msg.name`` if it exists and is this client's (an MQTT clean session
+        discards the persistent one its client id had, §3.1.2.4); answered either way."""
+        nothing = [ToClient(conn_id, m.SessionList([], req=msg.req))]
+        if session_name_problem(msg.name) or self._anonymous(conn_id):
+            return nothing  # it could not have one
+        rep, why = await self._find(msg.name)
+        if rep is None:
+            if why is not None:
+                self.log.warning("client %s: session %s not discarded: %s", conn_id, msg.name, why)
+            return nothing
+        end = m.SessionControl("end", msg.name, req=msg.req, owner=who, operator=operator)
+        if rep == self.id:
+            return self.core.replicator.control(conn_id, end, who, operator, now)
+        follow = await self._follow(rep)
+        if follow.conn is None:
+            return nothing
+        req = next(self._reqs)
+        follow.asks[req] = [conn_id, msg.req, None, None]
+        self._send(follow, msgspec.structs.replace(end, req=req))
         return []
 
     def _anonymous(self, conn_id: int) -> str | None:
@@ -331,7 +359,7 @@ class SessionDesk:
             for ask in follow.asks.values():
                 if ask[2] is not None:
                     ask[2].set()
-                elif ask[3] is None:  # an ask of what is retained
+                elif ask[3] is None:  # an ask of what is retained, or an end
                     note = m.Error(f"replicator {rep} unreachable: {why}", req=ask[1])
                     outs.append(ToClient(ask[0], note))
                 else:  # an open waiting for its answer: open it again later

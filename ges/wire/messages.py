@@ -749,12 +749,17 @@ class HandoverNote(_Msg):
 class SessionControl(_Msg):
     """Operator's request about sessions, answered by :class:`SessionList` (or ``Error``):
     ``list`` (every session of this replicator, or ``name``), ``end`` (end ``name`` and free
-    what it holds), ``roam`` (move ``name``'s client to broker ``to``)."""
+    what it holds), ``roam`` (move ``name``'s client to broker ``to``); ``discard`` (client →
+    its broker: end ``name`` if it exists and is the client's — an MQTT clean session's
+    CONNECT, §3.1.2.4 — answered by a ``SessionList`` either way)."""
 
     action: str
     name: str = ""
     to: str = ""
     req: int = 0
+    #: broker → replicator, ending a session for a client: who the client is
+    owner: str = ""
+    operator: bool = False
 
 
 class SessionInfo(msgspec.Struct, array_like=True, frozen=True):

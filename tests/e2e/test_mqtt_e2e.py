@@ -536,6 +536,19 @@ def test_a_persistent_subscriber_gets_what_it_missed_at_another_broker_even_with
         while {int(x.payload) for x in got} < set(range(200, 250)):
             got += last.received(1)
         assert all(x.dup for x in got if int(x.payload) < 200)
+        # a clean session with its client id discards it (§3.1.2.4), at another broker: the
+        # connection that had it is closed, and a persistent one after starts afresh
+        last.client.on_disconnect = lambda *a: last.messages.put("closed")
+        clean = Paho("away", ports["b5"])
+        clients.append(clean)
+        assert clean.rc == 0 and not clean.session_present
+        while last.messages.get(timeout=30) != "closed":
+            pass
+        fresh = Paho("away", ports["b16"], clean_session=False)
+        clients.append(fresh)
+        assert fresh.rc == 0 and not fresh.session_present
+        pub.publish("news/a", b"-2", 1)
+        assert fresh.nothing_more(1.0)  # no filters of the old session
     finally:
         for c in clients:
             c.stop()

@@ -15,7 +15,10 @@ from ges.wire import messages as m
 def opened(connect: p.Connect, **options) -> MqttSession:
     """A clean session past its CONNACK."""
     session = MqttSession(connect, **options)
-    assert session.start() == []
+    (discard,) = session.start()
+    assert discard == m.SessionControl("discard", session_name(connect.client_id), req=discard.req)
+    assert packets_of(session) == []  # once its persistent session is no more
+    session.from_broker(m.SessionList([], req=discard.req))
     assert packets_of(session) == [p.ConnAck(p.ACCEPTED, False)]
     return session
 
@@ -360,6 +363,17 @@ def test_a_resubscribe_asks_again_and_an_unanswerable_ask_sends_nothing():
     s.data_to_send()
     s.from_broker(m.Retained([m.Event({TOPIC_ATTR: "t", RETAIN_ATTR: 1}, b"x")], req=first.req))
     assert packets_of(s) == []  # its filter is gone
+
+
+def test_a_clean_session_connects_whether_or_not_a_persistent_one_was_discarded():
+    s = MqttSession(p.Connect("c"))
+    (discard,) = s.start()
+    s.from_broker(
+        m.Error("durable session 'mqtt.c' belongs to 'bob'", denied=True, req=discard.req)
+    )
+    assert packets_of(s) == [p.ConnAck(p.ACCEPTED, False)] and s.closed is None
+    s.from_broker(m.SessionList([], req=discard.req))  # answered once only
+    assert packets_of(s) == []
 
 
 def test_a_retained_will_is_retained():
