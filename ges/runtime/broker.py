@@ -681,6 +681,10 @@ class BrokerServer:
                 self.log.warning("%s: %s, disconnected", conn.label, conn.close_reason)
             del self._clients[conn_id]
             self._message_clients.discard(conn_id)
+            last_words = getattr(conn, "last_words", None)
+            if last_words is not None:  # an MQTT will the broker's cut left unsaid
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_SEND_WAIT):
+                    await self._last_words(conn_id, last_words())
             if self.access is not None:
                 self.access.closed(conn_id)
             # the client's profile leaves with it; a slow peer cannot hold up shutdown for
@@ -694,6 +698,15 @@ class BrokerServer:
             if self.core.has_work:  # the rest of a large profile's removal
                 self._work_wakeup.set()
             self.log.debug("%s gone: %s", conn.label, conn.close_reason or "cancelled")
+
+
+    async def _last_words(self, conn_id: int, msgs: list) -> None:
+        """Publish what a client leaves behind (an MQTT will, once the broker closed its
+        connection: a slow consumer's, one taken over), as its publishes would be."""
+        for msg in msgs:
+            if self.access is not None and await self._refusal(conn_id, msg) is not None:
+                continue
+            await self._dispatch(self.core.client_publishes(conn_id, [msg], trio.current_time()))
 
 
 def _request_number(msg) -> int:

@@ -280,11 +280,11 @@ class MqttConnection(Connection):
             async for batch in self._read_packets():
                 yield batch
         except Malformed as exc:
-            will = self._will()
+            will = self.last_words()
             if will:
                 yield will
             raise FrameError(f"malformed MQTT: {exc}") from None
-        will = self._will()
+        will = self.last_words()
         if will:
             yield will
 
@@ -337,7 +337,9 @@ class MqttConnection(Connection):
         if self.close_reason is None:
             self.close_reason = why
 
-    def _will(self) -> list:
+    def last_words(self) -> list:
+        """The will as a publish, if it is still to go: once, when the connection ended
+        without DISCONNECT — the client's doing, or the broker's (then the broker asks)."""
         if self.session.closed == "disconnected" or not self.session.connected:
             return []  # a client never connected has no will yet
         return self.session.will(time.time_ns())

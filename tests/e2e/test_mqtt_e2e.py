@@ -298,15 +298,18 @@ def test_logins_permissions_takeover_wills_and_malformed_packets(tmp_path):
         (will,) = watcher.received(1)
         assert will.payload == b"malformed"
 
-        # a second connection with a client id takes over: the first is closed
+        # a second connection with a client id takes over: the first is closed, by the
+        # broker, so its will is published (§3.1.2.5)
         first = socket.create_connection(("127.0.0.1", ports["b4"]))
-        first.sendall(connect_packet("same"))
+        first.sendall(connect_packet("same", ("status/same", b"taken over")))
         assert first.recv(4) == b"\x20\x02\x00\x00"
         second = socket.create_connection(("127.0.0.1", ports["b4"]))
         second.sendall(connect_packet("same"))
         assert second.recv(4) == b"\x20\x02\x00\x00"
         first.settimeout(10)
         assert first.recv(10) == b""
+        (will,) = watcher.received(1)
+        assert (will.topic, will.payload) == ("status/same", b"taken over")
         second.close()
 
         # not MQTT at all: closed, and the broker goes on serving
