@@ -699,7 +699,6 @@ class BrokerServer:
                 self._work_wakeup.set()
             self.log.debug("%s gone: %s", conn.label, conn.close_reason or "cancelled")
 
-
     async def _last_words(self, conn_id: int, msgs: list) -> None:
         """Publish what a client leaves behind (an MQTT will, once the broker closed its
         connection: a slow consumer's, one taken over), as its publishes would be."""
