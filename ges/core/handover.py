@@ -178,6 +178,7 @@ class HandOver:
                 state.max_age,
                 hops,
                 detour,
+                sorted(state.qos2),
             ),
         )
 

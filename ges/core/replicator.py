@@ -334,6 +334,7 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
             req=msg.req,
             profiles=[list(conjunctions) for _, (_, conjunctions) in ordered],
             last=last,
+            qos2=sorted(state.qos2),
         )
         moved = f"{was} -> {live.at}" if was else f"opened at {live.at}"
         text = f"durable session {state.name}: {moved}, {backlog:,} to replay"
@@ -351,6 +352,20 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
                 live.inflight_bytes -= inflight.popleft()[1]
             return self._pump(live) + self._tail_done(live, self.subscriptions.now)
         return []
+
+    def qos2(self, conn: int, msg: m.SessionQos2) -> list:
+        """The QoS 2 identifiers session ``msg.name``'s client holds, changed (from its
+        follower only); answered once durable, if asked."""
+        live = self.sessions.get(msg.name)
+        if live is None or live.follower != conn:
+            return []  # taken over meanwhile: its client never hears PUBREC, and sends again
+        held = live.state.qos2
+        held.difference_update(msg.drop)
+        held.update(pid for pid in msg.add if 0 < pid < 65536)
+        self.store.save_session(live.state)
+        if not msg.req:
+            return []
+        return self._once_kept([ToClient(conn, m.SessionKept(msg.name, req=msg.req))])
 
     def _acked(self, live: Live, epoch: int) -> None:
         # what it has now is held for it no more (a count over what was acknowledged only)

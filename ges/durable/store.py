@@ -53,6 +53,9 @@ class SessionState:
     #: per pubend, the tick up to which its events came to it from elsewhere (a hand-over's
     #: source, or what the hand-over read from the pubend's log): none up to it is stored again
     floors: dict[str, int] = attrs.Factory(dict)
+    #: the QoS 2 packet identifiers its MQTT client published and has not released yet
+    #: (PUBREL): a PUBLISH sent again with one, at any broker, is not published twice
+    qos2: set[int] = attrs.Factory(set)
 
 
 class SessionStore(Protocol):
@@ -155,7 +158,9 @@ class MemorySessionStore:
 
     def sessions(self) -> dict[str, SessionState]:
         return {
-            n: attrs.evolve(s, subs=dict(s.subs), gaps=dict(s.gaps), floors=dict(s.floors))
+            n: attrs.evolve(
+                s, subs=dict(s.subs), gaps=dict(s.gaps), floors=dict(s.floors), qos2=set(s.qos2)
+            )
             for n, s in self._sessions.items()
         }
 

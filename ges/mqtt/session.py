@@ -130,6 +130,12 @@ class MqttSession:
         self._done_epochs: set[int] = set()  # those of them the client has
         self._pid_epoch: dict[int, int] = {}  # packet id -> epoch of a delivery in flight
         self._acked = -1
+        #: QoS 2 identifiers in whose PUBREC waits for the session to keep them (persistent
+        #: sessions: ``SessionQos2``), to ask for and asked for (GES req -> identifiers), and
+        #: those released, to tell
+        self._to_keep: list[int] = []
+        self._keeping: dict[int, list[int]] = {}
+        self._to_drop: list[int] = []
         #: GES req -> the filters a RetainedAsk asked about (its answer goes out at their QoS)
         self._retained_asks: dict[int, list[str]] = {}
         #: session acks that arose from the broker's own answers (QoS 0 deliveries taken):
@@ -189,6 +195,7 @@ class MqttSession:
             if self._early_bytes > MAX_EARLY_BYTES:
                 raise Malformed(f"over {MAX_EARLY_BYTES} bytes of packets before its CONNACK")
         self._end_batch(out)
+        self._qos2_changes()
         if self._pending:
             out += self.take_pending()
         return out
@@ -215,7 +222,8 @@ class MqttSession:
                 self._delivered(pkt.packet_id)
             self._send_waiting()
         elif kind is p.PubRel:
-            self._received.pop(pkt.packet_id, None)
+            if self._received.pop(pkt.packet_id, None) is not None and self._exists:
+                self._to_drop.append(pkt.packet_id)
             self._send(p.PubComp(pkt.packet_id))
         elif kind is p.Subscribe:
             self._subscribe(pkt, out)
@@ -336,6 +344,12 @@ class MqttSession:
         elif kind is m.PubAck:
             for seq in range(msg.seq - msg.seqs + 1, msg.seq + 1):
                 self._published(seq)
+            self._qos2_changes()
+        elif kind is m.SessionKept:
+            for packet_id in self._keeping.pop(msg.req, ()):
+                if self._received.get(packet_id) is False:
+                    self._received[packet_id] = True
+                    self._send(p.PubRec(packet_id))
         elif kind is m.SubAck:
             for answer, _, retained in self._changes.pop(msg.req, ()):
                 self._answer(answer, retained)
@@ -365,14 +379,31 @@ class MqttSession:
         if qos == 1:
             self._send(p.PubAck(packet_id))
         elif packet_id in self._received:
+            if self._exists:  # PUBREC once the session keeps the identifier, wherever it goes
+                self._to_keep.append(packet_id)
+                return
             self._received[packet_id] = True
             self._send(p.PubRec(packet_id))
+
+    def _qos2_changes(self) -> None:
+        """A persistent session's QoS 2 identifiers published and released, told to its
+        replicator in one request each way (a read's, a PubAck's)."""
+        if self._to_keep:
+            self._req += 1
+            self._keeping[self._req] = self._to_keep
+            self._pending.append(m.SessionQos2(self.name, add=self._to_keep, req=self._req))
+            self._to_keep = []
+        if self._to_drop:
+            self._pending.append(m.SessionQos2(self.name, drop=self._to_drop))
+            self._to_drop = []
 
     def _opened(self, msg: m.SessionOpened) -> None:
         self._exists = True
         self._replayed_to = max(self._replayed_to, msg.last)
         if msg.req == self._opening:  # the CONNACK's: the filters it kept come back
             self._opening = 0
+            # and the QoS 2 messages it published and did not release: not published again
+            self._received = dict.fromkeys(msg.qos2, True)
             self.filters = {
                 conj[0].value: sub_id - 1
                 for (sub_id, _), conjs in zip(msg.subs, msg.profiles, strict=False)
@@ -458,6 +489,7 @@ class MqttSession:
             # MQTT 3.1.1 cannot refuse a PUBLISH: it is acknowledged and dropped (the broker
             # logged why), as mosquitto does with what its ACL denies
             self._published(msg.req)
+            self._qos2_changes()
             return
         changes = self._changes.pop(msg.req, None) if msg.req else None
         if changes is None:

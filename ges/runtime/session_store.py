@@ -120,6 +120,7 @@ class SqliteSessionStore:
             if handover:
                 kept = _decode_handover(handover)
                 state.handover, state.floors = kept.get("handover"), kept.get("floors", {})
+                state.qos2 = set(kept.get("qos2", ()))
             if retention:
                 n, age, trimmed, gaps, dropped, why = _decode_retention(retention)
                 state.max_events, state.max_age, state.trimmed = n, age, trimmed
@@ -307,8 +308,14 @@ class SqliteSessionStore:
                             state.created,
                             state.acked,
                             _encode(retention),
-                            _encode({"handover": state.handover, "floors": state.floors})
-                            if state.handover or state.floors
+                            _encode(
+                                {
+                                    "handover": state.handover,
+                                    "floors": state.floors,
+                                    "qos2": sorted(state.qos2),
+                                }
+                            )
+                            if state.handover or state.floors or state.qos2
                             else None,
                         ),
                     )

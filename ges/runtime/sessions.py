@@ -47,7 +47,7 @@ KEEPALIVE = 10.0
 
 #: What a client may send about durable sessions (the runtime hands them here).
 SESSION_REQUESTS = frozenset(
-    {m.SessionOpen, m.SessionAck, m.SessionControl, m.SessionLeave, m.RetainedAsk}
+    {m.SessionOpen, m.SessionAck, m.SessionQos2, m.SessionControl, m.SessionLeave, m.RetainedAsk}
 )
 
 
@@ -89,14 +89,15 @@ class SessionDesk:
         """A client's session request; the outputs for the runtime to dispatch."""
         kind = type(msg)
         now = trio.current_time()
-        if kind is m.SessionAck:
+        if kind is m.SessionAck or kind is m.SessionQos2:
+            take = _FROM_FOLLOWER[kind]
             if self.server.is_follower(conn_id):  # passed on by the client's broker
-                return self.core.replicator.ack(conn_id, msg) if self.core.replicator else []
+                return take(self.core.replicator, conn_id, msg) if self.core.replicator else []
             rep = self._held.get(conn_id, {}).get(msg.name)
             if rep is None:
                 return []
             if rep == self.id:  # the replicator takes it only from the session's follower
-                return self.core.replicator.ack(conn_id, msg)
+                return take(self.core.replicator, conn_id, msg)
             follow = self._follows.get(rep)
             # only from the client the session streams to (not one whose open is unanswered)
             if (
@@ -392,7 +393,7 @@ class SessionDesk:
 
     def _from_replicator(self, follow: Follow, msg) -> list:
         kind = type(msg)
-        if kind is m.SessionEvents:
+        if kind is m.SessionEvents or kind is m.SessionKept:
             client = follow.sessions.get(msg.name)
             return [] if client is None else [ToClient(client, msg)]
         if kind in _ANSWERS:
@@ -425,5 +426,10 @@ class SessionDesk:
         return []
 
 
+#: What a session's client sends about its stream, taken from its follower only.
+_FROM_FOLLOWER = {
+    m.SessionAck: lambda r, conn, msg: r.ack(conn, msg),
+    m.SessionQos2: lambda r, conn, msg: r.qos2(conn, msg),
+}
 #: What a replicator answers to a request of this broker's (by the request's number).
 _ANSWERS = frozenset({m.SessionOpened, m.Error, m.SessionList, m.Retained})

@@ -640,6 +640,8 @@ class SessionOpened(_Msg):
     profiles: list[list[list[Constraint]]] = []
     #: the last epoch among the ``backlog`` stored for it (0: none)
     last: int = 0
+    #: the QoS 2 packet identifiers its MQTT client published and has not released
+    qos2: list[int] = []
 
 
 class SessionItem(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -669,6 +671,26 @@ class SessionAck(_Msg):
 
     name: str
     epoch: int
+
+
+class SessionQos2(_Msg):
+    """Session ``name``'s MQTT client published QoS 2 messages with the packet identifiers
+    ``add`` and released those in ``drop`` (client's broker → replicator, from the session's
+    follower only). With ``req``, answered by :class:`SessionKept` once the change is durable:
+    then the client is told (PUBREC), and a PUBLISH it sends again with one of them, at any
+    broker, is acknowledged and not published twice (MQTT 3.1.1 §4.3.3)."""
+
+    name: str
+    add: list[int] = []
+    drop: list[int] = []
+    req: int = 0
+
+
+class SessionKept(_Msg):
+    """The change ``req`` of session ``name``'s QoS 2 identifiers is durable."""
+
+    name: str
+    req: int = 0
 
 
 class SessionLeave(_Msg):
@@ -728,6 +750,8 @@ class Handover(_Msg):
     max_age: float = 0.0
     hops: int = 0
     detour: list[str] = []
+    #: the session's QoS 2 identifiers held (``SessionQos2``)
+    qos2: list[int] = []
 
 
 class HandoverNote(_Msg):
@@ -825,6 +849,8 @@ Message = (
     | SessionOpened
     | SessionEvents
     | SessionAck
+    | SessionQos2
+    | SessionKept
     | SessionLeave
     | SessionClosed
     | SessionControl

@@ -623,3 +623,14 @@ def test_ending_a_session_whose_open_waits_tells_the_opener():
     assert rig.rep.sessions == {}
     assert [type(msg) for msg in to(outs, 1)] == [m.SessionClosed], "the opener is left waiting"
     assert to(outs, 1)[0].ended
+
+
+def test_a_sessions_qos2_identifiers_are_kept_for_whichever_connection_opens_it_next(rig):
+    rig.open(1)
+    outs = rig.feed(rig.rep.qos2(1, m.SessionQos2("alice", add=[5, 6, 70000], req=4)))
+    assert to(outs, 1) == [m.SessionKept("alice", req=4)]  # the memory store keeps at once
+    assert rig.feed(rig.rep.qos2(2, m.SessionQos2("alice", add=[9]))) == []  # not its follower
+    rig.feed(rig.rep.qos2(1, m.SessionQos2("alice", drop=[5])))
+    assert rig.store.sessions()["alice"].qos2 == {6}
+    (again,) = [x for x in to(rig.open(3, subs=None), 3) if type(x) is m.SessionOpened]
+    assert again.qos2 == [6]  # taken over: the new connection knows what not to publish again

@@ -20,6 +20,8 @@ import paho.mqtt.client as mqtt
 import pytest
 import yaml
 
+from ges.mqtt import packets as p
+from ges.mqtt.frames import PacketReader
 from ges.runtime.ports import on_free_ports
 from ges.security.certs import CertDir
 from tests.e2e.test_up_e2e import GES, ROOT, Up, ges
@@ -311,6 +313,38 @@ def test_logins_permissions_takeover_wills_and_malformed_packets(tmp_path):
         (will,) = watcher.received(1)
         assert (will.topic, will.payload) == ("status/same", b"taken over")
         second.close()
+
+        # QoS 2 exactly once across brokers: a persistent publisher's PUBLISH is kept by its
+        # session before PUBREC; sent again at another broker (as if PUBREC was lost with the
+        # connection) it is acknowledged and not published twice (§4.3.3, §4.4)
+        def exchange(sock, *packets, until=None) -> list:
+            sock.sendall(b"".join(p.encode(x) for x in packets))
+            reader, got = PacketReader(), []
+            sock.settimeout(30)
+            while until is not None and not any(type(x) is until for x in got):
+                reader.feed(sock.recv(65536))
+                got += [p.decode(x) for x in reader.packets()]
+            return got
+
+        q2 = socket.create_connection(("127.0.0.1", ports["b2"]))
+        exchange(q2, p.Connect("q2", clean_session=False), until=p.ConnAck)
+        exchange(q2, p.Subscribe(1, (("q2/#", 1),)), until=p.SubAck)  # the session exists
+        got = exchange(q2, p.Publish("status/q2", b"once", 2, packet_id=7), until=p.PubRec)
+        assert p.PubRec(7) in got
+        q2.close()  # without PUBREL: it is owed
+        (first,) = watcher.received(1)
+        q2 = socket.create_connection(("127.0.0.1", ports["b17"]))  # SSC-B
+        (ack,) = exchange(q2, p.Connect("q2", clean_session=False), until=p.ConnAck)
+        assert ack.session_present
+        got = exchange(q2, p.Publish("status/q2", b"once", 2, dup=True, packet_id=7),
+                       until=p.PubRec)  # fmt: skip
+        assert p.PubRec(7) in got
+        assert p.PubComp(7) in exchange(q2, p.PubRel(7), until=p.PubComp)
+        got = exchange(q2, p.Publish("status/q2", b"next", 2, packet_id=7), until=p.PubRec)
+        exchange(q2, p.PubRel(7), p.Disconnect(), until=p.PubComp)
+        q2.close()
+        (second,) = watcher.received(1)
+        assert (first.payload, second.payload) == (b"once", b"next")  # not b"once" twice
 
         # not MQTT at all: closed, and the broker goes on serving
         junk = socket.create_connection(("127.0.0.1", ports["b4"]))

@@ -380,3 +380,29 @@ def test_a_retained_will_is_retained():
     s = opened(p.Connect("c", will=p.Will("last", b"gone", 1, True)))
     (msg,) = s.will()
     assert msg.events[0].attributes == {TOPIC_ATTR: "last", QOS_ATTR: 1, RETAIN_ATTR: 1}
+
+
+def test_a_persistent_sessions_qos2_publishes_are_kept_by_it_before_pubrec():
+    s = MqttSession(p.Connect("car-7", clean_session=False))
+    (opening,) = s.start()
+    profile = [[[C(TOPIC_ATTR, "topic", "a")]]]
+    s.from_broker(
+        m.SessionOpened("mqtt.car-7", "b1", "s", False, 0, 0, [(2, "mqtt-qos1")], opening.req,
+                        profile, qos2=[7])
+    )  # fmt: skip
+    packets_of(s)
+    # 7 was published on an earlier connection, maybe at another broker: not again
+    assert send(s, p.Publish("t", b"again", 2, dup=True, packet_id=7)) == []
+    assert packets_of(s) == [p.PubRec(7)]
+    a, b = send(s, p.Publish("t", b"1", 2, packet_id=8), p.Publish("t", b"2", 2, packet_id=9))
+    s.from_broker(m.PubAck(b.seq, "b", 1, 2, seqs=2))
+    assert packets_of(s) == []  # not before the session keeps them
+    (keep,) = s.take_pending()
+    assert keep == m.SessionQos2("mqtt.car-7", add=[8, 9], req=keep.req)
+    assert send(s, p.Publish("t", b"1", 2, dup=True, packet_id=8)) == []  # still waiting
+    s.from_broker(m.SessionKept("mqtt.car-7", req=keep.req))
+    assert packets_of(s) == [p.PubRec(8), p.PubRec(9)]
+    assert send(s, p.PubRel(7), p.PubRel(8)) == [m.SessionQos2("mqtt.car-7", drop=[7, 8])]
+    assert packets_of(s) == [p.PubComp(7), p.PubComp(8)]
+    (c,) = send(s, p.Publish("t", b"new", 2, packet_id=7))  # released: a new message
+    assert c.events[0].payload == b"new"
