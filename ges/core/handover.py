@@ -179,6 +179,7 @@ class HandOver:
                 hops,
                 detour,
                 sorted(state.qos2),
+                sorted(state.rel),
             ),
         )
 

@@ -335,6 +335,7 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
             profiles=[list(conjunctions) for _, (_, conjunctions) in ordered],
             last=last,
             qos2=sorted(state.qos2),
+            rel=sorted(state.rel),
         )
         moved = f"{was} -> {live.at}" if was else f"opened at {live.at}"
         text = f"durable session {state.name}: {moved}, {backlog:,} to replay"
@@ -359,9 +360,11 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         live = self.sessions.get(msg.name)
         if live is None or live.follower != conn:
             return []  # taken over meanwhile: its client never hears PUBREC, and sends again
-        held = live.state.qos2
-        held.difference_update(msg.drop)
-        held.update(pid for pid in msg.add if 0 < pid < 65536)
+        state = live.state
+        state.qos2.difference_update(msg.drop)
+        state.qos2.update(pid for pid in msg.add if 0 < pid < 65536)
+        state.rel.difference_update(msg.rel_drop)
+        state.rel.update(pid for pid in msg.rel_add if 0 < pid < 65536)
         self.store.save_session(live.state)
         if not msg.req:
             return []

@@ -50,7 +50,7 @@ class Taking:
             return self._note(msg.source, msg.hid, msg.name, "refused", why)
         state = SessionState(msg.name, msg.owner, self._next_key, {}, msg.created)
         state.max_events, state.max_age = msg.max_events, msg.max_age
-        state.qos2 = set(msg.qos2)
+        state.qos2, state.rel = set(msg.qos2), set(msg.rel)
         state.handover = {
             "dir": "in",
             "from": msg.source,

@@ -56,6 +56,20 @@ class SessionState:
     #: the QoS 2 packet identifiers its MQTT client published and has not released yet
     #: (PUBREL): a PUBLISH sent again with one, at any broker, is not published twice
     qos2: set[int] = attrs.Factory(set)
+    #: the identifiers of QoS 2 deliveries its MQTT client acknowledged (PUBREC) whose PUBCOMP
+    #: has not come: a broker it reconnects at sends PUBREL for them, not the message again
+    rel: set[int] = attrs.Factory(set)
+
+    def copy(self) -> SessionState:
+        """A copy sharing nothing that changes (what a store keeps of a save)."""
+        return attrs.evolve(
+            self,
+            subs=dict(self.subs),
+            gaps=dict(self.gaps),
+            floors=dict(self.floors),
+            qos2=set(self.qos2),
+            rel=set(self.rel),
+        )
 
 
 class SessionStore(Protocol):
@@ -157,17 +171,10 @@ class MemorySessionStore:
         self._retained: dict[str, Kept] = {}
 
     def sessions(self) -> dict[str, SessionState]:
-        return {
-            n: attrs.evolve(
-                s, subs=dict(s.subs), gaps=dict(s.gaps), floors=dict(s.floors), qos2=set(s.qos2)
-            )
-            for n, s in self._sessions.items()
-        }
+        return {n: s.copy() for n, s in self._sessions.items()}
 
     def save_session(self, state: SessionState) -> None:
-        self._sessions[state.name] = attrs.evolve(
-            state, subs=dict(state.subs), gaps=dict(state.gaps), floors=dict(state.floors)
-        )
+        self._sessions[state.name] = state.copy()
         self._wants.setdefault(state.key, [])
 
     def drop_session(self, state: SessionState) -> None:

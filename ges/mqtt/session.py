@@ -134,8 +134,13 @@ class MqttSession:
         #: sessions: ``SessionQos2``), to ask for and asked for (GES req -> identifiers), and
         #: those released, to tell
         self._to_keep: list[int] = []
-        self._keeping: dict[int, list[int]] = {}
+        self._keeping: dict[int, tuple[list[int], list[int]]] = {}
         self._to_drop: list[int] = []
+        #: likewise, deliveries' identifiers PUBREC'd whose PUBREL waits for the session to
+        #: keep them, those it keeps (PUBREL owed until PUBCOMP), and those completed, to tell
+        self._to_owe: list[int] = []
+        self._owed: set[int] = set()
+        self._to_paid: list[int] = []
         #: GES req -> the filters a RetainedAsk asked about (its answer goes out at their QoS)
         self._retained_asks: dict[int, list[str]] = {}
         #: session acks that arose from the broker's own answers (QoS 0 deliveries taken):
@@ -211,15 +216,22 @@ class MqttSession:
                 self._delivered(pkt.packet_id)
                 self._send_waiting()
         elif kind is p.PubRec:
-            sent = self._inflight.get(pkt.packet_id)
+            pid = pkt.packet_id
+            sent = self._inflight.get(pid)
             if sent is not None and sent.qos == 2:
-                del self._inflight[pkt.packet_id]
-                self._released.add(pkt.packet_id)
-            self._send(p.PubRel(pkt.packet_id))
+                del self._inflight[pid]
+                self._released.add(pid)
+                if pid in self._pid_epoch and self._exists:  # PUBREL once the session owes it
+                    self._to_owe.append(pid)
+                    return
+            self._send(p.PubRel(pid))
         elif kind is p.PubComp:
             if pkt.packet_id in self._released:
                 self._released.discard(pkt.packet_id)
                 self._delivered(pkt.packet_id)
+                if pkt.packet_id in self._owed:
+                    self._owed.discard(pkt.packet_id)
+                    self._to_paid.append(pkt.packet_id)
             self._send_waiting()
         elif kind is p.PubRel:
             if self._received.pop(pkt.packet_id, None) is not None and self._exists:
@@ -346,10 +358,16 @@ class MqttSession:
                 self._published(seq)
             self._qos2_changes()
         elif kind is m.SessionKept:
-            for packet_id in self._keeping.pop(msg.req, ()):
+            kept, owed = self._keeping.pop(msg.req, ((), ()))
+            for packet_id in kept:
                 if self._received.get(packet_id) is False:
                     self._received[packet_id] = True
                     self._send(p.PubRec(packet_id))
+            for packet_id in owed:  # the client has the message: the epoch is done
+                if packet_id in self._released:
+                    self._owed.add(packet_id)
+                    self._send(p.PubRel(packet_id))
+                    self._delivered(packet_id)
         elif kind is m.SubAck:
             for answer, _, retained in self._changes.pop(msg.req, ()):
                 self._answer(answer, retained)
@@ -388,22 +406,28 @@ class MqttSession:
     def _qos2_changes(self) -> None:
         """A persistent session's QoS 2 identifiers published and released, told to its
         replicator in one request each way (a read's, a PubAck's)."""
-        if self._to_keep:
+        if self._to_keep or self._to_owe:
             self._req += 1
-            self._keeping[self._req] = self._to_keep
-            self._pending.append(m.SessionQos2(self.name, add=self._to_keep, req=self._req))
-            self._to_keep = []
-        if self._to_drop:
-            self._pending.append(m.SessionQos2(self.name, drop=self._to_drop))
-            self._to_drop = []
+            self._keeping[self._req] = (self._to_keep, self._to_owe)
+            ask = m.SessionQos2(self.name, add=self._to_keep, req=self._req, rel_add=self._to_owe)
+            self._pending.append(ask)
+            self._to_keep, self._to_owe = [], []
+        if self._to_drop or self._to_paid:
+            self._pending.append(
+                m.SessionQos2(self.name, drop=self._to_drop, rel_drop=self._to_paid)
+            )
+            self._to_drop, self._to_paid = [], []
 
     def _opened(self, msg: m.SessionOpened) -> None:
         self._exists = True
         self._replayed_to = max(self._replayed_to, msg.last)
         if msg.req == self._opening:  # the CONNACK's: the filters it kept come back
             self._opening = 0
-            # and the QoS 2 messages it published and did not release: not published again
+            # and the QoS 2 messages it published and did not release: not published again;
+            # and the PUBRELs it is owed: sent again (§4.4), the messages not
             self._received = dict.fromkeys(msg.qos2, True)
+            self._released = set(msg.rel)
+            self._owed = set(msg.rel)
             self.filters = {
                 conj[0].value: sub_id - 1
                 for (sub_id, _), conjs in zip(msg.subs, msg.profiles, strict=False)
@@ -412,6 +436,8 @@ class MqttSession:
             }
             self._acked = self._sent_epoch = msg.start
             self._connected(not msg.created)
+            for packet_id in sorted(self._owed):
+                self._send(p.PubRel(packet_id))
             return
         for answer, _, retained in self._changes.pop(msg.req, ()):
             self._answer(answer, retained)
@@ -457,7 +483,9 @@ class MqttSession:
         early, self._early = self._early, []
         for pkt, wall_ns in early:
             self._packet(pkt, wall_ns, out)
-        return self._end_batch(out)
+        self._end_batch(out)
+        self._qos2_changes()
+        return out + self.take_pending()
 
     def open_timed_out(self) -> None:
         """The session's open went unanswered for too long (its replicator was lost while it

@@ -20,7 +20,6 @@ import sqlite3
 import time
 from pathlib import Path
 
-import attrs
 import msgspec
 
 from ges.durable.retained import Kept
@@ -121,6 +120,7 @@ class SqliteSessionStore:
                 kept = _decode_handover(handover)
                 state.handover, state.floors = kept.get("handover"), kept.get("floors", {})
                 state.qos2 = set(kept.get("qos2", ()))
+                state.rel = set(kept.get("rel", ()))
             if retention:
                 n, age, trimmed, gaps, dropped, why = _decode_retention(retention)
                 state.max_events, state.max_age, state.trimmed = n, age, trimmed
@@ -131,9 +131,7 @@ class SqliteSessionStore:
 
     def save_session(self, state: SessionState) -> None:
         self._saved += 1
-        self._saves[state.name] = attrs.evolve(
-            state, subs=dict(state.subs), gaps=dict(state.gaps), floors=dict(state.floors)
-        )
+        self._saves[state.name] = state.copy()
 
     def drop_session(self, state: SessionState) -> None:
         self._saved += 1
@@ -313,9 +311,10 @@ class SqliteSessionStore:
                                     "handover": state.handover,
                                     "floors": state.floors,
                                     "qos2": sorted(state.qos2),
+                                    "rel": sorted(state.rel),
                                 }
                             )
-                            if state.handover or state.floors or state.qos2
+                            if state.handover or state.floors or state.qos2 or state.rel
                             else None,
                         ),
                     )

@@ -640,8 +640,10 @@ class SessionOpened(_Msg):
     profiles: list[list[list[Constraint]]] = []
     #: the last epoch among the ``backlog`` stored for it (0: none)
     last: int = 0
-    #: the QoS 2 packet identifiers its MQTT client published and has not released
+    #: the QoS 2 packet identifiers its MQTT client published and has not released, and those
+    #: of deliveries it acknowledged whose PUBCOMP has not come (``SessionState.rel``)
     qos2: list[int] = []
+    rel: list[int] = []
 
 
 class SessionItem(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -678,12 +680,17 @@ class SessionQos2(_Msg):
     ``add`` and released those in ``drop`` (client's broker → replicator, from the session's
     follower only). With ``req``, answered by :class:`SessionKept` once the change is durable:
     then the client is told (PUBREC), and a PUBLISH it sends again with one of them, at any
-    broker, is acknowledged and not published twice (MQTT 3.1.1 §4.3.3)."""
+    broker, is acknowledged and not published twice (MQTT 3.1.1 §4.3.3). Likewise the
+    deliveries it acknowledged with PUBREC (``rel_add``: PUBREL goes once that is kept, and a
+    broker it reconnects at sends PUBREL again, not the message, §4.4) and completed
+    (``rel_drop``, PUBCOMP)."""
 
     name: str
     add: list[int] = []
     drop: list[int] = []
     req: int = 0
+    rel_add: list[int] = []
+    rel_drop: list[int] = []
 
 
 class SessionKept(_Msg):
@@ -752,6 +759,7 @@ class Handover(_Msg):
     detour: list[str] = []
     #: the session's QoS 2 identifiers held (``SessionQos2``)
     qos2: list[int] = []
+    rel: list[int] = []
 
 
 class HandoverNote(_Msg):

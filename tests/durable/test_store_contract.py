@@ -309,7 +309,7 @@ def test_a_reopened_store_keeps_sessions_events_tops_and_its_id(tmp_path):
     s = SqliteSessionStore(path)
     store_id = s.id
     alice = state("alice", A, acked=1)
-    alice.qos2 = {3, 65535}  # its MQTT client's QoS 2 identifiers held
+    alice.qos2, alice.rel = {3, 65535}, {1}  # its MQTT client's QoS 2 identifiers held
     s.save_session(alice)
     e1 = s.append("p~1", item(1, tick=1), [(A, [1])])
     e2 = s.append("p~1", item(2, tick=2), [(A, [1]), (B, [4])])

@@ -345,6 +345,27 @@ def test_logins_permissions_takeover_wills_and_malformed_packets(tmp_path):
         q2.close()
         (second,) = watcher.received(1)
         assert (first.payload, second.payload) == (b"once", b"next")  # not b"once" twice
+        # and the other way: a persistent QoS 2 subscriber that PUBREC'd a message and lost its
+        # connection before PUBCOMP is sent PUBREL again at another broker, not the message
+        q2s = socket.create_connection(("127.0.0.1", ports["b7"]))
+        exchange(q2s, p.Connect("q2s", clean_session=False), until=p.ConnAck)
+        exchange(q2s, p.Subscribe(1, (("q2s/#", 2),)), until=p.SubAck)
+        pub = Paho("p2", ports["b9"])
+        clients.append(pub)
+        pub.publish("q2s/a", b"m", 2)
+        got = exchange(q2s, until=p.Publish)
+        (msg,) = [x for x in got if type(x) is p.Publish]
+        assert (msg.payload, msg.qos) == (b"m", 2)
+        assert p.PubRel(msg.packet_id) in exchange(q2s, p.PubRec(msg.packet_id), until=p.PubRel)
+        q2s.close()  # without PUBCOMP
+        q2s = socket.create_connection(("127.0.0.1", ports["b19"]))  # SSC-B
+        got = exchange(q2s, p.Connect("q2s", clean_session=False), until=p.PubRel)
+        assert got == [p.ConnAck(p.ACCEPTED, True), p.PubRel(msg.packet_id)]
+        exchange(q2s, p.PubComp(msg.packet_id))
+        q2s.settimeout(1.0)
+        with pytest.raises(TimeoutError):
+            q2s.recv(100)  # and not the message again
+        q2s.close()
 
         # not MQTT at all: closed, and the broker goes on serving
         junk = socket.create_connection(("127.0.0.1", ports["b4"]))

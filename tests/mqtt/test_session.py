@@ -406,3 +406,28 @@ def test_a_persistent_sessions_qos2_publishes_are_kept_by_it_before_pubrec():
     assert packets_of(s) == [p.PubComp(7), p.PubComp(8)]
     (c,) = send(s, p.Publish("t", b"new", 2, packet_id=7))  # released: a new message
     assert c.events[0].payload == b"new"
+
+
+def test_a_persistent_sessions_qos2_deliveries_owe_pubrel_wherever_the_client_comes_back():
+    s = MqttSession(p.Connect("car-7", clean_session=False))
+    (opening,) = s.start()
+    profile = [[[C(TOPIC_ATTR, "topic", "a/+")]]]
+    s.from_broker(
+        m.SessionOpened("mqtt.car-7", "b1", "s", False, 3, 0, [(3, "mqtt-qos2")], opening.req,
+                        profile, rel=[5])
+    )  # fmt: skip
+    # PUBREC'd on an earlier connection, maybe at another broker: PUBREL again, not the message
+    assert packets_of(s) == [p.ConnAck(p.ACCEPTED, True), p.PubRel(5)]
+    s.from_broker(m.SessionEvents("mqtt.car-7", [stored(4, "a/x", 2, subs=(3,))]))
+    assert packets_of(s) == []  # epoch 4's identifier is 5: it waits for PUBCOMP 5
+    assert send(s, p.PubComp(5)) == [m.SessionQos2("mqtt.car-7", rel_drop=[5])]
+    (sent,) = packets_of(s)
+    assert (sent.topic, sent.qos, sent.packet_id) == ("a/x", 2, 5)
+    # PUBREC'd: PUBREL once the session owes it, and then epoch 4 is taken
+    (owe,) = send(s, p.PubRec(5))
+    assert owe == m.SessionQos2("mqtt.car-7", rel_add=[5], req=owe.req)
+    assert packets_of(s) == []
+    s.from_broker(m.SessionKept("mqtt.car-7", req=owe.req))
+    assert packets_of(s) == [p.PubRel(5)]
+    assert s.take_pending() == [m.SessionAck("mqtt.car-7", 4)]
+    assert send(s, p.PubComp(5)) == [m.SessionQos2("mqtt.car-7", rel_drop=[5])]

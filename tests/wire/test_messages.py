@@ -152,7 +152,7 @@ EXAMPLES = [
     ),
     m.HandoverNote("b1", "b12", "b1/ab12/3/4000", "alice", "refused", "no room", hops=1),
     m.RetainedAsk(["home/+/temp", "#"], req=4),
-    m.SessionQos2("mqtt.car-7", add=[7, 8], drop=[3], req=5),
+    m.SessionQos2("mqtt.car-7", add=[7, 8], drop=[3], req=5, rel_add=[9], rel_drop=[1]),
     m.SessionKept("mqtt.car-7", req=5),
     m.Retained([m.Event({"@topic": "home/k/temp", "@retain": 1}, b"21", 5)], False, req=4),
     m.SessionControl("roam", "alice", "b19", req=4),
