@@ -52,7 +52,12 @@ FLAGS = {t: 0b0010 if t in (PUBREL, SUBSCRIBE, UNSUBSCRIBE) else 0 for t in NAME
 
 
 class Malformed(ValueError):
-    """A malformed packet: the connection is closed, saying this."""
+    """A malformed packet: the connection is closed, saying this (under MQTT 5.0 in a
+    DISCONNECT with reason ``code``: 0x81 malformed packet, 0x82 protocol error …)."""
+
+    def __init__(self, text: str, code: int = 0x81):
+        super().__init__(text)
+        self.code = code
 
 
 @attrs.frozen

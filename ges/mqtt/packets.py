@@ -1,4 +1,5 @@
-"""MQTT 3.1.1's control packets: bodies decoded into values and values encoded into packets.
+"""MQTT 3.1.1's and 5.0's control packets: bodies decoded into values and values encoded into
+packets.
 
 Theory of operation
 -------------------
@@ -16,6 +17,14 @@ one topic filter, a requested QoS of 0-2 and no reserved bits (§3.8.3); CONNECT
 is 0, a will's QoS 0-2 and none without a will, a password only with a user name (§3.1.2).
 A topic name holds no wildcard (§4.7.1) and a filter is well-formed (ges.matching.topics).
 
+MQTT 5.0 (protocol level 5) adds *properties* to most packets (5.0 §2.2.2): a variable byte
+integer length, then identifier-value pairs, each identifier one of those the spec lists for
+that packet, none but User Property (and a server's Subscription Identifier) twice. They are
+kept as a tuple of ``(identifier, value)`` pairs in order (:data:`PROPERTY_TYPES` says each
+one's type); the acknowledgements, UNSUBACK and DISCONNECT gain reason codes, and a
+SUBSCRIBE's requested QoS becomes an options byte (QoS, No Local, Retain As Published, Retain
+Handling). :func:`decode` and :func:`encode` take the connection's protocol level.
+
 Bounds are the framing's: a packet is at most ``max_packet`` bytes, so every field is too; the
 number of filters in one SUBSCRIBE is bounded by the broker (ges.mqtt.session), not here.
 """
@@ -28,6 +37,7 @@ import attrs
 
 from ges.matching.topics import check_filter, check_topic
 from ges.mqtt.frames import (
+    AUTH,
     CONNACK,
     CONNECT,
     DISCONNECT,
@@ -44,6 +54,7 @@ from ges.mqtt.frames import (
     UNSUBSCRIBE,
     Malformed,
     Packet,
+    encode_length,
     frame,
 )
 
@@ -51,8 +62,47 @@ from ges.mqtt.frames import (
 ACCEPTED, BAD_VERSION, BAD_CLIENT_ID, UNAVAILABLE, BAD_LOGIN, NOT_AUTHORIZED = range(6)
 #: A SUBACK's code for a refused filter (§3.9.3).
 SUBSCRIBE_FAILED = 0x80
-#: The protocol level of MQTT 3.1.1 (§3.1.2.2).
+#: The protocol levels of MQTT 3.1.1 (§3.1.2.2) and 5.0.
 LEVEL_311 = 4
+LEVEL_5 = 5
+
+#: MQTT 5.0's property identifiers (5.0 §2.2.2.2) and their types.
+PAYLOAD_FORMAT, MESSAGE_EXPIRY, CONTENT_TYPE = 0x01, 0x02, 0x03
+RESPONSE_TOPIC, CORRELATION_DATA, SUBSCRIPTION_ID = 0x08, 0x09, 0x0B
+SESSION_EXPIRY, ASSIGNED_CLIENT_ID, SERVER_KEEP_ALIVE = 0x11, 0x12, 0x13
+AUTH_METHOD, AUTH_DATA, REQUEST_PROBLEM_INFO, WILL_DELAY = 0x15, 0x16, 0x17, 0x18
+REQUEST_RESPONSE_INFO, RESPONSE_INFO, SERVER_REFERENCE, REASON_STRING = 0x19, 0x1A, 0x1C, 0x1F
+RECEIVE_MAXIMUM, TOPIC_ALIAS_MAXIMUM, TOPIC_ALIAS, MAXIMUM_QOS = 0x21, 0x22, 0x23, 0x24
+RETAIN_AVAILABLE, USER_PROPERTY, MAXIMUM_PACKET_SIZE = 0x25, 0x26, 0x27
+WILDCARD_AVAILABLE, SUBSCRIPTION_IDS_AVAILABLE, SHARED_AVAILABLE = 0x28, 0x29, 0x2A
+BYTE, U16, U32, VARINT, STRING, BINARY, PAIR = range(7)
+PROPERTY_TYPES = {
+    PAYLOAD_FORMAT: BYTE, MESSAGE_EXPIRY: U32, CONTENT_TYPE: STRING, RESPONSE_TOPIC: STRING,
+    CORRELATION_DATA: BINARY, SUBSCRIPTION_ID: VARINT, SESSION_EXPIRY: U32,
+    ASSIGNED_CLIENT_ID: STRING, SERVER_KEEP_ALIVE: U16, AUTH_METHOD: STRING, AUTH_DATA: BINARY,
+    REQUEST_PROBLEM_INFO: BYTE, WILL_DELAY: U32, REQUEST_RESPONSE_INFO: BYTE,
+    RESPONSE_INFO: STRING, SERVER_REFERENCE: STRING, REASON_STRING: STRING,
+    RECEIVE_MAXIMUM: U16, TOPIC_ALIAS_MAXIMUM: U16, TOPIC_ALIAS: U16, MAXIMUM_QOS: BYTE,
+    RETAIN_AVAILABLE: BYTE, USER_PROPERTY: PAIR, MAXIMUM_PACKET_SIZE: U32,
+    WILDCARD_AVAILABLE: BYTE, SUBSCRIPTION_IDS_AVAILABLE: BYTE, SHARED_AVAILABLE: BYTE,
+}  # fmt: skip
+#: Properties that may come more than once in one packet.
+_REPEATED = frozenset({USER_PROPERTY, SUBSCRIPTION_ID})
+
+#: MQTT 5.0 reason codes a server sends (5.0 §2.4), and what a 3.1.1 CONNACK code is in 5.0.
+SUCCESS, DISCONNECT_WITH_WILL, NO_SUBSCRIPTION = 0x00, 0x04, 0x11
+UNSPECIFIED, MALFORMED, PROTOCOL_ERROR, NOT_AUTHORIZED_5 = 0x80, 0x81, 0x82, 0x87
+BAD_AUTH_METHOD, KEEP_ALIVE_TIMEOUT, TAKEN_OVER, FILTER_INVALID = 0x8C, 0x8D, 0x8E, 0x8F
+PACKET_TOO_LARGE, QUOTA_EXCEEDED, ADMINISTRATIVE, USE_ANOTHER_SERVER = 0x95, 0x97, 0x98, 0x9C
+SHARED_NOT_SUPPORTED, SUBSCRIPTION_IDS_NOT_SUPPORTED = 0x9E, 0xA1
+CONNACK_5 = {
+    ACCEPTED: SUCCESS,
+    BAD_VERSION: 0x84,
+    BAD_CLIENT_ID: 0x85,
+    UNAVAILABLE: 0x88,
+    BAD_LOGIN: 0x86,
+    NOT_AUTHORIZED: NOT_AUTHORIZED_5,
+}
 
 
 @attrs.frozen
@@ -61,6 +111,7 @@ class Will:
     message: bytes
     qos: int = 0
     retain: bool = False
+    props: tuple = ()
 
 
 @attrs.frozen
@@ -72,12 +123,14 @@ class Connect:
     password: bytes | None = None
     will: Will | None = None
     level: int = LEVEL_311
+    props: tuple = ()
 
 
 @attrs.frozen
 class ConnAck:
     code: int = ACCEPTED
     session_present: bool = False
+    props: tuple = ()
 
 
 @attrs.frozen
@@ -88,49 +141,65 @@ class Publish:
     retain: bool = False
     dup: bool = False
     packet_id: int = 0
+    props: tuple = ()
 
 
 @attrs.frozen
 class PubAck:
     packet_id: int
+    reason: int = SUCCESS
+    props: tuple = ()
 
 
 @attrs.frozen
 class PubRec:
     packet_id: int
+    reason: int = SUCCESS
+    props: tuple = ()
 
 
 @attrs.frozen
 class PubRel:
     packet_id: int
+    reason: int = SUCCESS
+    props: tuple = ()
 
 
 @attrs.frozen
 class PubComp:
     packet_id: int
+    reason: int = SUCCESS
+    props: tuple = ()
 
 
 @attrs.frozen
 class Subscribe:
     packet_id: int
+    #: (filter, options): the requested QoS, and under 5.0 No Local (4), Retain As Published
+    #: (8) and Retain Handling (bits 4-5)
     filters: tuple[tuple[str, int], ...]
+    props: tuple = ()
 
 
 @attrs.frozen
 class SubAck:
     packet_id: int
     codes: tuple[int, ...]
+    props: tuple = ()
 
 
 @attrs.frozen
 class Unsubscribe:
     packet_id: int
     filters: tuple[str, ...]
+    props: tuple = ()
 
 
 @attrs.frozen
 class UnsubAck:
     packet_id: int
+    codes: tuple[int, ...] = ()  # 5.0 only
+    props: tuple = ()
 
 
 @attrs.frozen
@@ -145,7 +214,16 @@ class PingResp:
 
 @attrs.frozen
 class Disconnect:
-    pass
+    reason: int = SUCCESS  # 5.0 only
+    props: tuple = ()
+
+
+def prop(props: tuple, pid: int, default=None):
+    """The value of property ``pid`` in ``props`` (the first, if repeated)."""
+    for key, value in props:
+        if key == pid:
+            return value
+    return default
 
 
 _ACKS = {PUBACK: PubAck, PUBREC: PubRec, PUBREL: PubRel, PUBCOMP: PubComp, UNSUBACK: UnsubAck}
@@ -193,6 +271,62 @@ class _Reader:
             raise Malformed(f"a {self.what}'s {field} holds U+0000")
         return text
 
+    def u32(self) -> int:
+        if self.at + 4 > len(self.body):
+            raise Malformed(f"a {self.what} cut short")
+        (value,) = struct.unpack_from("!I", self.body, self.at)
+        self.at += 4
+        return value
+
+    def varint(self) -> int:
+        value = 0
+        for i in range(4):
+            b = self.byte()
+            value |= (b & 0x7F) << (7 * i)
+            if not b & 0x80:
+                if i and not b:
+                    raise Malformed(
+                        f"a {self.what} with a variable byte integer not in its shortest form"
+                    )
+                return value
+        raise Malformed(f"a {self.what} with a variable byte integer of over four bytes")
+
+    def props(self, allowed: frozenset | None) -> tuple:
+        """MQTT 5.0 properties (5.0 §2.2.2): those of the packet's kind, each once but those
+        that may repeat."""
+        n = self.varint()
+        end = self.at + n
+        if end > len(self.body):
+            raise Malformed(f"a {self.what} whose properties run past its end")
+        out: list = []
+        seen: set[int] = set()
+        while self.at < end:
+            pid = self.varint()
+            kind = PROPERTY_TYPES.get(pid)
+            if kind is None or (allowed is not None and pid not in allowed):
+                raise Malformed(f"a {self.what} with property 0x{pid:02x}, which it may not have")
+            if pid in seen and pid not in _REPEATED:
+                raise Malformed(f"a {self.what} with property 0x{pid:02x} twice")
+            seen.add(pid)
+            if kind == BYTE:
+                value = self.byte()
+            elif kind == U16:
+                value = self.u16()
+            elif kind == U32:
+                value = self.u32()
+            elif kind == VARINT:
+                value = self.varint()
+            elif kind == STRING:
+                value = self.string(f"property 0x{pid:02x}")
+            elif kind == BINARY:
+                value = self.binary()
+            else:
+                value = (self.string("user property's name"), self.string("user property"))
+            out.append((pid, value))
+        if self.at != end:
+            raise Malformed(f"a {self.what} whose properties overrun their length")
+        return tuple(out)
+
     def packet_id(self) -> int:
         value = self.u16()
         if value == 0:
@@ -209,56 +343,89 @@ class _Reader:
             raise Malformed(f"a {self.what} with {self.left()} bytes more than its fields")
 
 
-def decode(packet: Packet):
-    """The value one packet says.
+_ACK_PROPS = frozenset({REASON_STRING, USER_PROPERTY})
+_PUBLISH_PROPS = frozenset(
+    {PAYLOAD_FORMAT, MESSAGE_EXPIRY, TOPIC_ALIAS, RESPONSE_TOPIC, CORRELATION_DATA,
+     USER_PROPERTY, SUBSCRIPTION_ID, CONTENT_TYPE}
+)  # fmt: skip
+_CONNECT_PROPS = frozenset(
+    {SESSION_EXPIRY, RECEIVE_MAXIMUM, MAXIMUM_PACKET_SIZE, TOPIC_ALIAS_MAXIMUM,
+     REQUEST_RESPONSE_INFO, REQUEST_PROBLEM_INFO, USER_PROPERTY, AUTH_METHOD, AUTH_DATA}
+)  # fmt: skip
+_WILL_PROPS = frozenset(
+    {WILL_DELAY, PAYLOAD_FORMAT, MESSAGE_EXPIRY, CONTENT_TYPE, RESPONSE_TOPIC,
+     CORRELATION_DATA, USER_PROPERTY}
+)  # fmt: skip
+_DISCONNECT_PROPS = frozenset({SESSION_EXPIRY, REASON_STRING, USER_PROPERTY, SERVER_REFERENCE})
+
+
+def decode(packet: Packet, level: int = LEVEL_311):
+    """The value one packet says, at protocol ``level`` (a CONNECT says its own).
 
     Raises:
         Malformed: it breaks the spec (the connection is to be closed, saying this).
     """
     t, flags, body = packet.type, packet.flags, packet.body
     r = _Reader(body, packet.name)
+    v5 = level == LEVEL_5
     if t == PUBLISH:
         qos = (flags >> 1) & 3
         topic = r.string("topic name")
-        why = check_topic(topic)
+        why = check_topic(topic) if topic or not v5 else None  # 5.0: empty with a topic alias
         if why is not None:
             raise Malformed(f"a PUBLISH's topic name: {why}")
         packet_id = r.packet_id() if qos else 0
         if not qos and flags & 0b1000:
             raise Malformed("a PUBLISH of QoS 0 with DUP set")
-        return Publish(topic, r.rest(), qos, bool(flags & 1), bool(flags & 0b1000), packet_id)
+        props = r.props(_PUBLISH_PROPS) if v5 else ()
+        dup = bool(flags & 0b1000)
+        return Publish(topic, r.rest(), qos, bool(flags & 1), dup, packet_id, props)
     if t in _ACKS:
-        out = _ACKS[t](r.packet_id())
+        if t == UNSUBACK and v5:
+            packet_id, props = r.packet_id(), r.props(_ACK_PROPS)
+            out = UnsubAck(packet_id, tuple(r.rest()), props)
+        else:
+            packet_id = r.packet_id()
+            reason = r.byte() if v5 and r.left() else SUCCESS
+            props = r.props(_ACK_PROPS) if v5 and r.left() else ()
+            out = _ACKS[t](packet_id, reason, props) if t != UNSUBACK else UnsubAck(packet_id)
     elif t == CONNECT:
         out = _connect(r)
     elif t == SUBSCRIBE:
         packet_id = r.packet_id()
-        out = Subscribe(packet_id, tuple(_filters(r, "a SUBSCRIBE", with_qos=True)))
+        props = r.props(frozenset({SUBSCRIPTION_ID, USER_PROPERTY})) if v5 else ()
+        out = Subscribe(packet_id, tuple(_filters(r, "a SUBSCRIBE", with_qos=True, v5=v5)), props)
     elif t == UNSUBSCRIBE:
         packet_id = r.packet_id()
-        out = Unsubscribe(packet_id, tuple(_filters(r, "an UNSUBSCRIBE", with_qos=False)))
+        props = r.props(frozenset({USER_PROPERTY})) if v5 else ()
+        filters = tuple(_filters(r, "an UNSUBSCRIBE", with_qos=False))
+        out = Unsubscribe(packet_id, filters, props)
     elif t == CONNACK:
         flags_byte, code = r.byte(), r.byte()
         if flags_byte & 0xFE:
             raise Malformed("a CONNACK with reserved flags set")
-        out = ConnAck(code, bool(flags_byte & 1))
+        out = ConnAck(code, bool(flags_byte & 1), r.props(None) if v5 else ())
     elif t == SUBACK:
         packet_id = r.packet_id()
-        out = SubAck(packet_id, tuple(r.rest()))
+        props = r.props(_ACK_PROPS) if v5 else ()
+        out = SubAck(packet_id, tuple(r.rest()), props)
     elif t == PINGREQ:
         out = PingReq()
     elif t == PINGRESP:
         out = PingResp()
     elif t == DISCONNECT:
-        out = Disconnect()
+        reason = r.byte() if v5 and r.left() else SUCCESS
+        out = Disconnect(reason, r.props(_DISCONNECT_PROPS) if v5 and r.left() else ())
+    elif v5 and t == AUTH:
+        raise Malformed("an AUTH: this server takes no enhanced authentication")
     else:
         raise Malformed(f"a {packet.name}, which MQTT 3.1.1 does not have")
     r.done()
     return out
 
 
-def _filters(r: _Reader, what: str, *, with_qos: bool) -> list:
-    """A SUBSCRIBE's (filter, QoS) pairs or an UNSUBSCRIBE's filters: at least one."""
+def _filters(r: _Reader, what: str, *, with_qos: bool, v5: bool = False) -> list:
+    """A SUBSCRIBE's (filter, options) pairs or an UNSUBSCRIBE's filters: at least one."""
     out: list = []
     while r.left():
         f = r.string("topic filter")
@@ -266,10 +433,10 @@ def _filters(r: _Reader, what: str, *, with_qos: bool) -> list:
         if why is not None:
             raise Malformed(f"{what}'s {why}")
         if with_qos:
-            qos = r.byte()
-            if qos > 2:
-                raise Malformed(f"{what} asking for QoS {qos} (reserved bits or QoS 3)")
-            f = (f, qos)
+            options = r.byte()
+            if (options & 3) == 3 or options & (0xC0 if v5 else 0xFC) or (options >> 4) == 3:
+                raise Malformed(f"{what} with options 0x{options:02x} (reserved bits or QoS 3)")
+            f = (f, options)
         out.append(f)
     if not out:
         raise Malformed(f"{what} with no topic filter")
@@ -281,6 +448,9 @@ def _connect(r: _Reader) -> Connect:
     level = r.byte()
     if name not in (b"MQTT", b"MQIsdp"):
         raise Malformed(f"a CONNECT for protocol {name[:32]!r}, not MQTT")
+    if level not in (3, LEVEL_311, LEVEL_5):  # the server's to answer (unacceptable version)
+        r.rest()
+        return Connect("", level=level)
     flags = r.byte()
     keepalive = r.u16()
     if flags & 1:
@@ -291,19 +461,22 @@ def _connect(r: _Reader) -> Connect:
     if not will_flag and (will_qos or will_retain):
         raise Malformed("a CONNECT with a will's QoS or retain but no will")
     has_user, has_password = bool(flags & 128), bool(flags & 64)
-    if has_password and not has_user:
+    v5 = level == LEVEL_5
+    if has_password and not has_user and not v5:  # 5.0 allows it (§3.1.2.9)
         raise Malformed("a CONNECT with a password but no user name")
+    props = r.props(_CONNECT_PROPS) if v5 else ()
     client_id = r.string("client identifier")
     will = None
     if will_flag:
+        will_props = r.props(_WILL_PROPS) if v5 else ()
         topic = r.string("will topic")
         why = check_topic(topic)
         if why is not None:
             raise Malformed(f"a CONNECT's will topic: {why}")
-        will = Will(topic, r.binary(), will_qos, will_retain)
+        will = Will(topic, r.binary(), will_qos, will_retain, will_props)
     username = r.string("user name") if has_user else None
     password = r.binary() if has_password else None
-    return Connect(client_id, bool(flags & 2), keepalive, username, password, will, level)
+    return Connect(client_id, bool(flags & 2), keepalive, username, password, will, level, props)
 
 
 # -- encoding ----------------------------------------------------------------------------------
@@ -322,42 +495,80 @@ def _binary(data: bytes) -> bytes:
     return struct.pack("!H", len(data)) + data
 
 
-def encode(value) -> bytes:
-    """One packet's bytes."""
+def _props(props: tuple) -> bytes:
+    """MQTT 5.0 properties, with their length."""
+    out = bytearray()
+    for pid, value in props:
+        out += encode_length(pid)
+        kind = PROPERTY_TYPES[pid]
+        if kind == BYTE:
+            out.append(value)
+        elif kind == U16:
+            out += struct.pack("!H", value)
+        elif kind == U32:
+            out += struct.pack("!I", value)
+        elif kind == VARINT:
+            out += encode_length(value)
+        elif kind == STRING:
+            out += _string(value)
+        elif kind == BINARY:
+            out += _binary(value)
+        else:
+            out += _string(value[0]) + _string(value[1])
+    return encode_length(len(out)) + bytes(out)
+
+
+def encode(value, level: int = LEVEL_311) -> bytes:
+    """One packet's bytes, at protocol ``level`` (a CONNECT says its own)."""
     kind = type(value)
+    v5 = level == LEVEL_5
     if kind is Publish:
         flags = value.qos << 1 | int(value.retain) | (8 if value.dup else 0)
         head = _string(value.topic)
         if value.qos:
             head += struct.pack("!H", value.packet_id)
+        if v5:
+            head += _props(value.props)
         return frame(PUBLISH, flags, head + value.payload)
     if kind in _ACK_TYPES:
         t = _ACK_TYPES[kind]
-        return frame(t, 0b0010 if t == PUBREL else 0, struct.pack("!H", value.packet_id))
+        body = struct.pack("!H", value.packet_id)
+        if v5 and kind is UnsubAck:
+            body += _props(value.props) + bytes(value.codes)
+        elif v5 and (value.reason or value.props):
+            body += bytes([value.reason]) + (_props(value.props) if value.props else b"")
+        return frame(t, 0b0010 if t == PUBREL else 0, body)
     if kind is ConnAck:
-        return frame(CONNACK, 0, bytes([int(value.session_present), value.code]))
+        body = bytes([int(value.session_present), value.code])
+        return frame(CONNACK, 0, body + _props(value.props) if v5 else body)
     if kind is SubAck:
-        return frame(SUBACK, 0, struct.pack("!H", value.packet_id) + bytes(value.codes))
+        props = _props(value.props) if v5 else b""
+        return frame(SUBACK, 0, struct.pack("!H", value.packet_id) + props + bytes(value.codes))
     if kind is PingResp:
         return frame(PINGRESP, 0, b"")
     if kind is PingReq:
         return frame(PINGREQ, 0, b"")
     if kind is Disconnect:
-        return frame(DISCONNECT, 0, b"")
+        if not v5 or (value.reason == SUCCESS and not value.props):
+            return frame(DISCONNECT, 0, b"")
+        return frame(DISCONNECT, 0, bytes([value.reason]) + _props(value.props))
     if kind is Subscribe:
-        body = struct.pack("!H", value.packet_id)
-        for f, qos in value.filters:
-            body += _string(f) + bytes([qos])
+        body = struct.pack("!H", value.packet_id) + (_props(value.props) if v5 else b"")
+        for f, options in value.filters:
+            body += _string(f) + bytes([options])
         return frame(SUBSCRIBE, 0b0010, body)
     if kind is Unsubscribe:
-        body = struct.pack("!H", value.packet_id) + b"".join(map(_string, value.filters))
+        body = struct.pack("!H", value.packet_id) + (_props(value.props) if v5 else b"")
+        body += b"".join(map(_string, value.filters))
         return frame(UNSUBSCRIBE, 0b0010, body)
     if kind is Connect:
+        v5 = value.level == LEVEL_5
         flags = (2 if value.clean_session else 0) | (128 if value.username is not None else 0)
         flags |= 64 if value.password is not None else 0
-        payload = _string(value.client_id)
+        payload = (_props(value.props) if v5 else b"") + _string(value.client_id)
         if value.will is not None:
             flags |= 4 | value.will.qos << 3 | (32 if value.will.retain else 0)
+            payload += _props(value.will.props) if v5 else b""
             payload += _string(value.will.topic) + _binary(value.will.message)
         if value.username is not None:
             payload += _string(value.username)

@@ -113,8 +113,8 @@ def test_malformed_fields_are_refused_in_one_line(packet, why):
 
 def test_a_connect_for_another_protocol_level_still_decodes():
     # the level is the server's to answer (CONNACK 1, unacceptable protocol version)
-    body = s("MQTT") + bytes([5, 2]) + struct.pack("!H", 10) + s("c")
-    assert p.decode(Packet(CONNECT, 0, body)).level == 5
+    body = s("MQTT") + bytes([6, 2]) + struct.pack("!H", 10) + b"whatever level 6 has"
+    assert p.decode(Packet(CONNECT, 0, body)).level == 6
 
 
 def test_strings_over_their_length_prefix_are_not_encoded():
@@ -138,3 +138,77 @@ def test_a_packet_cut_anywhere_reads_the_same():
             p.PingReq(),
         ]
     assert frame(12, 0, b"") == p.encode(p.PingReq())
+
+
+# -- MQTT 5.0 -----------------------------------------------------------------------------------
+
+
+def roundtrip5(value):
+    reader = PacketReader(version=5)
+    reader.feed(p.encode(value, p.LEVEL_5))
+    (packet,) = reader.packets()
+    return p.decode(packet, p.LEVEL_5)
+
+
+USER = (p.USER_PROPERTY, ("site", "north")), (p.USER_PROPERTY, ("site", "south"))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        p.Connect("c", False, 30, "u", b"pw", level=5,
+                  props=((p.SESSION_EXPIRY, 3600), (p.RECEIVE_MAXIMUM, 10), *USER),
+                  will=p.Will("w", b"bye", 1, True, ((p.WILL_DELAY, 5), (p.CONTENT_TYPE, "t")))),
+        p.Connect("", True, 0, None, b"pw-without-user", level=5),
+        p.ConnAck(0, True, ((p.ASSIGNED_CLIENT_ID, "x"), (p.MAXIMUM_PACKET_SIZE, 1 << 20))),
+        p.Publish("a/b", b"x", 1, True, True, 9,
+                  ((p.RESPONSE_TOPIC, "r/1"), (p.CORRELATION_DATA, b"\x00\xff"), *USER)),
+        p.Publish("a", b"", 0),
+        p.PubAck(3), p.PubAck(3, p.NOT_AUTHORIZED_5), p.PubRec(4, 0x10, ((p.REASON_STRING, "no"),)),
+        p.PubRel(5), p.PubComp(6, 0x92),
+        p.Subscribe(7, (("a/+", 1 | 4 | 8 | 32), ("b", 2)), ((p.SUBSCRIPTION_ID, 300),)),
+        p.SubAck(7, (1, 0x87, 0x9E), ((p.REASON_STRING, "why"),)),
+        p.Unsubscribe(8, ("a/+",), USER), p.UnsubAck(8, (0, 0x11)),
+        p.Disconnect(), p.Disconnect(p.TAKEN_OVER, ((p.REASON_STRING, "elsewhere"),)),
+        p.Disconnect(p.USE_ANOTHER_SERVER, ((p.SERVER_REFERENCE, "b2"),)),
+    ],
+)  # fmt: skip
+def test_mqtt5_packets_survive_encoding(value):
+    assert roundtrip5(value) == value
+
+
+def test_mqtt5_properties_are_checked_as_the_spec_says():
+    def publish(props: bytes) -> Packet:
+        return Packet(PUBLISH, 2, b"\x00\x01a\x00\x01" + bytes([len(props)]) + props)
+
+    assert p.decode(publish(b"\x23\x00\x05"), 5).props == ((p.TOPIC_ALIAS, 5),)
+    cases = {
+        b"\x23\x00\x05\x23\x00\x06": "property 0x23 twice",
+        b"\x11\x00\x00\x00\x01": "property 0x11, which it may not have",  # a CONNECT's
+        b"\x7f\x00": "property 0x7f",
+        b"\x08\x00\x05ab": "run",
+        b"\x0b\x80\x00": "shortest form",
+    }
+    for props, why in cases.items():
+        with pytest.raises(Malformed, match=why):
+            p.decode(publish(props), 5)
+    two_users = b"\x26\x00\x01k\x00\x01v\x26\x00\x01k\x00\x01w"  # user properties may repeat
+    assert len(p.decode(publish(two_users), 5).props) == 2
+
+
+@pytest.mark.parametrize("options", [0xC1, 0x31, 0x03])
+def test_mqtt5_subscribe_options_with_reserved_bits_are_malformed(options):
+    body = b"\x00\x01\x00" + b"\x00\x01a" + bytes([options])
+    with pytest.raises(Malformed, match="options"):
+        p.decode(Packet(SUBSCRIBE, 2, body), 5)
+    with pytest.raises(Malformed):  # and 3.1.1 takes no options at all
+        p.decode(Packet(SUBSCRIBE, 2, b"\x00\x01\x00\x01a\x04"))
+
+
+def test_mqtt5_auth_is_refused_and_a_short_ack_means_success():
+    reader = PacketReader(version=5)
+    reader.feed(b"\xf0\x00")
+    with pytest.raises(Malformed, match="enhanced authentication"):
+        p.decode(reader.packets()[0], 5)
+    assert p.decode(Packet(4, 0, b"\x00\x07"), 5) == p.PubAck(7)
+    assert p.decode(Packet(14, 0, b""), 5) == p.Disconnect()
