@@ -38,8 +38,9 @@ import attrs
 
 from ges.durable import session_name_problem
 from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
-from ges.matching.topics import TopicTree, check_topic
+from ges.matching.topics import TopicTree, check_topic, matches
 from ges.mqtt import packets as p
+from ges.mqtt import v5
 from ges.mqtt.frames import DEFAULT_MAX_PACKET, Malformed, PacketReader
 from ges.wire import messages as m
 
@@ -92,9 +93,23 @@ class MqttSession:
         max_inflight: int = MAX_INFLIGHT,
     ):
         self.connect = connect
-        self.reader = PacketReader(max_packet=max_packet)
+        self.level = connect.level
+        self.v5 = connect.level == p.LEVEL_5
+        self.reader = PacketReader(max_packet=max_packet, version=connect.level)
+        self.max_packet = max_packet
         self.max_filters = max_filters
         self.max_inflight = max_inflight
+        #: 5.0: what the client takes (Receive Maximum, Maximum Packet Size), the id this
+        #: server gave it (the runtime sets it), this connection's token on what it publishes
+        #: (``@origin``: No Local), and its filters' No Local and Retain As Published bits
+        self.max_out = 0
+        self.assigned = ""
+        self.origin = ""
+        self._options: dict[str, int] = {}
+        if self.v5:
+            receive_max = p.prop(connect.props, p.RECEIVE_MAXIMUM, 65535)
+            self.max_inflight = min(max_inflight, receive_max)
+            self.max_out = p.prop(connect.props, p.MAXIMUM_PACKET_SIZE, 0)
         #: filter -> granted QoS, as the broker has it (or is about to)
         self.filters: dict[str, int] = {}
         self._out = bytearray()
@@ -120,7 +135,14 @@ class MqttSession:
         self.closed: str | None = None
         #: the CONNACK is sent (a persistent session's once the replicator has answered)
         self.connected = False
-        self.persistent = not connect.clean_session
+        #: 5.0: a Session Expiry Interval over 0 is a persistent session (the interval is not
+        #: kept: the topology's retention limits are); Clean Start discards the old one first
+        if self.v5:
+            self.persistent = p.prop(connect.props, p.SESSION_EXPIRY, 0) > 0
+            self._discard = connect.clean_session and bool(connect.client_id)
+        else:
+            self.persistent = not connect.clean_session
+            self._discard = not self.persistent and bool(connect.client_id)
         self.name = session_name(connect.client_id) if self.persistent else ""
         self._opening = 0  # the req of the SessionOpen the CONNACK waits for
         self._exists = False  # the GES durable session exists (it has filters)
@@ -156,12 +178,14 @@ class MqttSession:
         """What the broker is asked first, the CONNACK waiting for its answer: a persistent
         session's open; for a clean session, to discard the persistent session its client id
         had, if any (§3.1.2.4)."""
+        if not self._discard and not self.persistent:
+            self._connected(False)
+            return []
         self._req += 1
         self._opening = self._req
-        if not self.persistent:
-            return [
-                m.SessionControl("discard", session_name(self.connect.client_id), req=self._req)
-            ]
+        if self._discard:
+            name = session_name(self.connect.client_id)
+            return [m.SessionControl("discard", name, req=self._req)]
         return [m.SessionOpen(self.name, None, req=self._req)]
 
     def take_pending(self) -> list:
@@ -190,7 +214,7 @@ class MqttSession:
         out: list = []
         self._batch_change = None
         for packet in packets:
-            pkt = p.decode(packet)
+            pkt = p.decode(packet, self.level)
             if self.connected:
                 self._packet(pkt, wall_ns, out)
                 continue
@@ -244,11 +268,16 @@ class MqttSession:
             for f in pkt.filters:
                 if f in self.filters:
                     undo[f] = self.filters.pop(f)
-            self._change(p.UnsubAck(pkt.packet_id), undo, out, [])
+                    self._options.pop(f, None)
+            codes = ()
+            if self.v5:  # §3.11.3: whether each was there
+                codes = tuple(p.SUCCESS if f in undo else p.NO_SUBSCRIPTION for f in pkt.filters)
+            self._change(p.UnsubAck(pkt.packet_id, codes), undo, out, [])
         elif kind is p.PingReq:
             self._send(p.PingResp())
-        elif kind is p.Disconnect:
-            self.closed = "disconnected"
+        elif kind is p.Disconnect:  # 5.0: reason 0x04 asks for the will all the same
+            will = self.v5 and pkt.reason == p.DISCONNECT_WITH_WILL
+            self.closed = "disconnected with its will" if will else "disconnected"
         else:  # CONNECT again, or what only a server sends
             raise Malformed(f"a {kind.__name__.upper()} from a client that is connected")
 
@@ -268,22 +297,46 @@ class MqttSession:
         attributes = {TOPIC_ATTR: pkt.topic, QOS_ATTR: pkt.qos}
         if pkt.retain:
             attributes[RETAIN_ATTR] = 1
+        if self.v5:
+            if not pkt.topic:
+                raise Malformed("a PUBLISH with no topic name (and no topic alias)", 0x82)
+            if pkt.props:
+                v5.attributes_of(pkt.props, attributes)
+            if self.origin:
+                attributes[v5.ORIGIN_ATTR] = self.origin
         out.append(m.Publish(self._req, [m.Event(attributes, pkt.payload, wall_ns)]))
         self.published += 1
 
     def _subscribe(self, pkt: p.Subscribe, out: list) -> None:
+        if pkt.props and p.prop(pkt.props, p.SUBSCRIPTION_ID) is not None:
+            raise Malformed("a SUBSCRIBE with a subscription identifier", 0xA1)
         undo: dict = {}
         codes = []
-        for f, qos in pkt.filters:
+        retained = []
+        for f, options in pkt.filters:
+            qos = options & 3
+            if self.v5 and f.startswith(v5.SHARED_PREFIX):
+                codes.append(p.SHARED_NOT_SUPPORTED)
+                continue
             if f not in self.filters and len(self.filters) >= self.max_filters:
-                codes.append(p.SUBSCRIBE_FAILED)
+                codes.append(p.QUOTA_EXCEEDED if self.v5 else p.SUBSCRIBE_FAILED)
                 continue
             if f not in undo:
                 undo[f] = self.filters.get(f)
+            # once granted, what is retained on it follows (§3.3.1.3), again for a filter it
+            # had (§3.8.4) unless 5.0's Retain Handling says only for a new one, or never
+            handling = options >> 4
+            if handling == 0 or (handling == 1 and undo[f] is None):
+                retained.append(f)
             self.filters[f] = qos
+            if self.v5:
+                flags = options & (v5.NO_LOCAL | v5.RETAIN_AS_PUBLISHED)
+                if flags:
+                    self._options[f] = flags
+                else:
+                    self._options.pop(f, None)
             codes.append(qos)
-        # once granted, what is retained on them follows (§3.3.1.3, again for a filter it had)
-        self._change(p.SubAck(pkt.packet_id, tuple(codes)), undo, out, list(undo))
+        self._change(p.SubAck(pkt.packet_id, tuple(codes)), undo, out, retained)
 
     def _change(self, answer, undo: dict, out: list, retained: list[str]) -> None:
         """Ask the broker for the filters as they now are; the changes of one batch of packets
@@ -380,21 +433,24 @@ class MqttSession:
         elif kind is m.SessionOpened:
             self._opened(msg)
         elif kind is m.SessionList:
-            if msg.req and msg.req == self._opening and not self.persistent:  # discarded
-                self._opening = 0
-                self._connected(False)
+            if msg.req and msg.req == self._opening and self._discard:  # discarded
+                self._discarded()
         elif kind is m.SessionClosed:
             if msg.name == self.name:
                 self._lost(msg.reason, msg.retry)
         elif kind is m.Error:
             self._refused(msg)
 
-    def _published(self, seq: int) -> None:
+    def _published(self, seq: int, refused: bool = False) -> None:
         answer = self._acks.pop(seq, None)
         if answer is None:
             return
         qos, packet_id = answer
-        if qos == 1:
+        if refused and self.v5:  # 5.0 can say so: not authorized, and no PUBREL follows
+            self._received.pop(packet_id, None)
+            ack = p.PubAck if qos == 1 else p.PubRec
+            self._send(ack(packet_id, p.NOT_AUTHORIZED_5))
+        elif qos == 1:
             self._send(p.PubAck(packet_id))
         elif packet_id in self._received:
             if self._exists:  # PUBREC once the session keeps the identifier, wherever it goes
@@ -471,9 +527,26 @@ class MqttSession:
             if found:
                 self._out_publish(topic, event, max(found), None, retain=True)
 
+    def _discarded(self) -> None:
+        """The old session is no more: connected, or (5.0, Clean Start with a Session Expiry
+        Interval) a new persistent one is opened."""
+        self._discard = False
+        self._opening = 0
+        if not self.persistent:
+            self._connected(False)
+            return
+        self._req += 1
+        self._opening = self._req
+        self._pending.append(m.SessionOpen(self.name, None, req=self._req))
+
     def _connected(self, present: bool) -> None:
-        self._send(p.ConnAck(p.ACCEPTED, present))
+        props = v5.connack_props(self.max_packet, self.assigned) if self.v5 else ()
+        self._send(p.ConnAck(p.ACCEPTED, present, props))
         self.connected = True
+
+    def _connack(self, code: int) -> p.ConnAck:
+        """A refusing CONNACK, its code as the client's protocol level says it."""
+        return p.ConnAck(p.CONNACK_5[code] if self.v5 else code)
 
     def release_early(self) -> list:
         """Once connected: the GES messages of the packets that came before the CONNACK (the
@@ -496,17 +569,18 @@ class MqttSession:
     def _lost(self, reason: str, retry: bool) -> None:
         """The session cannot be opened here now (``retry``), or went elsewhere."""
         if not self.connected:
-            self._send(p.ConnAck(p.UNAVAILABLE if retry else p.NOT_AUTHORIZED))
+            self._send(self._connack(p.UNAVAILABLE if retry else p.NOT_AUTHORIZED))
         self.closed = f"durable session {self.name}: {reason}"
 
     def _refused(self, msg: m.Error) -> None:
         """A request refused (a publish or filters not allowed, a profile over the bounds)."""
         if msg.req and msg.req == self._opening:
+            if self._discard:  # not discarded (another's, say): not this one's to end
+                self._discarded()
+                return
             self._opening = 0
-            if not self.persistent:  # not discarded (another's, say): not this one's to end
-                self._connected(False)
-            elif msg.denied:
-                self._send(p.ConnAck(p.NOT_AUTHORIZED))
+            if msg.denied:
+                self._send(self._connack(p.NOT_AUTHORIZED))
                 self.closed = f"durable session {self.name}: {msg.reason}"
             else:  # it does not exist yet: it will with the first filter
                 self._connected(False)
@@ -516,7 +590,7 @@ class MqttSession:
         if msg.req in self._acks:
             # MQTT 3.1.1 cannot refuse a PUBLISH: it is acknowledged and dropped (the broker
             # logged why), as mosquitto does with what its ACL denies
-            self._published(msg.req)
+            self._published(msg.req, refused=True)
             self._qos2_changes()
             return
         changes = self._changes.pop(msg.req, None) if msg.req else None
@@ -531,7 +605,8 @@ class MqttSession:
         self._tree = None
         for answer, _, _ in changes:
             if type(answer) is p.SubAck:
-                answer = p.SubAck(answer.packet_id, (p.SUBSCRIBE_FAILED,) * len(answer.codes))
+                code = p.NOT_AUTHORIZED_5 if self.v5 and msg.denied else p.SUBSCRIBE_FAILED
+                answer = p.SubAck(answer.packet_id, (code,) * len(answer.codes))
             self._send(answer)
 
     def _deliver(self, event: m.Event) -> None:
@@ -569,20 +644,44 @@ class MqttSession:
     def _out_publish(
         self, topic: str, event: m.Event, granted: int, epoch: int | None, retain: bool = False
     ) -> None:
-        if check_topic(topic) is not None or len(topic.encode()) > 65535:
+        if self._options and not retain:  # 5.0's No Local and Retain As Published
+            granted, retain = self._with_options(topic, event, granted)
+        if granted < 0 or check_topic(topic) is not None or len(topic.encode()) > 65535:
             if epoch is not None:  # a GES publisher's @topic MQTT cannot carry: skipped
                 self._done(epoch)
             return
         published = event.attributes.get(QOS_ATTR, 2)
         qos = min(granted, published if type(published) is int and published >= 0 else 2)
-        self.delivered += 1
         dup = epoch is not None and epoch <= self._replayed_to
-        pkt = p.Publish(topic, event.payload, qos, retain=retain, dup=dup and qos > 0)
+        props = v5.props_of(event.attributes) if self.v5 else ()
+        pkt = p.Publish(topic, event.payload, qos, retain=retain, dup=dup and qos > 0, props=props)
+        if self.max_out and len(p.encode(pkt, self.level)) > self.max_out:
+            if epoch is not None:  # over what the client takes: not sent (5.0 §3.1.2.11.4)
+                self._done(epoch)
+            return
+        self.delivered += 1
         if self._waiting or (qos and not self._room(epoch)):
             self._waiting.append((pkt, epoch))  # in order: QoS 0 too waits behind them
             self.waiting_bytes += len(event.payload) + len(topic) + WAITING_OVERHEAD
         else:
             self._send_one(pkt, epoch)
+
+    def _with_options(self, topic: str, event: m.Event, granted: int) -> tuple[int, bool]:
+        """The QoS and RETAIN of a delivery, as the filters it matches say with their No
+        Local (not what this connection published) and Retain As Published bits."""
+        own = event.attributes.get(v5.ORIGIN_ATTR) == self.origin and bool(self.origin)
+        retained = event.attributes.get(RETAIN_ATTR) == 1
+        best, retain = -1, False
+        for f, options in self._options.items():
+            qos = self.filters.get(f)
+            if qos is None or not matches(f, topic) or (own and options & v5.NO_LOCAL):
+                continue
+            best = max(best, qos)
+            retain = retain or bool(retained and options & v5.RETAIN_AS_PUBLISHED)
+        for f, qos in self.filters.items():  # and those with neither
+            if f not in self._options and qos > best and matches(f, topic):
+                best = qos
+        return best, retain
 
     def _room(self, epoch: int | None) -> bool:
         if self.inflight >= self.max_inflight:
@@ -639,7 +738,7 @@ class MqttSession:
     # -- bytes out -----------------------------------------------------------------------------
 
     def _send(self, pkt) -> None:
-        self._out += p.encode(pkt)
+        self._out += p.encode(pkt, self.level)
 
     def data_to_send(self) -> bytes:
         out = bytes(self._out)

@@ -33,11 +33,13 @@ it was present.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
 import trio
 
 from ges.mqtt import packets as p
+from ges.mqtt import v5
 from ges.mqtt.frames import DEFAULT_MAX_PACKET, Malformed, PacketReader
 from ges.mqtt.session import MqttSession
 from ges.runtime.access import Admitted
@@ -80,12 +82,14 @@ class MqttListener:
         with trio.CancelScope(shield=True), trio.move_on_after(REFUSE_WAIT):
             await stream.aclose()
 
-    async def _refuse(self, stream, code: int, why: str) -> None:
+    async def _refuse(self, stream, code: int, why: str, level: int = p.LEVEL_311) -> None:
+        if level == p.LEVEL_5:  # a 3.1.1 code as 5.0 says it (5.0's own pass as they are)
+            code = p.CONNACK_5.get(code, code)
         with (
             trio.move_on_after(REFUSE_WAIT),
             contextlib.suppress(trio.BrokenResourceError, OSError),
         ):
-            await stream.send_all(p.encode(p.ConnAck(code)))
+            await stream.send_all(p.encode(p.ConnAck(code), level))
         await self.dismiss(stream, why)
 
     async def handle(self, stream) -> None:
@@ -99,11 +103,11 @@ class MqttListener:
             refusal = await self._check(stream, connect)
             if refusal is not None:
                 code, why = refusal
-                await self._refuse(stream, code, why)
+                await self._refuse(stream, code, why, connect.level)
                 return
             admitted = await self._admit(stream, connect)
             if isinstance(admitted, tuple):
-                await self._refuse(stream, *admitted)
+                await self._refuse(stream, *admitted, connect.level)
                 return
             server._opening -= 1
             opening = False
@@ -141,9 +145,15 @@ class MqttListener:
         return None
 
     async def _check(self, stream, connect: p.Connect) -> tuple[int, str] | None:
-        if connect.level not in (3, 4):
-            return p.BAD_VERSION, f"MQTT protocol level {connect.level} (3.1.1 is served)"
-        if not connect.client_id and not connect.clean_session:
+        if connect.level not in (3, p.LEVEL_311, p.LEVEL_5):
+            return p.BAD_VERSION, f"MQTT protocol level {connect.level} (3.1.1 and 5.0 are served)"
+        if connect.level == p.LEVEL_5:
+            props = connect.props
+            if p.prop(props, p.AUTH_METHOD) is not None:
+                return p.BAD_AUTH_METHOD, "enhanced authentication, which is not served"
+            if p.prop(props, p.RECEIVE_MAXIMUM) == 0 or p.prop(props, p.MAXIMUM_PACKET_SIZE) == 0:
+                return p.PROTOCOL_ERROR, "a Receive Maximum or Maximum Packet Size of 0"
+        elif not connect.client_id and not connect.clean_session:
             return p.BAD_CLIENT_ID, "an empty client id with a persistent session"
         if len(connect.client_id) > MAX_CLIENT_ID:
             return p.BAD_CLIENT_ID, f"a client id of over {MAX_CLIENT_ID} characters"
@@ -187,9 +197,13 @@ class MqttListener:
             return
         if old is not None:  # §3.1.4: the new connection takes over
             server.log.info("MQTT client %s connected again: closing its old connection", client_id)
-            old.close("taken over by a new connection with the same client id")
+            old.close_after(b"", "taken over by a new connection with the same client id", 1.0)
         session = MqttSession(connect, max_packet=MAX_PACKET)
+        reader.version = connect.level
         session.reader = reader
+        if session.v5:  # the id it was given, and the token on what it publishes (No Local)
+            session.assigned = "" if connect.client_id else client_id
+            session.origin = os.urandom(6).hex()
         conn = MqttConnection(
             stream,
             session,
@@ -283,6 +297,11 @@ class MqttConnection(Connection):
             will = self.last_words()
             if will:
                 yield will
+            if session.v5 and session.connected:  # 5.0 says why (§4.13): then it closes
+                text = f"malformed MQTT: {exc}"
+                bye = p.Disconnect(exc.code, ((p.REASON_STRING, text[:256]),))
+                Connection.close_after(self, p.encode(bye, p.LEVEL_5), text, REFUSE_WAIT)
+                await trio.sleep_forever()
             raise FrameError(f"malformed MQTT: {exc}") from None
         will = self.last_words()
         if will:
@@ -361,7 +380,7 @@ class MqttConnection(Connection):
             return False
         out = session.data_to_send()
         if session.closed is not None:  # refused or taken over: what it has goes, then it ends
-            super().close_after(out, session.closed, REFUSE_WAIT)
+            super().close_after(out + self._bye(session.closed), session.closed, REFUSE_WAIT)
             return True
         if session.connected:
             self._decided.set()
@@ -371,5 +390,12 @@ class MqttConnection(Connection):
         return self.send_nowait(out) if out else True
 
     def close_after(self, data: bytes, reason: str, within: float) -> None:
-        """MQTT 3.1.1 cannot say why: what the writer has goes, then the connection closes."""
-        super().close_after(b"", reason, within)
+        """What the writer has goes, then the connection closes: under 5.0 after a DISCONNECT
+        saying why (MQTT 3.1.1 cannot say)."""
+        super().close_after(self._bye(reason), reason, within)
+
+    def _bye(self, reason: str) -> bytes:
+        """The DISCONNECT saying why the server closes the connection (5.0 only)."""
+        if self.session.v5 and self.session.connected:
+            return p.encode(v5.disconnect(reason), p.LEVEL_5)
+        return b""

@@ -612,3 +612,122 @@ def test_a_persistent_subscriber_gets_what_it_missed_at_another_broker_even_with
             c.stop()
         code = up.stop()
     assert code == 0
+
+
+class Paho5:
+    """A paho-mqtt client speaking MQTT 5.0 on its own thread."""
+
+    def __init__(self, client_id: str, port: int, *, expiry: int = 0, clean_start: bool = True):
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        self.messages: queue.Queue = queue.Queue()
+        self.events: queue.Queue = queue.Queue()
+        c = self.client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5,
+            reconnect_on_failure=False,
+        )  # fmt: skip
+        c.on_connect = lambda cl, ud, flags, rc, props: self.events.put(
+            ("connack", flags, rc, props)
+        )
+        c.on_disconnect = lambda cl, ud, flags, rc, props: self.events.put(
+            ("disconnect", rc, props)
+        )
+        c.on_subscribe = lambda cl, ud, mid, codes, props: self.events.put(("suback", codes))
+        c.on_message = lambda cl, ud, msg: self.messages.put(msg)
+        props = Properties(PacketTypes.CONNECT)
+        if expiry:
+            props.SessionExpiryInterval = expiry
+        c.connect("127.0.0.1", port, keepalive=30, clean_start=clean_start, properties=props)
+        c.loop_start()
+        kind, flags, self.rc, self.props = self.events.get(timeout=30)
+        self.session_present = flags.session_present
+
+    def subscribe(self, topic: str, **options) -> list:
+        from paho.mqtt.subscribeoptions import SubscribeOptions
+
+        self.client.subscribe(topic, options=SubscribeOptions(**options))
+        kind, codes = self.events.get(timeout=30)
+        assert kind == "suback"
+        return codes
+
+    def publish(self, topic: str, payload: bytes, qos: int, **user) -> None:
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        props = Properties(PacketTypes.PUBLISH)
+        if user:
+            props.UserProperty = list(user.items())
+        self.client.publish(topic, payload, qos, properties=props).wait_for_publish(30)
+
+    def stop(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def test_mqtt5_clients_properties_options_sessions_and_reasons(tmp_path):
+    """paho-mqtt speaking MQTT 5.0 across super-super-clusters: user properties as attributes
+    (a 3.1.1 client and a GES client beside it), No Local, a persistent session by its
+    Session Expiry Interval resumed at another broker, a takeover said with its reason."""
+    topology, ports = demo_with_mqtt(tmp_path)
+    up = Up(topology, tmp_path / "run", "--insecure")
+    clients: list = []
+    try:
+        a = Paho5("five-a", ports["b2"])
+        clients.append(a)
+        assert a.rc == 0 and str(a.rc) == "Success"
+        assert a.props.SharedSubscriptionAvailable == 0
+        b = Paho5("five-b", ports["b17"])
+        clients.append(b)
+        old = Paho("three", ports["b11"])
+        clients.append(old)
+        old.subscribe(("m/#", 1))
+        assert [str(c) for c in b.subscribe("m/#", qos=1)] == ["Granted QoS 1"]
+        assert [str(c) for c in a.subscribe("m/#", qos=1, noLocal=True)] == ["Granted QoS 1"]
+        ges_sub = subprocess.Popen(
+            [*GES, "subscribe", str(topology), "-b", "b16", "--where", "site = north",
+             "--count", "1", "--timeout", "60", "--format", "jsonl", "--insecure"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        clients.append(ges_sub)
+        assert ges_sub.stderr.readline().startswith("subscribed at")
+        a.publish("m/1", b"hello", 1, site="north", unit="7")
+        got = b.messages.get(timeout=30)
+        assert (got.topic, got.payload) == ("m/1", b"hello")
+        assert sorted(got.properties.UserProperty) == [("site", "north"), ("unit", "7")]
+        (three,) = old.received(1)  # a 3.1.1 subscriber gets the message, without them
+        assert three.payload == b"hello"
+        stdout, _ = ges_sub.communicate(timeout=60)
+        assert json.loads(stdout)["attributes"]["unit"] == "7"  # a GES client: attributes
+        b.publish("m/2", b"from b", 1)
+        assert a.messages.get(timeout=30).payload == b"from b"
+        with pytest.raises(queue.Empty):
+            a.messages.get(timeout=1)  # No Local: not its own m/1
+
+        # a persistent session by its Session Expiry Interval: away, then back elsewhere
+        s = Paho5("five-s", ports["b4"], expiry=3600)
+        clients.append(s)
+        s.subscribe("news/#", qos=1)
+        s.stop()
+        for i in range(5):
+            a.publish("news/x", str(i).encode(), 1)
+        back = Paho5("five-s", ports["b19"], expiry=3600, clean_start=False)
+        clients.append(back)
+        assert back.session_present
+        assert [back.messages.get(timeout=30).payload for _ in range(5)] == [
+            str(i).encode() for i in range(5)
+        ]
+        # taken over at the same broker: the old connection is told why (0x8E)
+        again = Paho5("five-s", ports["b19"], expiry=3600, clean_start=False)
+        clients.append(again)
+        kind, rc, props = back.events.get(timeout=30)
+        assert kind == "disconnect" and rc.value == 0x8E, (kind, rc)
+    finally:
+        for c in clients:
+            if isinstance(c, subprocess.Popen):
+                c.kill()
+                c.wait()
+            else:
+                c.stop()
+        code = up.stop()
+    assert code == 0

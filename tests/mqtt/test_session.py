@@ -431,3 +431,114 @@ def test_a_persistent_sessions_qos2_deliveries_owe_pubrel_wherever_the_client_co
     assert packets_of(s) == [p.PubRel(5)]
     assert s.take_pending() == [m.SessionAck("mqtt.car-7", 4)]
     assert send(s, p.PubComp(5)) == [m.SessionQos2("mqtt.car-7", rel_drop=[5])]
+
+
+# -- MQTT 5.0 -----------------------------------------------------------------------------------
+
+
+def packets5(session: MqttSession) -> list:
+    reader = PacketReader(version=5)
+    reader.feed(session.data_to_send())
+    return [p.decode(x, 5) for x in reader.packets()]
+
+
+def send5(session: MqttSession, *values) -> list:
+    return session.receive_data(b"".join(p.encode(v, 5) for v in values), 0)
+
+
+def opened5(client_id: str = "c", props=(), **options) -> MqttSession:
+    s = MqttSession(p.Connect(client_id, True, 30, level=5, props=props), **options)
+    s.origin = "me"
+    (discard,) = s.start()
+    s.from_broker(m.SessionList([], req=discard.req))
+    (ack,) = packets5(s)
+    assert ack.code == 0 and not ack.session_present
+    assert p.prop(ack.props, p.SUBSCRIPTION_IDS_AVAILABLE) == 0
+    assert p.prop(ack.props, p.SHARED_AVAILABLE) == 0
+    return s
+
+
+def test_mqtt5_session_expiry_makes_a_persistent_session_and_clean_start_discards_first():
+    s = MqttSession(p.Connect("car", True, 30, level=5, props=((p.SESSION_EXPIRY, 60),)))
+    (discard,) = s.start()
+    assert discard.action == "discard" and s.persistent
+    s.from_broker(m.SessionList([], req=discard.req))
+    (opening,) = s.take_pending()  # then a new one
+    assert opening == m.SessionOpen("mqtt.car", None, req=opening.req)
+    s.from_broker(m.Error("no durable session 'mqtt.car' here", req=opening.req))
+    assert [type(x) for x in packets5(s)] == [p.ConnAck]
+    again = MqttSession(p.Connect("car", False, 30, level=5, props=((p.SESSION_EXPIRY, 60),)))
+    assert [type(x) for x in again.start()] == [m.SessionOpen]  # resumed, no discard
+    neither = MqttSession(p.Connect("", False, 30, level=5))
+    assert neither.start() == [] and neither.connected  # no expiry, no clean start: at once
+
+
+def test_mqtt5_user_properties_are_attributes_both_ways():
+    s = opened5()
+    props = ((p.USER_PROPERTY, ("site", "north")), (p.USER_PROPERTY, ("bad name", "x")),
+             (p.CONTENT_TYPE, "text/plain"), (p.CORRELATION_DATA, b"\x01\x02"),
+             (p.RESPONSE_TOPIC, "replies/1"))  # fmt: skip
+    (msg,) = send5(s, p.Publish("a", b"x", 0, props=props))
+    assert msg.events[0].attributes == {
+        TOPIC_ATTR: "a", QOS_ATTR: 0, "site": "north", "@content_type": "text/plain",
+        "@correlation": "0102", "@response_topic": "replies/1", "@origin": "me",
+    }  # fmt: skip
+    (sub,) = send5(s, p.Subscribe(1, (("a", 1),)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    packets5(s)
+    event = m.Event({TOPIC_ATTR: "a", "n": 3, "ok": True, "@correlation": "0102"}, b"y")
+    s.from_broker(m.Deliver(SUB_ID, "b", [m.EventItem(1, 0, 0, event)]))
+    (out,) = packets5(s)
+    assert out.props == (
+        (p.USER_PROPERTY, ("n", "3")), (p.USER_PROPERTY, ("ok", "true")),
+        (p.CORRELATION_DATA, b"\x01\x02"),
+    )  # fmt: skip
+
+
+def test_mqtt5_what_the_connack_said_is_not_there_breaks_the_protocol():
+    s = opened5()
+    with pytest.raises(Malformed, match="topic alias") as alias:
+        send5(s, p.Publish("a", b"x", 0, props=((p.TOPIC_ALIAS, 1),)))
+    assert alias.value.code == 0x94
+    s = opened5()
+    with pytest.raises(Malformed, match="subscription identifier") as sub_id:
+        send5(s, p.Subscribe(1, (("a", 0),), ((p.SUBSCRIPTION_ID, 4),)))
+    assert sub_id.value.code == 0xA1
+
+
+def test_mqtt5_subscribe_options_and_reason_codes():
+    s = opened5(max_filters=2)
+    (sub,) = send5(s, p.Subscribe(1, (("$share/g/a", 1), ("own", 1 | 4), ("r", 1 | 8 | 32),
+                                      ("x", 0))))  # fmt: skip
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    (ack,) = packets5(s)
+    assert ack.codes == (p.SHARED_NOT_SUPPORTED, 1, 1, p.QUOTA_EXCEEDED)
+    (ask,) = s.take_pending()
+    assert ask.filters == ["own"]  # Retain Handling 2: nothing retained for 'r'
+    mine = m.Event({TOPIC_ATTR: "own", "@origin": "me"}, b"mine")
+    theirs = m.Event({TOPIC_ATTR: "own", "@origin": "else"}, b"theirs")
+    kept = m.Event({TOPIC_ATTR: "r", RETAIN_ATTR: 1}, b"kept")
+    items = [m.EventItem(i + 1, i, 0, e) for i, e in enumerate((mine, theirs, kept))]
+    s.from_broker(m.Deliver(SUB_ID, "b", items))
+    got = packets5(s)
+    assert [(x.payload, x.retain) for x in got] == [(b"theirs", False), (b"kept", True)]
+    (unsub,) = send5(s, p.Unsubscribe(2, ("own", "never")))
+    s.from_broker(m.SubAck(SUB_ID, True, req=unsub.req))
+    assert packets5(s) == [p.UnsubAck(2, (p.SUCCESS, p.NO_SUBSCRIPTION))]
+
+
+def test_mqtt5_refusals_and_the_client_limits():
+    s = opened5(props=((p.RECEIVE_MAXIMUM, 1), (p.MAXIMUM_PACKET_SIZE, 64)))
+    assert s.max_inflight == 1
+    (pub,) = send5(s, p.Publish("t", b"x", 1, packet_id=3))
+    s.from_broker(m.Error("not allowed", denied=True, req=pub.seq))
+    assert packets5(s) == [p.PubAck(3, p.NOT_AUTHORIZED_5)]
+    (sub,) = send5(s, p.Subscribe(1, (("a", 1),)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    packets5(s)
+    s.take_pending()
+    big, small = m.Event({TOPIC_ATTR: "a"}, b"z" * 100), m.Event({TOPIC_ATTR: "a"}, b"ok")
+    s.from_broker(m.Deliver(SUB_ID, "b", [m.EventItem(1, 0, 0, big), m.EventItem(2, 1, 0, small)]))
+    assert [x.payload for x in packets5(s)] == [b"ok"]  # over 64 bytes: not sent
+    assert send5(s, p.Disconnect(p.DISCONNECT_WITH_WILL)) == []
+    assert s.closed == "disconnected with its will"

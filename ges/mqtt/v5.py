@@ -1,0 +1,113 @@
+"""What MQTT 5.0 adds to the mapping onto GES: properties as attributes and back, the CONNACK's
+properties, and the reason codes a server closes a connection with.
+
+Theory of operation
+-------------------
+A PUBLISH's User Properties (5.0 §3.3.2.3.7) become the event's attributes, so that GES
+profiles and GES clients see them as any other attribute (a name that is not a GES attribute
+name — ``[A-Za-z_][\\w.-]*``, at most 256 characters — is dropped; of a name given twice the last
+value is kept). The request-response properties travel as reserved attributes:
+``@content_type``, ``@response_topic`` and ``@correlation`` (the correlation data in hex). Going
+out, an event's attributes that are not reserved become User Properties again (a GES client's
+typed values as text: ``true``, ``3``, ``2.5``), so MQTT 5.0 subscribers see what GES
+publishers attach. ``@origin`` names the connection that published (No Local, §3.8.3.1).
+
+This server takes no Topic Alias (Topic Alias Maximum 0), offers no Subscription Identifiers
+and no Shared Subscriptions (both said in its CONNACK), and does not hold messages for their
+Message Expiry Interval (it is dropped): a client that uses what the CONNACK says is not
+available breaks the protocol and is disconnected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from ges.matching.model import MAX_NAME, NAME
+from ges.matching.topics import check_topic
+from ges.mqtt import packets as p
+from ges.mqtt.frames import Malformed
+
+CONTENT_TYPE_ATTR = "@content_type"
+RESPONSE_TOPIC_ATTR = "@response_topic"
+CORRELATION_ATTR = "@correlation"
+#: The connection that published an event (a token the runtime gives each MQTT 5.0 connection).
+ORIGIN_ATTR = "@origin"
+#: A SUBSCRIBE's option bits (5.0 §3.8.3.1).
+NO_LOCAL, RETAIN_AS_PUBLISHED = 4, 8
+SHARED_PREFIX = "$share/"
+
+
+def attributes_of(props: tuple, attributes: dict) -> None:
+    """Add a client's PUBLISH properties to its event's ``attributes``.
+
+    Raises:
+        Malformed: what this server told the client it does not take.
+    """
+    for pid, value in props:
+        if pid == p.USER_PROPERTY:
+            name, text = value
+            if len(name) <= MAX_NAME and NAME.fullmatch(name):
+                attributes[name] = text
+        elif pid == p.CONTENT_TYPE:
+            attributes[CONTENT_TYPE_ATTR] = value
+        elif pid == p.RESPONSE_TOPIC:
+            why = check_topic(value)
+            if why is not None:
+                raise Malformed(f"a PUBLISH's response topic: {why}", p.PROTOCOL_ERROR)
+            attributes[RESPONSE_TOPIC_ATTR] = value
+        elif pid == p.CORRELATION_DATA:
+            attributes[CORRELATION_ATTR] = value.hex()
+        elif pid == p.TOPIC_ALIAS:
+            raise Malformed("a PUBLISH with a topic alias (the maximum is 0)", 0x94)
+        elif pid == p.SUBSCRIPTION_ID:
+            raise Malformed("a PUBLISH from a client with a subscription identifier", 0x82)
+
+
+def props_of(attributes: dict) -> tuple:
+    """An event's attributes as a PUBLISH's properties (the module docstring)."""
+    out: list = []
+    for name, value in attributes.items():
+        if name[0] != "@":
+            if type(value) is bool:
+                value = "true" if value else "false"
+            out.append((p.USER_PROPERTY, (name, str(value))))
+        elif name == CONTENT_TYPE_ATTR and type(value) is str:
+            out.append((p.CONTENT_TYPE, value))
+        elif name == RESPONSE_TOPIC_ATTR and type(value) is str and check_topic(value) is None:
+            out.append((p.RESPONSE_TOPIC, value))
+        elif name == CORRELATION_ATTR and type(value) is str:
+            with contextlib.suppress(ValueError):  # not hex: not from MQTT, not carried
+                out.append((p.CORRELATION_DATA, bytes.fromhex(value)))
+    return tuple(out)
+
+
+def connack_props(max_packet: int, assigned: str) -> tuple:
+    """What this server says of itself in a CONNACK (and the client id it gave, if it did)."""
+    props = [
+        (p.MAXIMUM_PACKET_SIZE, max_packet),
+        (p.SUBSCRIPTION_IDS_AVAILABLE, 0),
+        (p.SHARED_AVAILABLE, 0),
+    ]
+    if assigned:
+        props.append((p.ASSIGNED_CLIENT_ID, assigned))
+    return tuple(props)
+
+
+def disconnect(reason: str) -> p.Disconnect:
+    """The DISCONNECT a server closes a connection with, for why it closes it."""
+    code = p.UNSPECIFIED
+    for start, c in _REASONS:
+        if reason.startswith(start) or f": {start}" in reason:
+            code = c
+            break
+    text = reason if len(reason.encode()) <= 1024 else reason[:256]
+    return p.Disconnect(code, ((p.REASON_STRING, text),))
+
+
+_REASONS = (
+    ("taken over", p.TAKEN_OVER),
+    ("keepalive", p.KEEP_ALIVE_TIMEOUT),
+    ("slow consumer", p.QUOTA_EXCEEDED),
+    ("ended by an operator", p.ADMINISTRATIVE),
+    ("moved to", p.USE_ANOTHER_SERVER),
+)
