@@ -364,7 +364,9 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         state.qos2.difference_update(msg.drop)
         state.qos2.update(pid for pid in msg.add if 0 < pid < 65536)
         state.rel.difference_update(msg.rel_drop)
-        state.rel.update(pid for pid in msg.rel_add if 0 < pid < 65536)
+        state.rel.update(epoch for epoch in msg.rel_add if 0 < epoch <= live.sent)
+        if len(state.rel) > 65535:  # no client holds more identifiers: a lying broker's
+            state.rel = set(sorted(state.rel)[-65535:])
         self.store.save_session(live.state)
         if not msg.req:
             return []

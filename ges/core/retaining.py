@@ -39,6 +39,9 @@ class Retaining:
         for it in items:
             kept = retained.offer(pubend, it.tick, it.event)
             if kept is not None:
+                for topic in retained.forgotten:
+                    self.store.forget(topic)
+                retained.forgotten.clear()
                 self.store.retain(kept)
         if retained.refused != refused and refused % 1000 == 0:
             text = (

@@ -21,8 +21,10 @@ matches, and holds at most ``max_bytes`` of messages. The MQTT session sends the
 set (ges.mqtt.session).
 
 Bounds: ``max_bytes`` of topics and messages and ``max_topics`` topics in all. A topic already
-held is always replaced; a new one beyond the bounds is not kept (``refused`` counts them)
-until clearings make room. Storage: the replicator's store keeps each change (a crash loses
+held is always replaced; a new one beyond the bounds takes the room of the oldest clearings
+(``forgotten``: the store lets go of them), and if there is none is not kept (``refused``
+counts them). A clearing of a topic not held is not kept. An answer walks at most
+``MAX_VISITS`` levels of the index, so no ask holds the replicator for long. Storage: the replicator's store keeps each change (a crash loses
 at most the changes of its last commit group; every other replicator has them too).
 """
 
@@ -42,9 +44,11 @@ MAX_BYTES = 64 << 20
 MAX_TOPICS = 100_000
 #: Bytes of messages one answer carries at most (what lies beyond is not sent: a SUBSCRIBE to
 #: '#' on a network retaining gigabytes gets the first of them).
-MAX_ANSWER_BYTES = 4 << 20
+MAX_ANSWER_BYTES = 1 << 20
 #: What one kept topic costs beyond its topic and event (its index node and record).
 OVERHEAD = 200
+#: Levels of the index one answer walks at most (each filter's walk counts).
+MAX_VISITS = 200_000
 
 
 @attrs.frozen(slots=True)
@@ -88,6 +92,10 @@ class RetainedSet:
         self.bytes = 0
         #: new topics not kept for want of room
         self.refused = 0
+        #: cleared topics, oldest first (a tombstone each: their room is taken first)
+        self._cleared: dict[str, None] = {}
+        #: clearings let go of to make room, for the store to forget (the caller empties it)
+        self.forgotten: list[str] = []
 
     def __len__(self) -> int:
         return len(self._index)
@@ -103,22 +111,36 @@ class RetainedSet:
             return None
         kept = Kept(topic, event.published_at, pubend, tick, event if event.payload else None)
         old = self._index.get(topic)
+        if old is None and kept.event is None:
+            return None  # nothing to clear
         if old is not None and old.order >= kept.order:
             return None
-        grows = kept.size - (0 if old is None else old.size)
-        if old is None and len(self._index) >= self.max_topics:
+        if old is None and not self._room(kept.size):
             self.refused += 1
             return None
+        grows = kept.size - (0 if old is None else old.size)
         if grows > 0 and self.bytes + grows > self.max_bytes:
-            if old is None:
-                self.refused += 1
-                return None
             # a topic held is replaced whatever its size: its old message goes, cleared
             kept = attrs.evolve(kept, event=None)
             grows = kept.size - old.size
         self._index.set(topic, kept)
         self.bytes += grows
+        self._cleared.pop(topic, None)
+        if kept.event is None:
+            self._cleared[topic] = None
         return kept
+
+    def _room(self, size: int) -> bool:
+        """Room for a new topic of ``size``, made of the oldest clearings if need be."""
+        cleared = self._cleared
+        while len(self._index) >= self.max_topics or self.bytes + size > self.max_bytes:
+            if not cleared:
+                return False
+            topic = next(iter(cleared))
+            del cleared[topic]
+            self.bytes -= self._index.pop(topic).size
+            self.forgotten.append(topic)
+        return True
 
     def load(self, kept: Kept) -> None:
         """A change read back from the store (a restart): kept as it was."""
@@ -129,15 +151,21 @@ class RetainedSet:
             self.bytes -= old.size
         self._index.set(kept.topic, kept)
         self.bytes += kept.size
+        self._cleared.pop(kept.topic, None)
+        if kept.event is None:
+            self._cleared[kept.topic] = None
 
-    def find(self, filters: list[str], max_bytes: int = MAX_ANSWER_BYTES) -> tuple[list, bool]:
+    def find(
+        self, filters: list[str], max_bytes: int = MAX_ANSWER_BYTES, max_visits: int = MAX_VISITS
+    ) -> tuple[list, bool]:
         """The retained events on the topics ``filters`` match, each once, at most
         ``max_bytes`` of them; and whether that is all of them."""
         out: list[m.Event] = []
         seen: set[str] = set()
         size = 0
-        for f in filters:
-            for kept in self._index.find(f):
+        budget = [max_visits]
+        for f in dict.fromkeys(filters):
+            for kept in self._index.find(f, budget):
                 if kept.event is None or kept.topic in seen:
                     continue
                 size += event_size(kept.event)
@@ -145,4 +173,6 @@ class RetainedSet:
                     return out, False
                 seen.add(kept.topic)
                 out.append(kept.event)
+            if budget[0] <= 0:
+                return out, False
         return out, True

@@ -56,8 +56,8 @@ class SessionState:
     #: the QoS 2 packet identifiers its MQTT client published and has not released yet
     #: (PUBREL): a PUBLISH sent again with one, at any broker, is not published twice
     qos2: set[int] = attrs.Factory(set)
-    #: the identifiers of QoS 2 deliveries its MQTT client acknowledged (PUBREC) whose PUBCOMP
-    #: has not come: a broker it reconnects at sends PUBREL for them, not the message again
+    #: the epochs of QoS 2 deliveries its MQTT client acknowledged (PUBREC) whose PUBCOMP has
+    #: not come: a broker it reconnects at sends PUBREL for them, not the messages again
     rel: set[int] = attrs.Factory(set)
 
     def copy(self) -> SessionState:
@@ -151,6 +151,9 @@ class SessionStore(Protocol):
 
     def retained(self) -> list[Kept]:
         """Every topic's retained message as kept (cleared ones too)."""
+
+    def forget(self, topic: str) -> None:
+        """Let go of what is kept for ``topic`` (a clearing whose room a new topic took)."""
 
 
 class MemorySessionStore:
@@ -279,3 +282,6 @@ class MemorySessionStore:
 
     def retained(self) -> list[Kept]:
         return list(self._retained.values())
+
+    def forget(self, topic: str) -> None:
+        self._retained.pop(topic, None)

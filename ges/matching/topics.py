@@ -142,9 +142,8 @@ def candidates(within: str | None, escape: str | None, variants: int) -> Iterato
                 break  # one topic only: the variants would be the same
 
 
-class TopicTree:
-    """Filters indexed by their levels, each with a value (the graph's node); ``match`` finds
-    the values of the filters a topic matches."""
+class _Levels:
+    """A tree of levels, each node holding a value where a string of levels ends."""
 
     __slots__ = ("_root", "_size")
 
@@ -154,6 +153,23 @@ class TopicTree:
 
     def __len__(self) -> int:
         return self._size
+
+    @staticmethod
+    def _prune(path: list, levels: list[str]) -> None:
+        """Let go of the levels left with nothing below them (``path[i]`` is reached by
+        ``levels[i - 1]``)."""
+        for i in range(len(path) - 1, 0, -1):
+            node = path[i]
+            if node.end is not None or node.many is not None or node.children:
+                break
+            del path[i - 1].children[levels[i - 1]]
+
+
+class TopicTree(_Levels):
+    """Filters indexed by their levels, each with a value (the graph's node); ``match`` finds
+    the values of the filters a topic matches."""
+
+    __slots__ = ()
 
     def add(self, topic_filter: str, value) -> None:
         node = self._root
@@ -180,12 +196,7 @@ class TopicTree:
             node.end = None
             path.append(node)
         self._size -= 1
-        # prune levels left with nothing below them (path[i] is reached by levels[i - 1])
-        for i in range(len(path) - 1, 0, -1):
-            node = path[i]
-            if node.end is not None or node.many is not None or node.children:
-                break
-            del path[i - 1].children[levels[i - 1]]
+        self._prune(path, levels)
 
     def match(self, topic: str, out: list) -> None:
         """Append to ``out`` the value of every filter ``topic`` matches."""
@@ -228,19 +239,12 @@ class _Level:
         return node
 
 
-class TopicIndex:
+class TopicIndex(_Levels):
     """Topics (not filters) indexed by their levels, each with a value; ``find`` walks a
     filter's levels down the index, so its cost grows with the topics it matches (and the
     levels its wildcards pass), not with every topic held — the retained messages' index."""
 
-    __slots__ = ("_root", "_size")
-
-    def __init__(self) -> None:
-        self._root = _Level()
-        self._size = 0
-
-    def __len__(self) -> int:
-        return self._size
+    __slots__ = ()
 
     def get(self, topic: str):
         node = self._root
@@ -269,20 +273,22 @@ class TopicIndex:
         value, path[-1].end = path[-1].end, None
         if value is not None:
             self._size -= 1
-        for i in range(len(path) - 1, 0, -1):  # path[i] is reached by levels[i - 1]
-            node = path[i]
-            if node.end is not None or node.children:
-                break
-            del path[i - 1].children[levels[i - 1]]
+        self._prune(path, levels)
         return value
 
-    def find(self, topic_filter: str) -> Iterator:
-        """The values of the topics ``topic_filter`` (a valid filter) matches, depth first."""
+    def find(self, topic_filter: str, budget: list[int] | None = None) -> Iterator:
+        """The values of the topics ``topic_filter`` (a valid filter) matches, depth first;
+        ``budget``: ``[levels]`` the walk may visit, counted down (it stops at 0)."""
         f = topic_filter.split(SEPARATOR)
         n = len(f)
         root = self._root
         stack = [(0, root)]
+        if budget is None:
+            budget = [1 << 62]
         while stack:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return
             i, node = stack.pop()
             if i == n:
                 if node.end is not None:
@@ -292,17 +298,24 @@ class TopicIndex:
             if level == MANY:
                 if i and node.end is not None:  # 'a/#' matches 'a'
                     yield node.end
+                budget[0] -= len(node.children)
+                if budget[0] < 0:
+                    return
                 below = [
                     child
                     for name, child in node.children.items()
                     if not (node is root and name.startswith("$"))
                 ]
                 while below:
+                    budget[0] -= 1
+                    if budget[0] < 0:
+                        return
                     sub = below.pop()
                     if sub.end is not None:
                         yield sub.end
                     below.extend(sub.children.values())
             elif level == ONE:
+                budget[0] -= len(node.children)
                 for name, child in node.children.items():
                     if not (node is root and name.startswith("$")):
                         stack.append((i + 1, child))

@@ -38,7 +38,7 @@ import attrs
 
 from ges.durable import session_name_problem
 from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
-from ges.matching.topics import TopicTree, check_topic, matches
+from ges.matching.topics import TopicTree, check_topic
 from ges.mqtt import packets as p
 from ges.mqtt import v5
 from ges.mqtt.frames import DEFAULT_MAX_PACKET, Malformed, PacketReader
@@ -91,6 +91,7 @@ class MqttSession:
         max_packet: int = DEFAULT_MAX_PACKET,
         max_filters: int = MAX_FILTERS,
         max_inflight: int = MAX_INFLIGHT,
+        assigned: str = "",
     ):
         self.connect = connect
         self.level = connect.level
@@ -103,7 +104,7 @@ class MqttSession:
         #: server gave it (the runtime sets it), this connection's token on what it publishes
         #: (``@origin``: No Local), and its filters' No Local and Retain As Published bits
         self.max_out = 0
-        self.assigned = ""
+        self.assigned = assigned
         self.origin = ""
         self._options: dict[str, int] = {}
         if self.v5:
@@ -139,10 +140,10 @@ class MqttSession:
         #: kept: the topology's retention limits are); Clean Start discards the old one first
         if self.v5:
             self.persistent = p.prop(connect.props, p.SESSION_EXPIRY, 0) > 0
-            self._discard = connect.clean_session and bool(connect.client_id)
+            self._discard = connect.clean_session and bool(connect.client_id) and not assigned
         else:
             self.persistent = not connect.clean_session
-            self._discard = not self.persistent and bool(connect.client_id)
+            self._discard = not self.persistent and bool(connect.client_id) and not assigned
         self.name = session_name(connect.client_id) if self.persistent else ""
         self._opening = 0  # the req of the SessionOpen the CONNACK waits for
         self._exists = False  # the GES durable session exists (it has filters)
@@ -156,15 +157,19 @@ class MqttSession:
         #: sessions: ``SessionQos2``), to ask for and asked for (GES req -> identifiers), and
         #: those released, to tell
         self._to_keep: list[int] = []
-        self._keeping: dict[int, tuple[list[int], list[int]]] = {}
+        self._keeping: dict[int, tuple[list[int], list[int], list[int]]] = {}
         self._to_drop: list[int] = []
         #: likewise, deliveries' identifiers PUBREC'd whose PUBREL waits for the session to
         #: keep them, those it keeps (PUBREL owed until PUBCOMP), and those completed, to tell
+        #: (all of them by epoch; identifier -> epoch for those owed)
         self._to_owe: list[int] = []
-        self._owed: set[int] = set()
+        self._owed: dict[int, int] = {}
         self._to_paid: list[int] = []
-        #: GES req -> the filters a RetainedAsk asked about (its answer goes out at their QoS)
+        self._had: set[int] = set()
+        #: GES req -> the filters a RetainedAsk asked about (its answer goes out at their QoS;
+        #: one at a time), and the filters the next one is to ask about
         self._retained_asks: dict[int, list[str]] = {}
+        self._ask_next: dict[str, None] = {}
         #: session acks that arose from the broker's own answers (QoS 0 deliveries taken):
         #: ``take_pending``
         self._pending: list = []
@@ -245,22 +250,24 @@ class MqttSession:
             if sent is not None and sent.qos == 2:
                 del self._inflight[pid]
                 self._released.add(pid)
-                if pid in self._pid_epoch and self._exists:  # PUBREL once the session owes it
-                    self._to_owe.append(pid)
+                epoch = self._pid_epoch.get(pid)
+                if epoch is not None and self._exists:  # PUBREL once the session owes it
+                    self._to_owe.append(epoch)
                     return
             self._send(p.PubRel(pid))
         elif kind is p.PubComp:
             if pkt.packet_id in self._released:
                 self._released.discard(pkt.packet_id)
                 self._delivered(pkt.packet_id)
-                if pkt.packet_id in self._owed:
-                    self._owed.discard(pkt.packet_id)
-                    self._to_paid.append(pkt.packet_id)
+                epoch = self._owed.pop(pkt.packet_id, None)
+                if epoch is not None:
+                    self._to_paid.append(epoch)
             self._send_waiting()
         elif kind is p.PubRel:
             if self._received.pop(pkt.packet_id, None) is not None and self._exists:
-                self._to_drop.append(pkt.packet_id)
-            self._send(p.PubComp(pkt.packet_id))
+                self._to_drop.append(pkt.packet_id)  # PUBCOMP once the session lets go of it
+            else:
+                self._send(p.PubComp(pkt.packet_id))
         elif kind is p.Subscribe:
             self._subscribe(pkt, out)
         elif kind is p.Unsubscribe:
@@ -275,8 +282,8 @@ class MqttSession:
             self._change(p.UnsubAck(pkt.packet_id, codes), undo, out, [])
         elif kind is p.PingReq:
             self._send(p.PingResp())
-        elif kind is p.Disconnect:  # 5.0: reason 0x04 asks for the will all the same
-            will = self.v5 and pkt.reason == p.DISCONNECT_WITH_WILL
+        elif kind is p.Disconnect:  # 5.0: only reason 0 discards the will (§3.14.4)
+            will = self.v5 and pkt.reason != p.SUCCESS
             self.closed = "disconnected with its will" if will else "disconnected"
         else:  # CONNECT again, or what only a server sends
             raise Malformed(f"a {kind.__name__.upper()} from a client that is connected")
@@ -312,7 +319,7 @@ class MqttSession:
             raise Malformed("a SUBSCRIBE with a subscription identifier", 0xA1)
         undo: dict = {}
         codes = []
-        retained = []
+        retained: dict[str, None] = {}
         for f, options in pkt.filters:
             qos = options & 3
             if self.v5 and f.startswith(v5.SHARED_PREFIX):
@@ -327,7 +334,7 @@ class MqttSession:
             # had (§3.8.4) unless 5.0's Retain Handling says only for a new one, or never
             handling = options >> 4
             if handling == 0 or (handling == 1 and undo[f] is None):
-                retained.append(f)
+                retained[f] = None
             self.filters[f] = qos
             if self.v5:
                 flags = options & (v5.NO_LOCAL | v5.RETAIN_AS_PUBLISHED)
@@ -336,7 +343,7 @@ class MqttSession:
                 else:
                     self._options.pop(f, None)
             codes.append(qos)
-        self._change(p.SubAck(pkt.packet_id, tuple(codes)), undo, out, retained)
+        self._change(p.SubAck(pkt.packet_id, tuple(codes)), undo, out, list(retained))
 
     def _change(self, answer, undo: dict, out: list, retained: list[str]) -> None:
         """Ask the broker for the filters as they now are; the changes of one batch of packets
@@ -411,14 +418,17 @@ class MqttSession:
                 self._published(seq)
             self._qos2_changes()
         elif kind is m.SessionKept:
-            kept, owed = self._keeping.pop(msg.req, ((), ()))
+            kept, owed, dropped = self._keeping.pop(msg.req, ((), (), ()))
+            for packet_id in dropped:  # released here and there: PUBCOMP
+                self._send(p.PubComp(packet_id))
             for packet_id in kept:
                 if self._received.get(packet_id) is False:
                     self._received[packet_id] = True
                     self._send(p.PubRec(packet_id))
-            for packet_id in owed:  # the client has the message: the epoch is done
-                if packet_id in self._released:
-                    self._owed.add(packet_id)
+            for epoch in owed:  # the client has the message: the epoch is done
+                packet_id = _packet_id(epoch)
+                if packet_id in self._released and self._pid_epoch.get(packet_id) == epoch:
+                    self._owed[packet_id] = epoch
                     self._send(p.PubRel(packet_id))
                     self._delivered(packet_id)
         elif kind is m.SubAck:
@@ -462,17 +472,14 @@ class MqttSession:
     def _qos2_changes(self) -> None:
         """A persistent session's QoS 2 identifiers published and released, told to its
         replicator in one request each way (a read's, a PubAck's)."""
-        if self._to_keep or self._to_owe:
+        if self._to_keep or self._to_owe or self._to_drop or self._to_paid:
             self._req += 1
-            self._keeping[self._req] = (self._to_keep, self._to_owe)
-            ask = m.SessionQos2(self.name, add=self._to_keep, req=self._req, rel_add=self._to_owe)
-            self._pending.append(ask)
-            self._to_keep, self._to_owe = [], []
-        if self._to_drop or self._to_paid:
-            self._pending.append(
-                m.SessionQos2(self.name, drop=self._to_drop, rel_drop=self._to_paid)
+            self._keeping[self._req] = (self._to_keep, self._to_owe, self._to_drop)
+            change = m.SessionQos2(
+                self.name, self._to_keep, self._to_drop, self._req, self._to_owe, self._to_paid
             )
-            self._to_drop, self._to_paid = [], []
+            self._pending.append(change)
+            self._to_keep, self._to_owe, self._to_drop, self._to_paid = [], [], [], []
 
     def _opened(self, msg: m.SessionOpened) -> None:
         self._exists = True
@@ -482,8 +489,9 @@ class MqttSession:
             # and the QoS 2 messages it published and did not release: not published again;
             # and the PUBRELs it is owed: sent again (§4.4), the messages not
             self._received = dict.fromkeys(msg.qos2, True)
-            self._released = set(msg.rel)
-            self._owed = set(msg.rel)
+            self._owed = {_packet_id(epoch): epoch for epoch in msg.rel}
+            self._released = set(self._owed)
+            self._had = set(msg.rel)  # replayed, they are not sent again
             self.filters = {
                 conj[0].value: sub_id - 1
                 for (sub_id, _), conjs in zip(msg.subs, msg.profiles, strict=False)
@@ -492,7 +500,7 @@ class MqttSession:
             }
             self._acked = self._sent_epoch = msg.start
             self._connected(not msg.created)
-            for packet_id in sorted(self._owed):
+            for packet_id in self._owed:
                 self._send(p.PubRel(packet_id))
             return
         for answer, _, retained in self._changes.pop(msg.req, ()):
@@ -503,14 +511,35 @@ class MqttSession:
         SUBSCRIBE was granted (a session request: ``take_pending``)."""
         self._send(answer)
         if retained:
-            self._req += 1
-            self._retained_asks[self._req] = retained
-            self._pending.append(m.RetainedAsk(retained, req=self._req))
+            self._ask_retained(retained)
+
+    def _ask_retained(self, filters: list[str]) -> None:
+        """Ask what is retained on ``filters``: one ask at a time (an answer may be megabytes),
+        the filters of SUBSCRIBEs meanwhile joining the next."""
+        if self._retained_asks:
+            waiting = self._ask_next
+            waiting.update(dict.fromkeys(filters))
+            if len(waiting) > len(self.filters):  # those still held, and so bounded
+                self._ask_next = dict.fromkeys(f for f in waiting if f in self.filters)
+            return
+        self._req += 1
+        self._retained_asks[self._req] = filters
+        self._pending.append(m.RetainedAsk(filters, req=self._req))
+
+    def _asked_retained(self, req: int) -> list[str] | None:
+        """The filters ask ``req`` was for (None: not one); the next ask goes."""
+        asked = self._retained_asks.pop(req, None)
+        if asked is not None and self._ask_next:
+            waiting = [f for f in self._ask_next if f in self.filters]
+            self._ask_next = {}
+            if waiting:
+                self._ask_retained(waiting)
+        return asked
 
     def _retained(self, msg: m.Retained) -> None:
         """What is retained on the filters asked: sent with RETAIN set, each at the highest
         QoS of those filters it matches that the client still holds."""
-        asked = self._retained_asks.pop(msg.req, None)
+        asked = self._asked_retained(msg.req)
         if not asked:
             return
         tree = TopicTree()
@@ -585,7 +614,7 @@ class MqttSession:
             else:  # it does not exist yet: it will with the first filter
                 self._connected(False)
             return
-        if self._retained_asks.pop(msg.req, None) is not None:
+        if self._asked_retained(msg.req) is not None:
             return  # nothing retained is sent (its replicator is unreachable, say)
         if msg.req in self._acks:
             # MQTT 3.1.1 cannot refuse a PUBLISH: it is acknowledged and dropped (the broker
@@ -613,17 +642,22 @@ class MqttSession:
         topic = event.attributes.get(TOPIC_ATTR)
         if type(topic) is not str:
             return  # not for MQTT (every filter tests @topic: never happens)
-        tree = self._tree
-        if tree is None:
-            tree = self._tree = TopicTree()
-            for f, qos in self.filters.items():
-                tree.add(f, qos)
         found: list = []
-        tree.match(topic, found)
-        granted = max(found, default=-1)
+        self._filter_tree().match(topic, found)
+        granted = max(found, default=-1)  # (with 5.0's option bits: _with_options)
         if granted < 0:
             return  # a filter just removed
         self._out_publish(topic, event, granted, None)
+
+    def _filter_tree(self) -> TopicTree:
+        """The filters by their levels, each with its QoS (and 5.0's option bits)."""
+        tree = self._tree
+        if tree is None:
+            tree = self._tree = TopicTree()
+            options = self._options
+            for f, qos in self.filters.items():
+                tree.add(f, qos | options.get(f, 0) if options else qos)
+        return tree
 
     def _stored(self, item: m.SessionItem) -> None:
         """An event of the persistent session: delivered once per epoch, acknowledged to the
@@ -636,8 +670,9 @@ class MqttSession:
         event = item.item.event
         topic = event.attributes.get(TOPIC_ATTR)
         granted = max((s - 1 for s in item.subs if s != NO_SUB), default=-1)
-        if item.gap_to or type(topic) is not str or granted < 0:
-            self._done(epoch)  # a gap notice MQTT cannot say, or nothing for MQTT
+        if item.gap_to or type(topic) is not str or granted < 0 or epoch in self._had:
+            # a gap notice MQTT cannot say, nothing for MQTT, or what the client has (PUBREC)
+            self._done(epoch)
             return
         self._out_publish(topic, event, granted, epoch)
 
@@ -671,16 +706,14 @@ class MqttSession:
         Local (not what this connection published) and Retain As Published bits."""
         own = event.attributes.get(v5.ORIGIN_ATTR) == self.origin and bool(self.origin)
         retained = event.attributes.get(RETAIN_ATTR) == 1
+        found: list = []
+        self._filter_tree().match(topic, found)
         best, retain = -1, False
-        for f, options in self._options.items():
-            qos = self.filters.get(f)
-            if qos is None or not matches(f, topic) or (own and options & v5.NO_LOCAL):
+        for value in found:
+            if own and value & v5.NO_LOCAL:
                 continue
-            best = max(best, qos)
-            retain = retain or bool(retained and options & v5.RETAIN_AS_PUBLISHED)
-        for f, qos in self.filters.items():  # and those with neither
-            if f not in self._options and qos > best and matches(f, topic):
-                best = qos
+            best = max(best, value & 3)
+            retain = retain or bool(retained and value & v5.RETAIN_AS_PUBLISHED)
         return best, retain
 
     def _room(self, epoch: int | None) -> bool:

@@ -64,21 +64,31 @@ def attributes_of(props: tuple, attributes: dict) -> None:
 
 
 def props_of(attributes: dict) -> tuple:
-    """An event's attributes as a PUBLISH's properties (the module docstring)."""
+    """An event's attributes as a PUBLISH's properties (the module docstring); what MQTT
+    cannot carry — a GES publisher's value over 65,535 bytes — is left out."""
     out: list = []
     for name, value in attributes.items():
         if name[0] != "@":
             if type(value) is bool:
                 value = "true" if value else "false"
-            out.append((p.USER_PROPERTY, (name, str(value))))
-        elif name == CONTENT_TYPE_ATTR and type(value) is str:
+            text = str(value)
+            if len(text) <= _FITS or len(text.encode()) <= 65535:
+                out.append((p.USER_PROPERTY, (name, text)))
+        elif type(value) is not str or len(value) > 2 * 65535:
+            continue
+        elif name == CONTENT_TYPE_ATTR and len(value.encode()) <= 65535:
             out.append((p.CONTENT_TYPE, value))
-        elif name == RESPONSE_TOPIC_ATTR and type(value) is str and check_topic(value) is None:
-            out.append((p.RESPONSE_TOPIC, value))
-        elif name == CORRELATION_ATTR and type(value) is str:
+        elif name == RESPONSE_TOPIC_ATTR and check_topic(value) is None:
+            if len(value.encode()) <= 65535:
+                out.append((p.RESPONSE_TOPIC, value))
+        elif name == CORRELATION_ATTR:
             with contextlib.suppress(ValueError):  # not hex: not from MQTT, not carried
                 out.append((p.CORRELATION_DATA, bytes.fromhex(value)))
     return tuple(out)
+
+
+#: Characters that are surely within 65,535 bytes of UTF-8 (four bytes each at most).
+_FITS = 65535 // 4
 
 
 def connack_props(max_packet: int, assigned: str) -> tuple:

@@ -36,6 +36,7 @@ import contextlib
 import os
 import time
 
+import attrs
 import trio
 
 from ges.mqtt import packets as p
@@ -53,6 +54,7 @@ from ges.transport.connection import (
 )
 from ges.transport.tls import TLSStream
 from ges.wire import MAX_EVENT_BYTES, FrameError
+from ges.wire import messages as m
 
 #: The largest CONNECT taken: a client id, a will and credentials.
 MAX_CONNECT_BYTES = 64 * 1024
@@ -70,7 +72,6 @@ class MqttListener:
     def __init__(self, server):
         self.server = server
         self.connected: dict[str, MqttConnection] = {}
-        self._anonymous = 0
 
     async def dismiss(self, stream, why: str) -> None:
         """Refuse a connection (no CONNACK: over the bound on those opening, or before its
@@ -184,10 +185,11 @@ class MqttListener:
 
     async def _serve(self, stream, connect, reader, early, admitted) -> None:
         server = self.server
+        client_id = assigned = ""
+        if not connect.client_id:  # one of its own (5.0 says which, and may keep a session)
+            client_id = assigned = f"mqtt-{server.id}-{os.urandom(8).hex()}"
+            connect = attrs.evolve(connect, client_id=client_id)
         client_id = connect.client_id
-        if not client_id:
-            self._anonymous += 1
-            client_id = f"mqtt-{server.id}-{self._anonymous}"
         old = self.connected.get(client_id)
         identity = None if admitted is None else (admitted.client_id, admitted.cert)
         if old is not None and old.identity != identity:  # not another's to take over
@@ -198,11 +200,10 @@ class MqttListener:
         if old is not None:  # §3.1.4: the new connection takes over
             server.log.info("MQTT client %s connected again: closing its old connection", client_id)
             old.close_after(b"", "taken over by a new connection with the same client id", 1.0)
-        session = MqttSession(connect, max_packet=MAX_PACKET)
+        session = MqttSession(connect, max_packet=MAX_PACKET, assigned=assigned)
         reader.version = connect.level
         session.reader = reader
-        if session.v5:  # the id it was given, and the token on what it publishes (No Local)
-            session.assigned = "" if connect.client_id else client_id
+        if session.v5:  # the token on what it publishes (No Local)
             session.origin = os.urandom(6).hex()
         conn = MqttConnection(
             stream,
@@ -233,7 +234,12 @@ class MqttListener:
         """Session acks that arose from the broker's answers (not from a packet the client
         sent): handed to the broker by a task of their own, since they arose while it was
         sending (acks are cumulative: their order does not matter)."""
-        self.server._nursery.start_soon(self._send_acks, conn, acks)
+        asks = [a for a in acks if type(a) is m.RetainedAsk]
+        if asks:  # one may wait on a replicator far away: the acks do not wait behind it
+            acks = [a for a in acks if type(a) is not m.RetainedAsk]
+            self.server._nursery.start_soon(self._send_acks, conn, asks)
+        if acks:
+            self.server._nursery.start_soon(self._send_acks, conn, acks)
 
     async def _send_acks(self, conn: MqttConnection, acks: list) -> None:
         conn_id = getattr(conn, "conn_id", None)
@@ -274,7 +280,8 @@ class MqttConnection(Connection):
         self.identity = None
 
     async def read_messages(self):
-        """GES client messages, one list per read; the will last unless DISCONNECT came."""
+        """GES client messages, one list per read (the will goes once the connection has
+        ended, however it ended: the broker asks for ``last_words``)."""
         session = self.session
         try:
             out = session.start()  # a clean session's CONNACK, or a persistent one's open
@@ -293,19 +300,13 @@ class MqttConnection(Connection):
                     yield early
             async for batch in self._read_packets():
                 yield batch
-        except Malformed as exc:
-            will = self.last_words()
-            if will:
-                yield will
+        except Malformed as exc:  # (its will goes as the connection ends: last_words)
             if session.v5 and session.connected:  # 5.0 says why (§4.13): then it closes
                 text = f"malformed MQTT: {exc}"
                 bye = p.Disconnect(exc.code, ((p.REASON_STRING, text[:256]),))
                 Connection.close_after(self, p.encode(bye, p.LEVEL_5), text, REFUSE_WAIT)
                 await trio.sleep_forever()
             raise FrameError(f"malformed MQTT: {exc}") from None
-        will = self.last_words()
-        if will:
-            yield will
 
     async def _read_packets(self):
         session = self.session
@@ -351,14 +352,14 @@ class MqttConnection(Connection):
         self.close(session.closed)
 
     def _ended(self, why: str) -> None:
-        """The connection ended: why, without cancelling what reads it, so that the will
-        yielded next is still published (the broker closes the connection after it)."""
+        """The connection ended: why (the reading ends, then the broker closes it and
+        publishes the will)."""
         if self.close_reason is None:
             self.close_reason = why
 
     def last_words(self) -> list:
         """The will as a publish, if it is still to go: once, when the connection ended
-        without DISCONNECT — the client's doing, or the broker's (then the broker asks)."""
+        without DISCONNECT (5.0: one with reason 0) — the client's doing or the broker's."""
         if self.session.closed == "disconnected" or not self.session.connected:
             return []  # a client never connected has no will yet
         return self.session.will(time.time_ns())

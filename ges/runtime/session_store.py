@@ -96,7 +96,7 @@ class SqliteSessionStore:
         self._saves: dict[str, SessionState | None] = {}
         self._releases: dict[int, int] = {}
         self._tops: dict[str, int] = {}
-        self._retains: dict[str, Kept] = {}
+        self._retains: dict[str, Kept | None] = {}  # None: forget it
         #: sessions saved so far, up to which the group being written saves them, and up to
         #: which the file has them
         self._saved = self._saved_taken = self._saved_durable = 0
@@ -225,6 +225,9 @@ class SqliteSessionStore:
     def retain(self, kept: Kept) -> None:
         self._retains[kept.topic] = kept
 
+    def forget(self, topic: str) -> None:
+        self._retains[topic] = None
+
     def retained(self) -> list[Kept]:
         rows = self._query("SELECT topic, wall_ns, pubend, tick, event FROM retained", ())
         return [
@@ -271,7 +274,9 @@ class SqliteSessionStore:
         retained = [
             (k.topic, k.wall_ns, k.pubend, k.tick, None if k.event is None else _encode(k.event))
             for k in retains.values()
+            if k is not None
         ]
+        forgotten = [(topic,) for topic, k in retains.items() if k is None]
 
         def work(w: sqlite3.Connection) -> None:
             w.executemany(
@@ -282,6 +287,7 @@ class SqliteSessionStore:
             w.executemany("INSERT OR REPLACE INTO tops (pubend, tick) VALUES (?, ?)", tops.items())
             w.executemany("INSERT INTO wants (key, epoch, subs) VALUES (?, ?, ?)", wants)
             w.executemany("INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?)", retained)
+            w.executemany("DELETE FROM retained WHERE topic = ?", forgotten)
             for name, state in saves.items():
                 if state is None:
                     w.execute("DELETE FROM sessions WHERE name = ?", (name,))

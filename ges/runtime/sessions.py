@@ -40,6 +40,9 @@ from ges.wire.messages import hello_for
 
 #: Seconds to wait for a replicator to answer a lookup or an open.
 ASK_WAIT = 5.0
+#: Seconds an MQTT clean session's CONNACK waits at most for the persistent session its client
+#: id had to be found (then it connects, and the broker logs that it could not tell).
+DISCARD_WAIT = 2.0
 #: Seconds to wait for a follow connection to a replicator to open.
 FOLLOW_CONNECT_WAIT = 5.0
 #: Seconds between keepalives on a follow connection (as a client library's).
@@ -164,7 +167,9 @@ class SessionDesk:
         nothing = [ToClient(conn_id, m.SessionList([], req=msg.req))]
         if session_name_problem(msg.name) or self._anonymous(conn_id):
             return nothing  # it could not have one
-        rep, why = await self._find(msg.name)
+        rep, why = None, f"the replicators did not answer within {DISCARD_WAIT:g}s"
+        with trio.move_on_after(DISCARD_WAIT):  # a clean session's CONNACK waits no longer
+            rep, why = await self._find(msg.name)
         if rep is None:
             if why is not None:
                 self.log.warning("client %s: session %s not discarded: %s", conn_id, msg.name, why)
@@ -253,9 +258,11 @@ class SessionDesk:
                 done = trio.Event()
                 follow.asks[req] = [None, 0, done]
                 self._send(follow, m.SessionControl("find", name, req=req))
-                with trio.move_on_after(ASK_WAIT):
-                    await done.wait()
-                answer = follow.asks.pop(req, [None, 0, None])[3:]
+                try:
+                    with trio.move_on_after(ASK_WAIT):
+                        await done.wait()
+                finally:  # a caller that gives up leaves nothing behind
+                    answer = follow.asks.pop(req, [None, 0, None])[3:]
             if not answer or answer[0] is None:
                 missing.append(rep)
             elif answer[0].sessions:

@@ -640,8 +640,8 @@ class SessionOpened(_Msg):
     profiles: list[list[list[Constraint]]] = []
     #: the last epoch among the ``backlog`` stored for it (0: none)
     last: int = 0
-    #: the QoS 2 packet identifiers its MQTT client published and has not released, and those
-    #: of deliveries it acknowledged whose PUBCOMP has not come (``SessionState.rel``)
+    #: the QoS 2 packet identifiers its MQTT client published and has not released, and the
+    #: epochs of deliveries it acknowledged whose PUBCOMP has not come (``SessionState.rel``)
     qos2: list[int] = []
     rel: list[int] = []
 
@@ -680,9 +680,9 @@ class SessionQos2(_Msg):
     ``add`` and released those in ``drop`` (client's broker → replicator, from the session's
     follower only). With ``req``, answered by :class:`SessionKept` once the change is durable:
     then the client is told (PUBREC), and a PUBLISH it sends again with one of them, at any
-    broker, is acknowledged and not published twice (MQTT 3.1.1 §4.3.3). Likewise the
-    deliveries it acknowledged with PUBREC (``rel_add``: PUBREL goes once that is kept, and a
-    broker it reconnects at sends PUBREL again, not the message, §4.4) and completed
+    broker, is acknowledged and not published twice (MQTT 3.1.1 §4.3.3). Likewise the epochs of
+    the deliveries it acknowledged with PUBREC (``rel_add``: PUBREL goes once that is kept, and
+    a broker it reconnects at sends PUBREL again, not the message, §4.4) and completed
     (``rel_drop``, PUBCOMP)."""
 
     name: str

@@ -627,10 +627,11 @@ def test_ending_a_session_whose_open_waits_tells_the_opener():
 
 def test_a_sessions_qos2_identifiers_are_kept_for_whichever_connection_opens_it_next(rig):
     rig.open(1)
+    rig.publish(5)  # epochs 1-5 sent to it
     outs = rig.feed(rig.rep.qos2(1, m.SessionQos2("alice", add=[5, 6, 70000], req=4)))
     assert to(outs, 1) == [m.SessionKept("alice", req=4)]  # the memory store keeps at once
     assert rig.feed(rig.rep.qos2(2, m.SessionQos2("alice", add=[9]))) == []  # not its follower
-    rig.feed(rig.rep.qos2(1, m.SessionQos2("alice", drop=[5], rel_add=[3, 4])))
+    rig.feed(rig.rep.qos2(1, m.SessionQos2("alice", drop=[5], rel_add=[3, 4, 9])))  # 9: not sent
     rig.feed(rig.rep.qos2(1, m.SessionQos2("alice", rel_drop=[3])))
     assert (rig.store.sessions()["alice"].qos2, rig.store.sessions()["alice"].rel) == ({6}, {4})
     (again,) = [x for x in to(rig.open(3, subs=None), 3) if type(x) is m.SessionOpened]

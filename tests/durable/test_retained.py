@@ -7,14 +7,10 @@ from __future__ import annotations
 import itertools
 import random
 
-import pytest
-
 from ges.core.retaining import RETAINED_CONN
-from ges.durable.retained import OVERHEAD, Kept, RetainedSet
-from ges.durable.store import MemorySessionStore
+from ges.durable.retained import OVERHEAD, RetainedSet
 from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
 from ges.matching.topics import TopicIndex, matches
-from ges.runtime.session_store import SqliteSessionStore
 from ges.wire import messages as m
 from tests.durable.test_replicator_core import PUB, SOLO, Rig, to
 
@@ -115,6 +111,29 @@ def test_bounds_refuse_new_topics_and_a_held_topic_is_always_replaced():
     assert r.bytes <= small and r.find(["a"]) == ([], True)
 
 
+def test_clearings_give_their_room_to_new_topics_oldest_first():
+    r = RetainedSet(max_topics=3)
+    assert r.offer("p", 1, ev("never", b"")) is None  # nothing to clear: nothing kept
+    for i, t in enumerate("abc"):
+        r.offer("p", i + 1, ev(t))
+    r.offer("p", 4, ev("a", b"", at=1))
+    r.offer("p", 5, ev("b", b"", at=1))
+    assert r.offer("p", 6, ev("d")) is not None and r.forgotten == ["a"]
+    assert r.offer("p", 7, ev("e")) is not None and r.forgotten == ["a", "b"]
+    assert r.offer("p", 8, ev("f")) is None and r.refused == 1  # no clearing left
+    assert sorted(payloads(r.find(["#"])[0])) == [b"x"] * 3
+
+
+def test_an_ask_walks_a_bounded_part_of_the_index():
+    r = RetainedSet()
+    for i in range(300):
+        r.offer("p", i + 1, ev(f"t/{i}"))
+    events, complete = r.find(["#"] * 1000 + ["+/#", "t/+"])  # the same filter once
+    assert complete and len(events) == 300
+    events, complete = r.find(["#"], max_visits=100)
+    assert not complete and len(events) < 100
+
+
 def test_find_gives_each_topic_once_and_stops_at_its_bytes():
     r = RetainedSet()
     for i in range(10):
@@ -125,31 +144,6 @@ def test_find_gives_each_topic_once_and_stops_at_its_bytes():
     ]
     events, complete = r.find(["#"], max_bytes=450)
     assert not complete and 1 <= len(events) < 10
-
-
-# -- the stores -------------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request, tmp_path):
-    if request.param == "memory":
-        yield MemorySessionStore()
-        return
-    s = SqliteSessionStore(tmp_path / "s.db")
-    yield s
-    s.close()
-
-
-def test_stores_keep_the_last_change_per_topic_cleared_ones_too(store, tmp_path):
-    store.retain(Kept("a", 1, "p", 1, ev("a", b"1")))
-    store.retain(Kept("a", 2, "p", 2, ev("a", b"2")))
-    store.retain(Kept("b", 3, "p", 3, None))
-    if hasattr(store, "take_group"):
-        store.write_group(store.take_group())
-        store.close()
-        store = SqliteSessionStore(tmp_path / "s.db")  # what a restart reads
-    got = sorted(store.retained(), key=lambda k: k.topic)
-    assert got == [Kept("a", 2, "p", 2, ev("a", b"2")), Kept("b", 3, "p", 3, None)]
 
 
 # -- a replicator -----------------------------------------------------------------------------

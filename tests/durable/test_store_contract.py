@@ -8,6 +8,7 @@ import sqlite3
 
 import pytest
 
+from ges.durable.retained import Kept
 from ges.durable.store import MemorySessionStore, SessionState
 from ges.runtime.session_store import SqliteSessionStore
 from ges.wire import messages as m
@@ -410,3 +411,23 @@ def test_sqlite_reads_nothing_before_the_group_is_committed(tmp_path):
         assert epochs(s.read(A, 0)) == [e]
     finally:
         s.close()
+
+
+# -- retained messages (ges.durable.retained) ------------------------------------------------
+
+
+def test_stores_keep_the_last_change_per_topic_cleared_ones_too(store, tmp_path):
+    store.retain(Kept("a", 1, "p", 1, m.Event({"@topic": "a", "@retain": 1}, b"1")))
+    store.retain(Kept("a", 2, "p", 2, m.Event({"@topic": "a", "@retain": 1}, b"2")))
+    store.retain(Kept("b", 3, "p", 3, None))
+    store.retain(Kept("c", 4, "p", 4, None))
+    store.forget("c")  # its room went to another topic
+    if hasattr(store, "take_group"):
+        store.write_group(store.take_group())
+        store.close()
+        store = SqliteSessionStore(tmp_path / "s.db")  # what a restart reads
+    got = sorted(store.retained(), key=lambda k: k.topic)
+    assert got == [
+        Kept("a", 2, "p", 2, m.Event({"@topic": "a", "@retain": 1}, b"2")),
+        Kept("b", 3, "p", 3, None),
+    ]

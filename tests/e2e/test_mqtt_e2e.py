@@ -23,6 +23,7 @@ import yaml
 from ges.mqtt import packets as p
 from ges.mqtt.frames import PacketReader
 from ges.runtime.ports import on_free_ports
+from ges.runtime.sessions import DISCARD_WAIT
 from ges.security.certs import CertDir
 from tests.e2e.test_up_e2e import GES, ROOT, Up, ges
 
@@ -322,7 +323,9 @@ def test_logins_permissions_takeover_wills_and_malformed_packets(tmp_path):
             reader, got = PacketReader(), []
             sock.settimeout(30)
             while until is not None and not any(type(x) is until for x in got):
-                reader.feed(sock.recv(65536))
+                data = sock.recv(65536)
+                assert data, f"closed before a {until.__name__}, after {got}"
+                reader.feed(data)
                 got += [p.decode(x) for x in reader.packets()]
             return got
 
@@ -341,7 +344,8 @@ def test_logins_permissions_takeover_wills_and_malformed_packets(tmp_path):
         assert p.PubRec(7) in got
         assert p.PubComp(7) in exchange(q2, p.PubRel(7), until=p.PubComp)
         got = exchange(q2, p.Publish("status/q2", b"next", 2, packet_id=7), until=p.PubRec)
-        exchange(q2, p.PubRel(7), p.Disconnect(), until=p.PubComp)
+        exchange(q2, p.PubRel(7), until=p.PubComp)
+        exchange(q2, p.Disconnect())
         q2.close()
         (second,) = watcher.received(1)
         assert (first.payload, second.payload) == (b"once", b"next")  # not b"once" twice
@@ -572,6 +576,17 @@ def test_a_persistent_subscriber_gets_what_it_missed_at_another_broker_even_with
             fresh = sorted({int(x.payload) for x in got} - before)
         assert fresh == list(range(100, 200))
         assert all(x.dup for x in got if int(x.payload) in before)
+        # a replicator that hangs (stopped, not dead: no reset) holds a clean session's
+        # CONNACK up no more than DISCARD_WAIT, whatever the client id had there
+        stopped = next(b["pid"] for b in up.run_json()["brokers"] if b["id"] == "b12")
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            passer = Paho("passer-by", ports["b20"])
+            clients.append(passer)
+            assert passer.rc == 0 and time.monotonic() - started < DISCARD_WAIT + 2
+        finally:
+            os.kill(stopped, signal.SIGCONT)
         # and its replicator (SC-3's, b12) dies: an open that cannot reach it is CONNACK 3,
         # at once, and the client tries again until the restarted replicator has it
         again.stop()
@@ -617,7 +632,9 @@ def test_a_persistent_subscriber_gets_what_it_missed_at_another_broker_even_with
 class Paho5:
     """A paho-mqtt client speaking MQTT 5.0 on its own thread."""
 
-    def __init__(self, client_id: str, port: int, *, expiry: int = 0, clean_start: bool = True):
+    def __init__(
+        self, client_id: str, port: int, *, expiry: int = 0, clean_start: bool = True, will=None
+    ):
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
 
@@ -635,6 +652,8 @@ class Paho5:
         )
         c.on_subscribe = lambda cl, ud, mid, codes, props: self.events.put(("suback", codes))
         c.on_message = lambda cl, ud, msg: self.messages.put(msg)
+        if will is not None:
+            c.will_set(*will)
         props = Properties(PacketTypes.CONNECT)
         if expiry:
             props.SessionExpiryInterval = expiry
@@ -703,6 +722,15 @@ def test_mqtt5_clients_properties_options_sessions_and_reasons(tmp_path):
         assert a.messages.get(timeout=30).payload == b"from b"
         with pytest.raises(queue.Empty):
             a.messages.get(timeout=1)  # No Local: not its own m/1
+        # a DISCONNECT with a reason other than 0 publishes the will (§3.14.4)
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.reasoncodes import ReasonCode
+
+        w = Paho5("five-w", ports["b5"], will=("m/will", b"gone", 1))
+        w.client.disconnect(reasoncode=ReasonCode(PacketTypes.DISCONNECT, identifier=0x04))
+        w.client.loop_stop()
+        assert b.messages.get(timeout=30).payload == b"from b"  # its own: no No Local
+        assert b.messages.get(timeout=30).payload == b"gone"
 
         # a persistent session by its Session Expiry Interval: away, then back elsewhere
         s = Paho5("five-s", ports["b4"], expiry=3600)

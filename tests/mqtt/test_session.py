@@ -352,8 +352,10 @@ def test_a_resubscribe_asks_again_and_an_unanswerable_ask_sends_nothing():
     (sub,) = send(s, p.Subscribe(1, (("t", 0),)))
     s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
     (first,) = s.take_pending()
-    (sub2,) = send(s, p.Subscribe(2, (("t", 0),)))  # §3.8.4: sent again for a filter it had
+    (sub2,) = send(s, p.Subscribe(2, (("t", 0), ("t", 0))))  # §3.8.4: again for a filter it had
     s.from_broker(m.SubAck(SUB_ID, True, req=sub2.req))
+    assert s.take_pending() == []  # one ask at a time: it waits for the first's answer
+    s.from_broker(m.Retained([], req=first.req))
     (second,) = s.take_pending()
     assert second.filters == ["t"] and second.req != first.req
     s.from_broker(m.Error("replicator b1 unreachable", req=second.req))
@@ -362,7 +364,7 @@ def test_a_resubscribe_asks_again_and_an_unanswerable_ask_sends_nothing():
     assert s.take_pending() == []  # an UNSUBSCRIBE asks nothing
     s.data_to_send()
     s.from_broker(m.Retained([m.Event({TOPIC_ATTR: "t", RETAIN_ATTR: 1}, b"x")], req=first.req))
-    assert packets_of(s) == []  # its filter is gone
+    assert packets_of(s) == []  # answered already (and its filter is gone)
 
 
 def test_a_clean_session_connects_whether_or_not_a_persistent_one_was_discarded():
@@ -402,8 +404,12 @@ def test_a_persistent_sessions_qos2_publishes_are_kept_by_it_before_pubrec():
     assert send(s, p.Publish("t", b"1", 2, dup=True, packet_id=8)) == []  # still waiting
     s.from_broker(m.SessionKept("mqtt.car-7", req=keep.req))
     assert packets_of(s) == [p.PubRec(8), p.PubRec(9)]
-    assert send(s, p.PubRel(7), p.PubRel(8)) == [m.SessionQos2("mqtt.car-7", drop=[7, 8])]
+    (drop,) = send(s, p.PubRel(7), p.PubRel(8))
+    assert drop == m.SessionQos2("mqtt.car-7", drop=[7, 8], req=drop.req)
+    assert packets_of(s) == []  # not before the session lets go of them
+    s.from_broker(m.SessionKept("mqtt.car-7", req=drop.req))
     assert packets_of(s) == [p.PubComp(7), p.PubComp(8)]
+    assert send(s, p.PubRel(99)) == [] and packets_of(s) == [p.PubComp(99)]  # unknown: at once
     (c,) = send(s, p.Publish("t", b"new", 2, packet_id=7))  # released: a new message
     assert c.events[0].payload == b"new"
 
@@ -413,24 +419,33 @@ def test_a_persistent_sessions_qos2_deliveries_owe_pubrel_wherever_the_client_co
     (opening,) = s.start()
     profile = [[[C(TOPIC_ATTR, "topic", "a/+")]]]
     s.from_broker(
-        m.SessionOpened("mqtt.car-7", "b1", "s", False, 3, 0, [(3, "mqtt-qos2")], opening.req,
-                        profile, rel=[5])
+        m.SessionOpened("mqtt.car-7", "b1", "s", False, 3, 2, [(3, "mqtt-qos2")], opening.req,
+                        profile, last=4, rel=[4])
     )  # fmt: skip
-    # PUBREC'd on an earlier connection, maybe at another broker: PUBREL again, not the message
+    # epoch 4 was PUBREC'd on an earlier connection, maybe at another broker: PUBREL again
+    # (its identifier, 5), and the message not again when it is replayed
     assert packets_of(s) == [p.ConnAck(p.ACCEPTED, True), p.PubRel(5)]
-    s.from_broker(m.SessionEvents("mqtt.car-7", [stored(4, "a/x", 2, subs=(3,))]))
-    assert packets_of(s) == []  # epoch 4's identifier is 5: it waits for PUBCOMP 5
-    assert send(s, p.PubComp(5)) == [m.SessionQos2("mqtt.car-7", rel_drop=[5])]
+    later = 65539  # an epoch with the same identifier, 5: it waits for PUBCOMP 5
+    s.from_broker(
+        m.SessionEvents(
+            "mqtt.car-7", [stored(4, "a/x", 2, subs=(3,)), stored(later, "a/y", 2, subs=(3,))]
+        )
+    )
+    assert packets_of(s) == []
+    ack, paid = send(s, p.PubComp(5))
+    assert ack == m.SessionAck("mqtt.car-7", 4)
+    assert paid == m.SessionQos2("mqtt.car-7", rel_drop=[4], req=paid.req)
     (sent,) = packets_of(s)
-    assert (sent.topic, sent.qos, sent.packet_id) == ("a/x", 2, 5)
-    # PUBREC'd: PUBREL once the session owes it, and then epoch 4 is taken
+    assert (sent.topic, sent.qos, sent.packet_id, sent.dup) == ("a/y", 2, 5, False)
+    # PUBREC'd: PUBREL once the session owes it, and then its epoch is taken
     (owe,) = send(s, p.PubRec(5))
-    assert owe == m.SessionQos2("mqtt.car-7", rel_add=[5], req=owe.req)
+    assert owe == m.SessionQos2("mqtt.car-7", rel_add=[later], req=owe.req)
     assert packets_of(s) == []
     s.from_broker(m.SessionKept("mqtt.car-7", req=owe.req))
     assert packets_of(s) == [p.PubRel(5)]
-    assert s.take_pending() == [m.SessionAck("mqtt.car-7", 4)]
-    assert send(s, p.PubComp(5)) == [m.SessionQos2("mqtt.car-7", rel_drop=[5])]
+    assert s.take_pending() == [m.SessionAck("mqtt.car-7", later)]
+    (paid,) = send(s, p.PubComp(5))
+    assert paid == m.SessionQos2("mqtt.car-7", rel_drop=[later], req=paid.req)
 
 
 # -- MQTT 5.0 -----------------------------------------------------------------------------------
