@@ -461,6 +461,7 @@ def test_a_persistent_qos1_subscriber_moved_between_brokers_under_load_gets_ever
         def on_message(cl, ud, msg):
             with lock:
                 received.append((int(msg.payload), bool(msg.dup)))
+                per_broker[broker] = per_broker.get(broker, 0) + 1
 
         c.on_message = on_message
         c.connect("127.0.0.1", ports[broker], keepalive=30)
@@ -470,6 +471,7 @@ def test_a_persistent_qos1_subscriber_moved_between_brokers_under_load_gets_ever
         return c, flags.session_present
 
     N = 10_000
+    per_broker: dict[str, int] = {}  # what each connection received, in the order of the moves
     try:
         first, present = subscriber("b20")
         subs.append(first)
@@ -515,9 +517,12 @@ def test_a_persistent_qos1_subscriber_moved_between_brokers_under_load_gets_ever
                 if len({n for n, _ in received}) >= N:
                     break
             time.sleep(0.2)
-        pub.loop_stop()
         with lock:
             got = list(received)
+            have = len({n for n, _ in got})
+        # a stall says where the session stopped (paho's loop_stop may hang on it: not called)
+        assert have >= N, f"stalled: {have} of {N} received; per connection {per_broker}"
+        pub.loop_stop()
         # each message goes once without DUP at most: a repeat is marked (the old and the new
         # connection's threads may put theirs in the list in either order)
         seen: set[int] = set()
