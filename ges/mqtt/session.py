@@ -228,11 +228,7 @@ class MqttSession:
             self._early_bytes += len(packet.body) + EARLY_OVERHEAD
             if self._early_bytes > MAX_EARLY_BYTES:
                 raise Malformed(f"over {MAX_EARLY_BYTES} bytes of packets before its CONNACK")
-        self._end_batch(out)
-        self._qos2_changes()
-        if self._pending:
-            out += self.take_pending()
-        return out
+        return self._batch_done(out)
 
     def _packet(self, pkt, wall_ns: int, out: list) -> None:
         kind = type(pkt)
@@ -585,9 +581,16 @@ class MqttSession:
         early, self._early = self._early, []
         for pkt, wall_ns in early:
             self._packet(pkt, wall_ns, out)
+        return self._batch_done(out)
+
+    def _batch_done(self, out: list) -> list:
+        """``out`` with what a batch of packets asks at its end: the filters' change, the
+        QoS 2 identifiers', and the session acks that arose."""
         self._end_batch(out)
         self._qos2_changes()
-        return out + self.take_pending()
+        if self._pending:
+            out += self.take_pending()
+        return out
 
     def open_timed_out(self) -> None:
         """The session's open went unanswered for too long (its replicator was lost while it
