@@ -290,14 +290,15 @@ class MqttConnection(Connection):
             self._flush_session()
             if out:
                 yield out
-            if not session.connected:  # a persistent session's CONNACK waits for its open
+            if not session.connected:  # the CONNACK waits for the replicator's answer
                 await self._decided.wait()
                 if not session.connected:  # refused: closed once the CONNACK is written
                     await trio.sleep_forever()
-                early = session.release_early()
-                self._flush_session()
-                if early:
-                    yield early
+            # what came before the CONNACK: also when the answer came before this resumed
+            early = session.release_early()
+            self._flush_session()
+            if early:
+                yield early
             async for batch in self._read_packets():
                 yield batch
         except Malformed as exc:  # (its will goes as the connection ends: last_words)
