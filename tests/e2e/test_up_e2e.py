@@ -55,13 +55,18 @@ class Up:
         given = extra[extra.index("--certs") + 1] if "--certs" in extra else None
         self.certs = None if insecure else Path(given) if given else data_dir / "certs"
         self.auth = ("--insecure",) if insecure else ("--certs", str(self.certs))
-        self.proc = subprocess.Popen(
-            [*GES, "up", str(topology), "--no-live", "--data-dir", str(data_dir), *extra],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        #: the brokers' log: a file, not a pipe nobody reads once the network is up (a full pipe
+        #: would stop every broker of the process at its next warning)
+        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [*GES, "up", str(topology), "--no-live", "--data-dir", str(data_dir), *extra],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env={**os.environ, "COLUMNS": "240"},  # a log line on one line
+            )
         deadline = time.monotonic() + READY_TIMEOUT
         self.ready_line = ""
         while time.monotonic() < deadline:
@@ -72,7 +77,11 @@ class Up:
                 self.ready_line = line
                 return
         self.stop()
-        raise AssertionError(f"ges up never became ready: {self.proc.stderr.read()[-2000:]}")
+        raise AssertionError(f"ges up never became ready: {self.log_tail()}")
+
+    def log_tail(self, size: int = 2000) -> str:
+        """The end of what the brokers logged, for a failure's message."""
+        return self.log_path.read_text(errors="replace")[-size:]
 
     def tls(self):
         return None if self.certs is None else client_auth(CertDir(self.certs)).tls
