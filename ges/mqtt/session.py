@@ -25,6 +25,14 @@ The mapping (MQTT 3.1.1):
   identifiers and are held until acknowledged; at most ``max_inflight`` at a time, the rest
   wait in order (bounded in bytes by the runtime, which cuts a client that lets them pile up).
 
+A persistent session's replicator may hand it over to another (seed 004 §4: the replicator of
+the unit the client is in now). The old one sends the session on with ``SessionClosed`` naming
+the new one once the client has acknowledged everything it had; the session is opened there,
+as the client would open it again, and the client stays connected: it knows nothing of
+replicators. The new replicator's epochs are its own, so the session's count of them starts
+again from what it says, and the QoS 2 identifiers are told to it whole (the old one may have
+changed them after it began handing over).
+
 Bounds: packets of ``max_packet`` bytes (the framing), ``max_filters`` filters per client,
 ``max_inflight`` unacknowledged deliveries, and the QoS 2 identifiers are at most 65,535.
 """
@@ -65,6 +73,12 @@ WAITING_OVERHEAD = 256
 EARLY_OVERHEAD = 64
 #: A persistent session's subscription that matches nothing (it has no filters left).
 NO_SUB = 9
+#: Opens one move of a persistent session to another replicator may take (each replicator
+#: that is asked may send it on, or ask it to wait), before the client is disconnected.
+MAX_MOVES = 8
+#: Seconds before an open that was asked to wait (the new replicator is still taking the
+#: session) is tried again; doubled each time.
+MOVE_PAUSE = 0.1
 
 
 def session_name(client_id: str) -> str:
@@ -153,6 +167,15 @@ class MqttSession:
         self._done_epochs: set[int] = set()  # those of them the client has
         self._pid_epoch: dict[int, int] = {}  # packet id -> epoch of a delivery in flight
         self._acked = -1
+        #: the store of the replicator the session's epochs are counted by; while it moves to
+        #: another (a hand-over): that replicator, how many opens the move took, the open
+        #: awaited; and how long the runtime is to wait before it calls ``reopen`` (None: no
+        #: open to make)
+        self._store = ""
+        self._moving = ""
+        self._moves = 0
+        self._reopening = 0
+        self.reopen_after: float | None = None
         #: QoS 2 identifiers in whose PUBREC waits for the session to keep them (persistent
         #: sessions: ``SessionQos2``), to ask for and asked for (GES req -> identifiers), and
         #: those released, to tell
@@ -443,7 +466,7 @@ class MqttSession:
                 self._discarded()
         elif kind is m.SessionClosed:
             if msg.name == self.name:
-                self._lost(msg.reason, msg.retry)
+                self._closed(msg)
         elif kind is m.Error:
             self._refused(msg)
 
@@ -477,11 +500,91 @@ class MqttSession:
             self._pending.append(change)
             self._to_keep, self._to_owe, self._to_drop, self._to_paid = [], [], [], []
 
+    def _closed(self, msg: m.SessionClosed) -> None:
+        """The session's stream ended here. Handed over to another replicator (or on its way
+        to one): opened there (``reopen``), the client connected as it was. Else the client
+        is told (CONNACK 3 if it waits for one) and disconnected."""
+        moving = msg.retry and not msg.ended and bool(msg.replicator or self._moving)
+        if not moving or self._moves >= MAX_MOVES or self.closed is not None:
+            self._lost(msg.reason, msg.retry)
+            return
+        self._moves += 1
+        if msg.replicator:  # there, at once
+            self._moving = msg.replicator
+            self.reopen_after = 0.0
+        else:  # the replicator it was sent to is still taking it: a moment
+            self.reopen_after = MOVE_PAUSE * 2 ** min(self._moves, 5)
+
+    def reopen(self) -> list:
+        """The open of a moving session at the replicator it was sent to (the runtime asks
+        once ``reopen_after`` has passed)."""
+        self.reopen_after = None
+        if self.closed is not None or not self._moving:
+            return []
+        self._req += 1
+        if self.connected:
+            self._reopening = self._req
+        else:  # the CONNACK's open was sent on
+            self._opening = self._req
+        subs = self._session_subs() if self._changes else None  # with what is not answered
+        return [m.SessionOpen(self.name, subs, replicator=self._moving, req=self._req)]
+
+    @property
+    def moving(self) -> int:
+        """The request number of the open a move of the session awaits (0: none)."""
+        return self._reopening
+
+    def move_timed_out(self) -> None:
+        """A move's open went unanswered: the client is disconnected, and connects again."""
+        if self._reopening and self.closed is None:
+            self._lost("not opened again in time at its new replicator", True)
+
+    def _moved(self, msg: m.SessionOpened) -> None:
+        """Opened again while connected, at the replicator it moved to."""
+        self._reopening = 0
+        self._moving, self._moves = "", 0
+        if msg.store != self._store:  # its epochs are another's: counted from its start
+            self._store = msg.store
+            self._acked = self._sent_epoch = msg.start
+            self._replayed_to = msg.last
+            self._epochs.clear()
+            self._done_epochs.clear()
+            self._pid_epoch.clear()  # what is in flight is done with the old one
+            self._had.clear()
+            self._waiting = deque((pkt, None) for pkt, _ in self._waiting)
+        for req in sorted(r for r in self._changes if r < msg.req):  # the open had them
+            for answer, _, retained in self._changes.pop(req):
+                self._answer(answer, retained)
+        self._qos2_whole()
+
+    def _qos2_whole(self) -> None:
+        """The QoS 2 identifiers the client holds, told whole to the session's new replicator
+        (what the old one was told after the hand-over began, or asked and never answered,
+        it does not have); the answers those asks awaited go once it keeps them."""
+        kept, dropped = list(self._to_keep), list(self._to_drop)
+        for k, _, d in self._keeping.values():
+            kept += k
+            dropped += d
+        if not (self._received or self._owed or kept or dropped):
+            return
+        self._keeping.clear()
+        self._to_keep, self._to_drop, self._to_paid = [], [], []
+        self._req += 1
+        self._keeping[self._req] = (kept, [], dropped)
+        rel = sorted(set(self._owed.values()))
+        msg = m.SessionQos2(self.name, sorted(self._received), [], self._req, rel, whole=True)
+        self._pending.append(msg)
+
     def _opened(self, msg: m.SessionOpened) -> None:
         self._exists = True
+        if msg.req and msg.req == self._reopening:
+            self._moved(msg)
+            return
         self._replayed_to = max(self._replayed_to, msg.last)
         if msg.req == self._opening:  # the CONNACK's: the filters it kept come back
             self._opening = 0
+            self._store = msg.store
+            self._moving, self._moves = "", 0
             # and the QoS 2 messages it published and did not release: not published again;
             # and the PUBRELs it is owed: sent again (§4.4), the messages not
             self._received = dict.fromkeys(msg.qos2, True)

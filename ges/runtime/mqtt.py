@@ -27,7 +27,8 @@ the connection ends any way but by DISCONNECT.
 
 A persistent session (clean session 0) is a GES durable session (ges.mqtt.session): its
 CONNACK waits for the session's replicator, found wherever it is, to open it — and says whether
-it was present.
+it was present. When its replicator hands it over to another (ges.core.handover) the broker
+opens it there, the client connected as it was (:meth:`MqttListener._move`).
 """
 
 from __future__ import annotations
@@ -217,6 +218,7 @@ class MqttListener:
             budget=server._client_budget,
         )
         conn.on_acks = self._acks
+        conn.on_move = self._moving
         conn.identity = identity
         self.connected[client_id] = conn
         server._admitted += 1
@@ -251,6 +253,30 @@ class MqttListener:
         if outs:
             await self.server._dispatch(outs)
 
+    def _moving(self, conn: MqttConnection, pause: float) -> None:
+        self.server._nursery.start_soon(self._move, conn, pause)
+
+    async def _move(self, conn: MqttConnection, pause: float) -> None:
+        """A persistent session handed over to another replicator is opened there after
+        ``pause`` (ges.mqtt.session); unanswered within OPEN_WAIT, the client is disconnected
+        (and connects again, wherever the session is then)."""
+        await trio.sleep(pause)
+        session = conn.session
+        if conn.closing or conn.close_reason is not None:
+            return
+        opens = session.reopen()
+        if not opens:
+            return
+        req = session.moving
+        await self._send_acks(conn, opens)
+        if not req:  # the CONNACK's open, sent on: _open_deadline watches it
+            return
+        await trio.sleep(OPEN_WAIT)
+        if session.moving == req and not conn.closing:
+            session.move_timed_out()
+            self.server.log.warning("%s: %s", conn.label, session.closed)
+            MqttConnection.close_after(conn, session.data_to_send(), session.closed, REFUSE_WAIT)
+
     async def _open_deadline(self, conn: MqttConnection) -> None:
         """The CONNACK waits for the session's replicator at most OPEN_WAIT seconds (finding
         it may wait on replicators that do not answer): then CONNACK 3 and close."""
@@ -274,8 +300,10 @@ class MqttConnection(Connection):
         self._early_packets = early
         #: set once the CONNACK is decided (sent, or a refusal on its way)
         self._decided = trio.Event()
-        #: where acks that arise from the broker's answers go: ``MqttListener.acks``
+        #: where acks that arise from the broker's answers go: ``MqttListener.acks``; where a
+        #: session's move to another replicator goes (``MqttListener._moving``)
         self.on_acks = None
+        self.on_move = None
         #: who the client proved to be (None: --insecure): only they may take its id over
         self.identity = None
 
@@ -386,6 +414,9 @@ class MqttConnection(Connection):
             return True
         if session.connected:
             self._decided.set()
+        if session.reopen_after is not None and self.on_move is not None:
+            pause, session.reopen_after = session.reopen_after, None
+            self.on_move(self, pause)
         acks = session.take_pending()  # QoS 0 deliveries taken: the replicator hears now
         if acks and self.on_acks is not None:
             self.on_acks(self, acks)

@@ -683,7 +683,8 @@ class SessionQos2(_Msg):
     broker, is acknowledged and not published twice (MQTT 3.1.1 §4.3.3). Likewise the epochs of
     the deliveries it acknowledged with PUBREC (``rel_add``: PUBREL goes once that is kept, and
     a broker it reconnects at sends PUBREL again, not the message, §4.4) and completed
-    (``rel_drop``, PUBCOMP)."""
+    (``rel_drop``, PUBCOMP). ``whole``: ``add`` and ``rel_add`` are all it holds (a session
+    opened at the replicator it was handed over to)."""
 
     name: str
     add: list[int] = []
@@ -691,6 +692,7 @@ class SessionQos2(_Msg):
     req: int = 0
     rel_add: list[int] = []
     rel_drop: list[int] = []
+    whole: bool = False
 
 
 class SessionKept(_Msg):

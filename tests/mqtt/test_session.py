@@ -448,6 +448,83 @@ def test_a_persistent_sessions_qos2_deliveries_owe_pubrel_wherever_the_client_co
     assert paid == m.SessionQos2("mqtt.car-7", rel_drop=[later], req=paid.req)
 
 
+def test_a_session_handed_over_to_another_replicator_is_opened_there_and_stays_connected():
+    """seed 004 §4: the old replicator sends the session on once the client has everything it
+    had; the client, connected as it was, gets the new one's epochs from its start on."""
+    s = MqttSession(p.Connect("car-7", clean_session=False))
+    (opening,) = s.start()
+    profile = [[[C(TOPIC_ATTR, "topic", "a/+")]]]
+    s.from_broker(
+        m.SessionOpened("mqtt.car-7", "b18", "s18", False, 900, 0, [(2, "mqtt-qos1")],
+                        opening.req, profile, qos2=[7])
+    )  # fmt: skip
+    s.from_broker(m.SessionEvents("mqtt.car-7", [stored(901, "a/x", 1)]))
+    assert [x.packet_id for x in packets_of(s)[1:]] == [902]
+    assert send(s, p.PubAck(902)) == [m.SessionAck("mqtt.car-7", 901)]
+    (a,) = send(s, p.Publish("t", b"1", 2, packet_id=8))  # a QoS 2 publish as it moves
+    s.from_broker(m.PubAck(a.seq, "b", 1, 1))
+    (keep,) = s.take_pending()
+    assert keep.add == [8]
+    note = "handed over to replicator b1 (its client's unit)"
+    s.from_broker(m.SessionClosed("mqtt.car-7", note, retry=True, replicator="b1"))
+    assert s.closed is None and s.reopen_after == 0.0  # at once, and it stays connected
+    (again,) = s.reopen()
+    assert again == m.SessionOpen("mqtt.car-7", None, replicator="b1", req=again.req)
+    assert s.moving == again.req
+    # the new replicator is still taking it: asked to wait, it is tried again after a pause
+    s.from_broker(m.SessionClosed("mqtt.car-7", "being handed over: a moment", retry=True))
+    assert s.closed is None and s.reopen_after > 0
+    (again,) = s.reopen()
+    assert again.replicator == "b1"
+    s.from_broker(
+        m.SessionOpened("mqtt.car-7", "b1", "s1", False, 3, 1, [(2, "mqtt-qos1")], again.req,
+                        profile, last=4)
+    )  # fmt: skip
+    assert s.moving == 0 and packets_of(s) == []  # no second CONNACK
+    # the QoS 2 identifiers it holds go whole (the old replicator never answered for 8)
+    (whole,) = s.take_pending()
+    assert (whole.add, whole.whole, whole.rel_add) == ([7, 8], True, [])
+    s.from_broker(m.SessionKept("mqtt.car-7", req=whole.req))
+    assert packets_of(s) == [p.PubRec(8)]
+    # the new one's epochs, counted from its start (below those of the old one)
+    s.from_broker(m.SessionEvents("mqtt.car-7", [stored(4, "a/y", 1), stored(5, "a/z", 1)]))
+    got = packets_of(s)
+    assert [(x.topic, x.packet_id, x.dup) for x in got] == [("a/y", 5, True), ("a/z", 6, False)]
+    acks = send(s, p.PubAck(5), p.PubAck(6))
+    assert acks == [m.SessionAck("mqtt.car-7", 4), m.SessionAck("mqtt.car-7", 5)]
+
+
+def test_a_move_that_goes_on_too_long_or_is_refused_ends_the_connection():
+    s = MqttSession(p.Connect("c", clean_session=False))
+    (opening,) = s.start()
+    s.from_broker(m.SessionOpened("mqtt.c", "b1", "s", False, 0, 0, [], opening.req))
+    packets_of(s)
+    for _ in range(8):  # replicators that send it on and on
+        s.from_broker(m.SessionClosed("mqtt.c", "handed over", retry=True, replicator="b2"))
+        assert s.closed is None
+        s.reopen()
+    s.from_broker(m.SessionClosed("mqtt.c", "handed over", retry=True, replicator="b2"))
+    assert s.closed == "durable session mqtt.c: handed over"
+    # an open sent on before the CONNACK is made there, and the CONNACK waits for it
+    s = MqttSession(p.Connect("c", clean_session=False))
+    s.start()
+    s.from_broker(m.SessionClosed("mqtt.c", "resume there", retry=True, replicator="b3"))
+    (there,) = s.reopen()
+    assert there.replicator == "b3" and packets_of(s) == []
+    s.from_broker(m.SessionOpened("mqtt.c", "b3", "s3", False, 0, 0, [], there.req))
+    assert packets_of(s) == [p.ConnAck(p.ACCEPTED, True)]
+    # an unreachable replicator (no move on) still disconnects; a move unanswered too
+    s.from_broker(m.SessionClosed("mqtt.c", "replicator b3 unreachable", retry=True))
+    assert s.closed is not None
+    s = MqttSession(p.Connect("c", clean_session=False))
+    (opening,) = s.start()
+    s.from_broker(m.SessionOpened("mqtt.c", "b1", "s", False, 0, 0, [], opening.req))
+    s.from_broker(m.SessionClosed("mqtt.c", "handed over", retry=True, replicator="b2"))
+    s.reopen()
+    s.move_timed_out()
+    assert "not opened again in time" in s.closed
+
+
 # -- MQTT 5.0 -----------------------------------------------------------------------------------
 
 
