@@ -363,7 +363,7 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         state = live.state
         if msg.whole:  # all it holds: its epochs owed may be the replicator's it came from
             state.qos2 = {pid for pid in msg.add if 0 < pid < 65536}
-            state.rel = {epoch for epoch in msg.rel_add if epoch > 0}
+            state.rel = {epoch for epoch in msg.rel_add if epoch != 0}  # < 0: another's
         state.qos2.difference_update(msg.drop)
         state.qos2.update(pid for pid in msg.add if 0 < pid < 65536)
         state.rel.difference_update(msg.rel_drop)

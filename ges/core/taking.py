@@ -50,7 +50,8 @@ class Taking:
             return self._note(msg.source, msg.hid, msg.name, "refused", why)
         state = SessionState(msg.name, msg.owner, self._next_key, {}, msg.created)
         state.max_events, state.max_age = msg.max_events, msg.max_age
-        state.qos2, state.rel = set(msg.qos2), set(msg.rel)
+        # the PUBRELs owed are by the source's epochs: negative, never one of this one's
+        state.qos2, state.rel = set(msg.qos2), {-abs(e) for e in msg.rel if e}
         state.handover = {
             "dir": "in",
             "from": msg.source,

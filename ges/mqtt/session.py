@@ -91,8 +91,9 @@ def session_name(client_id: str) -> str:
 
 def _packet_id(epoch: int) -> int:
     """A persistent session's delivery's identifier: its epoch's, so that a broker the
-    session moves to sends it again with the one the client had (§4.3.3)."""
-    return epoch % 65535 + 1
+    session moves to sends it again with the one the client had (§4.3.3). A negative epoch
+    is one of a replicator the session was handed over from, its PUBREL still owed."""
+    return abs(epoch) % 65535 + 1
 
 
 class MqttSession:
@@ -552,6 +553,8 @@ class MqttSession:
             self._pid_epoch.clear()  # what is in flight is done with the old one
             self._had.clear()
             self._waiting = deque((pkt, None) for pkt, _ in self._waiting)
+            # PUBRELs owed by the old one's epochs: negative, never one of the new one's
+            self._owed = {pid: -abs(e) for pid, e in self._owed.items()}
         for req in sorted(r for r in self._changes if r < msg.req):  # the open had them
             for answer, _, retained in self._changes.pop(req):
                 self._answer(answer, retained)
@@ -590,7 +593,7 @@ class MqttSession:
             self._received = dict.fromkeys(msg.qos2, True)
             self._owed = {_packet_id(epoch): epoch for epoch in msg.rel}
             self._released = set(self._owed)
-            self._had = set(msg.rel)  # replayed, they are not sent again
+            self._had = {e for e in msg.rel if e > 0}  # replayed, they are not sent again
             self.filters = {
                 conj[0].value: sub_id - 1
                 for (sub_id, _), conjs in zip(msg.subs, msg.profiles, strict=False)

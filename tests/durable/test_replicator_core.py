@@ -639,6 +639,9 @@ def test_a_sessions_qos2_identifiers_are_kept_for_whichever_connection_opens_it_
     assert (again.qos2, again.rel) == ([6], [4])
     # told whole (opened where a hand-over took it): what it had goes, and its epochs owed
     # may be another replicator's (above what this one sent)
-    whole = m.SessionQos2("alice", add=[8, 0], rel_add=[4000], whole=True)
+    whole = m.SessionQos2("alice", add=[8, 0], rel_add=[4000, -3, 0], whole=True)
     rig.feed(rig.rep.qos2(3, whole))
-    assert (rig.store.sessions()["alice"].qos2, rig.store.sessions()["alice"].rel) == ({8}, {4000})
+    assert (rig.store.sessions()["alice"].qos2, rig.store.sessions()["alice"].rel) == (
+        {8},
+        {4000, -3},
+    )

@@ -456,10 +456,11 @@ def test_a_session_handed_over_to_another_replicator_is_opened_there_and_stays_c
     profile = [[[C(TOPIC_ATTR, "topic", "a/+")]]]
     s.from_broker(
         m.SessionOpened("mqtt.car-7", "b18", "s18", False, 900, 0, [(2, "mqtt-qos1")],
-                        opening.req, profile, qos2=[7])
+                        opening.req, profile, qos2=[7], rel=[3])
     )  # fmt: skip
     s.from_broker(m.SessionEvents("mqtt.car-7", [stored(901, "a/x", 1)]))
-    assert [x.packet_id for x in packets_of(s)[1:]] == [902]
+    # the PUBREL owed for epoch 3 (identifier 4) since an earlier connection; then 901
+    assert [(type(x), x.packet_id) for x in packets_of(s)[1:]] == [(p.PubRel, 4), (p.Publish, 902)]
     assert send(s, p.PubAck(902)) == [m.SessionAck("mqtt.car-7", 901)]
     (a,) = send(s, p.Publish("t", b"1", 2, packet_id=8))  # a QoS 2 publish as it moves
     s.from_broker(m.PubAck(a.seq, "b", 1, 1))
@@ -477,21 +478,39 @@ def test_a_session_handed_over_to_another_replicator_is_opened_there_and_stays_c
     (again,) = s.reopen()
     assert again.replicator == "b1"
     s.from_broker(
-        m.SessionOpened("mqtt.car-7", "b1", "s1", False, 3, 1, [(2, "mqtt-qos1")], again.req,
-                        profile, last=4)
+        m.SessionOpened("mqtt.car-7", "b1", "s1", False, 2, 1, [(2, "mqtt-qos1")], again.req,
+                        profile, last=3)
     )  # fmt: skip
     assert s.moving == 0 and packets_of(s) == []  # no second CONNACK
-    # the QoS 2 identifiers it holds go whole (the old replicator never answered for 8)
+    # the QoS 2 identifiers it holds go whole (the old replicator never answered for 8), and
+    # the PUBREL it is owed under the old one's epoch 3: negative, never one of the new one's
     (whole,) = s.take_pending()
-    assert (whole.add, whole.whole, whole.rel_add) == ([7, 8], True, [])
+    assert (whole.add, whole.whole, whole.rel_add) == ([7, 8], True, [-3])
     s.from_broker(m.SessionKept("mqtt.car-7", req=whole.req))
     assert packets_of(s) == [p.PubRec(8)]
-    # the new one's epochs, counted from its start (below those of the old one)
-    s.from_broker(m.SessionEvents("mqtt.car-7", [stored(4, "a/y", 1), stored(5, "a/z", 1)]))
+    # the new one's epochs, counted from its start (below those of the old one); its epoch 3
+    # is not taken for the old one's, and waits for identifier 4's PUBCOMP
+    s.from_broker(m.SessionEvents("mqtt.car-7", [stored(3, "a/y", 1), stored(4, "a/z", 1)]))
+    assert packets_of(s) == []
+    (paid,) = send(s, p.PubComp(4))
+    assert paid == m.SessionQos2("mqtt.car-7", rel_drop=[-3], req=paid.req)
     got = packets_of(s)
-    assert [(x.topic, x.packet_id, x.dup) for x in got] == [("a/y", 5, True), ("a/z", 6, False)]
-    acks = send(s, p.PubAck(5), p.PubAck(6))
-    assert acks == [m.SessionAck("mqtt.car-7", 4), m.SessionAck("mqtt.car-7", 5)]
+    assert [(x.topic, x.packet_id, x.dup) for x in got] == [("a/y", 4, True), ("a/z", 5, False)]
+    acks = send(s, p.PubAck(4), p.PubAck(5))
+    assert acks == [m.SessionAck("mqtt.car-7", 3), m.SessionAck("mqtt.car-7", 4)]
+    # a broker it reconnects at sends the PUBREL of an old epoch again, and replays the new
+    # replicator's same-numbered epoch
+    s = MqttSession(p.Connect("car-7", clean_session=False))
+    (opening,) = s.start()
+    s.from_broker(
+        m.SessionOpened("mqtt.car-7", "b1", "s1", False, 2, 1, [(2, "mqtt-qos1")],
+                        opening.req, profile, last=3, rel=[-3])
+    )  # fmt: skip
+    assert packets_of(s) == [p.ConnAck(p.ACCEPTED, True), p.PubRel(4)]
+    s.from_broker(m.SessionEvents("mqtt.car-7", [stored(3, "a/y", 1)]))
+    s.from_broker(m.SessionKept("mqtt.car-7", req=0))
+    send(s, p.PubComp(4))
+    assert [x.packet_id for x in packets_of(s)] == [4]
 
 
 def test_a_move_that_goes_on_too_long_or_is_refused_ends_the_connection():
