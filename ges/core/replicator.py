@@ -363,7 +363,8 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         state = live.state
         if msg.whole:  # all it holds: its epochs owed may be the replicator's it came from
             state.qos2 = {pid for pid in msg.add if 0 < pid < 65536}
-            state.rel = {epoch for epoch in msg.rel_add if epoch != 0}  # < 0: another's
+            # < 0: owed by another replicator's epochs (a hand-over); its own, if sent
+            state.rel = {e for e in msg.rel_add if e < 0 or 0 < e <= live.sent}
         state.qos2.difference_update(msg.drop)
         state.qos2.update(pid for pid in msg.add if 0 < pid < 65536)
         state.rel.difference_update(msg.rel_drop)

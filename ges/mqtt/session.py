@@ -175,8 +175,11 @@ class MqttSession:
         self._store = ""
         self._moving = ""
         self._moves = 0
-        self._reopening = 0
+        self._reopening: set[int] = set()
         self.reopen_after: float | None = None
+        self.move_id = 0
+        #: the request of the QoS 2 identifiers told whole after a move, until it is kept
+        self._whole: int | None = None
         #: QoS 2 identifiers in whose PUBREC waits for the session to keep them (persistent
         #: sessions: ``SessionQos2``), to ask for and asked for (GES req -> identifiers), and
         #: those released, to tell
@@ -447,10 +450,18 @@ class MqttSession:
                     self._send(p.PubRec(packet_id))
             for epoch in owed:  # the client has the message: the epoch is done
                 packet_id = _packet_id(epoch)
-                if packet_id in self._released and self._pid_epoch.get(packet_id) == epoch:
+                if packet_id not in self._released:
+                    continue
+                if epoch < 0:  # the old replicator's (a move): owed since
+                    if self._owed.get(packet_id) == epoch:
+                        self._send(p.PubRel(packet_id))
+                elif self._pid_epoch.get(packet_id) == epoch:
                     self._owed[packet_id] = epoch
                     self._send(p.PubRel(packet_id))
                     self._delivered(packet_id)
+            if msg.req == self._whole:  # the changes meanwhile go now
+                self._whole = None
+                self._qos2_changes()
         elif kind is m.SubAck:
             for answer, _, retained in self._changes.pop(msg.req, ()):
                 self._answer(answer, retained)
@@ -491,7 +502,10 @@ class MqttSession:
 
     def _qos2_changes(self) -> None:
         """A persistent session's QoS 2 identifiers published and released, told to its
-        replicator in one request each way (a read's, a PubAck's)."""
+        replicator in one request each way (a read's, a PubAck's); after a move, once the
+        whole of them is kept there."""
+        if self._whole is not None:
+            return
         if self._to_keep or self._to_owe or self._to_drop or self._to_paid:
             self._req += 1
             self._keeping[self._req] = (self._to_keep, self._to_owe, self._to_drop)
@@ -509,6 +523,8 @@ class MqttSession:
         if not moving or self._moves >= MAX_MOVES or self.closed is not None:
             self._lost(msg.reason, msg.retry)
             return
+        if not self._moving:
+            self.move_id += 1
         self._moves += 1
         if msg.replicator:  # there, at once
             self._moving = msg.replicator
@@ -524,64 +540,86 @@ class MqttSession:
             return []
         self._req += 1
         if self.connected:
-            self._reopening = self._req
+            self._reopening.add(self._req)
         else:  # the CONNACK's open was sent on
             self._opening = self._req
         subs = self._session_subs() if self._changes else None  # with what is not answered
         return [m.SessionOpen(self.name, subs, replicator=self._moving, req=self._req)]
 
     @property
-    def moving(self) -> int:
-        """The request number of the open a move of the session awaits (0: none)."""
-        return self._reopening
+    def moving(self) -> bool:
+        """A move of the session to another replicator is under way (``move_id`` counts them)."""
+        return bool(self._moving)
 
-    def move_timed_out(self) -> None:
-        """A move's open went unanswered: the client is disconnected, and connects again."""
-        if self._reopening and self.closed is None:
+    def move_timed_out(self, move_id: int) -> None:
+        """Move ``move_id`` did not end in time: the client is disconnected, and connects
+        again."""
+        if self._moving and self.move_id == move_id and self.closed is None:
             self._lost("not opened again in time at its new replicator", True)
 
-    def _moved(self, msg: m.SessionOpened) -> None:
-        """Opened again while connected, at the replicator it moved to."""
-        self._reopening = 0
+    def _new_store(self, msg: m.SessionOpened) -> None:
+        """Opened, connected, at a replicator whose epochs are another's: counted from its
+        start; what is in flight is done with the old one; the PUBRELs owed by the old one's
+        epochs are negative, never one of the new one's."""
+        self._store = msg.store
+        self._acked = self._sent_epoch = msg.start
+        self._replayed_to = msg.last
+        self._epochs.clear()
+        self._done_epochs.clear()
+        self._pid_epoch.clear()
+        self._had.clear()
+        self._waiting = deque((pkt, None) for pkt, _ in self._waiting)
+        self._owed = {pid: -abs(e) for pid, e in self._owed.items()}
+        self._qos2_whole(new_store=True)
+
+    def _moved(self, msg: m.SessionOpened, whole: bool) -> None:
+        """Opened again while connected, at the replicator it moved to (``whole``: and the
+        QoS 2 identifiers told to it whole already)."""
+        self._reopening.clear()
         self._moving, self._moves = "", 0
-        if msg.store != self._store:  # its epochs are another's: counted from its start
-            self._store = msg.store
-            self._acked = self._sent_epoch = msg.start
-            self._replayed_to = msg.last
-            self._epochs.clear()
-            self._done_epochs.clear()
-            self._pid_epoch.clear()  # what is in flight is done with the old one
-            self._had.clear()
-            self._waiting = deque((pkt, None) for pkt, _ in self._waiting)
-            # PUBRELs owed by the old one's epochs: negative, never one of the new one's
-            self._owed = {pid: -abs(e) for pid, e in self._owed.items()}
         for req in sorted(r for r in self._changes if r < msg.req):  # the open had them
             for answer, _, retained in self._changes.pop(req):
                 self._answer(answer, retained)
-        self._qos2_whole()
+        if not whole:
+            self._qos2_whole(new_store=False)
 
-    def _qos2_whole(self) -> None:
-        """The QoS 2 identifiers the client holds, told whole to the session's new replicator
-        (what the old one was told after the hand-over began, or asked and never answered,
-        it does not have); the answers those asks awaited go once it keeps them."""
-        kept, dropped = list(self._to_keep), list(self._to_drop)
-        for k, _, d in self._keeping.values():
+    def _qos2_whole(self, new_store: bool) -> None:
+        """The QoS 2 identifiers the client holds, told whole to the replicator the session
+        moved to: what the old one was told after the hand-over began, or was asked and never
+        answered, the new one does not have (and what it was told of the client, it must not
+        keep if the client let go of it since). The answers those asks awaited go once it
+        keeps them; other changes wait for that (``_qos2_changes``)."""
+        kept, owed, dropped = list(self._to_keep), list(self._to_owe), list(self._to_drop)
+        for k, o, d in self._keeping.values():
             kept += k
+            owed += o
             dropped += d
-        if not (self._received or self._owed or kept or dropped):
-            return
+        if new_store:  # deliveries PUBREC'd under the old one's epochs: owed by them
+            owed = [-abs(e) for e in owed]
+            for e in owed:
+                if _packet_id(e) in self._released:
+                    self._owed[_packet_id(e)] = e
         self._keeping.clear()
-        self._to_keep, self._to_drop, self._to_paid = [], [], []
+        self._to_keep, self._to_owe, self._to_drop, self._to_paid = [], [], [], []
         self._req += 1
-        self._keeping[self._req] = (kept, [], dropped)
-        rel = sorted(set(self._owed.values()))
-        msg = m.SessionQos2(self.name, sorted(self._received), [], self._req, rel, whole=True)
+        self._whole = self._req
+        self._keeping[self._req] = (kept, owed, dropped)
+        # held: acknowledged by the pubend (PUBREC'd, or waiting to be kept), not before
+        held = sorted({pid for pid, acked in self._received.items() if acked} | set(kept))
+        rel = sorted(set(self._owed.values()) | set(owed))
+        msg = m.SessionQos2(self.name, held, [], self._req, rel, whole=True)
         self._pending.append(msg)
 
     def _opened(self, msg: m.SessionOpened) -> None:
         self._exists = True
-        if msg.req and msg.req == self._reopening:
-            self._moved(msg)
+        whole = False
+        if self.connected and self._store and msg.store != self._store:
+            self._new_store(msg)  # whichever open brought it there
+            whole = True
+        elif self.connected and not self._store:  # made by the first filter
+            self._store = msg.store
+        if msg.req and msg.req in self._reopening:
+            self._moved(msg, whole)
             return
         self._replayed_to = max(self._replayed_to, msg.last)
         if msg.req == self._opening:  # the CONNACK's: the filters it kept come back
@@ -712,6 +750,9 @@ class MqttSession:
 
     def _refused(self, msg: m.Error) -> None:
         """A request refused (a publish or filters not allowed, a profile over the bounds)."""
+        if msg.req and msg.req in self._reopening:  # where it moved, it may not be opened
+            self._lost(msg.reason, False)
+            return
         if msg.req and msg.req == self._opening:
             if self._discard:  # not discarded (another's, say): not this one's to end
                 self._discarded()

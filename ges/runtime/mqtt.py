@@ -254,26 +254,28 @@ class MqttListener:
             await self.server._dispatch(outs)
 
     def _moving(self, conn: MqttConnection, pause: float) -> None:
+        session = conn.session
         self.server._nursery.start_soon(self._move, conn, pause)
+        if session.connected and conn.move_watched != session.move_id:
+            conn.move_watched = session.move_id
+            self.server._nursery.start_soon(self._move_deadline, conn, session.move_id)
 
     async def _move(self, conn: MqttConnection, pause: float) -> None:
         """A persistent session handed over to another replicator is opened there after
-        ``pause`` (ges.mqtt.session); unanswered within OPEN_WAIT, the client is disconnected
-        (and connects again, wherever the session is then)."""
+        ``pause`` (ges.mqtt.session)."""
         await trio.sleep(pause)
-        session = conn.session
-        if conn.closing or conn.close_reason is not None:
-            return
-        opens = session.reopen()
-        if not opens:
-            return
-        req = session.moving
-        await self._send_acks(conn, opens)
-        if not req:  # the CONNACK's open, sent on: _open_deadline watches it
-            return
+        if not conn.closing and conn.close_reason is None:
+            opens = conn.session.reopen()
+            if opens:
+                await self._send_acks(conn, opens)
+
+    async def _move_deadline(self, conn: MqttConnection, move_id: int) -> None:
+        """A move not over within OPEN_WAIT disconnects the client (which connects again,
+        wherever the session is then)."""
         await trio.sleep(OPEN_WAIT)
-        if session.moving == req and not conn.closing:
-            session.move_timed_out()
+        session = conn.session
+        if session.moving and session.move_id == move_id and not conn.closing:
+            session.move_timed_out(move_id)
             self.server.log.warning("%s: %s", conn.label, session.closed)
             MqttConnection.close_after(conn, session.data_to_send(), session.closed, REFUSE_WAIT)
 
@@ -304,6 +306,7 @@ class MqttConnection(Connection):
         #: session's move to another replicator goes (``MqttListener._moving``)
         self.on_acks = None
         self.on_move = None
+        self.move_watched = 0  # the last move of its session given a deadline
         #: who the client proved to be (None: --insecure): only they may take its id over
         self.identity = None
 

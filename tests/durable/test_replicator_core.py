@@ -637,11 +637,11 @@ def test_a_sessions_qos2_identifiers_are_kept_for_whichever_connection_opens_it_
     (again,) = [x for x in to(rig.open(3, subs=None), 3) if type(x) is m.SessionOpened]
     # taken over: the new connection knows what not to publish again, and what PUBREL it owes
     assert (again.qos2, again.rel) == ([6], [4])
-    # told whole (opened where a hand-over took it): what it had goes, and its epochs owed
-    # may be another replicator's (above what this one sent)
-    whole = m.SessionQos2("alice", add=[8, 0], rel_add=[4000, -3, 0], whole=True)
+    # told whole (opened where a hand-over took it): what it had goes; its epochs owed may be
+    # another replicator's (negative), its own only if sent (4000 was not)
+    whole = m.SessionQos2("alice", add=[8, 0], rel_add=[4000, -3, 0, 5], whole=True)
     rig.feed(rig.rep.qos2(3, whole))
     assert (rig.store.sessions()["alice"].qos2, rig.store.sessions()["alice"].rel) == (
         {8},
-        {4000, -3},
+        {-3, 5},
     )

@@ -471,7 +471,7 @@ def test_a_session_handed_over_to_another_replicator_is_opened_there_and_stays_c
     assert s.closed is None and s.reopen_after == 0.0  # at once, and it stays connected
     (again,) = s.reopen()
     assert again == m.SessionOpen("mqtt.car-7", None, replicator="b1", req=again.req)
-    assert s.moving == again.req
+    assert s.moving and s.move_id == 1
     # the new replicator is still taking it: asked to wait, it is tried again after a pause
     s.from_broker(m.SessionClosed("mqtt.car-7", "being handed over: a moment", retry=True))
     assert s.closed is None and s.reopen_after > 0
@@ -481,7 +481,7 @@ def test_a_session_handed_over_to_another_replicator_is_opened_there_and_stays_c
         m.SessionOpened("mqtt.car-7", "b1", "s1", False, 2, 1, [(2, "mqtt-qos1")], again.req,
                         profile, last=3)
     )  # fmt: skip
-    assert s.moving == 0 and packets_of(s) == []  # no second CONNACK
+    assert not s.moving and packets_of(s) == []  # no second CONNACK
     # the QoS 2 identifiers it holds go whole (the old replicator never answered for 8), and
     # the PUBREL it is owed under the old one's epoch 3: negative, never one of the new one's
     (whole,) = s.take_pending()
@@ -540,8 +540,83 @@ def test_a_move_that_goes_on_too_long_or_is_refused_ends_the_connection():
     s.from_broker(m.SessionOpened("mqtt.c", "b1", "s", False, 0, 0, [], opening.req))
     s.from_broker(m.SessionClosed("mqtt.c", "handed over", retry=True, replicator="b2"))
     s.reopen()
-    s.move_timed_out()
+    s.move_timed_out(s.move_id - 1)  # an earlier move's deadline: not this one's
+    assert s.closed is None
+    s.move_timed_out(s.move_id)
     assert "not opened again in time" in s.closed
+    # where it moved, it may not be opened: at once
+    s = MqttSession(p.Connect("c", clean_session=False))
+    (opening,) = s.start()
+    s.from_broker(m.SessionOpened("mqtt.c", "b1", "s", False, 0, 0, [], opening.req))
+    s.from_broker(m.SessionClosed("mqtt.c", "handed over", retry=True, replicator="b2"))
+    (there,) = s.reopen()
+    s.from_broker(m.Error("replicator b2 holds 10000 durable sessions", req=there.req))
+    assert "10000" in s.closed
+
+
+def moved_session(**opened) -> tuple[MqttSession, m.SessionOpen]:
+    """A persistent session at b18 (store s18) on its way to b1, its reopen sent."""
+    s = MqttSession(p.Connect("car-7", clean_session=False))
+    (opening,) = s.start()
+    profile = [[[C(TOPIC_ATTR, "topic", "a/+")]]]
+    s.from_broker(
+        m.SessionOpened("mqtt.car-7", "b18", "s18", False, 900, 0, [(3, "mqtt-qos2")],
+                        opening.req, profile, **opened)
+    )  # fmt: skip
+    packets_of(s)
+    return s
+
+
+def test_a_move_answered_by_another_open_counts_epochs_anew_and_owes_what_was_pending():
+    s = moved_session()
+    s.from_broker(m.SessionEvents("mqtt.car-7", [stored(901, "a/x", 2, subs=(3,))]))
+    (sent,) = packets_of(s)
+    assert sent.packet_id == 902
+    (owe,) = send(s, p.PubRec(902))  # PUBREC'd: its PUBREL waits for the replicator to keep it
+    assert owe.rel_add == [901]
+    (pub,) = send(s, p.Publish("t", b"q", 2, packet_id=30))  # not acknowledged by the pubend
+    s.from_broker(m.SessionClosed("mqtt.car-7", "handed over", retry=True, replicator="b1"))
+    (first,) = s.reopen()
+    s.from_broker(m.SessionClosed("mqtt.car-7", "a moment", retry=True))
+    (second,) = s.reopen()
+    # a SUBSCRIBE's open (or the first reopen) is answered first, by the new replicator
+    s.from_broker(m.SessionOpened("mqtt.car-7", "b1", "s1", False, 5, 0, [(3, "mqtt-qos2")],
+                                  first.req))  # fmt: skip
+    assert not s.moving
+    (whole,) = s.take_pending()
+    # 30 is not in the log yet: not held; the PUBREL owed by the old one's epoch 901 goes
+    # with it (negative) and is sent once the new one keeps it
+    assert (whole.whole, whole.add, whole.rel_add) == (True, [], [-901])
+    # changes meanwhile wait for the whole to be kept (else they could arrive before it)
+    s.from_broker(m.PubAck(pub.seq, "b", 1, 1))
+    assert s.take_pending() == []
+    s.from_broker(m.SessionKept("mqtt.car-7", req=whole.req))
+    assert packets_of(s) == [p.PubRel(902)]
+    (keep,) = s.take_pending()
+    assert (keep.add, keep.whole) == ([30], False)
+    # the new one's epochs from its start, whichever answer came first
+    s.from_broker(m.SessionOpened("mqtt.car-7", "b1", "s1", False, 5, 0, [(3, "mqtt-qos2")],
+                                  second.req))  # fmt: skip
+    s.from_broker(m.SessionEvents("mqtt.car-7", [stored(6, "a/y", 1, subs=(3,))]))
+    (new,) = [x for x in packets_of(s) if type(x) is p.Publish]
+    assert new.packet_id == 7
+    assert send(s, p.PubAck(7)) == [m.SessionAck("mqtt.car-7", 6)]
+    (paid,) = send(s, p.PubComp(902))
+    assert paid.rel_drop == [-901]
+
+
+def test_a_move_tells_the_new_replicator_even_that_the_client_holds_nothing():
+    """The hand-over carried identifier 9; the client released it at the old replicator
+    after the hand-over began: the new one must not keep it."""
+    s = moved_session(qos2=[9])
+    (drop,) = send(s, p.PubRel(9))
+    s.from_broker(m.SessionKept("mqtt.car-7", req=drop.req))
+    assert packets_of(s) == [p.PubComp(9)]
+    s.from_broker(m.SessionClosed("mqtt.car-7", "handed over", retry=True, replicator="b1"))
+    (again,) = s.reopen()
+    s.from_broker(m.SessionOpened("mqtt.car-7", "b1", "s1", False, 0, 0, [], again.req))
+    (whole,) = s.take_pending()
+    assert (whole.whole, whole.add, whole.rel_add) == (True, [], [])
 
 
 # -- MQTT 5.0 -----------------------------------------------------------------------------------
