@@ -73,6 +73,8 @@ class Packet:
 
 def encode_length(n: int) -> bytes:
     """``n`` as a variable byte integer (its shortest form)."""
+    if 0 <= n < 128:
+        return bytes((n,))
     if not 0 <= n <= MAX_REMAINING:
         raise ValueError(f"a remaining length of {n} is not one MQTT can say")
     out = bytearray()

@@ -31,6 +31,7 @@ number of filters in one SUBSCRIBE is bounded by the broker (ges.mqtt.session), 
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import attrs
@@ -482,6 +483,47 @@ def _connect(r: _Reader) -> Connect:
 # -- encoding ----------------------------------------------------------------------------------
 
 
+def publish_frame(
+    topic: bytes,
+    payload: bytes,
+    qos: int = 0,
+    retain: bool = False,
+    dup: bool = False,
+    packet_id: int = 0,
+    props: tuple = (),
+    v5: bool = False,
+) -> bytes:
+    """A PUBLISH's bytes, its topic name already as the packet carries it (``_string``): the
+    broker's deliveries are written so, a topic's bytes made once for many."""
+    head = topic + struct.pack("!H", packet_id) if qos else topic
+    if v5:
+        head += _props(props)
+    flags = qos << 1 | (1 if retain else 0) | (8 if dup else 0)
+    return bytes((PUBLISH << 4 | flags,)) + encode_length(len(head) + len(payload)) + head + payload
+
+
+def topic_field(topic: str) -> bytes | None:
+    """A topic name as a PUBLISH carries it, or None if it is not one MQTT can carry (a GES
+    publisher's ``@topic`` may be anything); a short one's is made once (``_topic_field``)."""
+    if len(topic) <= TOPIC_CACHE_CHARS:
+        return _topic_field(topic)
+    if check_topic(topic) is not None:
+        return None
+    raw = topic.encode("utf-8")
+    return None if len(raw) > 65535 else struct.pack("!H", len(raw)) + raw
+
+
+#: Topics up to this many characters have their bytes kept, for the last TOPIC_CACHE of them
+#: (at most 4 bytes a character: ~1 MiB).
+TOPIC_CACHE_CHARS = 256
+TOPIC_CACHE = 1024
+
+
+@functools.lru_cache(maxsize=TOPIC_CACHE)
+def _topic_field(topic: str) -> bytes | None:
+    return None if check_topic(topic) is not None else _string(topic)
+
+
 def _string(text: str) -> bytes:
     raw = text.encode("utf-8")
     if len(raw) > 65535:
@@ -523,13 +565,10 @@ def encode(value, level: int = LEVEL_311) -> bytes:
     kind = type(value)
     v5 = level == LEVEL_5
     if kind is Publish:
-        flags = value.qos << 1 | int(value.retain) | (8 if value.dup else 0)
-        head = _string(value.topic)
-        if value.qos:
-            head += struct.pack("!H", value.packet_id)
-        if v5:
-            head += _props(value.props)
-        return frame(PUBLISH, flags, head + value.payload)
+        v = value
+        return publish_frame(
+            _string(v.topic), v.payload, v.qos, v.retain, v.dup, v.packet_id, v.props, v5
+        )
     if kind in _ACK_TYPES:
         t = _ACK_TYPES[kind]
         body = struct.pack("!H", value.packet_id)

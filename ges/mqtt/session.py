@@ -46,7 +46,7 @@ import attrs
 
 from ges.durable import session_name_problem
 from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
-from ges.matching.topics import TopicTree, check_topic
+from ges.matching.topics import TopicTree
 from ges.mqtt import packets as p
 from ges.mqtt import v5
 from ges.mqtt.frames import DEFAULT_MAX_PACKET, Malformed, PacketReader
@@ -139,6 +139,9 @@ class MqttSession:
         self._changes: dict[int, list[tuple[object, dict]]] = {}
         self._batch_change: tuple[int, int] | None = None  # (req, index in out) this batch
         self._tree: TopicTree | None = None  # the filters, for matching deliveries
+        #: the QoS every filter has, with the tree (None: they differ; no match is needed
+        #: for a delivery's QoS when they do not, the broker having matched it)
+        self._one_qos: int | None = None
         self._received: dict[int, bool] = {}  # QoS 2 packet ids in: acknowledged (PUBREC) yet?
         self._inflight: dict[int, p.Publish] = {}  # packet id -> a delivery not acknowledged
         self._released: set[int] = set()  # QoS 2 deliveries PUBREC'd, PUBCOMP awaited
@@ -792,11 +795,16 @@ class MqttSession:
         topic = event.attributes.get(TOPIC_ATTR)
         if type(topic) is not str:
             return  # not for MQTT (every filter tests @topic: never happens)
-        found: list = []
-        self._filter_tree().match(topic, found)
-        granted = max(found, default=-1)  # (with 5.0's option bits: _with_options)
-        if granted < 0:
-            return  # a filter just removed
+        tree = self._tree if self._tree is not None else self._filter_tree()
+        granted = self._one_qos
+        if self._options:
+            granted = 0  # (5.0's option bits: _with_options matches)
+        elif granted is None:
+            found: list = []
+            tree.match(topic, found)
+            granted = max(found, default=-1)
+            if granted < 0:
+                return  # a filter just removed
         self._out_publish(topic, event, granted, None)
 
     def _filter_tree(self) -> TopicTree:
@@ -807,6 +815,8 @@ class MqttSession:
             options = self._options
             for f, qos in self.filters.items():
                 tree.add(f, qos | options.get(f, 0) if options else qos)
+            qos = set(self.filters.values())
+            self._one_qos = qos.pop() if len(qos) == 1 else None
         return tree
 
     def _stored(self, item: m.SessionItem) -> None:
@@ -831,14 +841,21 @@ class MqttSession:
     ) -> None:
         if self._options and not retain:  # 5.0's No Local and Retain As Published
             granted, retain = self._with_options(topic, event, granted)
-        if granted < 0 or check_topic(topic) is not None or len(topic.encode()) > 65535:
+        field = p.topic_field(topic)
+        if granted < 0 or field is None:
             if epoch is not None:  # a GES publisher's @topic MQTT cannot carry: skipped
                 self._done(epoch)
             return
         published = event.attributes.get(QOS_ATTR, 2)
         qos = min(granted, published if type(published) is int and published >= 0 else 2)
-        dup = epoch is not None and epoch <= self._replayed_to
         props = v5.props_of(event.attributes) if self.v5 else ()
+        if not qos and not self._waiting and not self.max_out:  # straight out, as bytes
+            self.delivered += 1
+            self._out += p.publish_frame(field, event.payload, 0, retain, props=props, v5=self.v5)
+            if epoch is not None:
+                self._done(epoch)
+            return
+        dup = epoch is not None and epoch <= self._replayed_to
         pkt = p.Publish(topic, event.payload, qos, retain=retain, dup=dup and qos > 0, props=props)
         if self.max_out and len(p.encode(pkt, self.level)) > self.max_out:
             if epoch is not None:  # over what the client takes: not sent (5.0 §3.1.2.11.4)

@@ -311,6 +311,18 @@ def test_what_mqtt_cannot_carry_is_not_sent():
     ]
     s.from_broker(m.Deliver(SUB_ID, "b", items))
     assert [(x.topic, x.qos) for x in packets_of(s)] == [("ok", 1)]  # a bad QoS is the filter's
+    # the same at QoS 0 (written straight as bytes), short topics and long ones alike
+    send(s, p.Subscribe(2, (("#", 0),)))
+    s.data_to_send()
+    topics = ["a/+", "ok", "x" * 70000, "y" * 300, "é" * 300, "a/+"]
+    items = [m.EventItem(i, 0, 0, m.Event({TOPIC_ATTR: t}, b"p")) for i, t in enumerate(topics)]
+    s.from_broker(m.Deliver(SUB_ID, "b", items))
+    got = packets_of(s)
+    assert [(x.topic, x.qos, x.payload) for x in got] == [
+        ("ok", 0, b"p"),
+        ("y" * 300, 0, b"p"),
+        ("é" * 300, 0, b"p"),
+    ]
 
 
 def test_many_filters_match_through_a_tree():
