@@ -367,20 +367,10 @@ def decode(packet: Packet, level: int = LEVEL_311):
         Malformed: it breaks the spec (the connection is to be closed, saying this).
     """
     t, flags, body = packet.type, packet.flags, packet.body
-    r = _Reader(body, packet.name)
     v5 = level == LEVEL_5
-    if t == PUBLISH:
-        qos = (flags >> 1) & 3
-        topic = r.string("topic name")
-        why = check_topic(topic) if topic or not v5 else None  # 5.0: empty with a topic alias
-        if why is not None:
-            raise Malformed(f"a PUBLISH's topic name: {why}")
-        packet_id = r.packet_id() if qos else 0
-        if not qos and flags & 0b1000:
-            raise Malformed("a PUBLISH of QoS 0 with DUP set")
-        props = r.props(_PUBLISH_PROPS) if v5 else ()
-        dup = bool(flags & 0b1000)
-        return Publish(topic, r.rest(), qos, bool(flags & 1), dup, packet_id, props)
+    if t == PUBLISH:  # the one a broker reads most: its fields read in line, as _Reader would
+        return _publish(flags, body, v5)
+    r = _Reader(body, packet.name)
     if t in _ACKS:
         if t == UNSUBACK and v5:
             packet_id, props = r.packet_id(), r.props(_ACK_PROPS)
@@ -481,6 +471,42 @@ def _connect(r: _Reader) -> Connect:
 
 
 # -- encoding ----------------------------------------------------------------------------------
+
+
+def _publish(flags: int, body: bytes, v5: bool) -> Publish:
+    qos = (flags >> 1) & 3
+    n = len(body)
+    if n < 2:
+        raise Malformed("a PUBLISH cut short")
+    at = 2 + (body[0] << 8 | body[1])
+    if at > n:
+        raise Malformed(f"a PUBLISH whose field of {at - 2} bytes runs past its end")
+    try:
+        topic = body[2:at].decode("utf-8")
+    except UnicodeDecodeError:
+        raise Malformed("a PUBLISH's topic name is not well-formed UTF-8") from None
+    if "\x00" in topic:
+        raise Malformed("a PUBLISH's topic name holds U+0000")
+    why = check_topic(topic) if topic or not v5 else None  # 5.0: empty with a topic alias
+    if why is not None:
+        raise Malformed(f"a PUBLISH's topic name: {why}")
+    packet_id = 0
+    if qos:
+        if at + 2 > n:
+            raise Malformed("a PUBLISH cut short")
+        packet_id = body[at] << 8 | body[at + 1]
+        if not packet_id:
+            raise Malformed("a PUBLISH with packet identifier 0")
+        at += 2
+    elif flags & 0b1000:
+        raise Malformed("a PUBLISH of QoS 0 with DUP set")
+    props = ()
+    if v5:
+        r = _Reader(body, "PUBLISH")
+        r.at = at
+        props = r.props(_PUBLISH_PROPS)
+        at = r.at
+    return Publish(topic, body[at:], qos, bool(flags & 1), bool(flags & 0b1000), packet_id, props)
 
 
 def publish_frame(
