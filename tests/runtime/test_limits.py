@@ -180,10 +180,11 @@ async def test_a_publisher_without_a_window_goes_at_the_pace_of_the_log(one, tmp
                 inner.start_soon(read_acks)
                 await pub.send_all(frames)  # all at once, no window
         assert acked == events
-        # at most one more read (and the frame it ends in) past the bound
-        assert (
-            runtime_broker.PAUSE_LOG_BYTES < most[0] <= runtime_broker.PAUSE_LOG_BYTES + (1 << 20)
-        )
+        # at most one more read (and the frame it ends in) past the bound, where without it
+        # all 24 MiB would wait; and the bound was neared (a group is taken when the worker is
+        # free, so it may be taken just before the reading stops: not always past the bound)
+        bound = runtime_broker.PAUSE_LOG_BYTES
+        assert bound // 2 < most[0] <= bound + (1 << 20), most[0]
         nursery.cancel_scope.cancel()
 
 
