@@ -11,20 +11,13 @@ Layout: ``events(epoch, pubend, item)`` holds each stored event once; ``wants(ke
 subs)`` says which sessions it is for (the persistent filtering subsystem's matching records);
 ``sessions`` holds each session's name, owner, subscriptions and resume point. An event goes
 once no session wants it any more.
-
-The events appended last are also kept in memory (at most :data:`RECENT_BYTES`), with each
-session's wants of them: a session that keeps up — its stream reads what was just written —
-is read from there, not from the file; a read reaching back before them reads the file. What
-is released goes from there at once, as the file has it gone once the group is written.
 """
 
 from __future__ import annotations
 
-import bisect
 import os
 import sqlite3
 import time
-from collections import deque
 from pathlib import Path
 
 import msgspec
@@ -48,10 +41,6 @@ _decode_retention = msgspec.msgpack.Decoder(
 
 #: A group at most this large (bytes of events) is committed on the event loop's thread.
 INLINE_MAX_BYTES = 256 * 1024
-#: Bytes of the last events appended kept in memory for reads (their events' sizes, and
-#: RECENT_OVERHEAD for each and for each session's want of it).
-RECENT_BYTES = 8 << 20
-RECENT_OVERHEAD = 200
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -77,7 +66,7 @@ CREATE TABLE IF NOT EXISTS retained (
 class SqliteSessionStore:
     """:class:`ges.durable.store.SessionStore` in one SQLite file."""
 
-    def __init__(self, path: Path, recent_bytes: int = RECENT_BYTES):
+    def __init__(self, path: Path):
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,14 +97,6 @@ class SqliteSessionStore:
         self._releases: dict[int, int] = {}
         self._tops: dict[str, int] = {}
         self._retains: dict[str, Kept | None] = {}  # None: forget it
-        #: the last events appended (epoch -> (pubend, item, gap_to, why, the keys wanting
-        #: it, its bytes)), every one from ``_recent_first`` on; per session key its wants of
-        #: them, in epoch order (epoch, subs)
-        self._recent: dict[int, tuple] = {}
-        self._recent_wants: dict[int, deque[tuple[int, list[int]]]] = {}
-        self._recent_first = self._last + 1
-        self._recent_bytes = 0
-        self._recent_max = recent_bytes
         #: sessions saved so far, up to which the group being written saves them, and up to
         #: which the file has them
         self._saved = self._saved_taken = self._saved_durable = 0
@@ -156,7 +137,6 @@ class SqliteSessionStore:
         self._saved += 1
         self._saves[state.name] = None
         self._releases[state.key] = -1  # everything
-        self._recent_wants.pop(state.key, None)
 
     @property
     def last(self) -> int:
@@ -180,59 +160,9 @@ class SqliteSessionStore:
         self._pending_events.append((epoch, pubend, body, gap_to, why, item.tick, time.time()))
         self._pending_wants += [(key, epoch, _encode(subs)) for key, subs in wants]
         self._pending_bytes += len(body)
-        self._remember(epoch, pubend, item, gap_to, why, wants, len(body))
         return epoch
 
-    def _remember(self, epoch, pubend, item, gap_to, why, wants, size) -> None:
-        """Keep a new event for reads; the oldest go past the bound."""
-        size += RECENT_OVERHEAD * (1 + len(wants))
-        if size > self._recent_max:
-            self._forget_recent(everything=True)
-            self._recent_first = epoch + 1
-            return
-        keys = []
-        for key, subs in wants:
-            self._recent_wants.setdefault(key, deque()).append((epoch, list(subs)))
-            keys.append(key)
-        self._recent[epoch] = (pubend, item, gap_to, why, keys, size)
-        self._recent_bytes += size
-        if self._recent_bytes > self._recent_max:
-            self._forget_recent()
-
-    def _forget_recent(self, everything: bool = False) -> None:
-        recent, wants = self._recent, self._recent_wants
-        while recent and (everything or self._recent_bytes > self._recent_max):
-            epoch = next(iter(recent))
-            _, _, _, _, keys, size = recent.pop(epoch)
-            self._recent_bytes -= size
-            self._recent_first = epoch + 1
-            for key in keys:
-                mine = wants.get(key)
-                if mine and mine[0][0] == epoch:
-                    mine.popleft()
-                    if not mine:
-                        del wants[key]
-
-    def _read_recent(self, key: int, after: int, limit: int, max_bytes: int) -> list:
-        mine = self._recent_wants.get(key, ())
-        at = bisect.bisect_right(mine, after, key=lambda want: want[0])
-        out: list = []
-        size = 0
-        committed, recent = self._committed, self._recent
-        for i in range(at, min(len(mine), at + limit)):
-            epoch, subs = mine[i]
-            if epoch > committed:
-                break
-            pubend, item, gap_to, why, _, _ = recent[epoch]
-            out.append(m.SessionItem(epoch, pubend, item, list(subs), gap_to, why))
-            size += event_size(item.event)
-            if size >= max_bytes:
-                break
-        return out
-
     def read(self, key: int, after: int, limit: int = MAX_READ, max_bytes: int = 1 << 20) -> list:
-        if after >= self._recent_first - 1:  # all it may want is in memory
-            return self._read_recent(key, after, limit, max_bytes)
         rows = self._query(
             "SELECT w.epoch, e.pubend, e.item, w.subs, e.gap_to, e.why"
             " FROM wants w JOIN events e ON e.epoch = w.epoch"
@@ -308,12 +238,6 @@ class SqliteSessionStore:
     def release(self, key: int, upto: int) -> None:
         if self._releases.get(key) != -1:
             self._releases[key] = max(upto, self._releases.get(key, 0))
-        mine = self._recent_wants.get(key)
-        if mine is not None:
-            while mine and mine[0][0] <= upto:
-                mine.popleft()
-            if not mine:
-                del self._recent_wants[key]
 
     # -- group commit (the broker's session task) ----------------------------------------------
 

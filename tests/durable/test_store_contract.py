@@ -10,21 +10,18 @@ import pytest
 
 from ges.durable.retained import Kept
 from ges.durable.store import MemorySessionStore, SessionState
-from ges.runtime.session_store import RECENT_BYTES, SqliteSessionStore
+from ges.runtime.session_store import SqliteSessionStore
 from ges.wire import messages as m
 
 A, B = 1, 2  # two sessions' keys
 
 
-@pytest.fixture(params=["memory", "sqlite", "sqlite-file-only", "sqlite-little-memory"])
+@pytest.fixture(params=["memory", "sqlite"])
 def store(request, tmp_path):
-    """SQLite reads what it appended last from memory: with its default bound, with none
-    (every read from the file) and with room for a few events (reads from both)."""
     if request.param == "memory":
         yield MemorySessionStore()
         return
-    recent = {"sqlite": RECENT_BYTES, "sqlite-file-only": 0, "sqlite-little-memory": 1500}
-    s = SqliteSessionStore(tmp_path / "s.db", recent_bytes=recent[request.param])
+    s = SqliteSessionStore(tmp_path / "s.db")
     yield s
     s.close()
 
