@@ -130,6 +130,21 @@ def test_gap_items_are_read_back_with_their_range_and_reason(store):
 # -- held and released ------------------------------------------------------------------------
 
 
+def test_count_is_of_a_sessions_events_between_two_epochs_once_committed(store):
+    got = [
+        store.append("p~1", item(i, tick=i), [(A, [1])] if i % 2 else [(B, [1])])
+        for i in range(1, 9)
+    ]
+    commit(store)
+    assert store.count(A, 0, got[-1]) == 4 and store.count(B, got[1], got[5]) == 2
+    store.release(A, got[2])
+    commit(store)
+    assert store.count(A, got[2], got[-1]) == 2
+    later = store.append("p~1", item(9, tick=9), [(A, [1])])
+    commit(store)
+    assert store.count(A, got[-1], later) == 1
+
+
 def test_held_counts_a_sessions_events_after_an_epoch_and_the_last(store):
     assert store.held(A, 0) == (0, 0)
     e1 = store.append("p~1", item(1, tick=1), [(A, [1])])
