@@ -540,7 +540,7 @@ def topic_field(topic: str) -> bytes | None:
 
 
 #: Topics up to this many characters have their bytes kept, for the last TOPIC_CACHE of them
-#: (at most 4 bytes a character: ~1 MiB).
+#: (the topic and its bytes, at most 4 bytes a character each: under 2.5 MiB in all).
 TOPIC_CACHE_CHARS = 256
 TOPIC_CACHE = 1024
 

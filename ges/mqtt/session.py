@@ -140,7 +140,8 @@ class MqttSession:
         self._batch_change: tuple[int, int] | None = None  # (req, index in out) this batch
         self._tree: TopicTree | None = None  # the filters, for matching deliveries
         #: the QoS every filter has, with the tree (None: they differ; no match is needed
-        #: for a delivery's QoS when they do not, the broker having matched it)
+        #: for a delivery's QoS when they do not and the broker has every change of them,
+        #: the broker having matched it)
         self._one_qos: int | None = None
         self._received: dict[int, bool] = {}  # QoS 2 packet ids in: acknowledged (PUBREC) yet?
         self._inflight: dict[int, p.Publish] = {}  # packet id -> a delivery not acknowledged
@@ -635,6 +636,7 @@ class MqttSession:
             self._owed = {_packet_id(epoch): epoch for epoch in msg.rel}
             self._released = set(self._owed)
             self._had = {e for e in msg.rel if e > 0}  # replayed, they are not sent again
+            self._tree = None
             self.filters = {
                 conj[0].value: sub_id - 1
                 for (sub_id, _), conjs in zip(msg.subs, msg.profiles, strict=False)
@@ -796,7 +798,7 @@ class MqttSession:
         if type(topic) is not str:
             return  # not for MQTT (every filter tests @topic: never happens)
         tree = self._tree if self._tree is not None else self._filter_tree()
-        granted = self._one_qos
+        granted = None if self._changes else self._one_qos  # (a change unanswered: match)
         if self._options:
             granted = 0  # (5.0's option bits: _with_options matches)
         elif granted is None:

@@ -325,6 +325,24 @@ def test_what_mqtt_cannot_carry_is_not_sent():
     ]
 
 
+def test_a_filter_removed_gets_nothing_while_its_removal_is_unanswered():
+    """Every filter at one QoS needs no match for a delivery's QoS — but not while a change
+    is on its way to the broker, whose deliveries may still be for the old filters."""
+    s = opened(p.Connect("c"))
+    (sub,) = send(s, p.Subscribe(1, (("a/#", 0), ("b/#", 0))))
+    s.from_broker(m.SubAck(SUB_ID, req=sub.req))
+    s.data_to_send()
+    s.from_broker(deliver(("b/x", 0)))
+    assert [x.topic for x in packets_of(s)] == ["b/x"]
+    (unsub,) = [x for x in send(s, p.Unsubscribe(2, ("b/#",))) if type(x) is m.Subscribe]
+    s.from_broker(deliver(("b/x", 0), ("a/x", 0)))
+    assert [x.topic for x in packets_of(s)] == ["a/x"]
+    s.from_broker(m.SubAck(SUB_ID, req=unsub.req))
+    assert packets_of(s) == [p.UnsubAck(2)]
+    s.from_broker(deliver(("a/y", 0)))
+    assert [x.topic for x in packets_of(s)] == ["a/y"]
+
+
 def test_many_filters_match_through_a_tree():
     s = opened(p.Connect("c"))
     send(s, p.Subscribe(1, tuple((f"miss/{i}/+", 2) for i in range(1000)) + (("hit/#", 1),)))
