@@ -530,24 +530,21 @@ def publish_frame(
 
 def topic_field(topic: str) -> bytes | None:
     """A topic name as a PUBLISH carries it, or None if it is not one MQTT can carry (a GES
-    publisher's ``@topic`` may be anything); a short one's is made once (``_topic_field``)."""
-    if len(topic) <= TOPIC_CACHE_CHARS:
-        return _topic_field(topic)
-    if check_topic(topic) is not None:
+    publisher's ``@topic`` may be anything); a short one's is made once."""
+    return _short_topic_field(topic) if len(topic) <= TOPIC_CACHE_CHARS else _topic_field(topic)
+
+
+def _topic_field(topic: str) -> bytes | None:
+    if check_topic(topic) is not None or len(topic.encode("utf-8")) > 65535:
         return None
-    raw = topic.encode("utf-8")
-    return None if len(raw) > 65535 else struct.pack("!H", len(raw)) + raw
+    return _string(topic)
 
 
 #: Topics up to this many characters have their bytes kept, for the last TOPIC_CACHE of them
 #: (the topic and its bytes, at most 4 bytes a character each: under 2.5 MiB in all).
 TOPIC_CACHE_CHARS = 256
 TOPIC_CACHE = 1024
-
-
-@functools.lru_cache(maxsize=TOPIC_CACHE)
-def _topic_field(topic: str) -> bytes | None:
-    return None if check_topic(topic) is not None else _string(topic)
+_short_topic_field = functools.lru_cache(maxsize=TOPIC_CACHE)(_topic_field)
 
 
 def _string(text: str) -> bytes:
