@@ -25,6 +25,7 @@ one, whichever is later — nothing that either connection acknowledged is deliv
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 
 import attrs
@@ -68,7 +69,8 @@ class Live:
     since: float = 0.0
     #: where its client was last connected (for the line a move logs)
     last_at: str = ""
-    #: the last epoch sent to the follower, and what is in flight beyond the acknowledgement
+    #: the last epoch sent to the follower, and what is in flight beyond the acknowledgement:
+    #: per batch sent, (its last epoch, its bytes, the epochs of its events)
     sent: int = 0
     inflight: deque = attrs.Factory(deque)
     inflight_bytes: int = 0
@@ -347,12 +349,26 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
             return []
         epoch = min(msg.epoch, live.sent)
         if epoch > live.state.acked:
-            self._acked(live, epoch)
-            inflight = live.inflight
-            while inflight and inflight[0][0] <= epoch:
-                live.inflight_bytes -= inflight.popleft()[1]
+            self._acked(live, epoch, self._sent_upto(live, epoch))
             return self._pump(live) + self._tail_done(live, self.subscriptions.now)
         return []
+
+    @staticmethod
+    def _sent_upto(live: Live, epoch: int) -> int:
+        """How many of the events sent after what was acknowledged (and what retention let go)
+        are at or before ``epoch`` (≤ ``live.sent``); the batches wholly at or before it leave
+        the window."""
+        floor = max(live.state.acked, live.state.trimmed)
+        inflight = live.inflight
+        n = 0
+        while inflight and inflight[0][0] <= epoch:
+            _, size, epochs = inflight.popleft()
+            live.inflight_bytes -= size
+            n += len(epochs) - bisect_right(epochs, floor)
+        if inflight:  # acknowledged part of the way
+            epochs = inflight[0][2]
+            n += max(0, bisect_right(epochs, epoch) - bisect_right(epochs, floor))
+        return n
 
     def qos2(self, conn: int, msg: m.SessionQos2) -> list:
         """The QoS 2 identifiers session ``msg.name``'s client holds, changed (from its
@@ -376,9 +392,14 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
             return []
         return self._once_kept([ToClient(conn, m.SessionKept(msg.name, req=msg.req))])
 
-    def _acked(self, live: Live, epoch: int) -> None:
-        # what it has now is held for it no more (a count over what was acknowledged only)
-        live.held = max(0, live.held - self.store.count(live.state.key, live.state.acked, epoch))
+    def _acked(self, live: Live, epoch: int, held: int | None = None) -> None:
+        """The client has what was stored for it up to ``epoch``: ``held`` of the events held
+        for it (None: counted in the store)."""
+        if held is None:
+            held = self.store.count(
+                live.state.key, max(live.state.acked, live.state.trimmed), epoch
+            )
+        live.held = max(0, live.held - held)
         live.state.acked = epoch
         if epoch >= live.state.trimmed:  # it has been told of what retention let go
             live.state.gaps.clear()
@@ -693,7 +714,7 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
             ]
             live.sent = state.trimmed
             if gaps:
-                live.inflight.append((live.sent, 0))
+                live.inflight.append((live.sent, 0, ()))
                 out.append(ToClient(live.follower, m.SessionEvents(state.name, gaps)))
         upto = self.store.committed if cap is None else min(cap, self.store.committed)
         while live.inflight_bytes < WINDOW_BYTES and live.sent < upto:
@@ -705,7 +726,7 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
                 break
             size = sum(event_size(it.item.event) for it in items)
             live.sent = items[-1].epoch
-            live.inflight.append((live.sent, size))
+            live.inflight.append((live.sent, size, [it.epoch for it in items]))
             live.inflight_bytes += size
             out.append(ToClient(live.follower, m.SessionEvents(live.state.name, items)))
         return out

@@ -935,7 +935,11 @@ class MqttSession:
             done.discard(acked)
         if acked != self._acked:
             self._acked = acked
-            self._pending.append(m.SessionAck(self.name, acked))
+            pending = self._pending
+            if pending and type(pending[-1]) is m.SessionAck:  # one per batch of PUBACKs
+                pending[-1] = m.SessionAck(self.name, acked)
+            else:
+                pending.append(m.SessionAck(self.name, acked))
 
     # -- bytes out -----------------------------------------------------------------------------
 

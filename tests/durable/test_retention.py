@@ -120,3 +120,28 @@ def test_retention_survives_a_restart_of_the_store(tmp_path):
     state = SqliteSessionStore(tmp_path / "s.db").sessions()["alice"]
     assert (state.dropped, state.max_events) == (3, 0)
     assert state.gaps and state.trimmed > 0 and "limit of 2 events" in state.gap_why
+
+
+def test_what_is_held_stays_the_stores_count_through_partial_acks_and_retention_in_flight():
+    """The held count an ack takes off comes from the batches in flight: an ack in the middle
+    of a batch, and events retention let go while they were in flight, are counted once."""
+    rig = Rig({**SOLO, "sessions": {"max_events": 3}})
+    rig.open(1)
+    outs = rig.publish(10)  # sent, none acknowledged
+    epochs = [it.epoch for it in items(outs, 1)]
+    assert len(epochs) == 10
+
+    def held() -> int:
+        (info,) = rig.rep.find("alice", rig.now).sessions
+        assert info.held == rig.store.held(rig.key(), info.acked)[0]
+        return info.held
+
+    rig.ack(1, epochs[1])
+    assert held() == 8
+    rig.now += 1.5
+    rig.feed(rig.core.on_timer(rig.now))  # 5 of the 8 in flight let go
+    assert held() == 3
+    rig.ack(1, epochs[8])  # past what went: only 9's own counts
+    assert held() == 1
+    rig.ack(1, epochs[9])
+    assert held() == 0
