@@ -144,10 +144,12 @@ class MqttSession:
         #: the broker having matched it)
         self._one_qos: int | None = None
         self._received: dict[int, bool] = {}  # QoS 2 packet ids in: acknowledged (PUBREC) yet?
-        self._inflight: dict[int, p.Publish] = {}  # packet id -> a delivery not acknowledged
+        #: packet id -> the QoS of a delivery not acknowledged
+        self._inflight: dict[int, int] = {}
         self._released: set[int] = set()  # QoS 2 deliveries PUBREC'd, PUBCOMP awaited
-        #: deliveries waiting for an identifier, each with its session epoch (None: clean)
-        self._waiting: deque[tuple[p.Publish, int | None]] = deque()
+        #: deliveries waiting for an identifier: (its topic field, payload, QoS, RETAIN, DUP,
+        #: 5.0 properties, its session epoch (None: clean))
+        self._waiting: deque[tuple] = deque()
         self.waiting_bytes = 0
         self._next_id = 0
         #: why the connection is to end: the client's DISCONNECT, or the broker's refusal or
@@ -266,15 +268,13 @@ class MqttSession:
         if kind is p.Publish:
             self._publish(pkt, wall_ns, out)
         elif kind is p.PubAck:
-            sent = self._inflight.get(pkt.packet_id)
-            if sent is not None and sent.qos == 1:  # else not ours, or acked before: tolerated
+            if self._inflight.get(pkt.packet_id) == 1:  # else not ours, or acked before: tolerated
                 del self._inflight[pkt.packet_id]
                 self._delivered(pkt.packet_id)
                 self._send_waiting()
         elif kind is p.PubRec:
             pid = pkt.packet_id
-            sent = self._inflight.get(pid)
-            if sent is not None and sent.qos == 2:
+            if self._inflight.get(pid) == 2:
                 del self._inflight[pid]
                 self._released.add(pid)
                 epoch = self._pid_epoch.get(pid)
@@ -572,7 +572,7 @@ class MqttSession:
         self._done_epochs.clear()
         self._pid_epoch.clear()
         self._had.clear()
-        self._waiting = deque((pkt, None) for pkt, _ in self._waiting)
+        self._waiting = deque((*waiting[:-1], None) for waiting in self._waiting)
         self._owed = {pid: -abs(e) for pid, e in self._owed.items()}
         self._qos2_whole(new_store=True)
 
@@ -857,18 +857,21 @@ class MqttSession:
             if epoch is not None:
                 self._done(epoch)
             return
-        dup = epoch is not None and epoch <= self._replayed_to
-        pkt = p.Publish(topic, event.payload, qos, retain=retain, dup=dup and qos > 0, props=props)
-        if self.max_out and len(p.encode(pkt, self.level)) > self.max_out:
-            if epoch is not None:  # over what the client takes: not sent (5.0 §3.1.2.11.4)
-                self._done(epoch)
-            return
+        dup = qos > 0 and epoch is not None and epoch <= self._replayed_to
+        payload = event.payload
+        if self.max_out:  # over what the client takes: not sent (5.0 §3.1.2.11.4)
+            size = len(p.publish_frame(field, payload, qos, retain, dup, 1, props, self.v5))
+            if size > self.max_out:
+                if epoch is not None:
+                    self._done(epoch)
+                return
         self.delivered += 1
         if self._waiting or (qos and not self._room(epoch)):
-            self._waiting.append((pkt, epoch))  # in order: QoS 0 too waits behind them
-            self.waiting_bytes += len(event.payload) + len(topic) + WAITING_OVERHEAD
+            # in order: QoS 0 too waits behind them
+            self._waiting.append((field, payload, qos, retain, dup, props, epoch))
+            self.waiting_bytes += len(payload) + len(field) + WAITING_OVERHEAD
         else:
-            self._send_one(pkt, epoch)
+            self._send_one(field, payload, qos, retain, dup, props, epoch)
 
     def _with_options(self, topic: str, event: m.Event, granted: int) -> tuple[int, bool]:
         """The QoS and RETAIN of a delivery, as the filters it matches say with their No
@@ -893,31 +896,39 @@ class MqttSession:
         pid = _packet_id(epoch)
         return pid not in self._inflight and pid not in self._released
 
-    def _send_one(self, pkt: p.Publish, epoch: int | None) -> None:
-        if not pkt.qos:
-            self._send(pkt)
-            if epoch is not None:
-                self._done(epoch)
-            return
-        if epoch is not None:  # the same identifier whichever broker sends it again
-            pid = _packet_id(epoch)
-            self._pid_epoch[pid] = epoch
-        else:
-            while True:
-                self._next_id = self._next_id % 65535 + 1
-                if self._next_id not in self._inflight and self._next_id not in self._released:
-                    break
-            pid = self._next_id
-        pkt = attrs.evolve(pkt, packet_id=pid)
-        self._inflight[pid] = pkt
-        self._send(pkt)
+    def _send_one(
+        self,
+        field: bytes,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        dup: bool,
+        props: tuple,
+        epoch: int | None,
+    ) -> None:
+        """A delivery out, written as bytes; one of QoS 1 or 2 held under its identifier."""
+        pid = 0
+        if qos:
+            if epoch is not None:  # the same identifier whichever broker sends it again
+                pid = _packet_id(epoch)
+                self._pid_epoch[pid] = epoch
+            else:
+                while True:
+                    self._next_id = self._next_id % 65535 + 1
+                    if self._next_id not in self._inflight and self._next_id not in self._released:
+                        break
+                pid = self._next_id
+            self._inflight[pid] = qos
+        self._out += p.publish_frame(field, payload, qos, retain, dup, pid, props, self.v5)
+        if not qos and epoch is not None:
+            self._done(epoch)
 
     def _send_waiting(self) -> None:
         waiting = self._waiting
-        while waiting and (not waiting[0][0].qos or self._room(waiting[0][1])):
-            pkt, epoch = waiting.popleft()
-            self.waiting_bytes -= len(pkt.payload) + len(pkt.topic) + WAITING_OVERHEAD
-            self._send_one(pkt, epoch)
+        while waiting and (not waiting[0][2] or self._room(waiting[0][6])):
+            delivery = waiting.popleft()
+            self.waiting_bytes -= len(delivery[1]) + len(delivery[0]) + WAITING_OVERHEAD
+            self._send_one(*delivery)
 
     def _delivered(self, pid: int) -> None:
         epoch = self._pid_epoch.pop(pid, None)
