@@ -21,7 +21,7 @@ says why in :class:`Malformed`, whose text is the one line the connection is clo
 
 from __future__ import annotations
 
-import attrs
+import msgspec
 
 #: The largest remaining length the variable byte integer can say (§1.5.5).
 MAX_REMAINING = 268_435_455
@@ -60,8 +60,7 @@ class Malformed(ValueError):
         self.code = code
 
 
-@attrs.frozen
-class Packet:
+class Packet(msgspec.Struct, frozen=True):
     type: int
     flags: int
     body: bytes

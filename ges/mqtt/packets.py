@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import struct
 
-import attrs
+import msgspec
 
 from ges.matching.topics import check_filter, check_topic
 from ges.mqtt.frames import (
@@ -106,8 +106,7 @@ CONNACK_5 = {
 }
 
 
-@attrs.frozen
-class Will:
+class Will(msgspec.Struct, frozen=True):
     topic: str
     message: bytes
     qos: int = 0
@@ -115,8 +114,7 @@ class Will:
     props: tuple = ()
 
 
-@attrs.frozen
-class Connect:
+class Connect(msgspec.Struct, frozen=True):
     client_id: str
     clean_session: bool = True
     keepalive: int = 60
@@ -127,15 +125,13 @@ class Connect:
     props: tuple = ()
 
 
-@attrs.frozen
-class ConnAck:
+class ConnAck(msgspec.Struct, frozen=True):
     code: int = ACCEPTED
     session_present: bool = False
     props: tuple = ()
 
 
-@attrs.frozen
-class Publish:
+class Publish(msgspec.Struct, frozen=True):
     topic: str
     payload: bytes = b""
     qos: int = 0
@@ -145,36 +141,31 @@ class Publish:
     props: tuple = ()
 
 
-@attrs.frozen
-class PubAck:
+class PubAck(msgspec.Struct, frozen=True):
     packet_id: int
     reason: int = SUCCESS
     props: tuple = ()
 
 
-@attrs.frozen
-class PubRec:
+class PubRec(msgspec.Struct, frozen=True):
     packet_id: int
     reason: int = SUCCESS
     props: tuple = ()
 
 
-@attrs.frozen
-class PubRel:
+class PubRel(msgspec.Struct, frozen=True):
     packet_id: int
     reason: int = SUCCESS
     props: tuple = ()
 
 
-@attrs.frozen
-class PubComp:
+class PubComp(msgspec.Struct, frozen=True):
     packet_id: int
     reason: int = SUCCESS
     props: tuple = ()
 
 
-@attrs.frozen
-class Subscribe:
+class Subscribe(msgspec.Struct, frozen=True):
     packet_id: int
     #: (filter, options): the requested QoS, and under 5.0 No Local (4), Retain As Published
     #: (8) and Retain Handling (bits 4-5)
@@ -182,39 +173,33 @@ class Subscribe:
     props: tuple = ()
 
 
-@attrs.frozen
-class SubAck:
+class SubAck(msgspec.Struct, frozen=True):
     packet_id: int
     codes: tuple[int, ...]
     props: tuple = ()
 
 
-@attrs.frozen
-class Unsubscribe:
+class Unsubscribe(msgspec.Struct, frozen=True):
     packet_id: int
     filters: tuple[str, ...]
     props: tuple = ()
 
 
-@attrs.frozen
-class UnsubAck:
+class UnsubAck(msgspec.Struct, frozen=True):
     packet_id: int
     codes: tuple[int, ...] = ()  # 5.0 only
     props: tuple = ()
 
 
-@attrs.frozen
-class PingReq:
+class PingReq(msgspec.Struct, frozen=True):
     pass
 
 
-@attrs.frozen
-class PingResp:
+class PingResp(msgspec.Struct, frozen=True):
     pass
 
 
-@attrs.frozen
-class Disconnect:
+class Disconnect(msgspec.Struct, frozen=True):
     reason: int = SUCCESS  # 5.0 only
     props: tuple = ()
 

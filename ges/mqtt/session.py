@@ -42,7 +42,7 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 
-import attrs
+import msgspec
 
 from ges.durable import session_name_problem
 from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
@@ -426,7 +426,7 @@ class MqttSession:
         will = self.connect.will
         if will is None:
             return []
-        self.connect = attrs.evolve(self.connect, will=None)
+        self.connect = msgspec.structs.replace(self.connect, will=None)
         self._req += 1
         attributes = {TOPIC_ATTR: will.topic, QOS_ATTR: will.qos}
         if will.retain:

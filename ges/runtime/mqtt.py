@@ -37,7 +37,7 @@ import contextlib
 import os
 import time
 
-import attrs
+import msgspec
 import trio
 
 from ges.mqtt import packets as p
@@ -189,7 +189,7 @@ class MqttListener:
         client_id = assigned = ""
         if not connect.client_id:  # one of its own (5.0 says which, and may keep a session)
             client_id = assigned = f"mqtt-{server.id}-{os.urandom(8).hex()}"
-            connect = attrs.evolve(connect, client_id=client_id)
+            connect = msgspec.structs.replace(connect, client_id=client_id)
         client_id = connect.client_id
         old = self.connected.get(client_id)
         identity = None if admitted is None else (admitted.client_id, admitted.cert)
