@@ -466,15 +466,10 @@ def _publish(flags: int, body: bytes, v5: bool) -> Publish:
     at = 2 + (body[0] << 8 | body[1])
     if at > n:
         raise Malformed(f"a PUBLISH whose field of {at - 2} bytes runs past its end")
-    try:
-        topic = body[2:at].decode("utf-8")
-    except UnicodeDecodeError:
-        raise Malformed("a PUBLISH's topic name is not well-formed UTF-8") from None
-    if "\x00" in topic:
-        raise Malformed("a PUBLISH's topic name holds U+0000")
-    why = check_topic(topic) if topic or not v5 else None  # 5.0: empty with a topic alias
-    if why is not None:
-        raise Malformed(f"a PUBLISH's topic name: {why}")
+    raw = body[2:at]
+    topic, why = (_short_topic_name if at <= TOPIC_CACHE_CHARS else _topic_name)(raw)
+    if why is not None and (topic or not v5):  # 5.0: empty with a topic alias
+        raise Malformed(why)
     packet_id = 0
     if qos:
         if at + 2 > n:
@@ -492,6 +487,18 @@ def _publish(flags: int, body: bytes, v5: bool) -> Publish:
         props = r.props(_PUBLISH_PROPS)
         at = r.at
     return Publish(topic, body[at:], qos, bool(flags & 1), bool(flags & 0b1000), packet_id, props)
+
+
+def _topic_name(raw: bytes) -> tuple[str, str | None]:
+    """A PUBLISH's topic name from its bytes, and why it is not one (None: it is)."""
+    try:
+        topic = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "", "a PUBLISH's topic name is not well-formed UTF-8"
+    if "\x00" in topic:
+        return "", "a PUBLISH's topic name holds U+0000"
+    why = check_topic(topic)
+    return topic, None if why is None else f"a PUBLISH's topic name: {why}"
 
 
 def publish_frame(
@@ -530,6 +537,9 @@ def _topic_field(topic: str) -> bytes | None:
 TOPIC_CACHE_CHARS = 256
 TOPIC_CACHE = 1024
 _short_topic_field = functools.lru_cache(maxsize=TOPIC_CACHE)(_topic_field)
+#: and the topic names read from PUBLISHes of up to TOPIC_CACHE_CHARS bytes, each with why it
+#: is not one (the bytes, the name and the reason: under 1 MiB in all)
+_short_topic_name = functools.lru_cache(maxsize=TOPIC_CACHE)(_topic_name)
 
 
 def _string(text: str) -> bytes:
