@@ -142,6 +142,13 @@ def candidates(within: str | None, escape: str | None, variants: int) -> Iterato
                 break  # one topic only: the variants would be the same
 
 
+#: A TopicTree remembers what topics of at most MATCHED_CHARS characters matched, for as many
+#: as make at most MATCHED topics and values together: 4 MiB a tree at the most (a topic of
+#: 256 characters of 4 bytes, or a reference to a value the tree holds anyway).
+MATCHED_CHARS = 256
+MATCHED = 4096
+
+
 class _Levels:
     """A tree of levels, each node holding a value where a string of levels ends."""
 
@@ -167,11 +174,20 @@ class _Levels:
 
 class TopicTree(_Levels):
     """Filters indexed by their levels, each with a value (the graph's node); ``match`` finds
-    the values of the filters a topic matches."""
+    the values of the filters a topic matches. What short topics matched is remembered until
+    the filters change (a topic published again and again is matched once)."""
 
-    __slots__ = ()
+    __slots__ = ("_matched", "_matched_size")
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: topic -> the values it matched (topics of at most MATCHED_CHARS), and how many
+        #: topics and values that is (at most MATCHED)
+        self._matched: dict[str, tuple] = {}
+        self._matched_size = 0
 
     def add(self, topic_filter: str, value) -> None:
+        self._forget_matched()
         node = self._root
         levels = topic_filter.split(SEPARATOR)
         for level in levels[:-1]:
@@ -184,6 +200,7 @@ class TopicTree(_Levels):
         self._size += 1
 
     def remove(self, topic_filter: str) -> None:
+        self._forget_matched()
         path = [self._root]
         levels = topic_filter.split(SEPARATOR)
         for level in levels[:-1]:
@@ -198,8 +215,27 @@ class TopicTree(_Levels):
         self._size -= 1
         self._prune(path, levels)
 
+    def _forget_matched(self) -> None:
+        self._matched.clear()
+        self._matched_size = 0
+
     def match(self, topic: str, out: list) -> None:
         """Append to ``out`` the value of every filter ``topic`` matches."""
+        matched = self._matched.get(topic)
+        if matched is None:
+            found: list = []
+            self._match(topic, found)
+            matched = tuple(found)
+            if len(topic) <= MATCHED_CHARS:
+                size = 1 + len(matched)
+                if self._matched_size + size > MATCHED:
+                    self._forget_matched()  # (a new set of topics: made again as they come)
+                if size <= MATCHED:
+                    self._matched[topic] = matched
+                    self._matched_size += size
+        out.extend(matched)
+
+    def _match(self, topic: str, out: list) -> None:
         t = topic.split(SEPARATOR)
         n = len(t)
         root = self._root

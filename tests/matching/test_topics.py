@@ -128,3 +128,29 @@ def test_the_tree_finds_what_brute_force_finds_and_prunes_on_removal():
         tree.remove(f)
     assert len(tree) == 0
     assert not tree._root.children and tree._root.many is None
+
+
+@pytest.mark.parametrize("bound", [3, 4096])
+def test_what_the_tree_remembers_follows_every_change_of_filters(monkeypatch, bound):
+    """Matched topics are remembered (a bound of 3 forgets at almost every topic): a filter
+    added or removed after a topic matched is seen at its next match, and a long topic is
+    matched afresh each time."""
+    monkeypatch.setattr(topics, "MATCHED", bound)
+    tree = TopicTree()
+    live: list[str] = []
+    long_topic = "a/" + "b" * 300
+    for f in dict.fromkeys([*FILTERS[::10], "a/+"]):
+        tree.add(f, f)
+        live.append(f)
+        for t in [*UNIVERSE[::40], "a/b", long_topic]:
+            for _ in range(2):  # the second from memory (when it fits)
+                out: list = []
+                tree.match(t, out)
+                assert sorted(out) == sorted(g for g in live if matches(g, t)), (t, live)
+    assert tree._matched_size <= bound
+    for f in list(live):
+        tree.remove(f)
+        live.remove(f)
+        out = []
+        tree.match("a/b", out)
+        assert sorted(out) == sorted(g for g in live if matches(g, "a/b"))
