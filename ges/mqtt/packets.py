@@ -513,11 +513,37 @@ def publish_frame(
 ) -> bytes:
     """A PUBLISH's bytes, its topic name already as the packet carries it (``_string``): the
     broker's deliveries are written so, a topic's bytes made once for many."""
-    head = topic + struct.pack("!H", packet_id) if qos else topic
+    out = bytearray()
+    write_publish(out, topic, payload, qos, retain, dup, packet_id, props, v5)
+    return bytes(out)
+
+
+def write_publish(
+    out: bytearray,
+    topic: bytes,
+    payload: bytes,
+    qos: int = 0,
+    retain: bool = False,
+    dup: bool = False,
+    packet_id: int = 0,
+    props: tuple = (),
+    v5: bool = False,
+) -> None:
+    """:func:`publish_frame`, written at the end of ``out`` (no copy of the payload on the
+    way)."""
+    props_field = _props(props) if v5 else b""
+    length = len(topic) + len(payload) + len(props_field) + (2 if qos else 0)
+    out.append(PUBLISH << 4 | qos << 1 | (1 if retain else 0) | (8 if dup else 0))
+    if length < 128:
+        out.append(length)
+    else:
+        out += encode_length(length)
+    out += topic
+    if qos:
+        out += packet_id.to_bytes(2, "big")
     if v5:
-        head += _props(props)
-    flags = qos << 1 | (1 if retain else 0) | (8 if dup else 0)
-    return bytes((PUBLISH << 4 | flags,)) + encode_length(len(head) + len(payload)) + head + payload
+        out += props_field
+    out += payload
 
 
 def topic_field(topic: str) -> bytes | None:

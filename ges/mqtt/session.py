@@ -853,7 +853,7 @@ class MqttSession:
         props = v5.props_of(event.attributes) if self.v5 else ()
         if not qos and not self._waiting and not self.max_out:  # straight out, as bytes
             self.delivered += 1
-            self._out += p.publish_frame(field, event.payload, 0, retain, props=props, v5=self.v5)
+            p.write_publish(self._out, field, event.payload, 0, retain, props=props, v5=self.v5)
             if epoch is not None:
                 self._done(epoch)
             return
@@ -919,7 +919,7 @@ class MqttSession:
                         break
                 pid = self._next_id
             self._inflight[pid] = qos
-        self._out += p.publish_frame(field, payload, qos, retain, dup, pid, props, self.v5)
+        p.write_publish(self._out, field, payload, qos, retain, dup, pid, props, self.v5)
         if not qos and epoch is not None:
             self._done(epoch)
 

@@ -70,6 +70,31 @@ def test_any_publish_survives(topic, payload, qos, retain):
     assert roundtrip(value) == value
 
 
+@given(
+    TOPIC_TEXT,
+    st.binary(max_size=300),
+    st.integers(0, 2),
+    st.booleans(),
+    st.booleans(),
+    st.integers(1, 65535),
+    st.sampled_from([(), ((p.USER_PROPERTY, ("k", "v")),), ((p.CONTENT_TYPE, "text/x"),)]),
+)
+def test_a_delivery_written_as_bytes_is_the_packet_encoded(
+    topic, payload, qos, retain, dup, pid, props
+):
+    """The broker writes its deliveries as bytes (their topic's field made once): the same
+    bytes as the packet's, at either level."""
+    dup, pid = (dup, pid) if qos else (False, 0)
+    field = p.topic_field(topic)
+    for v5, level in ((False, p.LEVEL_311), (True, p.LEVEL_5)):
+        value = p.Publish(topic, payload, qos, retain, dup, pid, props if v5 else ())
+        want = p.encode(value, level)
+        assert p.publish_frame(field, payload, qos, retain, dup, pid, value.props, v5) == want
+        out = bytearray(b"before")
+        p.write_publish(out, field, payload, qos, retain, dup, pid, value.props, v5)
+        assert out == b"before" + want
+
+
 def s(text: str | bytes) -> bytes:
     raw = text.encode() if isinstance(text, str) else text
     return struct.pack("!H", len(raw)) + raw
