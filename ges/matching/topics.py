@@ -20,6 +20,7 @@ of filters (the shape of mosquitto's subscription tree).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 SEPARATOR = "/"
@@ -142,11 +143,22 @@ def candidates(within: str | None, escape: str | None, variants: int) -> Iterato
                 break  # one topic only: the variants would be the same
 
 
-#: A TopicTree remembers what topics of at most MATCHED_CHARS characters matched, for as many
-#: as make at most MATCHED topics and values together: 4 MiB a tree at the most (a topic of
-#: 256 characters of 4 bytes, or a reference to a value the tree holds anyway).
+#: What topic filter trees matched is remembered for topics of at most MATCHED_CHARS
+#: characters, as many as make MATCHED topics and values together in the whole process (every
+#: tree's together): about 2 MiB for ASCII topics, 10 MiB at the most (a topic of 256
+#: characters of 4 bytes with its key, or a reference to a value a tree holds anyway).
 MATCHED_CHARS = 256
-MATCHED = 4096
+MATCHED = 8192
+#: (tree, its generation, topic) -> the values the topic matched; and their count
+_matched: dict[tuple[int, int, str], tuple] = {}
+_matched_size = 0
+_trees = itertools.count(1)
+
+
+def _forget_matched() -> None:
+    global _matched_size
+    _matched.clear()
+    _matched_size = 0
 
 
 class _Levels:
@@ -175,19 +187,18 @@ class _Levels:
 class TopicTree(_Levels):
     """Filters indexed by their levels, each with a value (the graph's node); ``match`` finds
     the values of the filters a topic matches. What short topics matched is remembered until
-    the filters change (a topic published again and again is matched once)."""
+    the filters change (a topic published again and again is matched once; see MATCHED)."""
 
-    __slots__ = ("_matched", "_matched_size")
+    __slots__ = ("_id", "_generation")
 
     def __init__(self) -> None:
         super().__init__()
-        #: topic -> the values it matched (topics of at most MATCHED_CHARS), and how many
-        #: topics and values that is (at most MATCHED)
-        self._matched: dict[str, tuple] = {}
-        self._matched_size = 0
+        #: which tree this is and how many times its filters changed, for what it matched
+        self._id = next(_trees)
+        self._generation = 0
 
     def add(self, topic_filter: str, value) -> None:
-        self._forget_matched()
+        self._generation += 1  # (what it matched before is not looked at again)
         node = self._root
         levels = topic_filter.split(SEPARATOR)
         for level in levels[:-1]:
@@ -200,7 +211,7 @@ class TopicTree(_Levels):
         self._size += 1
 
     def remove(self, topic_filter: str) -> None:
-        self._forget_matched()
+        self._generation += 1
         path = [self._root]
         levels = topic_filter.split(SEPARATOR)
         for level in levels[:-1]:
@@ -215,24 +226,22 @@ class TopicTree(_Levels):
         self._size -= 1
         self._prune(path, levels)
 
-    def _forget_matched(self) -> None:
-        self._matched.clear()
-        self._matched_size = 0
-
     def match(self, topic: str, out: list) -> None:
         """Append to ``out`` the value of every filter ``topic`` matches."""
-        matched = self._matched.get(topic)
+        global _matched_size
+        key = (self._id, self._generation, topic)
+        matched = _matched.get(key)
         if matched is None:
             found: list = []
             self._match(topic, found)
             matched = tuple(found)
             if len(topic) <= MATCHED_CHARS:
                 size = 1 + len(matched)
-                if self._matched_size + size > MATCHED:
-                    self._forget_matched()  # (a new set of topics: made again as they come)
+                if _matched_size + size > MATCHED:
+                    _forget_matched()  # (a new set of topics: made again as they come)
                 if size <= MATCHED:
-                    self._matched[topic] = matched
-                    self._matched_size += size
+                    _matched[key] = matched
+                    _matched_size += size
         out.extend(matched)
 
     def _match(self, topic: str, out: list) -> None:

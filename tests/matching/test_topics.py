@@ -136,7 +136,9 @@ def test_what_the_tree_remembers_follows_every_change_of_filters(monkeypatch, bo
     added or removed after a topic matched is seen at its next match, and a long topic is
     matched afresh each time."""
     monkeypatch.setattr(topics, "MATCHED", bound)
-    tree = TopicTree()
+    topics._forget_matched()
+    tree, other = TopicTree(), TopicTree()  # the other's memories share the bound
+    other.add("#", "all")
     live: list[str] = []
     long_topic = "a/" + "b" * 300
     for f in dict.fromkeys([*FILTERS[::10], "a/+"]):
@@ -147,7 +149,10 @@ def test_what_the_tree_remembers_follows_every_change_of_filters(monkeypatch, bo
                 out: list = []
                 tree.match(t, out)
                 assert sorted(out) == sorted(g for g in live if matches(g, t)), (t, live)
-    assert tree._matched_size <= bound
+                out = []
+                other.match(t, out)
+                assert out == ([] if t.startswith("$") else ["all"])
+            assert topics._matched_size <= bound
     for f in list(live):
         tree.remove(f)
         live.remove(f)
