@@ -20,7 +20,6 @@ of filters (the shape of mosquitto's subscription tree).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 
 SEPARATOR = "/"
@@ -149,15 +148,18 @@ def candidates(within: str | None, escape: str | None, variants: int) -> Iterato
 #: characters of 4 bytes with its key, or a reference to a value a tree holds anyway).
 MATCHED_CHARS = 256
 MATCHED = 8192
-#: (tree, its generation, topic) -> the values the topic matched; and their count
-_matched: dict[tuple[int, int, str], tuple] = {}
+#: the trees that remember what topics matched, and how many topics and values they hold
+_remembering: set[TopicTree] = set()
 _matched_size = 0
-_trees = itertools.count(1)
 
 
 def _forget_matched() -> None:
+    """Every tree forgets what topics matched (the bound was reached)."""
     global _matched_size
-    _matched.clear()
+    for tree in _remembering:
+        tree._matched.clear()
+        tree._matched_size = 0
+    _remembering.clear()
     _matched_size = 0
 
 
@@ -189,16 +191,24 @@ class TopicTree(_Levels):
     the values of the filters a topic matches. What short topics matched is remembered until
     the filters change (a topic published again and again is matched once; see MATCHED)."""
 
-    __slots__ = ("_id", "_generation")
+    __slots__ = ("_matched", "_matched_size")
 
     def __init__(self) -> None:
         super().__init__()
-        #: which tree this is and how many times its filters changed, for what it matched
-        self._id = next(_trees)
-        self._generation = 0
+        #: topic -> the values it matched, and how many topics and values that is
+        self._matched: dict[str, tuple] = {}
+        self._matched_size = 0
+
+    def _forget(self) -> None:
+        global _matched_size
+        if self._matched:
+            _matched_size -= self._matched_size
+            self._matched.clear()
+            self._matched_size = 0
+            _remembering.discard(self)
 
     def add(self, topic_filter: str, value) -> None:
-        self._generation += 1  # (what it matched before is not looked at again)
+        self._forget()
         node = self._root
         levels = topic_filter.split(SEPARATOR)
         for level in levels[:-1]:
@@ -211,7 +221,7 @@ class TopicTree(_Levels):
         self._size += 1
 
     def remove(self, topic_filter: str) -> None:
-        self._generation += 1
+        self._forget()
         path = [self._root]
         levels = topic_filter.split(SEPARATOR)
         for level in levels[:-1]:
@@ -229,8 +239,7 @@ class TopicTree(_Levels):
     def match(self, topic: str, out: list) -> None:
         """Append to ``out`` the value of every filter ``topic`` matches."""
         global _matched_size
-        key = (self._id, self._generation, topic)
-        matched = _matched.get(key)
+        matched = self._matched.get(topic)
         if matched is None:
             found: list = []
             self._match(topic, found)
@@ -240,7 +249,9 @@ class TopicTree(_Levels):
                 if _matched_size + size > MATCHED:
                     _forget_matched()  # (a new set of topics: made again as they come)
                 if size <= MATCHED:
-                    _matched[key] = matched
+                    _remembering.add(self)
+                    self._matched[topic] = matched
+                    self._matched_size += size
                     _matched_size += size
         out.extend(matched)
 

@@ -153,6 +153,8 @@ def test_what_the_tree_remembers_follows_every_change_of_filters(monkeypatch, bo
                 other.match(t, out)
                 assert out == ([] if t.startswith("$") else ["all"])
             assert topics._matched_size <= bound
+            held = sum(t._matched_size for t in topics._remembering)
+            assert topics._matched_size == held
     for f in list(live):
         tree.remove(f)
         live.remove(f)
