@@ -501,23 +501,6 @@ def _topic_name(raw: bytes) -> tuple[str, str | None]:
     return topic, None if why is None else f"a PUBLISH's topic name: {why}"
 
 
-def publish_frame(
-    topic: bytes,
-    payload: bytes,
-    qos: int = 0,
-    retain: bool = False,
-    dup: bool = False,
-    packet_id: int = 0,
-    props: tuple = (),
-    v5: bool = False,
-) -> bytes:
-    """A PUBLISH's bytes, its topic name already as the packet carries it (``_string``): the
-    broker's deliveries are written so, a topic's bytes made once for many."""
-    out = bytearray()
-    write_publish(out, topic, payload, qos, retain, dup, packet_id, props, v5)
-    return bytes(out)
-
-
 def write_publish(
     out: bytearray,
     topic: bytes,
@@ -529,8 +512,9 @@ def write_publish(
     props: tuple = (),
     v5: bool = False,
 ) -> None:
-    """:func:`publish_frame`, written at the end of ``out`` (no copy of the payload on the
-    way)."""
+    """A PUBLISH written at the end of ``out``, its topic name already as the packet carries
+    it (``_string``): the broker's deliveries are written so, a topic's bytes made once for
+    many, with no copy of the payload on the way."""
     props_field = _props(props) if v5 else b""
     length = len(topic) + len(payload) + len(props_field) + (2 if qos else 0)
     out.append(PUBLISH << 4 | qos << 1 | (1 if retain else 0) | (8 if dup else 0))
@@ -610,9 +594,11 @@ def encode(value, level: int = LEVEL_311) -> bytes:
     v5 = level == LEVEL_5
     if kind is Publish:
         v = value
-        return publish_frame(
-            _string(v.topic), v.payload, v.qos, v.retain, v.dup, v.packet_id, v.props, v5
+        out = bytearray()
+        write_publish(
+            out, _string(v.topic), v.payload, v.qos, v.retain, v.dup, v.packet_id, v.props, v5
         )
+        return bytes(out)
     if kind in _ACK_TYPES:
         t = _ACK_TYPES[kind]
         body = struct.pack("!H", value.packet_id)

@@ -860,8 +860,9 @@ class MqttSession:
         dup = qos > 0 and epoch is not None and epoch <= self._replayed_to
         payload = event.payload
         if self.max_out:  # over what the client takes: not sent (5.0 §3.1.2.11.4)
-            size = len(p.publish_frame(field, payload, qos, retain, dup, 1, props, self.v5))
-            if size > self.max_out:
+            frame = bytearray()
+            p.write_publish(frame, field, payload, qos, retain, dup, 1, props, self.v5)
+            if len(frame) > self.max_out:
                 if epoch is not None:
                     self._done(epoch)
                 return
