@@ -20,6 +20,7 @@ of filters (the shape of mosquitto's subscription tree).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 
 SEPARATOR = "/"
@@ -148,8 +149,9 @@ def candidates(within: str | None, escape: str | None, variants: int) -> Iterato
 #: characters of 4 bytes with its key, or a reference to a value a tree holds anyway).
 MATCHED_CHARS = 256
 MATCHED = 8192
-#: the trees that remember what topics matched, and how many topics and values they hold
-_remembering: set[TopicTree] = set()
+#: the trees that remember what topics matched (weakly: a tree let go goes, its count with
+#: it at the next forgetting), and how many topics and values they hold
+_remembering: weakref.WeakSet[TopicTree] = weakref.WeakSet()
 _matched_size = 0
 
 
@@ -191,13 +193,15 @@ class TopicTree(_Levels):
     the values of the filters a topic matches. What short topics matched is remembered until
     the filters change (a topic published again and again is matched once; see MATCHED)."""
 
-    __slots__ = ("_matched", "_matched_size")
+    __slots__ = ("_matched", "_matched_size", "_remember", "__weakref__")
 
-    def __init__(self) -> None:
+    def __init__(self, remember: bool = True) -> None:
         super().__init__()
-        #: topic -> the values it matched, and how many topics and values that is
+        #: topic -> the values it matched, and how many topics and values that is (a tree
+        #: matched once and let go need not remember)
         self._matched: dict[str, tuple] = {}
         self._matched_size = 0
+        self._remember = remember
 
     def _forget(self) -> None:
         global _matched_size
@@ -244,7 +248,7 @@ class TopicTree(_Levels):
             found: list = []
             self._match(topic, found)
             matched = tuple(found)
-            if len(topic) <= MATCHED_CHARS:
+            if self._remember and len(topic) <= MATCHED_CHARS:
                 size = 1 + len(matched)
                 if _matched_size + size > MATCHED:
                     _forget_matched()  # (a new set of topics: made again as they come)

@@ -468,7 +468,7 @@ def _publish(flags: int, body: bytes, v5: bool) -> Publish:
         raise Malformed(f"a PUBLISH whose field of {at - 2} bytes runs past its end")
     raw = body[2:at]
     topic, why = (_short_topic_name if at <= TOPIC_CACHE_CHARS else _topic_name)(raw)
-    if why is not None and (topic or not v5):  # 5.0: empty with a topic alias
+    if why is not None and (at > 2 or not v5):  # 5.0: empty with a topic alias
         raise Malformed(why)
     packet_id = 0
     if qos:

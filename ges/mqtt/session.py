@@ -687,7 +687,7 @@ class MqttSession:
         asked = self._asked_retained(msg.req)
         if not asked:
             return
-        tree = TopicTree()
+        tree = TopicTree(remember=False)  # for this answer only
         for f in asked:
             qos = self.filters.get(f)
             if qos is not None:

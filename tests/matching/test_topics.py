@@ -4,7 +4,9 @@ universes of topics."""
 
 from __future__ import annotations
 
+import gc
 import itertools
+import weakref
 
 import pytest
 
@@ -161,3 +163,21 @@ def test_what_the_tree_remembers_follows_every_change_of_filters(monkeypatch, bo
         out = []
         tree.match("a/b", out)
         assert sorted(out) == sorted(g for g in live if matches(g, "a/b"))
+
+
+def test_a_tree_let_go_is_not_kept_by_what_it_remembers():
+    """The memory of matches holds its trees weakly (a connection's tree goes with it), and a
+    tree made for one answer remembers nothing."""
+    topics._forget_matched()
+    tree = TopicTree()
+    tree.add("a/#", 1)
+    tree.match("a/b", [])
+    gone = weakref.ref(tree)
+    del tree
+    gc.collect()
+    assert gone() is None and not list(topics._remembering)
+    once = TopicTree(remember=False)
+    once.add("a/#", 1)
+    out: list = []
+    once.match("a/b", out)
+    assert out == [1] and not once._matched and not list(topics._remembering)

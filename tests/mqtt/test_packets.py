@@ -135,6 +135,20 @@ def test_malformed_fields_are_refused_in_one_line(packet, why):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("topic", "why"),
+    [(b"a/\xff", "not well-formed UTF-8"), (b"a\x00b", "U+0000"), (b"a/+", "wildcards")],
+)
+def test_a_topic_name_malformed_under_5_is_refused_as_under_3(topic, why):
+    """5.0 lets a PUBLISH's topic name be empty (a topic alias), not bad: the same refusal as
+    3.1.1's, the second time from the reader's memory too."""
+    body = s(topic) + b"\x00" + b"payload"  # an empty property list
+    for _ in range(2):
+        with pytest.raises(Malformed, match=re.escape(why)):
+            p.decode(Packet(PUBLISH, 0, body), p.LEVEL_5)
+    assert p.decode(Packet(PUBLISH, 0, s(b"") + b"\x00x"), p.LEVEL_5).topic == ""
+
+
 def test_a_connect_for_another_protocol_level_still_decodes():
     # the level is the server's to answer (CONNACK 1, unacceptable protocol version)
     body = s("MQTT") + bytes([6, 2]) + struct.pack("!H", 10) + b"whatever level 6 has"
