@@ -150,11 +150,9 @@ class ReadBack:
         top = self._top.get(pubend, 0)
         if msg.lost and msg.hi >= msg.lo:
             why = "gone from the pubend's log (its bound) while this replicator was down"
-            wants = sorted((key, []) for key in self._by_key)
-            if wants:
+            if self._by_key:
                 gap = m.EventItem(msg.lo, 0, 0, m.Event({}))
-                store.append(pubend, gap, wants, gap_to=msg.hi, why=why)
-                self._dirty.update(key for key, _ in wants)
+                self._append(pubend, gap, dict.fromkeys(self._by_key, []), msg.hi, why)
         else:
             match = self.subscriptions.profiles.match
             for it in msg.items:

@@ -549,9 +549,17 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         self._pending(pubend, min(per_tick), first_epoch)
         return asks + self._committed_now()
 
-    def _append(self, pubend: str, item: m.EventItem, wants: dict[int, list[int]]) -> None:
-        """Store ``item`` once for the sessions ``wants`` names ({key: sub_ids})."""
-        epoch = self.store.append(pubend, item, sorted(wants.items()))
+    def _append(
+        self,
+        pubend: str,
+        item: m.EventItem,
+        wants: dict[int, list[int]],
+        gap_to: int = 0,
+        why: str = "",
+    ) -> None:
+        """Store ``item`` (or a gap notice up to ``gap_to``, saying ``why``) once for the
+        sessions ``wants`` names ({key: sub_ids}), held for each of them."""
+        epoch = self.store.append(pubend, item, sorted(wants.items()), gap_to=gap_to, why=why)
         self._dirty.update(wants)
         for key in wants:
             live = self._by_key[key]

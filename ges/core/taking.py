@@ -150,8 +150,7 @@ class Taking:
         if msg.lost and msg.hi >= msg.lo:
             why = "gone from the pubend's log before its hand-over read it"
             gap = m.EventItem(msg.lo, 0, 0, m.Event({}))
-            self.store.append(pubend, gap, [(key, [])], gap_to=msg.hi, why=why)
-            self._dirty.add(key)
+            self._append(pubend, gap, {key: []}, msg.hi, why)
             hand.last = self.store.last
         else:
             match = self.subscriptions.profiles.match

@@ -4,6 +4,7 @@ went (a gap notice first in its stream); never a silent loss."""
 from __future__ import annotations
 
 from ges.core import BrokerCore
+from ges.core.readback import Replay
 from ges.runtime.session_store import SqliteSessionStore
 from ges.topology import Topology
 from ges.wire import messages as m
@@ -145,3 +146,23 @@ def test_what_is_held_stays_the_stores_count_through_partial_acks_and_retention_
     assert held() == 1
     rig.ack(1, epochs[9])
     assert held() == 0
+
+
+def test_a_gap_read_back_counts_as_held_like_any_stored_event():
+    """A range the pubend's log no longer has, read back after a restart, is a gap notice
+    stored for every session: it is held for them as an event is (retention counts it, an
+    ack of it takes it off)."""
+    rig = Rig()
+    rig.open(1)
+    outs = rig.publish(2)
+    rig.rep._replays["elsewhere"] = Replay(1)  # a pubend being read back
+    outs += rig.feed(rig.rep.replayed(m.Recovered("elsewhere", "r", 1, 5, [], lost=True), rig.now))
+    outs += rig.feed(rig.core.work(rig.now))
+    got = items(outs, 1)
+    assert [it.gap_to for it in got] == [0, 0, 5]
+    (info,) = rig.rep.find("alice", rig.now).sessions
+    assert info.held == rig.store.held(rig.key(), info.acked)[0] == 3
+    assert info.last == got[-1].epoch
+    rig.ack(1, got[-1].epoch)
+    (info,) = rig.rep.find("alice", rig.now).sessions
+    assert info.held == 0
