@@ -1,0 +1,204 @@
+"""The deliveries an MQTT session sends its client: sans-I/O, a part of
+:class:`ges.mqtt.session.MqttSession` (the connection's state is the session's).
+
+A delivery goes out at the lower of its publisher's QoS and the highest QoS of the filters it
+matches (a persistent session's replicator says which subscriptions it matched; a clean
+session's broker matched it, and the filters are matched again only when their QoS differ or
+a change of them is unanswered). QoS 0 is written at once; QoS 1 and 2 get packet identifiers
+(a persistent session's from its epoch, the same at any broker) and at most ``max_inflight``
+are unacknowledged, the rest waiting in order, QoS 0 behind them too. A persistent session's
+epochs are acknowledged to its replicator once the client has every one up to it
+(``SessionAck``, cumulative: one per batch of PUBACKs).
+"""
+
+from __future__ import annotations
+
+from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
+from ges.matching.topics import TopicTree
+from ges.mqtt import packets as p
+from ges.mqtt import v5
+from ges.wire import messages as m
+
+#: The reserved attribute carrying a PUBLISH's QoS.
+QOS_ATTR = "@qos"
+#: What a delivery waiting for an identifier costs beyond its topic and payload (its packet
+#: value, its place in the queue, the event it keeps alive).
+WAITING_OVERHEAD = 256
+#: A persistent session's subscription that matches nothing (it has no filters left).
+NO_SUB = 9
+
+
+def epoch_packet_id(epoch: int) -> int:
+    """A persistent session's delivery's identifier: its epoch's, so that a broker the
+    session moves to sends it again with the one the client had (§4.3.3). A negative epoch
+    is one of a replicator the session was handed over from, its PUBREL still owed."""
+    return abs(epoch) % 65535 + 1
+
+
+class Delivering:
+    """The deliveries half of :class:`ges.mqtt.session.MqttSession` (see the module
+    docstring)."""
+
+    def _deliver(self, event: m.Event) -> None:
+        topic = event.attributes.get(TOPIC_ATTR)
+        if type(topic) is not str:
+            return  # not for MQTT (every filter tests @topic: never happens)
+        tree = self._tree if self._tree is not None else self._filter_tree()
+        granted = None if self._changes else self._one_qos  # (a change unanswered: match)
+        if self._options:
+            granted = 0  # (5.0's option bits: _with_options matches)
+        elif granted is None:
+            found: list = []
+            tree.match(topic, found)
+            granted = max(found, default=-1)
+            if granted < 0:
+                return  # a filter just removed
+        self._out_publish(topic, event, granted, None)
+
+    def _filter_tree(self) -> TopicTree:
+        """The filters by their levels, each with its QoS (and 5.0's option bits)."""
+        tree = self._tree
+        if tree is None:
+            tree = self._tree = TopicTree()
+            options = self._options
+            for f, qos in self.filters.items():
+                tree.add(f, qos | options.get(f, 0) if options else qos)
+            qos = set(self.filters.values())
+            self._one_qos = qos.pop() if len(qos) == 1 else None
+        return tree
+
+    def _stored(self, item: m.SessionItem) -> None:
+        """An event of the persistent session: delivered once per epoch, acknowledged to the
+        replicator once the client has it and every one before it."""
+        epoch = item.epoch
+        if epoch <= self._sent_epoch:
+            return  # sent on this connection already (a change of filters opened it again)
+        self._sent_epoch = epoch
+        self._epochs.append(epoch)
+        event = item.item.event
+        topic = event.attributes.get(TOPIC_ATTR)
+        granted = max((s - 1 for s in item.subs if s != NO_SUB), default=-1)
+        if item.gap_to or type(topic) is not str or granted < 0 or epoch in self._had:
+            # a gap notice MQTT cannot say, nothing for MQTT, or what the client has (PUBREC)
+            self._done(epoch)
+            return
+        self._out_publish(topic, event, granted, epoch)
+
+    def _out_publish(
+        self, topic: str, event: m.Event, granted: int, epoch: int | None, retain: bool = False
+    ) -> None:
+        if self._options and not retain:  # 5.0's No Local and Retain As Published
+            granted, retain = self._with_options(topic, event, granted)
+        field = p.topic_field(topic)
+        if granted < 0 or field is None:
+            if epoch is not None:  # a GES publisher's @topic MQTT cannot carry: skipped
+                self._done(epoch)
+            return
+        published = event.attributes.get(QOS_ATTR, 2)
+        qos = min(granted, published if type(published) is int and published >= 0 else 2)
+        props = v5.props_of(event.attributes) if self.v5 else ()
+        if not qos and not self._waiting and not self.max_out:  # straight out, as bytes
+            self.delivered += 1
+            p.write_publish(self._out, field, event.payload, 0, retain, props=props, v5=self.v5)
+            if epoch is not None:
+                self._done(epoch)
+            return
+        dup = qos > 0 and epoch is not None and epoch <= self._replayed_to
+        payload = event.payload
+        if self.max_out:  # over what the client takes: not sent (5.0 §3.1.2.11.4)
+            frame = bytearray()
+            p.write_publish(frame, field, payload, qos, retain, dup, 1, props, self.v5)
+            if len(frame) > self.max_out:
+                if epoch is not None:
+                    self._done(epoch)
+                return
+        self.delivered += 1
+        if self._waiting or (qos and not self._room(epoch)):
+            # in order: QoS 0 too waits behind them
+            self._waiting.append((field, payload, qos, retain, dup, props, epoch))
+            self.waiting_bytes += len(payload) + len(field) + WAITING_OVERHEAD
+        else:
+            self._send_one(field, payload, qos, retain, dup, props, epoch)
+
+    def _with_options(self, topic: str, event: m.Event, granted: int) -> tuple[int, bool]:
+        """The QoS and RETAIN of a delivery, as the filters it matches say with their No
+        Local (not what this connection published) and Retain As Published bits."""
+        own = event.attributes.get(v5.ORIGIN_ATTR) == self.origin and bool(self.origin)
+        retained = event.attributes.get(RETAIN_ATTR) == 1
+        found: list = []
+        self._filter_tree().match(topic, found)
+        best, retain = -1, False
+        for value in found:
+            if own and value & v5.NO_LOCAL:
+                continue
+            best = max(best, value & 3)
+            retain = retain or bool(retained and value & v5.RETAIN_AS_PUBLISHED)
+        return best, retain
+
+    def _room(self, epoch: int | None) -> bool:
+        if self.inflight >= self.max_inflight:
+            return False
+        if epoch is None:
+            return True
+        pid = epoch_packet_id(epoch)
+        return pid not in self._inflight and pid not in self._released
+
+    def _send_one(
+        self,
+        field: bytes,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        dup: bool,
+        props: tuple,
+        epoch: int | None,
+    ) -> None:
+        """A delivery out, written as bytes; one of QoS 1 or 2 held under its identifier."""
+        pid = 0
+        if qos:
+            if epoch is not None:  # the same identifier whichever broker sends it again
+                pid = epoch_packet_id(epoch)
+                self._pid_epoch[pid] = epoch
+            else:
+                while True:
+                    self._next_id = self._next_id % 65535 + 1
+                    if self._next_id not in self._inflight and self._next_id not in self._released:
+                        break
+                pid = self._next_id
+            self._inflight[pid] = qos
+        p.write_publish(self._out, field, payload, qos, retain, dup, pid, props, self.v5)
+        if not qos and epoch is not None:
+            self._done(epoch)
+
+    def _send_waiting(self) -> None:
+        waiting = self._waiting
+        while waiting and (not waiting[0][2] or self._room(waiting[0][6])):
+            delivery = waiting.popleft()
+            self.waiting_bytes -= len(delivery[1]) + len(delivery[0]) + WAITING_OVERHEAD
+            self._send_one(*delivery)
+
+    def _delivered(self, pid: int) -> None:
+        epoch = self._pid_epoch.pop(pid, None)
+        if epoch is not None:
+            self._done(epoch)
+
+    def _done(self, epoch: int) -> None:
+        """The client has the delivery of ``epoch``: the session's acknowledged epoch moves
+        on past every delivery done from the oldest (SessionAck is cumulative)."""
+        epochs, done = self._epochs, self._done_epochs
+        done.add(epoch)
+        acked = self._acked
+        while epochs and epochs[0] in done:
+            acked = epochs.popleft()
+            done.discard(acked)
+        if acked != self._acked:
+            self._acked = acked
+            pending = self._pending
+            if pending and type(pending[-1]) is m.SessionAck:  # one per batch of PUBACKs
+                pending[-1] = m.SessionAck(self.name, acked)
+            else:
+                pending.append(m.SessionAck(self.name, acked))
+
+    @property
+    def inflight(self) -> int:
+        return len(self._inflight) + len(self._released)
