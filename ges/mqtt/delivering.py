@@ -43,7 +43,7 @@ class Delivering:
         topic = event.attributes.get(TOPIC_ATTR)
         if type(topic) is not str:
             return  # not for MQTT (every filter tests @topic: never happens)
-        tree = self._tree if self._tree is not None else self._filter_tree()
+        tree = self._filter_tree()
         granted = None if self._changes else self._one_qos  # (a change unanswered: match)
         if self._options:
             granted = 0  # (5.0's option bits: _with_options matches)
@@ -97,12 +97,6 @@ class Delivering:
         published = event.attributes.get(QOS_ATTR, 2)
         qos = min(granted, published if type(published) is int and published >= 0 else 2)
         props = v5.props_of(event.attributes) if self.v5 else ()
-        if not qos and not self._waiting and not self.max_out:  # straight out, as bytes
-            self.delivered += 1
-            p.write_publish(self._out, field, event.payload, 0, retain, props=props, v5=self.v5)
-            if epoch is not None:
-                self._done(epoch)
-            return
         dup = qos > 0 and epoch is not None and epoch <= self._replayed_to
         payload = event.payload
         if self.max_out:  # over what the client takes: not sent (5.0 §3.1.2.11.4)

@@ -121,15 +121,10 @@ class PacketReader:
                 break
             head = buf[start]
             packet_type, flags = head >> 4, head & 0x0F
-            if packet_type != PUBLISH or flags & 0b0110 == 0b0110:  # (PUBLISH's are its own)
-                self._check_type(packet_type, flags)
-            length = buf[start + 1]
-            if length < 0x80:  # a remaining length of one byte: most packets
-                used = 1
-            else:
-                length, used = _remaining(buf, start + 1)
-                if used is None:
-                    break  # the remaining length is not all here yet
+            self._check_type(packet_type, flags)
+            length, used = _remaining(buf, start + 1)
+            if used is None:
+                break  # the remaining length is not all here yet
             size = 1 + used + length
             if size > self.max_packet:
                 raise Malformed(
@@ -157,6 +152,8 @@ class PacketReader:
 
 def _remaining(buf: bytearray, at: int) -> tuple[int, int | None]:
     """The remaining length at ``buf[at:]`` and the bytes it took (None: not all here)."""
+    if at < len(buf) and buf[at] < 0x80:  # one byte: most packets
+        return buf[at], 1
     value = 0
     for i in range(4):
         if at + i >= len(buf):

@@ -518,10 +518,7 @@ def write_publish(
     props_field = _props(props) if v5 else b""
     length = len(topic) + len(payload) + len(props_field) + (2 if qos else 0)
     out.append(PUBLISH << 4 | qos << 1 | (1 if retain else 0) | (8 if dup else 0))
-    if length < 128:
-        out.append(length)
-    else:
-        out += encode_length(length)
+    out += encode_length(length)
     out += topic
     if qos:
         out += packet_id.to_bytes(2, "big")
@@ -593,10 +590,17 @@ def encode(value, level: int = LEVEL_311) -> bytes:
     kind = type(value)
     v5 = level == LEVEL_5
     if kind is Publish:
-        v = value
         out = bytearray()
         write_publish(
-            out, _string(v.topic), v.payload, v.qos, v.retain, v.dup, v.packet_id, v.props, v5
+            out,
+            _string(value.topic),
+            value.payload,
+            value.qos,
+            value.retain,
+            value.dup,
+            value.packet_id,
+            value.props,
+            v5,
         )
         return bytes(out)
     if kind in _ACK_TYPES:
