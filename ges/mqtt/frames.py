@@ -100,6 +100,13 @@ class PacketReader:
         self._buf = bytearray()
         #: ``packets(limit)`` stopped at its limit: more may be whole already
         self.more = False
+        #: packets taken whole so far
+        self.taken = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of a packet not yet whole."""
+        return len(self._buf)
 
     def feed(self, data: bytes) -> None:
         self._buf += data
@@ -136,6 +143,7 @@ class PacketReader:
             out.append(Packet(packet_type, flags, body))
             start += size
         del buf[:start]
+        self.taken += len(out)
         return out
 
     def _check_type(self, packet_type: int, flags: int) -> None:

@@ -216,6 +216,7 @@ class MqttListener:
             frame_deadline=server.frame_deadline,
             idle_deadline=connect.keepalive * 1.5 if connect.keepalive else None,
             budget=server._client_budget,
+            watchdog=server.watchdog,
         )
         conn.on_acks = self._acks
         conn.on_move = self._moving
@@ -298,7 +299,8 @@ class MqttConnection(Connection):
     def __init__(self, stream, session: MqttSession, early: list, **kwargs):
         super().__init__(stream, **kwargs)
         self.session = session
-        self.watchdog = None  # reads below keep their own deadlines
+        #: the read deadlines (Connection.read_chunks) see the packet in progress here
+        self.decoder = session.reader
         self._early_packets = early
         #: set once the CONNACK is decided (sent, or a refusal on its way)
         self._decided = trio.Event()
@@ -343,51 +345,33 @@ class MqttConnection(Connection):
     async def _read_packets(self):
         session = self.session
         reader = session.reader
-        started = None
-        while session.closed is None:
-            buffered = bool(reader._buf)
-            wait = self.idle_deadline
-            if buffered:
-                now = trio.current_time()
-                started = now if started is None else started
-                wait = max(0.0, started + self.frame_deadline - now)
-            else:
-                started = None
-            with trio.move_on_after(float("inf") if wait is None else wait) as late:
-                try:
-                    data = await self.stream.receive_some(READ_SIZE)
-                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    self._ended(f"read failed: {exc or type(exc).__name__}")
-                    return
-            if late.cancelled_caught:
-                if buffered:
-                    raise Malformed(
-                        f"a packet not complete {self.frame_deadline:g}s after it began"
-                    )
-                self._ended(f"keepalive: nothing received for {self.idle_deadline:g}s")
-                return
-            if not data:
-                self._ended("closed by peer")
-                return
-            msgs = session.receive_data(data, time.time_ns())
-            self._flush_session()
-            if msgs:
-                yield msgs
-            while session.more and session.closed is None:  # a read of many small packets
-                await trio.lowlevel.checkpoint()
-                msgs = session.receive_data(b"", time.time_ns())
+        async with contextlib.aclosing(self.read_chunks()) as chunks:
+            async for data in chunks:
+                msgs = session.receive_data(data, time.time_ns())
+                self._frames_in = reader.taken
                 self._flush_session()
                 if msgs:
                     yield msgs
+                while session.more and session.closed is None:  # a read of many small packets
+                    await trio.lowlevel.checkpoint()
+                    msgs = session.receive_data(b"", time.time_ns())
+                    self._frames_in = reader.taken
+                    self._flush_session()
+                    if msgs:
+                        yield msgs
+                if session.closed is not None:
+                    break
+        if self.close_reason is not None and session.closed is None:
+            return  # the peer closed, the read failed, or the keepalive passed
         if self.closing:  # the broker ends it after a last answer: wait until that is written
             await trio.sleep_forever()
         self.close(session.closed)
 
-    def _ended(self, why: str) -> None:
-        """The connection ended: why (the reading ends, then the broker closes it and
-        publishes the will)."""
-        if self.close_reason is None:
-            self.close_reason = why
+    def _late(self) -> Exception:
+        return Malformed(f"a packet not complete {self.frame_deadline:g}s after it began")
+
+    def _idle(self) -> str:
+        return f"keepalive: nothing received for {self.idle_deadline:g}s"
 
     def last_words(self) -> list:
         """The will as a publish, if it is still to go: once, when the connection ended

@@ -28,6 +28,7 @@ a deadline 105 µs round trip p50 and 162 µs CPU, the direct read 81 µs and 78
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections import deque
@@ -114,7 +115,8 @@ class Watchdog:
 
     def check(self, now: float) -> None:
         """Expire each watched connection over one of its deadlines (see
-        :meth:`Connection._expire`): its read ends with a FrameError, or it closes as idle."""
+        :meth:`Connection._expire`): its read ends with its ``_late()`` error, or it closes as
+        idle."""
         for conn, seen in list(self._watched.items()):
             if not conn._reading:  # busy with what it read, or held back: not the peer's delay
                 seen[0] = -1
@@ -129,14 +131,9 @@ class Watchdog:
             waited = now - seen[2]
             if buffered:  # the same frame still incomplete: since when it was first seen
                 if waited > conn.frame_deadline:
-                    conn._expire(
-                        FrameError(
-                            f"a frame of {conn.decoder.pending_length} bytes not complete "
-                            f"{conn.frame_deadline:g}s after it began ({buffered} received)"
-                        )
-                    )
+                    conn._expire(conn._late())
             elif conn.idle_deadline is not None and waited > conn.idle_deadline:
-                conn._expire(f"idle: nothing received for {conn.idle_deadline:g}s")
+                conn._expire(conn._idle())
 
 
 #: What :meth:`Connection._write_now` returns when a TLS stream took a frame but the kernel
@@ -198,7 +195,7 @@ class Connection:
         self._reading = False  # waiting for the peer (the watchdog's deadlines run)
         self._reads = 0  # reads that brought bytes
         self._frames_in = 0  # frames read whole
-        self._expired: FrameError | str | None = None
+        self._expired: Exception | str | None = None
 
     def _write_now(self, data: bytes) -> bytes | None:
         """Write ``data`` directly if nothing is queued or in flight.
@@ -363,14 +360,73 @@ class Connection:
         if self._early:
             early, self._early = self._early, []
             yield [decode(body) for body in early]
-        if self.watchdog is not None:
-            self.watchdog.watch(self)
-            try:
-                async for batch in self._read_direct():
-                    yield batch
-            finally:
-                self.watchdog.unwatch(self)
+        decoder = self.decoder
+        async with contextlib.aclosing(self.read_chunks()) as chunks:
+            async for data in chunks:
+                decoder.feed(data)
+                bodies = decoder.frames()
+                if bodies:
+                    self._frames_in += len(bodies)
+                    yield [decode(body) for body in bodies]
+
+    async def read_chunks(self):
+        """The bytes the peer sends, one chunk per read, until it closes; a frame not whole
+        ``frame_deadline`` after it began (in ``self.decoder``) raises :meth:`_late`, and
+        silence longer than ``idle_deadline`` closes the connection (:meth:`_idle`).
+
+        On a plain socket: wait until it is readable, then read it, the deadlines left to the
+        watchdog (a read needs no cancel scope of its own); after a read that filled the
+        buffer, more is likely waiting, so the next read is tried first (after a checkpoint).
+        Other streams: :meth:`_read_stream`."""
+        if self.watchdog is None:
+            async for data in self._read_stream():
+                yield data
             return
+        fd = self._fd
+        sock = self.stream.socket
+        wait_readable = trio.lowlevel.wait_readable
+        full = False
+        self.watchdog.watch(self)
+        try:
+            while True:
+                try:
+                    if sock.fileno() != fd:  # closed (its number may be another file's by now)
+                        raise trio.ClosedResourceError
+                    if full:
+                        await trio.lowlevel.checkpoint()
+                        data = os.read(fd, READ_SIZE)
+                    else:
+                        self._reading = True
+                        try:
+                            await wait_readable(fd)
+                        finally:
+                            self._reading = False
+                        self._expired = None  # readable first: an expiry then is moot
+                        data = os.read(fd, READ_SIZE)
+                except BlockingIOError:
+                    full = False
+                    continue
+                except trio.ClosedResourceError:
+                    expired, self._expired = self._expired, None
+                    if isinstance(expired, Exception):
+                        raise expired from None
+                    self.close(expired or "read failed: closed")
+                    return
+                except OSError as exc:
+                    self.close(f"read failed: {exc.strerror or exc}")
+                    return
+                if not data:
+                    self.close("closed by peer")
+                    return
+                self._reads += 1
+                full = len(data) == READ_SIZE
+                yield data
+        finally:
+            self.watchdog.unwatch(self)
+
+    async def _read_stream(self):
+        """:meth:`read_chunks` on a stream that is not a plain socket (TLS): each read has a
+        cancel scope for the deadline that applies."""
         stream = self.stream
         decoder = self.decoder
         started = None  # when the partial frame in the decoder began to arrive
@@ -390,71 +446,30 @@ class Connection:
                     return
             if late.cancelled_caught:
                 if decoder.buffered:
-                    raise FrameError(
-                        f"a frame of {decoder.pending_length} bytes not complete "
-                        f"{self.frame_deadline:g}s after it began ({decoder.buffered} received)"
-                    )
-                self.close(f"idle: nothing received for {self.idle_deadline:g}s")
-                return
-            if not data:
-                self.close("closed by peer")
-                return
-            decoder.feed(data)
-            bodies = decoder.frames()
-            if bodies:
-                started = None
-                yield [decode(body) for body in bodies]
-
-    async def _read_direct(self):
-        """:meth:`read_messages` on a plain socket: wait until it is readable, then read it,
-        the deadlines left to the watchdog; after a read that filled the buffer, more is
-        likely waiting, so the next read is tried first (after a checkpoint)."""
-        fd = self._fd
-        sock = self.stream.socket
-        decoder = self.decoder
-        wait_readable = trio.lowlevel.wait_readable
-        full = False
-        while True:
-            try:
-                if sock.fileno() != fd:  # closed (its number may be another file's by now)
-                    raise trio.ClosedResourceError
-                if full:
-                    await trio.lowlevel.checkpoint()
-                    data = os.read(fd, READ_SIZE)
-                else:
-                    self._reading = True
-                    try:
-                        await wait_readable(fd)
-                    finally:
-                        self._reading = False
-                    self._expired = None  # readable first: an expiry at that instant is moot
-                    data = os.read(fd, READ_SIZE)
-            except BlockingIOError:
-                full = False
-                continue
-            except trio.ClosedResourceError:
-                expired, self._expired = self._expired, None
-                if isinstance(expired, FrameError):
-                    raise expired from None
-                self.close(expired or "read failed: closed")
-                return
-            except OSError as exc:
-                self.close(f"read failed: {exc.strerror or exc}")
+                    raise self._late()
+                self.close(self._idle())
                 return
             if not data:
                 self.close("closed by peer")
                 return
             self._reads += 1
-            full = len(data) == READ_SIZE
-            decoder.feed(data)
-            bodies = decoder.frames()
-            if bodies:
-                self._frames_in += len(bodies)
-                yield [decode(body) for body in bodies]
+            yield data
 
-    def _expire(self, why: FrameError | str) -> None:
-        """Called by the watchdog: end the read waiting on this connection, with ``why`` (a
-        FrameError it raises, or the reason it closes with)."""
+    def _late(self) -> Exception:
+        """What a frame not whole ``frame_deadline`` after it began raises."""
+        decoder = self.decoder
+        return FrameError(
+            f"a frame of {decoder.pending_length} bytes not complete "
+            f"{self.frame_deadline:g}s after it began ({decoder.buffered} received)"
+        )
+
+    def _idle(self) -> str:
+        """Why silence longer than ``idle_deadline`` closed the connection."""
+        return f"idle: nothing received for {self.idle_deadline:g}s"
+
+    def _expire(self, why: Exception | str) -> None:
+        """Called by the watchdog: end the read waiting on this connection, with ``why`` (an
+        error it raises, or the reason it closes with)."""
         if self._expired is None and self._reading:
             self._expired = why
             trio.lowlevel.notify_closing(self._fd)

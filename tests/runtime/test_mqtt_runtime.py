@@ -55,3 +55,66 @@ async def test_publishes_sent_with_the_connect_are_published_when_the_answer_com
             assert [d.event.payload for d in got] == [str(i).encode() for i in range(5)]
             await stream.aclose()
         nursery.cancel_scope.cancel()
+
+
+#: one broker with an MQTT port
+ONE_MQTT = {"name": "one", "brokers": {"b1": {"unit": "S/c1", "port": 1, "mqtt_port": 1}}, "links": []}  # fmt: skip
+
+
+async def test_a_silent_client_is_closed_after_one_and_a_half_keepalives_and_its_will_goes(
+    tmp_path,
+):
+    """§3.1.2.10: no packet for 1.5 × its keepalive and the server closes the connection (not
+    before); the connection ended without DISCONNECT, so its will is published (§3.1.2.5).
+    The deadline is the broker's watchdog's, as for its own clients' reads."""
+    topology = topology_on_free_ports(ONE_MQTT)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(BrokerServer(topology, "b1", data_dir=tmp_path / "b1").run)
+        spec = topology.brokers["b1"]
+        watcher = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        await watcher.send_all(
+            p.encode(p.Connect("watcher", keepalive=60)) + p.encode(p.Subscribe(1, (("w/#", 0),)))
+        )
+        assert [type(x) for x in await packets(watcher, 2)] == [p.ConnAck, p.SubAck]
+        sleepy = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        will = p.Will("w/sleepy", b"gone quiet")
+        await sleepy.send_all(p.encode(p.Connect("sleepy", keepalive=1, will=will)))
+        assert await packets(sleepy, 1) == [p.ConnAck(p.ACCEPTED, False)]
+        quiet_since = trio.current_time()
+        with trio.fail_after(10):
+            assert await sleepy.receive_some(100) == b""  # closed by the broker
+        assert trio.current_time() - quiet_since >= 1.5
+        assert await packets(watcher, 1) == [p.Publish("w/sleepy", b"gone quiet")]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_packet_not_whole_within_the_frame_deadline_closes_its_connection(tmp_path):
+    """A client that sends the start of a PUBLISH and then nothing holds no buffer for long:
+    after the broker's frame deadline the packet counts as malformed, and a 5.0 client is
+    told so (DISCONNECT 0x81, §4.13) before the connection closes."""
+    topology = topology_on_free_ports(ONE_MQTT)
+    async with trio.open_nursery() as nursery:
+        server = BrokerServer(topology, "b1", data_dir=tmp_path / "b1")
+        server.frame_deadline = 0.5
+        await nursery.start(server.run)
+        spec = topology.brokers["b1"]
+        stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        await stream.send_all(p.encode(p.Connect("halting", keepalive=60, level=p.LEVEL_5), 5))
+        reader = PacketReader(version=5)
+        got = []
+        with trio.fail_after(10):
+            while len(got) < 1:
+                reader.feed(await stream.receive_some(65536))
+                got += [p.decode(x, 5) for x in reader.packets()]
+            assert type(got[0]) is p.ConnAck and got[0].code == p.SUCCESS
+            await stream.send_all(b"\x30\x20\x00")  # a PUBLISH of 32 bytes: 1 of them sent
+            while True:
+                data = await stream.receive_some(65536)
+                if not data:
+                    break
+                reader.feed(data)
+                got += [p.decode(x, 5) for x in reader.packets()]
+        bye = got[1]
+        assert type(bye) is p.Disconnect and bye.reason == 0x81, got
+        assert "not complete 0.5s after it began" in p.prop(bye.props, p.REASON_STRING)
+        nursery.cancel_scope.cancel()
