@@ -113,7 +113,7 @@ class Publishing(Part):
         self.counters["events_in"] += len(events)
         self.counters["duplicates_published"] += duplicates
         ack = m.PubAck(msg.seq, self.pubend, first, self.next_tick - 1, duplicates, seqs)
-        out = [ToClient(conn, ack)]
+        out: list = []
         if items:
             self.forwarding.window(self.pubend).add_range(first, self.next_tick - 1)
             if self.router is None:
@@ -123,6 +123,7 @@ class Publishing(Part):
                 if initial:  # a one-broker system has nowhere else to send
                     out += self.forwarding.route(self.pubend, [(it, initial) for it in items])
             out += self.subscriptions.deliver(self.pubend, items)
+        out.append(ToClient(conn, ack))  # after what is sent on: the subscribers wait for that
         return out
 
     def _published_before(self, msg: m.Publish) -> tuple[int, int]:

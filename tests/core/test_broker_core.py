@@ -239,8 +239,22 @@ def test_empty_publish_acks_an_empty_range_and_uses_no_tick():
     assert len(out) == 1
     ack = out[0].msg
     assert ack.first_tick == ack.last_tick + 1
-    ack = core.client_message(1, m.Publish(2, [ev()]), 0.0)[0].msg
+    out = core.client_message(1, m.Publish(2, [ev()]), 0.0)
+    ack = out[-1].msg
     assert (ack.first_tick, ack.last_tick) == (1, 1)
+
+
+def test_a_best_effort_publish_is_sent_on_before_its_publisher_hears_it_is_published():
+    """The subscribers wait for the event; the publisher only for room in its window: what
+    goes on (deliveries, a link) is written first, the acknowledgement last."""
+    core = make("b1")
+    core.client_open(1, "pub")
+    with_client(core, 2, (1, []))
+    core.link_up("b2", 0.0)
+    out = core.client_message(1, m.Publish(1, [ev()]), 0.0)
+    kinds = [(type(o).__name__, type(o.msg).__name__) for o in out]
+    assert kinds[-1] == ("ToClient", "PubAck") and out[-1].conn == 1
+    assert ("ToClient", "Deliver") in kinds[:-1], kinds
 
 
 def test_local_delivery_to_matching_subscribers_only():
