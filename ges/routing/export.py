@@ -26,6 +26,8 @@ time, and is retracted after the last. So the keepers never miss a conjunction s
 adds go up before the removal), and one removal never holds the broker for longer than a step.
 The ones it stood for are first indexed among themselves, and one that another of them covers
 is placed after that one: the widest go up, and none is exported only to be retracted again.
+Added back before it has left, it stays and stands for its own again — unless one exported while
+it was out of the index covers it: then it is retracted at once and stands under that one.
 """
 
 from __future__ import annotations
@@ -93,12 +95,8 @@ class Exporter:
         self._local[conj] = n + 1
         if n:
             return []
-        if conj in self._leaving:  # back before it left: it stays, and stands for its own again
-            del self._leaving[conj]
-            a = self._analyse(conj)
-            out = self._absorb(conj, a, self.exported[conj])
-            self._index.add(a)
-            return out
+        if conj in self._leaving:
+            return self._return(conj)
         return self._place(conj)
 
     def remove(self, conj: Conjunction) -> list[Op]:
@@ -186,6 +184,22 @@ class Exporter:
         self._work += a.weight
         return a
 
+    def _return(self, conj: Conjunction) -> list[Op]:
+        """The leaving ``conj`` is local again before it left. It was out of the index while
+        leaving, so a conjunction exported meanwhile may cover it without having absorbed it:
+        then it is retracted now and it, with what it still stood for, stands under that one.
+        Else it stays, and stands for its own again."""
+        leaving = self._leaving.pop(conj)
+        a = self._analyse(conj)
+        cover = self._index.coverer(a)
+        if cover is not None:
+            return [self._stand_under(conj, cover, [*leaving.seqs, self.exported[cover]])]
+        if not self._stands_for.get(conj):  # step placed the last one, then ran out of budget
+            self._stands_for.pop(conj, None)
+        out = self._absorb(conj, a, self.exported[conj])
+        self._index.add(a)
+        return out
+
     def _place(self, conj: Conjunction, a=None) -> list[Op]:
         """Make the local ``conj`` covered: by an exported conjunction, else export it,
         retracting the exported ones it covers (they stand under it from now on)."""
@@ -207,18 +221,18 @@ class Exporter:
     def _absorb(self, conj: Conjunction, a, seq: int) -> list[Op]:
         """Retract the exported conjunctions ``conj`` (exported as ``seq``) covers: they and
         what they stood for stand under it from now on."""
-        out: list[Op] = []
-        mine = self._stands_for.get(conj, {})
-        for old in self._index.covered(a):
-            out.append(self._retract(old, [seq]))
-            for d in self._stands_for.pop(old, ()):
-                self._cover_of[d] = conj
-                mine[d] = None
-            self._cover_of[old] = conj
-            mine[old] = None
-        if mine:
-            self._stands_for[conj] = mine
-        return out
+        return [self._stand_under(old, conj, [seq]) for old in self._index.covered(a)]
+
+    def _stand_under(self, old: Conjunction, cover: Conjunction, replaced_by: list[int]) -> Op:
+        """Retract the exported ``old``, which ``cover`` covers: it and what it stood for stand
+        under ``cover`` from now on."""
+        mine = self._stands_for.setdefault(cover, {})
+        for d in self._stands_for.pop(old, ()):
+            self._cover_of[d] = cover
+            mine[d] = None
+        self._cover_of[old] = cover
+        mine[old] = None
+        return self._retract(old, replaced_by)
 
     def _export(self, conj: Conjunction, a) -> Op:
         self._seq += 1

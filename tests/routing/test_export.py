@@ -7,7 +7,7 @@ moment, and once every removal has finished its steps no exported conjunction co
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ges.matching.cover_index import MAX_VERIFY, CoverIndex
@@ -106,8 +106,21 @@ def test_no_conjunction_is_uncovered_between_the_changes_of_one_call(actions):
         covered_throughout(up, e.step(3), set(local))
 
 
+X0 = Constraint("x", "eq", 0)
+X_EXISTS = Constraint("x", "exists")
+
+
 @settings(max_examples=300, deadline=None)
 @given(ACTIONS)
+@example(  # the first leaves, "everything" goes up, the first comes back under it
+    [
+        ("add", Conjunction((X0, X0, X_EXISTS)), 1),
+        ("add", Conjunction((X0,)), 1),
+        ("remove", Conjunction(()), 1),
+        ("add", Conjunction(()), 1),
+        ("add", Conjunction((X0, X0, X_EXISTS)), 1),
+    ]
+)
 def test_the_exporter_keeps_the_keepers_covering_every_local_conjunction(actions):
     e, up, local = Exporter(), Upstream(), {}
     for action, conj, budget in actions:
@@ -128,6 +141,27 @@ def test_the_exporter_keeps_the_keepers_covering_every_local_conjunction(actions
         up.apply(e.step(10))
         check(e, up, local, settled=False)
     check(e, up, local, settled=True)
+
+
+def test_a_conjunction_back_before_it_left_stands_under_one_exported_meanwhile():
+    """While it leaves it is out of the index, so a wider conjunction exported then does not
+    retract it; added back, it is retracted at once and stands under that one with its own."""
+    e = Exporter()
+    wide, narrow, everything = Conjunction((X_EXISTS,)), Conjunction((X0,)), Conjunction(())
+    assert e.add(wide) == [(ADD, 1, wide)]
+    assert e.add(narrow) == []  # under wide
+    assert e.remove(wide) == []  # leaves in steps: still exported, standing for narrow
+    assert e.add(everything) == [(ADD, 2, everything)]
+    assert e.add(wide) == [(REMOVE, 1, wide)]
+    assert e.replaced == {1: (2,)}
+    assert e.exported == {everything: 2} and not e.pending
+    assert e.seq_for(wide) == e.seq_for(narrow) == 2
+    assert e.remove(everything) == []  # both stand under it: they go up again, the wider first
+    ops = []
+    while e.pending:
+        ops += e.step(10)
+    assert ops == [(ADD, 3, wide), (REMOVE, 2, everything)]
+    assert e.seq_for(narrow) == 3
 
 
 def quote(i: int) -> Conjunction:
