@@ -201,8 +201,10 @@ class MqttSession(Delivering):
 
     def start(self) -> list:
         """What the broker is asked first, the CONNACK waiting for its answer: a persistent
-        session's open; for a clean session, to discard the persistent session its client id
-        had, if any (§3.1.2.4)."""
+        session's open (made if it is new, with a subscription that matches nothing until
+        the client has filters: a publisher's QoS 2 identifiers are kept by it too, §4.3.3);
+        for a clean session, to discard the persistent session its client id had, if any
+        (§3.1.2.4)."""
         if not self._discard and not self.persistent:
             self._connected(False)
             return []
@@ -211,7 +213,7 @@ class MqttSession(Delivering):
         if self._discard:
             name = session_name(self.connect.client_id)
             return [m.SessionControl("discard", name, req=self._req)]
-        return [m.SessionOpen(self.name, None, req=self._req)]
+        return [m.SessionOpen(self.name, None, req=self._req, fallback=self._session_subs())]
 
     def take_pending(self) -> list:
         """GES messages that arose from the broker's answers (see ``_pending``)."""

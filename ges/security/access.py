@@ -277,13 +277,15 @@ class Grant:
         allowed = self.subscribe
         if allowed.every:
             return None
-        if allowed.nothing:
-            return f"{self._holder} may not subscribe"
         for i, items in enumerate(conjunctions or [[]]):
             try:
                 conj = conjunction_from_wire(items)
             except ValueError:
                 return None  # not a valid profile: the broker says so itself
+            if analyse(conj).members is None:
+                continue  # matches nothing, so reveals nothing (an MQTT session's placeholder)
+            if allowed.nothing:
+                return f"{self._holder} may not subscribe"
             if not allowed.covers(conj):
                 return (
                     f"{self._holder} may not subscribe to {conj} "

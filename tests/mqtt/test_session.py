@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
+from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR, conjunction_from_wire
 from ges.mqtt import packets as p
+from ges.mqtt.delivering import NO_SUB
 from ges.mqtt.frames import Malformed, PacketReader
 from ges.mqtt.session import QOS_ATTR, SUB_ID, MqttSession, session_name
 from ges.wire import messages as m
@@ -187,19 +188,41 @@ def stored(epoch: int, topic: str, qos: int, subs=(2,)) -> m.SessionItem:
 def test_a_persistent_session_is_opened_before_the_connack_and_holds_early_packets():
     s = MqttSession(p.Connect("car-7", clean_session=False))
     (opening,) = s.start()
-    assert opening == m.SessionOpen("mqtt.car-7", None, req=opening.req)
+    # made if it is new, with a subscription that matches nothing: it exists from the start
+    (placeholder,) = opening.fallback
+    assert (opening.name, opening.subs, placeholder.sub_id) == ("mqtt.car-7", None, NO_SUB)
+    assert not any(
+        conjunction_from_wire(c).matches({TOPIC_ATTR: t})
+        for c in placeholder.conjunctions
+        for t in ("", "a")
+    )
     assert packets_of(s) == []  # the CONNACK waits for the replicator
     assert send(s, p.Subscribe(1, (("a/+", 1),))) == []  # held, not refused
-    s.from_broker(m.Error("durable session 'mqtt.car-7' does not exist", req=opening.req))
+    s.from_broker(
+        m.SessionOpened(
+            "mqtt.car-7", "b1", "s", True, 0, 0, [(NO_SUB, "mqtt-none")], opening.req,
+            [placeholder.conjunctions],
+        )
+    )  # fmt: skip
     assert packets_of(s) == [p.ConnAck(p.ACCEPTED, False)]
+    assert s.filters == {}
     assert s.take_pending() == []  # (that holds acks only)
-    (change,) = s.release_early()  # the held SUBSCRIBE creates it
+    (change,) = s.release_early()  # the held SUBSCRIBE changes its subscriptions
     assert change.name == "mqtt.car-7"
     assert change.subs == [m.SessionSub(2, "mqtt-qos1", [[C(TOPIC_ATTR, "topic", "a/+")]])]
     s.from_broker(
-        m.SessionOpened("mqtt.car-7", "b1", "s", True, 0, 0, [(2, "mqtt-qos1")], change.req)
+        m.SessionOpened("mqtt.car-7", "b1", "s", False, 0, 0, [(2, "mqtt-qos1")], change.req)
     )
     assert packets_of(s) == [p.SubAck(1, (1,))]
+
+
+def test_a_persistent_session_its_replicator_did_not_make_is_made_by_the_first_filter():
+    s = MqttSession(p.Connect("car-7", clean_session=False))
+    (opening,) = s.start()
+    s.from_broker(m.Error("replicator b1 holds 10000 durable sessions, the most", req=opening.req))
+    assert packets_of(s) == [p.ConnAck(p.ACCEPTED, False)]
+    (change,) = send(s, p.Subscribe(1, (("a/+", 1),)))
+    assert change.subs == [m.SessionSub(2, "mqtt-qos1", [[C(TOPIC_ATTR, "topic", "a/+")]])]
 
 
 def test_a_resumed_session_says_so_redelivers_with_dup_and_acks_in_epoch_order():

@@ -118,3 +118,35 @@ async def test_a_packet_not_whole_within_the_frame_deadline_closes_its_connectio
         assert type(bye) is p.Disconnect and bye.reason == 0x81, got
         assert "not complete 0.5s after it began" in p.prop(bye.props, p.REASON_STRING)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_persistent_publisher_without_filters_keeps_its_qos2_identifiers_across_reconnects(
+    tmp_path,
+):
+    """§4.3.3: a QoS 2 message goes once until its PUBREL, also when the client sends it again
+    on a new connection of its persistent session — one that never subscribed to anything
+    (a publisher only) included: its session is a durable session like any other."""
+    topology = topology_on_free_ports(ONE_MQTT)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(BrokerServer(topology, "b1", data_dir=tmp_path / "b1").run)
+        spec = topology.brokers["b1"]
+        watcher = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        await watcher.send_all(
+            p.encode(p.Connect("watcher", keepalive=60)) + p.encode(p.Subscribe(1, (("q2/#", 0),)))
+        )
+        assert [type(x) for x in await packets(watcher, 2)] == [p.ConnAck, p.SubAck]
+        once = p.Publish("q2/x", b"once", 2, packet_id=7)
+        hello = p.encode(p.Connect("pub-only", clean_session=False, keepalive=60))
+        first = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        await first.send_all(hello + p.encode(once))
+        assert await packets(first, 2) == [p.ConnAck(p.ACCEPTED, False), p.PubRec(7)]
+        await first.aclose()  # gone before its PUBREL: the PUBLISH may come again, with DUP
+        again = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        dup = p.Publish("q2/x", b"once", 2, dup=True, packet_id=7)
+        await again.send_all(hello + p.encode(dup))
+        assert await packets(again, 2) == [p.ConnAck(p.ACCEPTED, True), p.PubRec(7)]
+        await again.send_all(p.encode(p.PubRel(7)) + p.encode(p.Publish("q2/end", b"end")))
+        assert await packets(again, 1) == [p.PubComp(7)]
+        got = await packets(watcher, 2)
+        assert [(x.topic, x.payload) for x in got] == [("q2/x", b"once"), ("q2/end", b"end")]
+        nursery.cancel_scope.cancel()

@@ -103,6 +103,11 @@ def test_subscribe_needs_every_conjunction_covered(policy):
     assert "subscribe to everything" in alice.subscribe_refusal([])  # the empty profile matches all
     bob = policy.admit("bob", Identity("client", "bob"), token_ok=False)
     assert bob.subscribe_refusal(ok) == "client bob (roles: sensor) may not subscribe"
+    # a conjunction that matches nothing reveals nothing: anyone may hold it (a persistent
+    # MQTT session of a publisher holds one), alongside what they may not
+    nothing = [where("x = 1", "x = 2")]
+    assert bob.subscribe_refusal(nothing) is None and alice.subscribe_refusal(nothing) is None
+    assert bob.subscribe_refusal(nothing + ok) == "client bob (roles: sensor) may not subscribe"
     assert alice.subscribe_cost(ok) == 4 and policy.grant("x", ["client"]).subscribe_cost(ok) == 0
 
 
