@@ -94,25 +94,30 @@ class Delivering:
             if epoch is not None:  # a GES publisher's @topic MQTT cannot carry: skipped
                 self._done(epoch)
             return
-        published = event.attributes.get(QOS_ATTR, 2)
+        attributes = event.attributes
+        published = attributes.get(QOS_ATTR, 2)
         qos = min(granted, published if type(published) is int and published >= 0 else 2)
-        props = v5.props_of(event.attributes) if self.v5 else ()
+        expiry = attributes.get(v5.EXPIRY_ATTR)
+        expires = 0  # the time of day its Message Expiry Interval ends (0: none)
+        if type(expiry) is int and event.published_at > 0:
+            expires = event.published_at + max(0, expiry) * 1_000_000_000
+        props = v5.props_of(attributes) if self.v5 else ()
         dup = qos > 0 and epoch is not None and epoch <= self._replayed_to
         payload = event.payload
         if self.max_out:  # over what the client takes: not sent (5.0 §3.1.2.11.4)
             frame = bytearray()
-            p.write_publish(frame, field, payload, qos, retain, dup, 1, props, self.v5)
+            sized = (*props, (p.MESSAGE_EXPIRY, 1)) if expires else props  # as it would go
+            p.write_publish(frame, field, payload, qos, retain, dup, 1, sized, self.v5)
             if len(frame) > self.max_out:
                 if epoch is not None:
                     self._done(epoch)
                 return
-        self.delivered += 1
         if self._waiting or (qos and not self._room(epoch)):
             # in order: QoS 0 too waits behind them
-            self._waiting.append((field, payload, qos, retain, dup, props, epoch))
+            self._waiting.append((field, payload, qos, retain, dup, props, epoch, expires))
             self.waiting_bytes += len(payload) + len(field) + WAITING_OVERHEAD
         else:
-            self._send_one(field, payload, qos, retain, dup, props, epoch)
+            self._send_one(field, payload, qos, retain, dup, props, epoch, expires)
 
     def _with_options(self, topic: str, event: m.Event, granted: int) -> tuple[int, bool]:
         """The QoS and RETAIN of a delivery, as the filters it matches say with their No
@@ -146,8 +151,20 @@ class Delivering:
         dup: bool,
         props: tuple,
         epoch: int | None,
+        expires: int = 0,
     ) -> None:
-        """A delivery out, written as bytes; one of QoS 1 or 2 held under its identifier."""
+        """A delivery out, written as bytes; one of QoS 1 or 2 held under its identifier. One
+        whose Message Expiry Interval has passed is not sent (5.0 §3.3.2.3.3), one that goes
+        carries what is left of it."""
+        if expires:
+            left = expires - self.now_ns
+            if left <= 0:
+                if epoch is not None:
+                    self._done(epoch)
+                return
+            if self.v5:
+                props = (*props, (p.MESSAGE_EXPIRY, -(-left // 1_000_000_000)))
+        self.delivered += 1
         pid = 0
         if qos:
             if epoch is not None:  # the same identifier whichever broker sends it again

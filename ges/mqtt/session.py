@@ -135,7 +135,7 @@ class MqttSession(Delivering):
         self._inflight: dict[int, int] = {}
         self._released: set[int] = set()  # QoS 2 deliveries PUBREC'd, PUBCOMP awaited
         #: deliveries waiting for an identifier: (its topic field, payload, QoS, RETAIN, DUP,
-        #: 5.0 properties, its session epoch (None: clean))
+        #: 5.0 properties, its session epoch (None: clean), when it expires (0: never))
         self._waiting: deque[tuple] = deque()
         self.waiting_bytes = 0
         self._next_id = 0
@@ -198,6 +198,8 @@ class MqttSession(Delivering):
         #: events published and deliveries sent, for the broker's counters
         self.published = 0
         self.delivered = 0
+        #: the time of day (ns) given with what came in last, bytes or the broker's messages
+        self.now_ns = 0
 
     def start(self) -> list:
         """What the broker is asked first, the CONNACK waiting for its answer: a persistent
@@ -240,6 +242,7 @@ class MqttSession(Delivering):
         """:meth:`receive_data` for packets already cut (those that came with the CONNECT)."""
         out: list = []
         self._batch_change = None
+        self.now_ns = wall_ns
         for packet in packets:
             pkt = p.decode(packet, self.level)
             if self.connected:
@@ -420,11 +423,16 @@ class MqttSession(Delivering):
         attributes = {TOPIC_ATTR: will.topic, QOS_ATTR: will.qos}
         if will.retain:
             attributes[RETAIN_ATTR] = 1
+        if self.v5 and will.props:  # (the CONNECT's decoding took only a will's properties)
+            v5.attributes_of(will.props, attributes)
         return [m.Publish(self._req, [m.Event(attributes, will.message, wall_ns)])]
 
     # -- the broker's answers ------------------------------------------------------------------
 
-    def from_broker(self, msg) -> None:
+    def from_broker(self, msg, wall_ns: int = 0) -> None:
+        """A message of the broker's for this client (``wall_ns``: the time of day now, which
+        5.0's Message Expiry is counted against)."""
+        self.now_ns = wall_ns
         kind = type(msg)
         if kind is m.Deliver:
             for item in msg.items:
@@ -561,7 +569,7 @@ class MqttSession(Delivering):
         self._done_epochs.clear()
         self._pid_epoch.clear()
         self._had.clear()
-        self._waiting = deque((*waiting[:-1], None) for waiting in self._waiting)
+        self._waiting = deque((*w[:6], None, w[7]) for w in self._waiting)
         self._owed = {pid: -abs(e) for pid, e in self._owed.items()}
         self._qos2_whole(new_store=True)
 
@@ -700,7 +708,9 @@ class MqttSession(Delivering):
             return
         self._req += 1
         self._opening = self._req
-        self._pending.append(m.SessionOpen(self.name, None, req=self._req))
+        self._pending.append(
+            m.SessionOpen(self.name, None, req=self._req, fallback=self._session_subs())
+        )
 
     def _connected(self, present: bool) -> None:
         props = v5.connack_props(self.max_packet, self.assigned) if self.v5 else ()

@@ -12,10 +12,16 @@ out, an event's attributes that are not reserved become User Properties again (a
 typed values as text: ``true``, ``3``, ``2.5``), so MQTT 5.0 subscribers see what GES
 publishers attach. ``@origin`` names the connection that published (No Local, §3.8.3.1).
 
-This server takes no Topic Alias (Topic Alias Maximum 0), offers no Subscription Identifiers
-and no Shared Subscriptions (both said in its CONNACK), and does not hold messages for their
-Message Expiry Interval (it is dropped): a client that uses what the CONNACK says is not
-available breaks the protocol and is disconnected.
+A Message Expiry Interval travels as ``@expiry`` (seconds from the publish: the event's
+``published_at``, which the broker that took the PUBLISH stamped): a delivery whose interval has passed by
+the time it would be written is not sent — live, stored for a persistent session, waiting for
+room in the client's window, or retained — and one that goes carries what is left of it
+(§3.3.2.3.3), rounded up to whole seconds. A will's properties are its event's as a
+PUBLISH's are.
+
+This server takes no Topic Alias (Topic Alias Maximum 0) and offers no Subscription
+Identifiers and no Shared Subscriptions (both said in its CONNACK): a client that uses what
+the CONNACK says is not available breaks the protocol and is disconnected.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ RESPONSE_TOPIC_ATTR = "@response_topic"
 CORRELATION_ATTR = "@correlation"
 #: The connection that published an event (a token the runtime gives each MQTT 5.0 connection).
 ORIGIN_ATTR = "@origin"
+#: A PUBLISH's Message Expiry Interval, in seconds from the event's ``published_at``.
+EXPIRY_ATTR = "@expiry"
 #: A SUBSCRIBE's option bits (5.0 §3.8.3.1).
 NO_LOCAL, RETAIN_AS_PUBLISHED = 4, 8
 SHARED_PREFIX = "$share/"
@@ -57,6 +65,8 @@ def attributes_of(props: tuple, attributes: dict) -> None:
             attributes[RESPONSE_TOPIC_ATTR] = value
         elif pid == p.CORRELATION_DATA:
             attributes[CORRELATION_ATTR] = value.hex()
+        elif pid == p.MESSAGE_EXPIRY:
+            attributes[EXPIRY_ATTR] = value
         elif pid == p.TOPIC_ALIAS:
             raise Malformed("a PUBLISH with a topic alias (the maximum is 0)", 0x94)
         elif pid == p.SUBSCRIPTION_ID:

@@ -391,8 +391,9 @@ class MqttConnection(Connection):
         """The broker's messages for this client, as MQTT packets; False: over its bound (the
         broker hands them so, not encoded: ``BrokerServer._to_client``)."""
         session = self.session
+        now = time.time_ns()
         for msg in msgs:
-            session.from_broker(msg)
+            session.from_broker(msg, now)
         if session.waiting_bytes > self.max_queued:
             return False
         out = session.data_to_send()

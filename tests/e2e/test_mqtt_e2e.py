@@ -690,11 +690,13 @@ class Paho5:
         assert kind == "suback"
         return codes
 
-    def publish(self, topic: str, payload: bytes, qos: int, **user) -> None:
+    def publish(self, topic: str, payload: bytes, qos: int, expiry: int = 0, **user) -> None:
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
 
         props = Properties(PacketTypes.PUBLISH)
+        if expiry:
+            props.MessageExpiryInterval = expiry
         if user:
             props.UserProperty = list(user.items())
         self.client.publish(topic, payload, qos, properties=props).wait_for_publish(30)
@@ -759,12 +761,17 @@ def test_mqtt5_clients_properties_options_sessions_and_reasons(tmp_path):
         s.stop()
         for i in range(5):
             a.publish("news/x", str(i).encode(), 1)
+        # and two with a Message Expiry Interval: one is over before it comes back
+        a.publish("news/short", b"stale", 1, expiry=1)
+        a.publish("news/long", b"fresh", 1, expiry=3600)
+        time.sleep(2.5)
         back = Paho5("five-s", ports["b19"], expiry=3600, clean_start=False)
         clients.append(back)
         assert back.session_present
-        assert [back.messages.get(timeout=30).payload for _ in range(5)] == [
-            str(i).encode() for i in range(5)
-        ]
+        got = [back.messages.get(timeout=30) for _ in range(6)]
+        assert [m.payload for m in got] == [str(i).encode() for i in range(5)] + [b"fresh"]
+        assert 3590 <= got[5].properties.MessageExpiryInterval <= 3598  # what is left of it
+        assert not hasattr(got[0].properties, "MessageExpiryInterval")
         # taken over at the same broker: the old connection is told why (0x8E)
         again = Paho5("five-s", ports["b19"], expiry=3600, clean_start=False)
         clients.append(again)

@@ -729,7 +729,7 @@ def test_mqtt5_session_expiry_makes_a_persistent_session_and_clean_start_discard
     assert discard.action == "discard" and s.persistent
     s.from_broker(m.SessionList([], req=discard.req))
     (opening,) = s.take_pending()  # then a new one
-    assert opening == m.SessionOpen("mqtt.car", None, req=opening.req)
+    assert (opening.name, opening.subs, opening.fallback[0].sub_id) == ("mqtt.car", None, NO_SUB)
     s.from_broker(m.Error("no durable session 'mqtt.car' here", req=opening.req))
     assert [type(x) for x in packets5(s)] == [p.ConnAck]
     again = MqttSession(p.Connect("car", False, 30, level=5, props=((p.SESSION_EXPIRY, 60),)))
@@ -807,3 +807,79 @@ def test_mqtt5_refusals_and_the_client_limits():
     assert [x.payload for x in packets5(s)] == [b"ok"]  # over 64 bytes: not sent
     assert send5(s, p.Disconnect(p.DISCONNECT_WITH_WILL)) == []
     assert s.closed == "disconnected with its will"
+
+
+def expiring(topic: str, seconds: int, wall_ns: int, qos: int = 1) -> m.Event:
+    return m.Event({TOPIC_ATTR: topic, QOS_ATTR: qos, "@expiry": seconds}, b"x", wall_ns)
+
+
+S = 1_000_000_000
+
+
+def test_mqtt5_message_expiry_travels_as_an_attribute_and_goes_out_as_what_is_left():
+    """§3.3.2.3.3: the interval is counted from the publish; what goes carries what is left
+    (rounded up), and what has expired before it could go is not sent, to either version."""
+    s = opened5()
+    (msg,) = send5(s, p.Publish("a", b"x", 1, packet_id=1, props=((p.MESSAGE_EXPIRY, 30),)))
+    assert msg.events[0].attributes["@expiry"] == 30
+    (sub,) = send5(s, p.Subscribe(1, (("a", 1),)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    packets5(s)
+    fresh, stale = expiring("a", 30, 100 * S), expiring("a", 30, 50 * S)
+    items = [m.EventItem(1, 0, 0, fresh), m.EventItem(2, 1, 0, stale)]
+    s.from_broker(m.Deliver(SUB_ID, "b", items), wall_ns=110 * S + 1)  # 20 s left, and none
+    (out,) = packets5(s)
+    assert p.prop(out.props, p.MESSAGE_EXPIRY) == 20
+    assert "@expiry" not in [v[0] for pid, v in out.props if pid == p.USER_PROPERTY]
+    old = opened(p.Connect("c3"))
+    (sub,) = send(old, p.Subscribe(1, (("a", 1),)))
+    old.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    packets_of(old)
+    old.from_broker(m.Deliver(SUB_ID, "b", items), wall_ns=110 * S)
+    assert [x.payload for x in packets_of(old)] == [b"x"]  # the fresh one only
+    assert old.delivered == 1
+
+
+def test_mqtt5_a_delivery_that_expires_while_it_waits_is_not_sent():
+    s = opened5(max_inflight=1)
+    (sub,) = send5(s, p.Subscribe(1, (("#", 1),)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    packets5(s)
+    first, waits = expiring("a", 60, 100 * S), expiring("b", 5, 100 * S)
+    later = expiring("c", 60, 100 * S)
+    items = [m.EventItem(i + 1, i, 0, e) for i, e in enumerate((first, waits, later))]
+    s.from_broker(m.Deliver(SUB_ID, "b", items), wall_ns=101 * S)
+    (out,) = packets5(s)  # the window holds one: the others wait
+    assert out.topic == "a" and s.waiting_bytes > 0
+    s.receive_data(p.encode(p.PubAck(out.packet_id), 5), 106 * S)  # b's 5 s are over
+    (out,) = packets5(s)
+    assert out.topic == "c" and p.prop(out.props, p.MESSAGE_EXPIRY) == 54
+    assert s.waiting_bytes == 0
+
+
+def test_an_expired_message_of_a_persistent_session_is_taken_without_being_sent():
+    s = MqttSession(p.Connect("car-7", clean_session=False))
+    (opening,) = s.start()
+    s.from_broker(
+        m.SessionOpened("mqtt.car-7", "b1", "s", False, 0, 0, [(2, "mqtt-qos1")], opening.req)
+    )
+    packets_of(s)
+    gone, kept = expiring("a/x", 10, 100 * S), expiring("a/y", 100, 100 * S)
+    items = [
+        m.SessionItem(1, "b1", m.EventItem(1, 0, 0, gone), [2]),
+        m.SessionItem(2, "b1", m.EventItem(2, 1, 0, kept), [2]),
+    ]
+    s.from_broker(m.SessionEvents("mqtt.car-7", items), wall_ns=150 * S)
+    (out,) = packets_of(s)
+    assert out.topic == "a/y"
+    assert s.take_pending() == [m.SessionAck("mqtt.car-7", 1)]  # epoch 1 is done with
+    assert send(s, p.PubAck(out.packet_id), wall_ns=151 * S) == [m.SessionAck("mqtt.car-7", 2)]
+
+
+def test_mqtt5_a_wills_properties_are_its_events():
+    will = p.Will("w", b"bye", props=((p.MESSAGE_EXPIRY, 9), (p.USER_PROPERTY, ("k", "v"))))
+    s = MqttSession(p.Connect("c", True, 30, will=will, level=5))
+    (discard,) = s.start()
+    s.from_broker(m.SessionList([], req=discard.req))
+    (publish,) = s.will(7)
+    assert publish.events[0].attributes == {TOPIC_ATTR: "w", QOS_ATTR: 0, "@expiry": 9, "k": "v"}
