@@ -180,6 +180,7 @@ class HandOver:
                 detour,
                 sorted(state.qos2),
                 sorted(state.rel),
+                state.expiry,
             ),
         )
 

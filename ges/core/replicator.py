@@ -111,6 +111,8 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         self._restoring_of: dict[int, set[int]] = {}
         self._restore_by = float("inf")
         self._retention_due = 0.0
+        #: when the first detached session with an expiry is due to end (inf: none)
+        self._expiry_due = float("inf")
         self._live: set[str] = set()
         self._replays: dict[str, Replay] = {}
         #: hand-overs in progress here, by session name, and each broker's home replicator
@@ -131,6 +133,8 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         for _, state in sorted(self.store.sessions().items()):
             live = self._add(state, now)
             live.held, live.last = self.store.held(state.key, state.acked)
+            if state.expiry:  # away since the restart at least
+                self._expiry_due = min(self._expiry_due, now + state.expiry)
             enter = self._restore_handover(live, now)
             if enter is None:  # it was being taken here: forgotten (the source asks again)
                 out += self._end(live, now)
@@ -295,6 +299,9 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         if msg.max_events or msg.max_age:  # its own retention limits, from now on
             live.state.max_events, live.state.max_age = msg.max_events, msg.max_age
             self.store.save_session(live.state)
+        if msg.expiry is not None and msg.expiry != live.state.expiry:
+            live.state.expiry = msg.expiry
+            self.store.save_session(live.state)
         if msg.subs is not None:
             subs = {s.sub_id: (s.profile_id, s.conjunctions) for s in msg.subs}
             out += self._subscribe(live, subs, live.state.subs, waiting)
@@ -427,6 +434,29 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         live.since = now
         live.inflight.clear()
         live.inflight_bytes = 0
+        if live.state.expiry:
+            self._expiry_due = min(self._expiry_due, now + live.state.expiry)
+
+    def _expire(self, now: float) -> list:
+        """End the sessions whose client has been away longer than their expiry (an MQTT 5.0
+        client's Session Expiry Interval, §3.1.2.11.2); when the next one is due."""
+        out: list = []
+        due = float("inf")
+        for live in list(self.sessions.values()):
+            state = live.state
+            if not state.expiry or live.follower is not None or live.opening is not None:
+                continue
+            if state.handover is not None:  # (its move decides; it is looked at after)
+                due = min(due, now + state.expiry)
+                continue
+            if now - live.since < state.expiry:
+                due = min(due, live.since + state.expiry)
+                continue
+            away = f"its client was away for longer than its expiry of {state.expiry:g} s"
+            out.append(Notice("info", f"durable session {state.name} ended: {away}"))
+            out += self._end(live, now)
+        self._expiry_due = due
+        return out
 
     def control(
         self, conn: int, msg: m.SessionControl, who: str, operator: bool, now: float
@@ -640,8 +670,11 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         return out
 
     def on_timer(self, now: float) -> list:
-        """Replay requests with no answer go again; retention's look comes due."""
+        """Replay requests with no answer go again; retention's look comes due, and the end
+        of sessions past their expiry."""
         out: list = []
+        if now >= self._expiry_due:
+            out += self._expire(now)
         if now >= self._retention_due:
             self._retention_due = now + RETENTION_EVERY
             out += self._retention(now)
@@ -664,7 +697,7 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         return out
 
     def next_deadline(self) -> float:
-        due = self._retention_due if self.sessions else float("inf")
+        due = min(self._retention_due if self.sessions else float("inf"), self._expiry_due)
         if self._restoring:
             due = min(due, self._restore_by)
         if self._hands:

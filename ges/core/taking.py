@@ -49,7 +49,7 @@ class Taking:
             why = f"replicator {self.id} holds {self.max_sessions} durable sessions, the most"
             return self._note(msg.source, msg.hid, msg.name, "refused", why)
         state = SessionState(msg.name, msg.owner, self._next_key, {}, msg.created)
-        state.max_events, state.max_age = msg.max_events, msg.max_age
+        state.max_events, state.max_age, state.expiry = msg.max_events, msg.max_age, msg.expiry
         # the PUBRELs owed are by the source's epochs: negative, never one of this one's
         state.qos2, state.rel = set(msg.qos2), {-abs(e) for e in msg.rel if e}
         state.handover = {

@@ -73,6 +73,8 @@ MAX_MOVES = 8
 #: Seconds before an open that was asked to wait (the new replicator is still taking the
 #: session) is tried again; doubled each time.
 MOVE_PAUSE = 0.1
+#: 5.0's Session Expiry Interval that means "never" (§3.1.2.11.2).
+NEVER_EXPIRES = 0xFFFFFFFF
 
 
 def session_name(client_id: str) -> str:
@@ -146,8 +148,13 @@ class MqttSession(Delivering):
         self.connected = False
         #: 5.0: a Session Expiry Interval over 0 is a persistent session (the interval is not
         #: kept: the topology's retention limits are); Clean Start discards the old one first
+        #: how long its persistent session outlives the connection, in seconds (0: until
+        #: retention ends it — 3.1.1, and 5.0's 0xFFFFFFFF)
+        self.expiry = 0
         if self.v5:
-            self.persistent = p.prop(connect.props, p.SESSION_EXPIRY, 0) > 0
+            interval = p.prop(connect.props, p.SESSION_EXPIRY, 0)
+            self.persistent = interval > 0
+            self.expiry = 0 if interval == NEVER_EXPIRES else interval
             self._discard = connect.clean_session and bool(connect.client_id) and not assigned
         else:
             self.persistent = not connect.clean_session
@@ -215,7 +222,14 @@ class MqttSession(Delivering):
         if self._discard:
             name = session_name(self.connect.client_id)
             return [m.SessionControl("discard", name, req=self._req)]
-        return [m.SessionOpen(self.name, None, req=self._req, fallback=self._session_subs())]
+        return [self._open(None, fallback=self._session_subs())]
+
+    def _open(self, subs: list | None, req: int = 0, **more) -> m.SessionOpen:
+        """The persistent session's open (request ``req``, else the last one numbered), with
+        its expiry as this connection has it."""
+        return m.SessionOpen(
+            self.name, subs, req=req or self._req, expiry=float(self.expiry), **more
+        )
 
     def take_pending(self) -> list:
         """GES messages that arose from the broker's answers (see ``_pending``)."""
@@ -395,7 +409,7 @@ class MqttSession(Delivering):
 
     def _change_message(self, req: int):
         if self.persistent:
-            return m.SessionOpen(self.name, self._session_subs(), req=req)
+            return self._open(self._session_subs(), req)
         if self.filters:
             conjunctions = [[m.Constraint(TOPIC_ATTR, "topic", f)] for f in self.filters]
             return m.Subscribe(SUB_ID, conjunctions, req=req)
@@ -545,7 +559,7 @@ class MqttSession(Delivering):
         else:  # the CONNACK's open was sent on
             self._opening = self._req
         subs = self._session_subs() if self._changes else None  # with what is not answered
-        return [m.SessionOpen(self.name, subs, replicator=self._moving, req=self._req)]
+        return [self._open(subs, replicator=self._moving)]
 
     @property
     def moving(self) -> bool:
@@ -708,9 +722,7 @@ class MqttSession(Delivering):
             return
         self._req += 1
         self._opening = self._req
-        self._pending.append(
-            m.SessionOpen(self.name, None, req=self._req, fallback=self._session_subs())
-        )
+        self._pending.append(self._open(None, fallback=self._session_subs()))
 
     def _connected(self, present: bool) -> None:
         props = v5.connack_props(self.max_packet, self.assigned) if self.v5 else ()

@@ -121,6 +121,7 @@ class SqliteSessionStore:
                 state.handover, state.floors = kept.get("handover"), kept.get("floors", {})
                 state.qos2 = set(kept.get("qos2", ()))
                 state.rel = set(kept.get("rel", ()))
+                state.expiry = kept.get("expiry", 0.0)
             if retention:
                 n, age, trimmed, gaps, dropped, why = _decode_retention(retention)
                 state.max_events, state.max_age, state.trimmed = n, age, trimmed
@@ -318,9 +319,14 @@ class SqliteSessionStore:
                                     "floors": state.floors,
                                     "qos2": sorted(state.qos2),
                                     "rel": sorted(state.rel),
+                                    "expiry": state.expiry,
                                 }
                             )
-                            if state.handover or state.floors or state.qos2 or state.rel
+                            if state.handover
+                            or state.floors
+                            or state.qos2
+                            or state.rel
+                            or state.expiry
                             else None,
                         ),
                     )

@@ -621,6 +621,9 @@ class SessionOpen(_Msg):
     #: plain subscribe would have), or why its client may not have them (its broker checks)
     fallback: list[SessionSub] | None = None
     fallback_refused: str = ""
+    #: how long it outlives its client's leaving, in seconds, from now on (0: until retention
+    #: ends it; None: as it was) — an MQTT 5.0 client's Session Expiry Interval
+    expiry: float | None = None
 
 
 class SessionOpened(_Msg):
@@ -762,6 +765,8 @@ class Handover(_Msg):
     #: the session's QoS 2 identifiers held (``SessionQos2``)
     qos2: list[int] = []
     rel: list[int] = []
+    #: its Session Expiry Interval (``SessionState.expiry``)
+    expiry: float = 0.0
 
 
 class HandoverNote(_Msg):

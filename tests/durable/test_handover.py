@@ -209,13 +209,14 @@ def test_a_client_that_settles_in_a_finer_unit_has_its_session_handed_over_there
     def mqtt_client_holds():  # the QoS 2 identifiers an MQTT client would hold
         state = run.rep("a1").sessions["alice"].state
         state.qos2, state.rel = {7}, {3}
+        state.expiry = 90.0  # and its Session Expiry Interval
 
     run.sim.at(1.0, mqtt_client_holds)
     run.sim.at(2.0, c.move, "b2")  # into the finer replicator b1's sub-unit
     run.sim.run_until(12.0)
     # they go with it; the PUBREL owed by a1's epoch 3 is negative at b1: never one of its own
     taken = run.rep("b1").sessions["alice"].state
-    assert (taken.qos2, taken.rel) == ({7}, {-3})
+    assert (taken.qos2, taken.rel, taken.expiry) == ({7}, {-3}, 90.0)
     assert c.opened[0] == ("a1", 0, True)
     assert [why for _, why, _ in c.closed] == ["handed over to replicator b1 (its client's unit)"]
     assert c.replicator == "b1" and c.opened[-1][0] == "b1"

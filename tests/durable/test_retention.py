@@ -166,3 +166,31 @@ def test_a_gap_read_back_counts_as_held_like_any_stored_event():
     rig.ack(1, got[-1].epoch)
     (info,) = rig.rep.find("alice", rig.now).sessions
     assert info.held == 0
+
+
+def test_a_session_whose_client_stays_away_past_its_expiry_ends_and_one_back_in_time_does_not():
+    """An MQTT 5.0 client's Session Expiry Interval: counted from when its client left, and
+    anew each time it leaves; ended then, with a line saying why; kept by the store."""
+    rig = Rig()
+    rig.open(1, expiry=10.0)
+    rig.open(3, name="bob", owner="bob", expiry=10.0)
+    rig.open(4, name="carol", owner="carol")  # none: retention only
+    for conn in (1, 3, 4):
+        rig.rep.follower_closed(conn, rig.now)
+    left = rig.now
+    assert rig.core.next_deadline() <= left + 10.0
+    rig.now = left + 6
+    rig.open(5, subs=None)  # alice is back in time, and leaves again at +8
+    rig.now = left + 8
+    rig.rep.follower_closed(5, rig.now)
+    rig.now = left + 10.5
+    rig.feed(rig.core.on_timer(rig.now))
+    assert sorted(rig.rep.sessions) == ["alice", "carol"]
+    assert any("durable session bob ended" in t and "expiry of 10 s" in t for t in rig.notices)
+    assert rig.core.next_deadline() <= left + 18.0
+    rig.now = left + 18.5
+    rig.feed(rig.core.on_timer(rig.now))
+    assert sorted(rig.rep.sessions) == ["carol"]
+    rig.now += 3600
+    rig.feed(rig.core.on_timer(rig.now))
+    assert sorted(rig.rep.sessions) == ["carol"]

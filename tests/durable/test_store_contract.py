@@ -266,6 +266,16 @@ def test_a_hand_over_in_progress_and_the_floors_are_kept(store):
     assert store.sessions()["alice"].handover is None
 
 
+def test_a_sessions_expiry_is_kept(store):
+    s = state("alice", A)
+    s.expiry = 300.0
+    store.save_session(s)
+    store.save_session(state("bob", B))
+    commit(store)
+    got = store.sessions()
+    assert (got["alice"].expiry, got["bob"].expiry) == (300.0, 0.0)
+
+
 def test_a_store_made_before_hand_overs_opens_and_keeps_them(tmp_path):
     """A session store file from before hand-overs (no ``handover`` column) is opened as it
     is, its sessions intact, and keeps hand-overs from then on."""

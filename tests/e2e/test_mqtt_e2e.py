@@ -777,6 +777,18 @@ def test_mqtt5_clients_properties_options_sessions_and_reasons(tmp_path):
         clients.append(again)
         kind, rc, props = back.events.get(timeout=30)
         assert kind == "disconnect" and rc.value == 0x8E, (kind, rc)
+        # a Session Expiry Interval of 2 s: kept when its client comes back at once, gone
+        # once it has been away for longer (§3.1.2.11.2)
+        e = Paho5("five-e", ports["b4"], expiry=2, clean_start=False)
+        e.subscribe("news/#", qos=1)
+        e.stop()
+        e = Paho5("five-e", ports["b19"], expiry=2, clean_start=False)
+        assert e.session_present
+        e.stop()
+        time.sleep(3.0)
+        e = Paho5("five-e", ports["b19"], expiry=2, clean_start=False)
+        clients.append(e)
+        assert not e.session_present
     finally:
         for c in clients:
             if isinstance(c, subprocess.Popen):

@@ -549,7 +549,7 @@ def test_a_session_handed_over_to_another_replicator_is_opened_there_and_stays_c
     s.from_broker(m.SessionClosed("mqtt.car-7", note, retry=True, replicator="b1"))
     assert s.closed is None and s.reopen_after == 0.0  # at once, and it stays connected
     (again,) = s.reopen()
-    assert again == m.SessionOpen("mqtt.car-7", None, replicator="b1", req=again.req)
+    assert again == m.SessionOpen("mqtt.car-7", None, replicator="b1", req=again.req, expiry=0.0)
     assert s.moving and s.move_id == 1
     # the new replicator is still taking it: asked to wait, it is tried again after a pause
     s.from_broker(m.SessionClosed("mqtt.car-7", "being handed over: a moment", retry=True))
@@ -730,10 +730,15 @@ def test_mqtt5_session_expiry_makes_a_persistent_session_and_clean_start_discard
     s.from_broker(m.SessionList([], req=discard.req))
     (opening,) = s.take_pending()  # then a new one
     assert (opening.name, opening.subs, opening.fallback[0].sub_id) == ("mqtt.car", None, NO_SUB)
+    assert opening.expiry == 60  # the replicator ends it 60 s after the client left
     s.from_broker(m.Error("no durable session 'mqtt.car' here", req=opening.req))
     assert [type(x) for x in packets5(s)] == [p.ConnAck]
-    again = MqttSession(p.Connect("car", False, 30, level=5, props=((p.SESSION_EXPIRY, 60),)))
-    assert [type(x) for x in again.start()] == [m.SessionOpen]  # resumed, no discard
+    never = ((p.SESSION_EXPIRY, 0xFFFFFFFF),)
+    again = MqttSession(p.Connect("car", False, 30, level=5, props=never))
+    (resume,) = again.start()  # resumed, no discard
+    assert type(resume) is m.SessionOpen and resume.expiry == 0  # never: retention only
+    (old,) = MqttSession(p.Connect("car", False)).start()
+    assert old.expiry == 0  # 3.1.1 has no expiry
     neither = MqttSession(p.Connect("", False, 30, level=5))
     assert neither.start() == [] and neither.connected  # no expiry, no clean start: at once
 
