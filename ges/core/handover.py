@@ -357,6 +357,8 @@ class HandOver:
             if mine and h["dir"] == "in" and h["phase"] == "taken":
                 live.state.handover = None  # served here now (its hand watches on a while)
                 self.store.save_session(live.state)
+                if live.follower is None:  # its client comes from its last broker: not away
+                    self._away(live, now)
                 text = f"durable session {msg.name}: taken over from replicator {msg.source}"
                 done = self._note(msg.source, msg.hid, msg.name, "done")
                 return self._once_kept([Notice("info", text), *done])

@@ -228,6 +228,8 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
 
     def find(self, name: str, now: float) -> m.SessionList:
         live = self.sessions.get(name)
+        if live is not None and live.follower is None and live.state.expiry:
+            self._away(live, now)  # (its client is connecting somewhere: it is back)
         return m.SessionList([] if live is None else [self._info(live, now)])
 
     def open(self, conn: int, msg: m.SessionOpen, now: float, wall: float = 0.0) -> list:
@@ -322,6 +324,7 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         if start > state.acked:
             self._acked(live, start)
         was = live.at or live.last_at
+        sent_before = max(live.sent, start)
         live.follower = conn
         live.at = msg.at or self.id
         live.since = now
@@ -345,6 +348,7 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
             last=last,
             qos2=sorted(state.qos2),
             rel=sorted(state.rel),
+            sent=sent_before,
         )
         moved = f"{was} -> {live.at}" if was else f"opened at {live.at}"
         text = f"durable session {state.name}: {moved}, {backlog:,} to replay"
@@ -426,14 +430,20 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
                 self._detach(live, now)
             if live.opening is not None and live.opening[0] == conn:
                 live.opening = None
+                if live.follower is None:
+                    self._away(live, now)
 
     def _detach(self, live: Live, now: float) -> None:
         live.follower = None
         live.last_at = live.at or live.last_at
         live.at = ""
-        live.since = now
         live.inflight.clear()
         live.inflight_bytes = 0
+        self._away(live, now)
+
+    def _away(self, live: Live, now: float) -> None:
+        """The session's client is away from now on (its expiry counts from now)."""
+        live.since = now
         if live.state.expiry:
             self._expiry_due = min(self._expiry_due, now + live.state.expiry)
 
@@ -444,10 +454,10 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         due = float("inf")
         for live in list(self.sessions.values()):
             state = live.state
-            if not state.expiry or live.follower is not None or live.opening is not None:
+            if not state.expiry or live.follower is not None:
                 continue
-            if state.handover is not None:  # (its move decides; it is looked at after)
-                due = min(due, now + state.expiry)
+            if live.opening is not None or state.handover is not None or state.name in self._hands:
+                due = min(due, now + state.expiry)  # being opened or moved: it is not away
                 continue
             if now - live.since < state.expiry:
                 due = min(due, live.since + state.expiry)
@@ -504,7 +514,13 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         del self._by_key[state.key]
         self._dirty.discard(state.key)
         self.store.drop_session(state)
-        return self.subscriptions.client_closed(-state.key, now)
+        out = self.subscriptions.client_closed(-state.key, now)
+        restoring = self._restoring_of.pop(state.key, None)
+        if restoring:  # its restored subscriptions are not waited for any more
+            self._restoring -= restoring
+            if not self._restoring:
+                out += self._replay_all(now)
+        return out
 
     def _info(self, live: Live, now: float) -> m.SessionInfo:
         state = live.state

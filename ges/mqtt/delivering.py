@@ -99,8 +99,10 @@ class Delivering:
         qos = min(granted, published if type(published) is int and published >= 0 else 2)
         expiry = attributes.get(v5.EXPIRY_ATTR)
         expires = 0  # the time of day its Message Expiry Interval ends (0: none)
-        if type(expiry) is int and event.published_at > 0:
-            expires = event.published_at + max(0, expiry) * 1_000_000_000
+        if type(expiry) is int and 0 <= expiry <= p.MAX_U32 and event.published_at > 0:
+            # from its publish, or from now if its publisher's clock is ahead of this one's
+            since = min(event.published_at, self.now_ns) if self.now_ns else event.published_at
+            expires = since + expiry * 1_000_000_000
         props = v5.props_of(attributes) if self.v5 else ()
         dup = qos > 0 and epoch is not None and epoch <= self._replayed_to
         payload = event.payload
@@ -158,12 +160,13 @@ class Delivering:
         carries what is left of it."""
         if expires:
             left = expires - self.now_ns
-            if left <= 0:
+            begun = epoch is not None and epoch <= self._started_to  # (a delivery goes again)
+            if left <= 0 and not begun:
                 if epoch is not None:
                     self._done(epoch)
                 return
             if self.v5:
-                props = (*props, (p.MESSAGE_EXPIRY, -(-left // 1_000_000_000)))
+                props = (*props, (p.MESSAGE_EXPIRY, max(1, -(-left // 1_000_000_000))))
         self.delivered += 1
         pid = 0
         if qos:
@@ -183,10 +186,19 @@ class Delivering:
 
     def _send_waiting(self) -> None:
         waiting = self._waiting
-        while waiting and (not waiting[0][2] or self._room(waiting[0][6])):
+        while waiting and (
+            not waiting[0][2] or self._room(waiting[0][6]) or self._expired(waiting[0])
+        ):
             delivery = waiting.popleft()
             self.waiting_bytes -= len(delivery[1]) + len(delivery[0]) + WAITING_OVERHEAD
             self._send_one(*delivery)
+
+    def _expired(self, delivery: tuple) -> bool:
+        """A waiting delivery whose Message Expiry Interval is over and that had not begun:
+        it leaves the queue without waiting for room (it is not sent)."""
+        epoch, expires = delivery[6], delivery[7]
+        begun = epoch is not None and epoch <= self._started_to
+        return 0 < expires <= self.now_ns and not begun
 
     def _delivered(self, pid: int) -> None:
         epoch = self._pid_epoch.pop(pid, None)

@@ -73,8 +73,6 @@ MAX_MOVES = 8
 #: Seconds before an open that was asked to wait (the new replicator is still taking the
 #: session) is tried again; doubled each time.
 MOVE_PAUSE = 0.1
-#: 5.0's Session Expiry Interval that means "never" (§3.1.2.11.2).
-NEVER_EXPIRES = 0xFFFFFFFF
 
 
 def session_name(client_id: str) -> str:
@@ -146,24 +144,24 @@ class MqttSession(Delivering):
         self.closed: str | None = None
         #: the CONNACK is sent (a persistent session's once the replicator has answered)
         self.connected = False
-        #: 5.0: a Session Expiry Interval over 0 is a persistent session (the interval is not
-        #: kept: the topology's retention limits are); Clean Start discards the old one first
-        #: how long its persistent session outlives the connection, in seconds (0: until
-        #: retention ends it — 3.1.1, and 5.0's 0xFFFFFFFF)
+        #: 5.0: a Session Expiry Interval over 0 is a persistent session, which outlives the
+        #: connection by that many seconds (``expiry``; 0: for good — 3.1.1, and 5.0's
+        #: 0xFFFFFFFF — until ended); Clean Start discards the old one first
         self.expiry = 0
         if self.v5:
             interval = p.prop(connect.props, p.SESSION_EXPIRY, 0)
             self.persistent = interval > 0
-            self.expiry = 0 if interval == NEVER_EXPIRES else interval
+            self.expiry = 0 if interval == p.MAX_U32 else interval  # (that is "never")
             self._discard = connect.clean_session and bool(connect.client_id) and not assigned
         else:
             self.persistent = not connect.clean_session
             self._discard = not self.persistent and bool(connect.client_id) and not assigned
         self.name = session_name(connect.client_id) if self.persistent else ""
         self._opening = 0  # the req of the SessionOpen the CONNACK waits for
-        self._exists = False  # the GES durable session exists (it has filters)
+        self._exists = False  # the GES durable session exists
         self._sent_epoch = -1  # the highest epoch handed to the client (or queued for it)
         self._replayed_to = -1  # epochs up to this may have been delivered before: DUP
+        self._started_to = 0  # epochs up to this were streamed to it before: sent even expired
         self._epochs: deque[int] = deque()  # epochs of deliveries not yet taken, in order
         self._done_epochs: set[int] = set()  # those of them the client has
         self._pid_epoch: dict[int, int] = {}  # packet id -> epoch of a delivery in flight
@@ -579,6 +577,7 @@ class MqttSession(Delivering):
         self._store = msg.store
         self._acked = self._sent_epoch = msg.start
         self._replayed_to = msg.last
+        self._started_to = msg.sent
         self._epochs.clear()
         self._done_epochs.clear()
         self._pid_epoch.clear()
@@ -637,6 +636,7 @@ class MqttSession(Delivering):
             self._moved(msg, whole)
             return
         self._replayed_to = max(self._replayed_to, msg.last)
+        self._started_to = max(self._started_to, msg.sent)
         if msg.req == self._opening:  # the CONNACK's: the filters it kept come back
             self._opening = 0
             self._store = msg.store
@@ -777,7 +777,7 @@ class MqttSession(Delivering):
             if msg.denied:
                 self._send(self._connack(p.NOT_AUTHORIZED))
                 self.closed = f"durable session {self.name}: {msg.reason}"
-            else:  # it does not exist yet: it will with the first filter
+            else:  # its replicator did not make it (full, say): the first filter tries again
                 self._connected(False)
             return
         if self._asked_retained(msg.req) is not None:

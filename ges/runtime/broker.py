@@ -683,8 +683,13 @@ class BrokerServer:
             self._message_clients.discard(conn_id)
             last_words = getattr(conn, "last_words", None)
             if last_words is not None:  # an MQTT will the broker's cut left unsaid
+                try:
+                    will = last_words()
+                except Exception as exc:  # one client's will never takes the broker down
+                    self.log.error("%s: its will is not published: %s", conn.label, exc)
+                    will = []
                 with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_SEND_WAIT):
-                    await self._last_words(conn_id, last_words())
+                    await self._last_words(conn_id, will)
             if self.access is not None:
                 self.access.closed(conn_id)
             # the client's profile leaves with it; a slow peer cannot hold up shutdown for

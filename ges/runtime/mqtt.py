@@ -155,6 +155,11 @@ class MqttListener:
                 return p.BAD_AUTH_METHOD, "enhanced authentication, which is not served"
             if p.prop(props, p.RECEIVE_MAXIMUM) == 0 or p.prop(props, p.MAXIMUM_PACKET_SIZE) == 0:
                 return p.PROTOCOL_ERROR, "a Receive Maximum or Maximum Packet Size of 0"
+            if connect.will is not None and connect.will.props:  # they become its event's
+                try:
+                    v5.attributes_of(connect.will.props, {})
+                except Malformed as exc:
+                    return p.PROTOCOL_ERROR, f"its will: {exc}"
         elif not connect.client_id and not connect.clean_session:
             return p.BAD_CLIENT_ID, "an empty client id with a persistent session"
         if len(connect.client_id) > MAX_CLIENT_ID:

@@ -430,11 +430,13 @@ class Connection:
         stream = self.stream
         decoder = self.decoder
         started = None  # when the partial frame in the decoder began to arrive
+        whole = -1  # the frames taken whole then (those the reader took since: a new one)
         while True:
             wait = self.idle_deadline if not decoder.buffered else None
             if decoder.buffered:
                 now = trio.current_time()
-                started = now if started is None else started
+                if started is None or whole != self._frames_in:
+                    started, whole = now, self._frames_in
                 wait = max(0.0, started + self.frame_deadline - now)
             else:
                 started = None

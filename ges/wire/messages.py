@@ -621,8 +621,8 @@ class SessionOpen(_Msg):
     #: plain subscribe would have), or why its client may not have them (its broker checks)
     fallback: list[SessionSub] | None = None
     fallback_refused: str = ""
-    #: how long it outlives its client's leaving, in seconds, from now on (0: until retention
-    #: ends it; None: as it was) — an MQTT 5.0 client's Session Expiry Interval
+    #: how long it outlives its client's leaving, in seconds, from now on (0: for good, until
+    #: ended; None: as it was) — an MQTT 5.0 client's Session Expiry Interval
     expiry: float | None = None
 
 
@@ -647,6 +647,9 @@ class SessionOpened(_Msg):
     #: epochs of deliveries it acknowledged whose PUBCOMP has not come (``SessionState.rel``)
     qos2: list[int] = []
     rel: list[int] = []
+    #: the last epoch streamed to its client before (this replicator's count): a delivery up
+    #: to it may have begun, so it goes again whatever its Message Expiry says (§3.3.2.3.3)
+    sent: int = 0
 
 
 class SessionItem(msgspec.Struct, array_like=True, frozen=True, gc=False):

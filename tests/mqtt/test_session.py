@@ -888,3 +888,40 @@ def test_mqtt5_a_wills_properties_are_its_events():
     s.from_broker(m.SessionList([], req=discard.req))
     (publish,) = s.will(7)
     assert publish.events[0].attributes == {TOPIC_ATTR: "w", QOS_ATTR: 0, "@expiry": 9, "k": "v"}
+
+
+def test_a_wild_expiry_or_a_clock_ahead_is_no_longer_than_its_interval():
+    """A GES publisher's @expiry out of MQTT's range is no expiry; its clock ahead of this one's
+    does not lengthen what is left."""
+    s = opened5()
+    (sub,) = send5(s, p.Subscribe(1, (("a", 0),)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    packets5(s)
+    wild = m.Event({TOPIC_ATTR: "a", "@expiry": 2**40}, b"w", 100 * S)
+    ahead = m.Event({TOPIC_ATTR: "a", "@expiry": 30}, b"f", 500 * S)
+    items = [m.EventItem(1, 0, 0, wild), m.EventItem(2, 1, 0, ahead)]
+    s.from_broker(m.Deliver(SUB_ID, "b", items), wall_ns=110 * S)
+    first, second = packets5(s)
+    assert p.prop(first.props, p.MESSAGE_EXPIRY) is None
+    assert p.prop(second.props, p.MESSAGE_EXPIRY) == 30
+
+
+def test_a_delivery_begun_before_the_client_left_goes_again_however_old():
+    """§3.3.2.3.3 drops only what has not begun: what the replicator streamed to the client
+    before (SessionOpened.sent) is sent again, DUP, with an interval of at least 1 s."""
+    s = MqttSession(p.Connect("car-7", True, 30, level=5, props=((p.SESSION_EXPIRY, 600),)))
+    s.from_broker(m.SessionList([], req=s.start()[0].req))
+    (opening,) = s.take_pending()
+    s.from_broker(
+        m.SessionOpened(
+            "mqtt.car-7", "b1", "s", False, 0, 2, [(2, "mqtt-qos1")], opening.req, last=2, sent=1
+        )
+    )
+    packets5(s)
+    old = [
+        m.SessionItem(e, "b1", m.EventItem(e, 0, 0, expiring("a", 10, 100 * S)), [2])
+        for e in (1, 2)
+    ]
+    s.from_broker(m.SessionEvents("mqtt.car-7", old), wall_ns=200 * S)
+    (again,) = packets5(s)  # epoch 1 had begun; epoch 2 had not, and is over
+    assert (again.packet_id, again.dup, p.prop(again.props, p.MESSAGE_EXPIRY)) == (2, True, 1)

@@ -150,3 +150,54 @@ async def test_a_persistent_publisher_without_filters_keeps_its_qos2_identifiers
         got = await packets(watcher, 2)
         assert [(x.topic, x.payload) for x in got] == [("q2/x", b"once"), ("q2/end", b"end")]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_will_whose_properties_cannot_be_an_event_is_refused_at_connect(tmp_path):
+    """A 5.0 will's properties become its event's when it goes, long after the CONNECT: one
+    that could not (a response topic with a wildcard) is refused then, and the broker serves
+    on."""
+    topology = topology_on_free_ports(ONE_MQTT)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(BrokerServer(topology, "b1", data_dir=tmp_path / "b1").run)
+        spec = topology.brokers["b1"]
+        will = p.Will("w", b"bye", props=((p.RESPONSE_TOPIC, "r/+"),))
+        bad = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        await bad.send_all(p.encode(p.Connect("bad-will", keepalive=60, will=will, level=5), 5))
+        reader, got = PacketReader(version=5), []
+        with trio.fail_after(10):
+            while True:
+                data = await bad.receive_some(65536)
+                if not data:
+                    break
+                reader.feed(data)
+                got += [p.decode(x, 5) for x in reader.packets()]
+        assert [(type(x), x.code) for x in got] == [(p.ConnAck, p.PROTOCOL_ERROR)]
+        ok = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        await ok.send_all(p.encode(p.Connect("fine", keepalive=60)))
+        assert await packets(ok, 1) == [p.ConnAck(p.ACCEPTED, False)]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_steady_stream_whose_reads_end_mid_packet_is_not_cut_by_the_frame_deadline(
+    tmp_path,
+):
+    """The frame deadline is for one packet: a client whose every read ends inside a packet,
+    but which completes one after another, is not cut (the watchdog counts whole packets)."""
+    topology = topology_on_free_ports(ONE_MQTT)
+    async with trio.open_nursery() as nursery:
+        server = BrokerServer(topology, "b1", data_dir=tmp_path / "b1")
+        server.frame_deadline = 0.5
+        await nursery.start(server.run)
+        spec = topology.brokers["b1"]
+        stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        await stream.send_all(p.encode(p.Connect("steady", keepalive=60)))
+        assert await packets(stream, 1) == [p.ConnAck(p.ACCEPTED, False)]
+        packet = len(p.encode(p.Publish("s/x", b"00")))
+        wire = b"".join(p.encode(p.Publish("s/x", b"%02d" % i)) for i in range(12))
+        cuts = [0] + [k * packet + packet // 2 for k in range(12)] + [len(wire)]
+        for start, end in zip(cuts, cuts[1:], strict=False):  # each read ends mid-packet
+            await stream.send_all(wire[start:end])
+            await trio.sleep(0.25)  # 3 s in all, six times the deadline
+        await stream.send_all(p.encode(p.PingReq()))
+        assert await packets(stream, 1) == [p.PingResp()]  # still connected
+        nursery.cancel_scope.cancel()

@@ -3,11 +3,12 @@ among the senders that wait for room, and a write deadline that measures progres
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 
 from ges.transport.connection import Connection
-from ges.wire import FrameDecoder, decode, encode
+from ges.wire import FrameDecoder, FrameError, decode, encode
 from ges.wire import messages as m
 
 
@@ -70,3 +71,32 @@ async def test_a_client_reading_slowly_but_steadily_is_not_cut_and_a_stalled_one
             else:
                 assert conn.close_reason == "slow consumer: nothing written for 2s"
             nursery.cancel_scope.cancel()
+
+
+async def test_on_a_stream_that_is_not_a_socket_the_frame_deadline_restarts_with_each_frame(
+    autojump_clock,
+):
+    """A TLS stream's reads keep their own deadline: a peer whose every read ends inside a
+    frame, but which completes one frame after another, is not cut; one frame that does not
+    complete within the deadline is."""
+    a, b = trio.testing.memory_stream_pair()
+    conn = Connection(a, label="tls", frame_deadline=1.0)
+    assert conn.watchdog is None
+    frame = encode(m.Publish(1, [m.Event({"n": 1}, b"x" * 100, 0)]))
+    half = len(frame) // 2
+    got = []
+
+    async def steady() -> None:
+        await b.send_all(frame[:half])
+        for _ in range(10):  # 6 s in all: the rest of one frame and half of the next, each time
+            await trio.sleep(0.6)
+            await b.send_all(frame[half:] + frame[:half])
+        await trio.sleep(5)  # and then the half frame stays half
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(steady)
+        with pytest.raises(FrameError, match=r"not complete 1s after it began"):
+            async for batch in conn.read_messages():
+                got += batch
+        nursery.cancel_scope.cancel()
+    assert len(got) == 10
