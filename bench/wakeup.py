@@ -11,7 +11,10 @@ receiver — this process — answers each message, read and written by one of:
 - ``asyncio``: ``loop.sock_recv`` / ``loop.sock_sendall``;
 - ``trio socket``: ``trio.socket`` ``recv`` / ``send``;
 - ``trio stream``: ``trio.SocketStream`` with a ``move_on_after`` deadline around each read —
-  what ``ges.transport.Connection`` does for every read of a client.
+  what ``ges.transport.Connection`` does for a read of a TLS stream;
+- ``trio direct``: ``trio.lowlevel.wait_readable`` then ``os.read``, the answer by
+  ``os.write`` — what it does for every read and direct write on a plain socket (GES and MQTT
+  clients, links), the deadlines left to one watchdog task.
 
 Per mode: the receiver's CPU per message (``os.times`` of this process over the run) and the
 sender's round-trip p50/p99 (it stamps each message, ``time.perf_counter_ns`` in its own
@@ -38,7 +41,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-MODES = ("blocking", "selectors", "asyncio", "trio socket", "trio stream")
+MODES = ("blocking", "selectors", "asyncio", "trio socket", "trio stream", "trio direct")
 MESSAGE = b"x" * 100
 
 
@@ -94,6 +97,13 @@ def receive(mode: str, c: socket.socket, n: int) -> None:
 
         async def main() -> None:
             sock = trio.socket.from_stdlib_socket(c)
+            if mode == "trio direct":
+                fd = sock.fileno()
+                for _ in range(n):
+                    await trio.lowlevel.wait_readable(fd)
+                    os.read(fd, 65536)
+                    os.write(fd, b"y")
+                return
             if mode == "trio socket":
                 for _ in range(n):
                     await sock.recv(65536)
