@@ -61,21 +61,44 @@ async def test_publishes_sent_with_the_connect_are_published_when_the_answer_com
 ONE_MQTT = {"name": "one", "brokers": {"b1": {"unit": "S/c1", "port": 1, "mqtt_port": 1}}, "links": []}  # fmt: skip
 
 
+async def one_broker(nursery, tmp_path, frame_deadline: float | None = None):
+    """The broker of ONE_MQTT, running; its spec."""
+    topology = topology_on_free_ports(ONE_MQTT)
+    server = BrokerServer(topology, "b1", data_dir=tmp_path / "b1")
+    if frame_deadline is not None:
+        server.frame_deadline = frame_deadline
+    await nursery.start(server.run)
+    return topology.brokers["b1"]
+
+
+async def watching(spec, topic_filter: str):
+    """A 3.1.1 client subscribed to ``topic_filter`` at QoS 0."""
+    watcher = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+    hello = p.encode(p.Connect("watcher", keepalive=60))
+    await watcher.send_all(hello + p.encode(p.Subscribe(1, ((topic_filter, 0),))))
+    assert [type(x) for x in await packets(watcher, 2)] == [p.ConnAck, p.SubAck]
+    return watcher
+
+
+async def until_closed(stream, got: list, version: int = 5) -> list:
+    """The packets the broker sends until it closes the connection, after ``got``."""
+    reader = PacketReader(version=version)
+    with trio.fail_after(10):
+        while data := await stream.receive_some(65536):
+            reader.feed(data)
+            got += [p.decode(x, version) for x in reader.packets()]
+    return got
+
+
 async def test_a_silent_client_is_closed_after_one_and_a_half_keepalives_and_its_will_goes(
     tmp_path,
 ):
     """§3.1.2.10: no packet for 1.5 × its keepalive and the server closes the connection (not
     before); the connection ended without DISCONNECT, so its will is published (§3.1.2.5).
     The deadline is the broker's watchdog's, as for its own clients' reads."""
-    topology = topology_on_free_ports(ONE_MQTT)
     async with trio.open_nursery() as nursery:
-        await nursery.start(BrokerServer(topology, "b1", data_dir=tmp_path / "b1").run)
-        spec = topology.brokers["b1"]
-        watcher = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
-        await watcher.send_all(
-            p.encode(p.Connect("watcher", keepalive=60)) + p.encode(p.Subscribe(1, (("w/#", 0),)))
-        )
-        assert [type(x) for x in await packets(watcher, 2)] == [p.ConnAck, p.SubAck]
+        spec = await one_broker(nursery, tmp_path)
+        watcher = await watching(spec, "w/#")
         sleepy = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
         will = p.Will("w/sleepy", b"gone quiet")
         await sleepy.send_all(p.encode(p.Connect("sleepy", keepalive=1, will=will)))
@@ -92,28 +115,13 @@ async def test_a_packet_not_whole_within_the_frame_deadline_closes_its_connectio
     """A client that sends the start of a PUBLISH and then nothing holds no buffer for long:
     after the broker's frame deadline the packet counts as malformed, and a 5.0 client is
     told so (DISCONNECT 0x81, §4.13) before the connection closes."""
-    topology = topology_on_free_ports(ONE_MQTT)
     async with trio.open_nursery() as nursery:
-        server = BrokerServer(topology, "b1", data_dir=tmp_path / "b1")
-        server.frame_deadline = 0.5
-        await nursery.start(server.run)
-        spec = topology.brokers["b1"]
+        spec = await one_broker(nursery, tmp_path, frame_deadline=0.5)
         stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
-        await stream.send_all(p.encode(p.Connect("halting", keepalive=60, level=p.LEVEL_5), 5))
-        reader = PacketReader(version=5)
-        got = []
-        with trio.fail_after(10):
-            while len(got) < 1:
-                reader.feed(await stream.receive_some(65536))
-                got += [p.decode(x, 5) for x in reader.packets()]
-            assert type(got[0]) is p.ConnAck and got[0].code == p.SUCCESS
-            await stream.send_all(b"\x30\x20\x00")  # a PUBLISH of 32 bytes: 1 of them sent
-            while True:
-                data = await stream.receive_some(65536)
-                if not data:
-                    break
-                reader.feed(data)
-                got += [p.decode(x, 5) for x in reader.packets()]
+        hello = p.encode(p.Connect("halting", keepalive=60, level=p.LEVEL_5), 5)
+        await stream.send_all(hello + b"\x30\x20\x00")  # a PUBLISH of 32 bytes: 1 of them sent
+        got = await until_closed(stream, [])
+        assert type(got[0]) is p.ConnAck and got[0].code == p.SUCCESS
         bye = got[1]
         assert type(bye) is p.Disconnect and bye.reason == 0x81, got
         assert "not complete 0.5s after it began" in p.prop(bye.props, p.REASON_STRING)
@@ -126,15 +134,9 @@ async def test_a_persistent_publisher_without_filters_keeps_its_qos2_identifiers
     """§4.3.3: a QoS 2 message goes once until its PUBREL, also when the client sends it again
     on a new connection of its persistent session — one that never subscribed to anything
     (a publisher only) included: its session is a durable session like any other."""
-    topology = topology_on_free_ports(ONE_MQTT)
     async with trio.open_nursery() as nursery:
-        await nursery.start(BrokerServer(topology, "b1", data_dir=tmp_path / "b1").run)
-        spec = topology.brokers["b1"]
-        watcher = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
-        await watcher.send_all(
-            p.encode(p.Connect("watcher", keepalive=60)) + p.encode(p.Subscribe(1, (("q2/#", 0),)))
-        )
-        assert [type(x) for x in await packets(watcher, 2)] == [p.ConnAck, p.SubAck]
+        spec = await one_broker(nursery, tmp_path)
+        watcher = await watching(spec, "q2/#")
         once = p.Publish("q2/x", b"once", 2, packet_id=7)
         hello = p.encode(p.Connect("pub-only", clean_session=False, keepalive=60))
         first = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
@@ -156,21 +158,12 @@ async def test_a_will_whose_properties_cannot_be_an_event_is_refused_at_connect(
     """A 5.0 will's properties become its event's when it goes, long after the CONNECT: one
     that could not (a response topic with a wildcard) is refused then, and the broker serves
     on."""
-    topology = topology_on_free_ports(ONE_MQTT)
     async with trio.open_nursery() as nursery:
-        await nursery.start(BrokerServer(topology, "b1", data_dir=tmp_path / "b1").run)
-        spec = topology.brokers["b1"]
+        spec = await one_broker(nursery, tmp_path)
         will = p.Will("w", b"bye", props=((p.RESPONSE_TOPIC, "r/+"),))
         bad = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
         await bad.send_all(p.encode(p.Connect("bad-will", keepalive=60, will=will, level=5), 5))
-        reader, got = PacketReader(version=5), []
-        with trio.fail_after(10):
-            while True:
-                data = await bad.receive_some(65536)
-                if not data:
-                    break
-                reader.feed(data)
-                got += [p.decode(x, 5) for x in reader.packets()]
+        got = await until_closed(bad, [])
         assert [(type(x), x.code) for x in got] == [(p.ConnAck, p.PROTOCOL_ERROR)]
         ok = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
         await ok.send_all(p.encode(p.Connect("fine", keepalive=60)))
@@ -183,12 +176,8 @@ async def test_a_steady_stream_whose_reads_end_mid_packet_is_not_cut_by_the_fram
 ):
     """The frame deadline is for one packet: a client whose every read ends inside a packet,
     but which completes one after another, is not cut (the watchdog counts whole packets)."""
-    topology = topology_on_free_ports(ONE_MQTT)
     async with trio.open_nursery() as nursery:
-        server = BrokerServer(topology, "b1", data_dir=tmp_path / "b1")
-        server.frame_deadline = 0.5
-        await nursery.start(server.run)
-        spec = topology.brokers["b1"]
+        spec = await one_broker(nursery, tmp_path, frame_deadline=0.5)
         stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
         await stream.send_all(p.encode(p.Connect("steady", keepalive=60)))
         assert await packets(stream, 1) == [p.ConnAck(p.ACCEPTED, False)]
