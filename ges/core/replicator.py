@@ -67,6 +67,9 @@ class Live:
     #: the broker its client is at, and since when it is there (or disconnected)
     at: str = ""
     since: float = 0.0
+    #: when a broker its client connects at last looked it up (its expiry counts from then
+    #: too: the client is on its way back)
+    looked: float = 0.0
     #: where its client was last connected (for the line a move logs)
     last_at: str = ""
     #: the last epoch sent to the follower, and what is in flight beyond the acknowledgement:
@@ -133,8 +136,7 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         for _, state in sorted(self.store.sessions().items()):
             live = self._add(state, now)
             live.held, live.last = self.store.held(state.key, state.acked)
-            if state.expiry:  # away since the restart at least
-                self._expiry_due = min(self._expiry_due, now + state.expiry)
+            self._expiry_due = min(self._expiry_due, now + self._outlives(state))  # away since
             enter = self._restore_handover(live, now)
             if enter is None:  # it was being taken here: forgotten (the source asks again)
                 out += self._end(live, now)
@@ -226,10 +228,13 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
 
     # -- requests ---------------------------------------------------------------------------
 
-    def find(self, name: str, now: float) -> m.SessionList:
+    def find(self, name: str, now: float, lookup: bool = False) -> m.SessionList:
+        """The session ``name`` if it is here; ``lookup``: a broker asks, for a client that
+        is connecting (its expiry counts from now)."""
         live = self.sessions.get(name)
-        if live is not None and live.follower is None and live.state.expiry:
-            self._away(live, now)  # (its client is connecting somewhere: it is back)
+        if live is not None and lookup and live.follower is None:
+            live.looked = now
+            self._expiry_due = min(self._expiry_due, now + self._outlives(live.state))
         return m.SessionList([] if live is None else [self._info(live, now)])
 
     def open(self, conn: int, msg: m.SessionOpen, now: float, wall: float = 0.0) -> list:
@@ -444,26 +449,33 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
     def _away(self, live: Live, now: float) -> None:
         """The session's client is away from now on (its expiry counts from now)."""
         live.since = now
-        if live.state.expiry:
-            self._expiry_due = min(self._expiry_due, now + live.state.expiry)
+        self._expiry_due = min(self._expiry_due, now + self._outlives(live.state))
+
+    def _outlives(self, state: SessionState) -> float:
+        """How long the session outlives its client's leaving (inf: for good): its own expiry,
+        else the topology's ``sessions.expire_after``."""
+        return state.expiry or self.topology.session_limits.expire_after
 
     def _expire(self, now: float) -> list:
-        """End the sessions whose client has been away longer than their expiry (an MQTT 5.0
-        client's Session Expiry Interval, §3.1.2.11.2); when the next one is due."""
+        """End the sessions whose client has been away longer than they outlive it (an MQTT 5.0
+        client's Session Expiry Interval, §3.1.2.11.2, else the topology's
+        ``sessions.expire_after``); when the next one is due."""
         out: list = []
         due = float("inf")
         for live in list(self.sessions.values()):
             state = live.state
-            if not state.expiry or live.follower is not None:
+            expiry = self._outlives(state)
+            if expiry == float("inf") or live.follower is not None:
                 continue
             if live.opening is not None or state.handover is not None or state.name in self._hands:
-                due = min(due, now + state.expiry)  # being opened or moved: it is not away
+                due = min(due, now + expiry)  # being opened or moved: it is not away
                 continue
-            if now - live.since < state.expiry:
-                due = min(due, live.since + state.expiry)
+            away = max(live.since, live.looked)
+            if now - away < expiry:
+                due = min(due, away + expiry)
                 continue
-            away = f"its client was away for longer than its expiry of {state.expiry:g} s"
-            out.append(Notice("info", f"durable session {state.name} ended: {away}"))
+            why = f"its client was away for longer than its expiry of {expiry:g} s"
+            out.append(Notice("info", f"durable session {state.name} ended: {why}"))
             out += self._end(live, now)
         self._expiry_due = due
         return out

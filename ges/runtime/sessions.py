@@ -128,7 +128,7 @@ class SessionDesk:
                 reason = f"broker {self.id} holds no durable sessions (it is not a replicator)"
                 return [ToClient(conn_id, m.Error(reason, req=msg.req))]
             if msg.action == "find":  # a broker looking for it, its owner, or an operator
-                found = replicator.find(msg.name, now)
+                found = replicator.find(msg.name, now, lookup=follower)
                 if not operator:
                     found.sessions[:] = [s for s in found.sessions if s.owner in ("", who)]
                 return [ToClient(conn_id, msgspec.structs.replace(found, req=msg.req))]

@@ -386,10 +386,11 @@ def _parse_session_limits(data, w: _Where) -> SessionLimits:
     raw = data.get("sessions")
     if raw is None:
         return SessionLimits()
-    if not isinstance(raw, Mapping) or not set(raw) <= {"max_events", "max_age", "handover_after"}:
+    keys = {"max_events", "max_age", "handover_after", "expire_after"}
+    if not isinstance(raw, Mapping) or not set(raw) <= keys:
         w.fail(
-            "'sessions' must be {max_events: N, max_age: AGE, handover_after: AGE or never}, "
-            f"got {raw!r}",
+            "'sessions' must be {max_events: N, max_age: AGE, handover_after: AGE or never, "
+            f"expire_after: AGE or never}}, got {raw!r}",
             data,
             "sessions",
         )
@@ -413,7 +414,16 @@ def _parse_session_limits(data, w: _Where) -> SessionLimits:
             raw,
             "handover_after",
         )
-    return SessionLimits(n, age, after)
+    gone = raw.get("expire_after", "never")
+    gone = float("inf") if gone == "never" else parse_duration(gone)
+    if gone is None:
+        w.fail(
+            "sessions.expire_after must be seconds over 0, like 1h or 30d, or never, "
+            f"got {raw['expire_after']!r}",
+            raw,
+            "expire_after",
+        )
+    return SessionLimits(n, age, after, gone)
 
 
 def _parse_link_costs(data, w: _Where) -> LinkCostMatrix:

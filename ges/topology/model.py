@@ -94,8 +94,9 @@ class Topology:
             out["link_costs"] = [list(row) for row in self.link_costs.rows]
         if self.session_limits != SessionLimits():
             sessions = attrs.asdict(self.session_limits)
-            if sessions["handover_after"] == float("inf"):
-                sessions["handover_after"] = "never"
+            for key in ("handover_after", "expire_after"):
+                if sessions[key] == float("inf"):
+                    sessions[key] = "never"
             out["sessions"] = sessions
         return out
 
@@ -182,6 +183,8 @@ class Topology:
         }
         if self.session_limits != SessionLimits():  # the same digest as before without it
             content["sessions"] = attrs.asdict(self.session_limits)
+            if content["sessions"]["expire_after"] == float("inf"):  # (as before it was there)
+                del content["sessions"]["expire_after"]
         text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -85,14 +85,18 @@ class SessionLimits:
     """The topology's ``sessions:``. How long a replicator keeps events for a durable session
     nobody takes them from: at most ``max_events`` held per session, none older than
     ``max_age`` seconds (a session may ask for less or more of either); beyond, the oldest go
-    and the session is told (a gap notice). And when a session follows its client to the
-    replicator of the unit it is in (``handover_after``)."""
+    and the session is told (a gap notice). How long a session whose client has gone is kept
+    (``expire_after``; one with an expiry of its own, an MQTT 5.0 client's Session Expiry
+    Interval, by that). And when a session follows its client to the replicator of the unit
+    it is in (``handover_after``)."""
 
     max_events: int = 1_000_000
     max_age: float = 7 * 24 * 3600.0
     #: seconds a session's client stays in the unit of another replicator before the session
     #: is handed over to that one (ges.core.handover; inf: never)
     handover_after: float = 10.0
+    #: seconds a session whose client has gone is kept before it is ended (inf: for good)
+    expire_after: float = float("inf")
 
 
 @attrs.frozen

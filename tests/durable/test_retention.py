@@ -3,8 +3,11 @@ went (a gap notice first in its stream); never a silent loss."""
 
 from __future__ import annotations
 
+import pytest
+
 from ges.core import BrokerCore
 from ges.core.readback import Replay
+from ges.errors import UserInputError
 from ges.runtime.session_store import SqliteSessionStore
 from ges.topology import Topology
 from ges.wire import messages as m
@@ -203,10 +206,42 @@ def test_a_lookup_of_a_session_by_a_broker_its_client_connects_at_counts_as_its_
     rig.rep.follower_closed(1, rig.now)
     left = rig.now
     rig.now = left + 9
-    assert [s.name for s in rig.rep.find("alice", rig.now).sessions] == ["alice"]
+    assert [s.name for s in rig.rep.find("alice", rig.now, lookup=True).sessions] == ["alice"]
     rig.now = left + 12
     rig.feed(rig.core.on_timer(rig.now))
     assert "alice" in rig.rep.sessions
     rig.now = left + 19.5
     rig.feed(rig.core.on_timer(rig.now))
     assert "alice" not in rig.rep.sessions
+
+
+def test_the_topologys_expire_after_ends_sessions_without_an_expiry_of_their_own():
+    """``sessions.expire_after``: how long a session whose client has gone is kept (what
+    bounds the sessions of clients that never come back); one with its own expiry (an MQTT
+    5.0 client's Session Expiry Interval) keeps that."""
+    rig = Rig({**SOLO, "sessions": {"expire_after": "1m"}})
+    rig.open(1)
+    rig.open(3, name="bob", owner="bob", expiry=600.0)
+    for conn in (1, 3):
+        rig.rep.follower_closed(conn, rig.now)
+    rig.now += 59
+    rig.feed(rig.core.on_timer(rig.now))
+    assert sorted(rig.rep.sessions) == ["alice", "bob"]
+    rig.now += 2
+    rig.feed(rig.core.on_timer(rig.now))
+    assert sorted(rig.rep.sessions) == ["bob"]
+    assert any("alice ended" in t and "expiry of 60 s" in t for t in rig.notices)
+
+
+@pytest.mark.parametrize("bad", ["soon", 0, -5, True])
+def test_expire_after_is_a_duration_or_never_and_a_bad_one_is_one_line(bad):
+    never = Topology.from_dict({**SOLO, "sessions": {"expire_after": "never"}}, source="<t>")
+    assert never.session_limits.expire_after == float("inf")
+    assert never.digest == Topology.from_dict(SOLO, source="<t>").digest  # the default
+    month = Topology.from_dict({**SOLO, "sessions": {"expire_after": "30d"}}, source="<t>")
+    assert month.session_limits.expire_after == 30 * 86400.0
+    again = Topology.from_dict(month.to_dict(), source="<again>")
+    assert again.session_limits == month.session_limits and again.digest == month.digest
+    with pytest.raises(UserInputError) as e:
+        Topology.from_dict({**SOLO, "sessions": {"expire_after": bad}}, source="<t>")
+    assert "sessions.expire_after must be" in str(e.value) and "\n" not in str(e.value)
