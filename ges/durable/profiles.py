@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ges.matching.covering import analyse
 from ges.matching.model import (
     MAX_CONJUNCTIONS,
     MAX_PROFILE_WEIGHT,
@@ -37,7 +38,13 @@ def subs_problem(subs) -> str | None:
 
 
 def describe(conjunctions: list) -> str:
-    """A profile's conjunctions in one line (for ``ges clients``), as the CLI writes them."""
-    parts = [str(conjunction_from_wire(conj)) or "everything" for conj in conjunctions[:4]]
-    more = f" or … ({len(conjunctions) - 4} more)" if len(conjunctions) > 4 else ""
+    """A profile's conjunctions in one line (for ``ges clients``), as the CLI writes them;
+    those that match no event are left out ("nothing" if that is all of them: a persistent
+    MQTT session with no filters)."""
+    conjs = [conjunction_from_wire(conj) for conj in conjunctions]
+    conjs = [conj for conj in conjs if analyse(conj).members is not None]
+    if not conjs:
+        return "nothing"
+    parts = [str(conj) or "everything" for conj in conjs[:4]]
+    more = f" or … ({len(conjs) - 4} more)" if len(conjs) > 4 else ""
     return " or ".join(parts) + more

@@ -645,3 +645,13 @@ def test_a_sessions_qos2_identifiers_are_kept_for_whichever_connection_opens_it_
         {8},
         {-3, 5},
     )
+
+
+def test_a_profile_that_matches_nothing_is_listed_as_nothing():
+    """A persistent MQTT session with no filters holds a subscription that matches no event:
+    ``ges clients`` says so, not its two contradicting constraints."""
+    rig = Rig()
+    nothing = [[m.Constraint("@topic", "eq", ""), m.Constraint("@topic", "ne", "")]]
+    rig.open(1, subs=(m.SessionSub(9, "mqtt-none", nothing),))
+    (info,) = rig.rep.find("alice", rig.now).sessions
+    assert info.subs == [(9, "mqtt-none", "nothing")]
