@@ -405,25 +405,18 @@ def _parse_session_limits(data, w: _Where) -> SessionLimits:
             raw,
             "max_age",
         )
-    after = raw.get("handover_after", limits.handover_after)
-    after = float("inf") if after == "never" else parse_duration(after)
-    if after is None:
-        w.fail(
-            "sessions.handover_after must be seconds, like 30s or 15m, or never, "
-            f"got {raw['handover_after']!r}",
-            raw,
-            "handover_after",
-        )
-    gone = raw.get("expire_after", "never")
-    gone = float("inf") if gone == "never" else parse_duration(gone)
-    if gone is None:
-        w.fail(
-            "sessions.expire_after must be seconds over 0, like 1h or 30d, or never, "
-            f"got {raw['expire_after']!r}",
-            raw,
-            "expire_after",
-        )
+    after = _duration_or_never(raw, "handover_after", limits.handover_after, "like 30s or 15m", w)
+    gone = _duration_or_never(raw, "expire_after", "never", "over 0, like 1h or 30d", w)
     return SessionLimits(n, age, after, gone)
+
+
+def _duration_or_never(raw, key: str, default, like: str, w: _Where) -> float:
+    """``sessions.KEY``: seconds, a duration, or ``never`` (inf)."""
+    value = raw.get(key, default)
+    seconds = float("inf") if value == "never" else parse_duration(value)
+    if seconds is None:
+        w.fail(f"sessions.{key} must be seconds, {like}, or never, got {raw[key]!r}", raw, key)
+    return seconds
 
 
 def _parse_link_costs(data, w: _Where) -> LinkCostMatrix:
