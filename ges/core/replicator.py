@@ -114,7 +114,7 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         self._restoring_of: dict[int, set[int]] = {}
         self._restore_by = float("inf")
         self._retention_due = 0.0
-        #: when the first detached session with an expiry is due to end (inf: none)
+        #: when the first session whose client is away is due to end (inf: none is)
         self._expiry_due = float("inf")
         self._live: set[str] = set()
         self._replays: dict[str, Replay] = {}
@@ -136,7 +136,7 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         for _, state in sorted(self.store.sessions().items()):
             live = self._add(state, now)
             live.held, live.last = self.store.held(state.key, state.acked)
-            self._expiry_due = min(self._expiry_due, now + self._outlives(state))  # away since
+            self._expiry_due = min(self._expiry_due, now + self._outlives(state))  # (restarted)
             enter = self._restore_handover(live, now)
             if enter is None:  # it was being taken here: forgotten (the source asks again)
                 out += self._end(live, now)
@@ -309,6 +309,9 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         if msg.expiry is not None and msg.expiry != live.state.expiry:
             live.state.expiry = msg.expiry
             self.store.save_session(live.state)
+            if live.follower is None:  # (an open that fails leaves it away, by this expiry)
+                away = max(live.since, live.looked)
+                self._expiry_due = min(self._expiry_due, away + self._outlives(live.state))
         if msg.subs is not None:
             subs = {s.sub_id: (s.profile_id, s.conjunctions) for s in msg.subs}
             out += self._subscribe(live, subs, live.state.subs, waiting)
@@ -452,9 +455,11 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         self._expiry_due = min(self._expiry_due, now + self._outlives(live.state))
 
     def _outlives(self, state: SessionState) -> float:
-        """How long the session outlives its client's leaving (inf: for good): its own expiry,
-        else the topology's ``sessions.expire_after``."""
-        return state.expiry or self.topology.session_limits.expire_after
+        """How long the session outlives its client's leaving (inf: for good): its own expiry
+        (an MQTT 5.0 client's Session Expiry Interval), at most the topology's
+        ``sessions.expire_after``."""
+        bound = self.topology.session_limits.expire_after
+        return min(state.expiry, bound) if state.expiry > 0 else bound
 
     def _expire(self, now: float) -> list:
         """End the sessions whose client has been away longer than they outlive it (an MQTT 5.0
@@ -474,7 +479,7 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
             if now - away < expiry:
                 due = min(due, away + expiry)
                 continue
-            why = f"its client was away for longer than its expiry of {expiry:g} s"
+            why = f"its client was away for longer than its expiry of {expiry:,.0f} s"
             out.append(Notice("info", f"durable session {state.name} ended: {why}"))
             out += self._end(live, now)
         self._expiry_due = due

@@ -41,10 +41,11 @@ def describe(conjunctions: list) -> str:
     """A profile's conjunctions in one line (for ``ges clients``), as the CLI writes them;
     those that match no event are left out ("nothing" if that is all of them: a persistent
     MQTT session with no filters)."""
-    conjs = [conjunction_from_wire(conj) for conj in conjunctions]
-    conjs = [conj for conj in conjs if analyse(conj).members is not None]
-    if not conjs:
-        return "nothing"
-    parts = [str(conj) or "everything" for conj in conjs[:4]]
-    more = f" or … ({len(conjs) - 4} more)" if len(conjs) > 4 else ""
+    head = [conjunction_from_wire(conj) for conj in conjunctions[:8]]  # (a line: no more)
+    shown = [conj for conj in head if analyse(conj).members is not None]
+    rest = len(conjunctions) - len(head) + max(0, len(shown) - 4)
+    if not shown:
+        return f"… ({rest} more)" if rest else "nothing"
+    parts = [str(conj) or "everything" for conj in shown[:4]]
+    more = f" or … ({rest} more)" if rest else ""
     return " or ".join(parts) + more

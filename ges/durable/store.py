@@ -59,8 +59,9 @@ class SessionState:
     #: the epochs of QoS 2 deliveries its MQTT client acknowledged (PUBREC) whose PUBCOMP has
     #: not come: a broker it reconnects at sends PUBREL for them, not the messages again
     rel: set[int] = attrs.Factory(set)
-    #: seconds it outlives its client's leaving (0: for good, until ended; retention lets go of
-    #: its oldest events, never of it): an MQTT 5.0 client's Session Expiry Interval
+    #: seconds it outlives its client's leaving (0: as the topology's ``sessions.expire_after``
+    #: says, which also bounds it; retention lets go of its oldest events, never of it): an
+    #: MQTT 5.0 client's Session Expiry Interval
     expiry: float = 0.0
 
     def copy(self) -> SessionState:

@@ -85,6 +85,7 @@ class MqttSession(Moving, Delivering):
         max_filters: int = MAX_FILTERS,
         max_inflight: int = MAX_INFLIGHT,
         assigned: str = "",
+        max_expiry: float = float("inf"),
     ):
         self.connect = connect
         self.level = connect.level
@@ -136,13 +137,20 @@ class MqttSession(Moving, Delivering):
         #: the CONNACK is sent (a persistent session's once the replicator has answered)
         self.connected = False
         #: 5.0: a Session Expiry Interval over 0 is a persistent session, which outlives the
-        #: connection by that many seconds (``expiry``; 0: for good — 3.1.1, and 5.0's
-        #: 0xFFFFFFFF — until ended); Clean Start discards the old one first
+        #: connection by that many seconds, at most ``max_expiry`` (the topology's
+        #: ``sessions.expire_after``; the CONNACK says so when it is less, §3.2.2.3.2):
+        #: ``expiry``, 0 for as the topology says (3.1.1, and 5.0's 0xFFFFFFFF when it says
+        #: never). Clean Start discards the old one first
         self.expiry = 0
+        self._granted: int | None = None
         if self.v5:
             interval = p.prop(connect.props, p.SESSION_EXPIRY, 0)
             self.persistent = interval > 0
-            self.expiry = 0 if interval == p.MAX_U32 else interval  # (that is "never")
+            wanted = float("inf") if interval == p.MAX_U32 else interval
+            granted = min(wanted, max_expiry)
+            self.expiry = 0 if granted == float("inf") else granted
+            if self.persistent and granted != wanted:
+                self._granted = max(1, int(granted))
             self._discard = connect.clean_session and bool(connect.client_id) and not assigned
         else:
             self.persistent = not connect.clean_session
@@ -605,7 +613,7 @@ class MqttSession(Moving, Delivering):
         self._pending.append(self._open(None, fallback=self._session_subs()))
 
     def _connected(self, present: bool) -> None:
-        props = v5.connack_props(self.max_packet, self.assigned) if self.v5 else ()
+        props = v5.connack_props(self.max_packet, self.assigned, self._granted) if self.v5 else ()
         self._send(p.ConnAck(p.ACCEPTED, present, props))
         self.connected = True
 

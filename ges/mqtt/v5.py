@@ -101,8 +101,9 @@ def props_of(attributes: dict) -> tuple:
 _FITS = 65535 // 4
 
 
-def connack_props(max_packet: int, assigned: str) -> tuple:
-    """What this server says of itself in a CONNACK (and the client id it gave, if it did)."""
+def connack_props(max_packet: int, assigned: str, expiry: int | None = None) -> tuple:
+    """What this server says of itself in a CONNACK (and the client id it gave, if it did, and
+    the Session Expiry Interval it keeps the session for if not the client's, §3.2.2.3.2)."""
     props = [
         (p.MAXIMUM_PACKET_SIZE, max_packet),
         (p.SUBSCRIPTION_IDS_AVAILABLE, 0),
@@ -110,6 +111,8 @@ def connack_props(max_packet: int, assigned: str) -> tuple:
     ]
     if assigned:
         props.append((p.ASSIGNED_CLIENT_ID, assigned))
+    if expiry is not None:
+        props.append((p.SESSION_EXPIRY, expiry))
     return tuple(props)
 
 

@@ -206,7 +206,12 @@ class MqttListener:
         if old is not None:  # §3.1.4: the new connection takes over
             server.log.info("MQTT client %s connected again: closing its old connection", client_id)
             old.close_after(b"", "taken over by a new connection with the same client id", 1.0)
-        session = MqttSession(connect, max_packet=MAX_PACKET, assigned=assigned)
+        session = MqttSession(
+            connect,
+            max_packet=MAX_PACKET,
+            assigned=assigned,
+            max_expiry=server.topology.session_limits.expire_after,
+        )
         reader.version = connect.level
         session.reader = reader
         if session.v5:  # the token on what it publishes (No Local)

@@ -406,7 +406,7 @@ def _parse_session_limits(data, w: _Where) -> SessionLimits:
             "max_age",
         )
     after = _duration_or_never(raw, "handover_after", limits.handover_after, "like 30s or 15m", w)
-    gone = _duration_or_never(raw, "expire_after", "never", "over 0, like 1h or 30d", w)
+    gone = _duration_or_never(raw, "expire_after", "never", "like 1h or 30d", w)
     return SessionLimits(n, age, after, gone)
 
 

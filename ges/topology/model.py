@@ -94,9 +94,10 @@ class Topology:
             out["link_costs"] = [list(row) for row in self.link_costs.rows]
         if self.session_limits != SessionLimits():
             sessions = attrs.asdict(self.session_limits)
-            for key in ("handover_after", "expire_after"):
-                if sessions[key] == float("inf"):
-                    sessions[key] = "never"
+            if sessions["handover_after"] == float("inf"):
+                sessions["handover_after"] = "never"
+            if sessions["expire_after"] == float("inf"):  # (the default: as before it was there)
+                del sessions["expire_after"]
             out["sessions"] = sessions
         return out
 

@@ -621,8 +621,9 @@ class SessionOpen(_Msg):
     #: plain subscribe would have), or why its client may not have them (its broker checks)
     fallback: list[SessionSub] | None = None
     fallback_refused: str = ""
-    #: how long it outlives its client's leaving, in seconds, from now on (0: for good, until
-    #: ended; None: as it was) — an MQTT 5.0 client's Session Expiry Interval
+    #: how long it outlives its client's leaving, in seconds, from now on (0: as the topology's
+    #: ``sessions.expire_after`` says; None: as it was) — an MQTT 5.0 client's Session Expiry
+    #: Interval
     expiry: float | None = None
 
 

@@ -217,19 +217,23 @@ def test_a_lookup_of_a_session_by_a_broker_its_client_connects_at_counts_as_its_
 
 def test_the_topologys_expire_after_ends_sessions_without_an_expiry_of_their_own():
     """``sessions.expire_after``: how long a session whose client has gone is kept (what
-    bounds the sessions of clients that never come back); one with its own expiry (an MQTT
-    5.0 client's Session Expiry Interval) keeps that."""
+    bounds the sessions of clients that never come back); one with a shorter expiry of its
+    own (an MQTT 5.0 client's Session Expiry Interval) keeps that, a longer one is bounded."""
     rig = Rig({**SOLO, "sessions": {"expire_after": "1m"}})
     rig.open(1)
-    rig.open(3, name="bob", owner="bob", expiry=600.0)
-    for conn in (1, 3):
+    rig.open(3, name="bob", owner="bob", expiry=30.0)
+    rig.open(4, name="carol", owner="carol", expiry=600.0)
+    for conn in (1, 3, 4):
         rig.rep.follower_closed(conn, rig.now)
-    rig.now += 59
+    rig.now += 31
     rig.feed(rig.core.on_timer(rig.now))
-    assert sorted(rig.rep.sessions) == ["alice", "bob"]
+    assert sorted(rig.rep.sessions) == ["alice", "carol"]
+    rig.now += 28
+    rig.feed(rig.core.on_timer(rig.now))
+    assert sorted(rig.rep.sessions) == ["alice", "carol"]
     rig.now += 2
     rig.feed(rig.core.on_timer(rig.now))
-    assert sorted(rig.rep.sessions) == ["bob"]
+    assert sorted(rig.rep.sessions) == []
     assert any("alice ended" in t and "expiry of 60 s" in t for t in rig.notices)
 
 
@@ -242,6 +246,8 @@ def test_expire_after_is_a_duration_or_never_and_a_bad_one_is_one_line(bad):
     assert month.session_limits.expire_after == 30 * 86400.0
     again = Topology.from_dict(month.to_dict(), source="<again>")
     assert again.session_limits == month.session_limits and again.digest == month.digest
+    other = Topology.from_dict({**SOLO, "sessions": {"max_events": 5}}, source="<t>")
+    assert "expire_after" not in other.to_dict()["sessions"]  # (the default: as before)
     with pytest.raises(UserInputError) as e:
         Topology.from_dict({**SOLO, "sessions": {"expire_after": bad}}, source="<t>")
     assert "sessions.expire_after must be" in str(e.value) and "\n" not in str(e.value)

@@ -738,7 +738,20 @@ def test_mqtt5_session_expiry_makes_a_persistent_session_and_clean_start_discard
     (resume,) = again.start()  # resumed, no discard
     assert type(resume) is m.SessionOpen and resume.expiry == 0  # never: retention only
     (old,) = MqttSession(p.Connect("car", False)).start()
-    assert old.expiry == 0  # 3.1.1 has no expiry
+    assert old.expiry == 0  # 3.1.1 has no expiry: the topology's sessions.expire_after
+
+
+def test_mqtt5_a_session_expiry_over_the_topologys_bound_is_bounded_and_the_connack_says_so():
+    """§3.2.2.3.2: the server may keep the session for less than the client asked (the
+    topology's ``sessions.expire_after``), and then says how long in its CONNACK."""
+    for asked, kept, said in ((0xFFFFFFFF, 3600, 3600), (7200, 3600, 3600), (60, 60, None)):
+        connect = p.Connect("car", False, 30, level=5, props=((p.SESSION_EXPIRY, asked),))
+        s = MqttSession(connect, max_expiry=3600.0)
+        (opening,) = s.start()
+        assert opening.expiry == kept
+        s.from_broker(m.SessionOpened("mqtt.car", "b1", "s", True, 0, 0, [], opening.req))
+        (ack,) = packets5(s)
+        assert p.prop(ack.props, p.SESSION_EXPIRY) == said, asked
     neither = MqttSession(p.Connect("", False, 30, level=5))
     assert neither.start() == [] and neither.connected  # no expiry, no clean start: at once
 
