@@ -354,21 +354,17 @@ class MqttConnection(Connection):
 
     async def _read_packets(self):
         session = self.session
-        reader = session.reader
         async with contextlib.aclosing(self.read_chunks()) as chunks:
             async for data in chunks:
-                msgs = session.receive_data(data, time.time_ns())
-                self._frames_in = reader.taken
-                self._flush_session()
-                if msgs:
-                    yield msgs
-                while session.more and session.closed is None:  # a read of many small packets
-                    await trio.lowlevel.checkpoint()
-                    msgs = session.receive_data(b"", time.time_ns())
-                    self._frames_in = reader.taken
+                while True:
+                    msgs = session.receive_data(data, time.time_ns())
                     self._flush_session()
                     if msgs:
                         yield msgs
+                    if not session.more or session.closed is not None:
+                        break
+                    await trio.lowlevel.checkpoint()  # a read of many small packets: in turns
+                    data = b""
                 if session.closed is not None:
                     break
         if self.close_reason is not None and session.closed is None:

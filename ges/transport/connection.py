@@ -124,7 +124,7 @@ class Watchdog:
             buffered = conn.decoder.buffered
             # the frame in progress, else the reads: a change since the last check restarts
             # the count (the bytes of one frame trickling in do not)
-            key = conn._frames_in if buffered else conn._reads
+            key = conn.decoder.taken if buffered else conn._reads
             if seen[0] != key or seen[1] != bool(buffered):
                 seen[0], seen[1], seen[2] = key, bool(buffered), now
                 continue
@@ -194,7 +194,6 @@ class Connection:
         self.watchdog = watchdog if self._fd is not None else None
         self._reading = False  # waiting for the peer (the watchdog's deadlines run)
         self._reads = 0  # reads that brought bytes
-        self._frames_in = 0  # frames read whole
         self._expired: Exception | str | None = None
 
     def _write_now(self, data: bytes) -> bytes | None:
@@ -366,7 +365,6 @@ class Connection:
                 decoder.feed(data)
                 bodies = decoder.frames()
                 if bodies:
-                    self._frames_in += len(bodies)
                     yield [decode(body) for body in bodies]
 
     async def read_chunks(self):
@@ -435,8 +433,8 @@ class Connection:
             wait = self.idle_deadline if not decoder.buffered else None
             if decoder.buffered:
                 now = trio.current_time()
-                if started is None or whole != self._frames_in:
-                    started, whole = now, self._frames_in
+                if started is None or whole != decoder.taken:
+                    started, whole = now, decoder.taken
                 wait = max(0.0, started + self.frame_deadline - now)
             else:
                 started = None

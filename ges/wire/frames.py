@@ -47,6 +47,8 @@ class FrameDecoder:
         self.version = version
         self._buf = bytearray()
         self._pos = 0
+        #: frames taken whole so far
+        self.taken = 0
 
     def feed(self, data: bytes) -> None:
         if self._pos and self._pos == len(self._buf):
@@ -78,6 +80,7 @@ class FrameDecoder:
             del buf[:pos]
             pos = 0
         self._pos = pos
+        self.taken += len(out)
         return out
 
     @property
