@@ -159,13 +159,12 @@ class Delivering:
         whose Message Expiry Interval has passed is not sent (5.0 §3.3.2.3.3), one that goes
         carries what is left of it."""
         if expires:
-            left = expires - self.now_ns
-            begun = epoch is not None and epoch <= self._started_to  # (a delivery goes again)
-            if left <= 0 and not begun:
+            if self._expired(epoch, expires):
                 if epoch is not None:
                     self._done(epoch)
                 return
             if self.v5:
+                left = expires - self.now_ns
                 props = (*props, (p.MESSAGE_EXPIRY, max(1, -(-left // 1_000_000_000))))
         self.delivered += 1
         pid = 0
@@ -187,16 +186,16 @@ class Delivering:
     def _send_waiting(self) -> None:
         waiting = self._waiting
         while waiting and (
-            not waiting[0][2] or self._room(waiting[0][6]) or self._expired(waiting[0])
+            not waiting[0][2] or self._room(waiting[0][6]) or self._expired(*waiting[0][6:])
         ):
             delivery = waiting.popleft()
             self.waiting_bytes -= len(delivery[1]) + len(delivery[0]) + WAITING_OVERHEAD
             self._send_one(*delivery)
 
-    def _expired(self, delivery: tuple) -> bool:
-        """A waiting delivery whose Message Expiry Interval is over and that had not begun:
-        it leaves the queue without waiting for room (it is not sent)."""
-        epoch, expires = delivery[6], delivery[7]
+    def _expired(self, epoch: int | None, expires: int) -> bool:
+        """The delivery's Message Expiry Interval is over and it had not begun (one streamed
+        to the client before it left goes again): it is not sent, and one waiting leaves the
+        queue without waiting for room."""
         begun = epoch is not None and epoch <= self._started_to
         return 0 < expires <= self.now_ns and not begun
 
