@@ -136,7 +136,7 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         for _, state in sorted(self.store.sessions().items()):
             live = self._add(state, now)
             live.held, live.last = self.store.held(state.key, state.acked)
-            self._expiry_due = min(self._expiry_due, now + self._outlives(state))  # (restarted)
+            self._away(live, now)  # (restarted: its client is away from now at least)
             enter = self._restore_handover(live, now)
             if enter is None:  # it was being taken here: forgotten (the source asks again)
                 out += self._end(live, now)
@@ -234,7 +234,7 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         live = self.sessions.get(name)
         if live is not None and lookup and live.follower is None:
             live.looked = now
-            self._expiry_due = min(self._expiry_due, now + self._outlives(live.state))
+            self._arm(live)
         return m.SessionList([] if live is None else [self._info(live, now)])
 
     def open(self, conn: int, msg: m.SessionOpen, now: float, wall: float = 0.0) -> list:
@@ -310,8 +310,7 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
             live.state.expiry = msg.expiry
             self.store.save_session(live.state)
             if live.follower is None:  # (an open that fails leaves it away, by this expiry)
-                away = max(live.since, live.looked)
-                self._expiry_due = min(self._expiry_due, away + self._outlives(live.state))
+                self._arm(live)
         if msg.subs is not None:
             subs = {s.sub_id: (s.profile_id, s.conjunctions) for s in msg.subs}
             out += self._subscribe(live, subs, live.state.subs, waiting)
@@ -452,7 +451,12 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
     def _away(self, live: Live, now: float) -> None:
         """The session's client is away from now on (its expiry counts from now)."""
         live.since = now
-        self._expiry_due = min(self._expiry_due, now + self._outlives(live.state))
+        self._arm(live)
+
+    def _arm(self, live: Live) -> None:
+        """The end of the away session by its expiry, among those due (``_expire``)."""
+        away = max(live.since, live.looked)
+        self._expiry_due = min(self._expiry_due, away + self._outlives(live.state))
 
     def _outlives(self, state: SessionState) -> float:
         """How long the session outlives its client's leaving (inf: for good): its own expiry
