@@ -282,15 +282,16 @@ class Grant:
                 conj = conjunction_from_wire(items)
             except ValueError:
                 return None  # not a valid profile: the broker says so itself
+            if not allowed.nothing and allowed.covers(conj):
+                continue
             if analyse(conj).members is None:
                 continue  # matches nothing, so reveals nothing (an MQTT session's placeholder)
             if allowed.nothing:
                 return f"{self._holder} may not subscribe"
-            if not allowed.covers(conj):
-                return (
-                    f"{self._holder} may not subscribe to {conj} "
-                    f"(conjunction {i + 1}): its roles allow only ({allowed})"
-                )
+            return (
+                f"{self._holder} may not subscribe to {conj} "
+                f"(conjunction {i + 1}): its roles allow only ({allowed})"
+            )
         return None
 
     def operator_refusal(self, action: str) -> str | None:
