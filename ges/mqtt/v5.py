@@ -13,11 +13,11 @@ typed values as text: ``true``, ``3``, ``2.5``), so MQTT 5.0 subscribers see wha
 publishers attach. ``@origin`` names the connection that published (No Local, §3.8.3.1).
 
 A Message Expiry Interval travels as ``@expiry`` (seconds from the publish: the event's
-``published_at``, which the broker that took the PUBLISH stamped): a delivery whose interval has passed by
-the time it would be written is not sent — live, stored for a persistent session, waiting for
-room in the client's window, or retained — and one that goes carries what is left of it
-(§3.3.2.3.3), rounded up to whole seconds. A will's properties are its event's as a
-PUBLISH's are.
+``published_at``, which the broker that took the PUBLISH stamped): a delivery whose interval
+has passed by the time it would be written is not sent — live, stored for a persistent
+session, waiting for room in the client's window, or retained — and one that goes carries
+what is left of it (§3.3.2.3.3), rounded up to whole seconds. A will's properties are its
+event's as a PUBLISH's are.
 
 This server takes no Topic Alias (Topic Alias Maximum 0) and offers no Subscription
 Identifiers and no Shared Subscriptions (both said in its CONNACK): a client that uses what

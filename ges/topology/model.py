@@ -74,6 +74,14 @@ class Topology:
         """Validate a plain mapping of the YAML form (no line numbers in errors)."""
         return _loader.build(data, cls, source=source, lines=None)
 
+    def _session_limits(self) -> dict:
+        """``sessions:`` as a dict, ``expire_after`` left out at its default (never): a
+        topology that does not set it reads and hashes as before it was there."""
+        sessions = attrs.asdict(self.session_limits)
+        if sessions["expire_after"] == float("inf"):
+            del sessions["expire_after"]
+        return sessions
+
     def to_dict(self) -> dict:
         """The YAML form of this topology; ``from_dict(t.to_dict()) == t``."""
         out: dict = {"name": self.name, "block_limit": self.block_limit, "brokers": {}}
@@ -93,11 +101,9 @@ class Topology:
         if self.link_costs.rows:
             out["link_costs"] = [list(row) for row in self.link_costs.rows]
         if self.session_limits != SessionLimits():
-            sessions = attrs.asdict(self.session_limits)
+            sessions = self._session_limits()
             if sessions["handover_after"] == float("inf"):
                 sessions["handover_after"] = "never"
-            if sessions["expire_after"] == float("inf"):  # (the default: as before it was there)
-                del sessions["expire_after"]
             out["sessions"] = sessions
         return out
 
@@ -183,9 +189,7 @@ class Topology:
             "replicators": sorted([list(r.unit), r.broker] for r in self.replicators),
         }
         if self.session_limits != SessionLimits():  # the same digest as before without it
-            content["sessions"] = attrs.asdict(self.session_limits)
-            if content["sessions"]["expire_after"] == float("inf"):  # (as before it was there)
-                del content["sessions"]["expire_after"]
+            content["sessions"] = self._session_limits()
         text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
