@@ -32,6 +32,7 @@ import attrs
 import msgspec
 
 from ges.core.handover import HandOver
+from ges.core.lifetime import RETENTION_EVERY, Lifetime
 from ges.core.outputs import Notice, ToClient
 from ges.core.part import Part
 from ges.core.readback import REPLAY_RESEND, ReadBack, Replay
@@ -48,13 +49,9 @@ from ges.wire.messages import event_size
 WINDOW_BYTES = 1 << 20
 #: Durable sessions one replicator holds at most.
 MAX_SESSIONS = 10_000
-#: Seconds between two looks at the sessions' retention limits, and the events one look lets
-#: go of at most per session (the rest at the next).
-RETENTION_EVERY = 1.0
 #: Seconds a restarted replicator waits for its sessions' subscriptions to be complete (every
 #: keeper has them) before it reads the logs back anyway.
 RESTORE_WAIT = 60.0
-TRIM_CHUNK = 10_000
 
 
 @attrs.define(eq=False)
@@ -88,7 +85,7 @@ class Live:
     backoff: float = 0.0
 
 
-class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
+class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
     """The durable sessions of this broker's replicator (see the module docstring; reading back
     after a restart: ges.core.readback; handing a session over to another replicator:
     ges.core.handover and ges.core.taking; retained messages: ges.core.retaining)."""
@@ -448,47 +445,6 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         live.inflight_bytes = 0
         self._away(live, now)
 
-    def _away(self, live: Live, now: float) -> None:
-        """The session's client is away from now on (its expiry counts from now)."""
-        live.since = now
-        self._arm(live)
-
-    def _arm(self, live: Live) -> None:
-        """The end of the away session by its expiry, among those due (``_expire``)."""
-        away = max(live.since, live.looked)
-        self._expiry_due = min(self._expiry_due, away + self._outlives(live.state))
-
-    def _outlives(self, state: SessionState) -> float:
-        """How long the session outlives its client's leaving (inf: for good): its own expiry
-        (an MQTT 5.0 client's Session Expiry Interval), at most the topology's
-        ``sessions.expire_after``."""
-        bound = self.topology.session_limits.expire_after
-        return min(state.expiry, bound) if state.expiry > 0 else bound
-
-    def _expire(self, now: float) -> list:
-        """End the sessions whose client has been away longer than they outlive it (an MQTT 5.0
-        client's Session Expiry Interval, §3.1.2.11.2, else the topology's
-        ``sessions.expire_after``); when the next one is due."""
-        out: list = []
-        due = float("inf")
-        for live in list(self.sessions.values()):
-            state = live.state
-            expiry = self._outlives(state)
-            if expiry == float("inf") or live.follower is not None:
-                continue
-            if live.opening is not None or state.handover is not None or state.name in self._hands:
-                due = min(due, now + expiry)  # being opened or moved: it is not away
-                continue
-            away = max(live.since, live.looked)
-            if now - away < expiry:
-                due = min(due, away + expiry)
-                continue
-            why = f"its client was away for longer than its expiry of {expiry:,.0f} s"
-            out.append(Notice("info", f"durable session {state.name} ended: {why}"))
-            out += self._end(live, now)
-        self._expiry_due = due
-        return out
-
     def control(
         self, conn: int, msg: m.SessionControl, who: str, operator: bool, now: float
     ) -> list:
@@ -664,47 +620,6 @@ class Replicator(HandOver, Taking, ReadBack, Retaining, Part):
         """A store that commits at once (in memory) has committed what was just appended."""
         store = self.store
         return self.on_committed() if store.committed >= store.last else []
-
-    def _retention(self, now: float) -> list:
-        """Let go of the oldest events of sessions over their limits, a chunk at a time; the
-        client is told which ticks per pubend it may have missed (a gap notice first in its
-        stream)."""
-        out: list = []
-        limits = self.topology.session_limits
-        cut_by_age: dict[float, int] = {}
-        for live in self.sessions.values():
-            state = live.state
-            max_events = state.max_events or limits.max_events
-            max_age = state.max_age or limits.max_age
-            after = max(state.acked, state.trimmed)
-            cut = after
-            if live.held > max_events:
-                cut = self.store.nth(state.key, after, min(live.held - max_events, TRIM_CHUNK))
-                why = f"over the session's limit of {max_events:,} events held"
-            if max_age not in cut_by_age:
-                cut_by_age[max_age] = self.store.stored_before(max_age)
-            if cut_by_age[max_age] > cut:
-                cut = self.store.nth(state.key, after, TRIM_CHUNK)
-                cut = min(cut, cut_by_age[max_age])
-                why = f"older than the session's limit of {max_age:,.0f} s"
-            if cut <= after:
-                continue
-            unsent = max(after, live.sent if live.follower is not None else after)
-            for pubend, (lo, hi) in self.store.ticks(state.key, unsent, cut).items():
-                old = state.gaps.get(pubend)
-                state.gaps[pubend] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
-            gone = self.store.count(state.key, after, cut)
-            state.dropped += gone
-            live.held = max(0, live.held - gone)
-            state.trimmed = cut
-            state.gap_why = why
-            self.store.release(state.key, cut)
-            self.store.save_session(state)
-            out.append(
-                Notice("warning", f"durable session {state.name}: {gone:,} events let go, {why}")
-            )
-            out += self._pump(live)
-        return out
 
     def on_timer(self, now: float) -> list:
         """Replay requests with no answer go again; retention's look comes due, and the end
