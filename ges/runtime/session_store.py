@@ -4,8 +4,11 @@ Same footing as the pubend log (ges.runtime.pubend_log): WAL, ``synchronous=NORM
 commit. The core appends (in memory, at once); the broker's session task takes everything
 appended as one group and writes it in one transaction — on the event loop's thread when it is
 small (a write to the WAL, tens of µs), else from a worker thread — then tells the core, which
-streams it. Reads (a page of a session's events) run on the event loop's thread against a
-reader connection: at most :data:`~ges.durable.store.MAX_READ` rows by primary key.
+streams it. Reads (a page of a session's events) run on the event loop's thread: from memory
+when the session wants nothing older than the last :data:`RECENT_BYTES` appended
+(:class:`ges.durable.recent.Recent`: a client that keeps up is streamed without reading back
+what was just written), else against a reader connection, at most
+:data:`~ges.durable.store.MAX_READ` rows by primary key.
 
 Layout: ``events(epoch, pubend, item)`` holds each stored event once; ``wants(key, epoch,
 subs)`` says which sessions it is for (the persistent filtering subsystem's matching records);
@@ -22,6 +25,7 @@ from pathlib import Path
 
 import msgspec
 
+from ges.durable.recent import Recent
 from ges.durable.retained import Kept
 from ges.durable.store import MAX_READ, SessionState
 from ges.errors import OperationError
@@ -41,6 +45,11 @@ _decode_retention = msgspec.msgpack.Decoder(
 
 #: A group at most this large (bytes of events) is committed on the event loop's thread.
 INLINE_MAX_BYTES = 256 * 1024
+
+#: The events appended last are kept in memory too, this many bytes of them (encoded): four
+#: times a session's window (ges.core.replicator.WINDOW_BYTES), so a client that keeps up is
+#: read from memory even with its window full.
+RECENT_BYTES = 4 * 1024 * 1024
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -66,7 +75,7 @@ CREATE TABLE IF NOT EXISTS retained (
 class SqliteSessionStore:
     """:class:`ges.durable.store.SessionStore` in one SQLite file."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, recent_bytes: int = RECENT_BYTES):
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -90,6 +99,7 @@ class SqliteSessionStore:
             raise OperationError(f"session store {self.path}: {exc}") from None
         #: epochs are never reused, even once the events numbered by them are gone
         self._last = self._committed = max(last, floor)
+        self._recent = Recent(self._last, recent_bytes)
         self._pending_events: list[tuple] = []
         self._pending_wants: list[tuple] = []
         self._pending_bytes = 0
@@ -138,6 +148,7 @@ class SqliteSessionStore:
         self._saved += 1
         self._saves[state.name] = None
         self._releases[state.key] = -1  # everything
+        self._recent.forget(state.key)
 
     @property
     def last(self) -> int:
@@ -161,9 +172,12 @@ class SqliteSessionStore:
         self._pending_events.append((epoch, pubend, body, gap_to, why, item.tick, time.time()))
         self._pending_wants += [(key, epoch, _encode(subs)) for key, subs in wants]
         self._pending_bytes += len(body)
+        self._recent.add(epoch, pubend, item, wants, gap_to, why, len(body))
         return epoch
 
     def read(self, key: int, after: int, limit: int = MAX_READ, max_bytes: int = 1 << 20) -> list:
+        if self._recent.covers(key, after):
+            return self._recent.read(key, after, self._committed, limit, max_bytes)
         rows = self._query(
             "SELECT w.epoch, e.pubend, e.item, w.subs, e.gap_to, e.why"
             " FROM wants w JOIN events e ON e.epoch = w.epoch"
@@ -239,6 +253,7 @@ class SqliteSessionStore:
     def release(self, key: int, upto: int) -> None:
         if self._releases.get(key) != -1:
             self._releases[key] = max(upto, self._releases.get(key, 0))
+        self._recent.release(key, upto)
 
     # -- group commit (the broker's session task) ----------------------------------------------
 

@@ -1,6 +1,8 @@
 """The session store's contract, run against both stores: ges.durable.store.MemorySessionStore
 and ges.runtime.session_store.SqliteSessionStore (group commit: appends are read only once a
-group is written and committed, see :func:`commit`)."""
+group is written and committed, see :func:`commit`) — the latter three ways: with its cache of
+recent events at its default size, with one so small that it evicts all the time (reads then
+come from the file and from memory by turns), and with none (every read from the file)."""
 
 from __future__ import annotations
 
@@ -10,18 +12,22 @@ import pytest
 
 from ges.durable.retained import Kept
 from ges.durable.store import MemorySessionStore, SessionState
-from ges.runtime.session_store import SqliteSessionStore
+from ges.runtime.session_store import RECENT_BYTES, SqliteSessionStore
 from ges.wire import messages as m
 
 A, B = 1, 2  # two sessions' keys
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+#: recent_bytes of the SQLite stores under test: the default, two small events' worth, none
+RECENT = {"sqlite": RECENT_BYTES, "sqlite-small-cache": 40, "sqlite-no-cache": 0}
+
+
+@pytest.fixture(params=["memory", *RECENT])
 def store(request, tmp_path):
     if request.param == "memory":
         yield MemorySessionStore()
         return
-    s = SqliteSessionStore(tmp_path / "s.db")
+    s = SqliteSessionStore(tmp_path / "s.db", recent_bytes=RECENT[request.param])
     yield s
     s.close()
 

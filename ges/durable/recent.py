@@ -1,0 +1,124 @@
+"""The events a session store appended last, kept in memory too (bounded in bytes).
+
+A replicator streams a session from its store (seed 001 §4.2): what is appended is committed,
+then read back and sent. For a client that keeps up, the read-back is of what was written a
+moment ago; :class:`Recent` keeps those events, as the items a read returns, so the store reads
+them from memory and goes to its file only for what is older (a client catching up after time
+away, or one slower than the cache is long).
+
+The cache answers for a session only where it is sure to hold every event the session wants:
+after its *floor*, the newest epoch it let go of for that session (or, for a session it never
+let go of, the store's last epoch when the cache began). Older events are evicted first, once
+the events held are over ``limit`` bytes (their encoded size); what a session releases leaves
+at once.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import deque
+
+from ges.wire import messages as m
+from ges.wire.messages import event_size
+
+
+def _epoch(item: m.SessionItem) -> int:
+    return item.epoch
+
+
+class Recent:
+    """The last appended events of a store, per session key, at most ``limit`` bytes."""
+
+    def __init__(self, since: int, limit: int):
+        #: every event appended after this epoch went through :meth:`add`
+        self.since = since
+        self.limit = limit
+        #: the bytes of the events held (their encoded size, as given to :meth:`add`)
+        self.bytes = 0
+        self._order: deque[tuple[int, int, list[int]]] = deque()  # (epoch, bytes, keys)
+        self._items: dict[int, deque[m.SessionItem]] = {}
+        #: per key that lost an event to eviction: the newest epoch it lost
+        self._floor: dict[int, int] = {}
+
+    def add(
+        self,
+        epoch: int,
+        pubend: str,
+        item: m.EventItem,
+        wants: list[tuple[int, list[int]]],
+        gap_to: int,
+        why: str,
+        size: int,
+    ) -> None:
+        """The store appended ``item`` as ``epoch`` for ``wants`` ((key, subs) pairs)."""
+        if size > self.limit:  # never held: the sessions it is for read it from the file
+            self._lose(epoch, [key for key, _ in wants])
+            return
+        keys = []
+        for key, subs in wants:
+            held = self._items.get(key)
+            if held is None:
+                held = self._items[key] = deque()
+            held.append(m.SessionItem(epoch, pubend, item, subs, gap_to, why))
+            keys.append(key)
+        self._order.append((epoch, size, keys))
+        self.bytes += size
+        while self.bytes > self.limit:
+            old, old_size, old_keys = self._order.popleft()
+            self.bytes -= old_size
+            for key in old_keys:
+                held = self._items.get(key)
+                if held and held[0].epoch == old:
+                    held.popleft()
+                    if not held:
+                        del self._items[key]
+            self._lose(old, old_keys)
+
+    def _lose(self, epoch: int, keys: list[int]) -> None:
+        for key in keys:
+            if epoch > self._floor.get(key, self.since):
+                self._floor[key] = epoch
+
+    def covers(self, key: int, after: int) -> bool:
+        """Whether every event session ``key`` wants after ``after`` is held here."""
+        return after >= self._floor.get(key, self.since)
+
+    def read(self, key: int, after: int, upto: int, limit: int, max_bytes: int) -> list:
+        """As the store's read, from memory (only where :meth:`covers` says so): the session's
+        events after ``after`` and at most ``upto``, ``limit`` of them at most, stopping once
+        their events' sizes reach ``max_bytes``."""
+        held = self._items.get(key)
+        if not held:
+            return []
+        i = bisect_right(held, after, key=_epoch)
+        n = len(held)
+        out = []
+        size = 0
+        while i < n and len(out) < limit:
+            it = held[i]
+            if it.epoch > upto:
+                break
+            out.append(it)
+            size += event_size(it.item.event)
+            if size >= max_bytes:
+                break
+            i += 1
+        return out
+
+    def release(self, key: int, upto: int) -> None:
+        """Session ``key`` no longer wants what is at most ``upto`` (< 0: anything)."""
+        held = self._items.get(key)
+        if held is None:
+            return
+        if upto < 0:
+            del self._items[key]
+            return
+        while held and held[0].epoch <= upto:
+            held.popleft()
+        if not held:
+            del self._items[key]
+
+    def forget(self, key: int) -> None:
+        """Session ``key`` is gone: nothing of it is held or remembered."""
+        self._items.pop(key, None)
+        self._floor.pop(key, None)
