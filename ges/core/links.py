@@ -25,6 +25,8 @@ from ges.wire import messages as m
 
 #: Characters of a string a peer chose that a reason shows.
 SHOWN = 80
+#: ... and the most of a file path quoted (a path under a deep directory is longer)
+SHOWN_PATH = 240
 
 
 class Links:
@@ -61,7 +63,7 @@ class Links:
         # the network is its content, not its name: brokers always say which they run, and a
         # client that names one must run the same (an anonymous client names none)
         if (hello.digest or hello.role == "broker") and hello.digest != mine.digest:
-            yours = f"{_shown(hello.source or 'a file not named')} (digest {_shown(hello.digest[:16] or 'none')})"
+            yours = f"{_shown_path(hello.source or 'a file not named')} (digest {_shown(hello.digest[:16] or 'none')})"
             return m.Refuse(
                 f"not the same network: {self.id} runs {mine.name} from "
                 f"{_runs(mine.source, mine.short_digest)}, this connection {yours}"
@@ -163,6 +165,12 @@ def _runs(source: str, digest: str) -> str:
 def _shown(text: str) -> str:
     """A peer's string in a reason: quoted, and cut short."""
     return repr(text if len(text) <= SHOWN else text[: SHOWN - 1] + "…")
+
+
+def _shown_path(path: str) -> str:
+    """A peer's file path in a reason: quoted, and cut short from the front (its end names the
+    file)."""
+    return repr(path if len(path) <= SHOWN_PATH else "…" + path[1 - SHOWN_PATH :])
 
 
 def _to_wire(r: LinkReport) -> m.LinkState:

@@ -209,6 +209,20 @@ def test_a_hello_from_another_network_of_the_same_name_is_refused():
     assert type(make("b3").hello(hello_for(None, "client", "c"))) is m.Welcome
 
 
+def test_a_refusal_names_the_peers_file_by_its_end_however_deep():
+    """A path under a deep directory is quoted whole up to SHOWN_PATH characters, and beyond
+    that cut from the front: its end names the file."""
+    for length, whole in ((200, True), (1000, False)):
+        source = "/" + "d" * (length - len("/x/other.yaml")) + "/x/other.yaml"
+        other = Topology.from_dict(
+            {**TOPO.to_dict(), "links": TOPO.to_dict()["links"][:-1]}, source=source
+        )
+        got = make("b3").hello(hello_for(other, "broker", "b1"))
+        assert type(got) is m.Refuse and "x/other.yaml'" in got.reason
+        assert (source in got.reason) is whole
+        assert len(got.reason) < 500
+
+
 # -- publish and local delivery ------------------------------------------------------------------
 
 
