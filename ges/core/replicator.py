@@ -421,11 +421,22 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         self.store.release(live.state.key, epoch)
         self.store.save_session(live.state)
 
-    def leave(self, conn: int, name: str, now: float) -> None:
-        """The client of ``name`` left the broker that follows it on ``conn``."""
+    def leave(
+        self, conn: int, name: str, now: float, expiry: float | None = None, end: bool = False
+    ) -> list:
+        """The client of ``name`` left the broker that follows it on ``conn``; the session
+        outlives it by ``expiry`` from now on (None: as it did), or ends with ``end``."""
         live = self.sessions.get(name)
-        if live is not None and live.follower == conn:
-            self._detach(live, now)
+        if live is None or live.follower != conn:
+            return []
+        if end:
+            why = "its client left saying it ends (Session Expiry Interval 0)"
+            return [Notice("info", f"durable session {name} ended: {why}"), *self._end(live, now)]
+        if expiry is not None and expiry != live.state.expiry:
+            live.state.expiry = expiry
+            self.store.save_session(live.state)
+        self._detach(live, now)
+        return []
 
     def follower_closed(self, conn: int, now: float) -> None:
         """Connection ``conn`` ended: every session following it is disconnected."""

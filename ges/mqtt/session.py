@@ -142,6 +142,7 @@ class MqttSession(Moving, Delivering):
         #: ``expiry``, 0 for as the topology says (3.1.1, and 5.0's 0xFFFFFFFF when it says
         #: never). Clean Start discards the old one first
         self.expiry = 0
+        self._max_expiry = max_expiry
         self._granted: int | None = None
         if self.v5:
             interval = p.prop(connect.props, p.SESSION_EXPIRY, 0)
@@ -313,10 +314,34 @@ class MqttSession(Moving, Delivering):
         elif kind is p.PingReq:
             self._send(p.PingResp())
         elif kind is p.Disconnect:  # 5.0: only reason 0 discards the will (§3.14.4)
+            if self.v5:
+                self._leaving(pkt, out)
             will = self.v5 and pkt.reason != p.SUCCESS
             self.closed = "disconnected with its will" if will else "disconnected"
         else:  # CONNECT again, or what only a server sends
             raise Malformed(f"a {kind.__name__.upper()} from a client that is connected")
+
+    def _leaving(self, pkt: p.Disconnect, out: list) -> None:
+        """5.0: a DISCONNECT's Session Expiry Interval is the session's from now on, 0 ending it
+        as the connection closes (§3.14.2.2.2, at most the topology's bound as at CONNECT); one
+        over 0 when the CONNECT's was 0 is a protocol error, not a DISCONNECT (its will goes)."""
+        interval = p.prop(pkt.props, p.SESSION_EXPIRY)
+        if interval is None:
+            return
+        if not self.persistent:
+            if interval > 0:
+                raise Malformed(
+                    "a DISCONNECT's Session Expiry Interval over 0 after a CONNECT's 0",
+                    p.PROTOCOL_ERROR,
+                )
+            return
+        if interval == 0:
+            out.append(m.SessionLeave(self.name, end=True))
+            return
+        wanted = float("inf") if interval == p.MAX_U32 else interval
+        granted = min(wanted, self._max_expiry)
+        self.expiry = 0 if granted == float("inf") else granted
+        out.append(m.SessionLeave(self.name, expiry=float(self.expiry)))
 
     def _publish(self, pkt: p.Publish, wall_ns: int, out: list) -> None:
         if pkt.qos == 2:

@@ -13,7 +13,10 @@ says of its clients, as it trusts the events it routes). The replicator streams 
 events on it in epoch order, within a window the client's acknowledgements open, and this
 broker passes them to the client, and the acknowledgements back. When the client goes the
 replicator is told (``SessionLeave``): the session stays and goes on storing. When the follow
-connection fails every client it served is told to open its session again (``retry``).
+connection fails every client it served is told to open its session again (``retry``). A
+client may say how long its session outlives it, or that it ends, as it leaves (a
+``SessionLeave`` of its own: an MQTT 5.0 DISCONNECT's Session Expiry Interval); the
+replicator is told at once.
 
 A name lookup that cannot ask every replicator (one is unreachable) does not create the
 session elsewhere: the client is told to try again, or to present its token.
@@ -110,10 +113,14 @@ class SessionDesk:
             ):
                 self._send(follow, msg)
             return []
-        if kind is m.SessionLeave:  # a broker's client of this replicator's session went
-            if self.core.replicator is not None and self.server.is_follower(conn_id):
-                self.core.replicator.leave(conn_id, msg.name, now)
-            return []
+        if kind is m.SessionLeave:
+            if self.server.is_follower(conn_id):  # a broker's client of a session here went
+                if self.core.replicator is None:
+                    return []
+                return self.core.replicator.leave(conn_id, msg.name, now, msg.expiry, msg.end)
+            # a client leaving a session it holds here (an MQTT 5.0 DISCONNECT's expiry)
+            rep = self._held.get(conn_id, {}).pop(msg.name, None)
+            return [] if rep is None else self._leave(conn_id, rep, msg, now)
         if kind is m.RetainedAsk:
             return await self._retained(conn_id, msg)
         follower = self.server.is_follower(conn_id)
@@ -282,18 +289,23 @@ class SessionDesk:
             for req in [r for r, ask in follow.asks.items() if ask[0] == conn_id]:
                 del follow.asks[req]
         for name, rep in held.items():
-            if rep == self.id:
-                if self.core.replicator is not None:
-                    self.core.replicator.leave(conn_id, name, now)
-                continue
-            follow = self._follows.get(rep)
-            if follow is not None and follow.sessions.get(name) == conn_id:
-                del follow.sessions[name]
-                if follow.conn is not None:
-                    self._send(follow, m.SessionLeave(name))
+            out += self._leave(conn_id, rep, m.SessionLeave(name), now)
         if self.server.is_follower(conn_id) and self.core.replicator is not None:
             self.core.replicator.follower_closed(conn_id, now)
         return out
+
+    def _leave(self, conn_id: int, rep: str, leave: m.SessionLeave, now: float) -> list:
+        """Client ``conn_id`` leaves session ``leave.name``, which replicator ``rep`` holds."""
+        if rep == self.id:
+            if self.core.replicator is None:
+                return []
+            return self.core.replicator.leave(conn_id, leave.name, now, leave.expiry, leave.end)
+        follow = self._follows.get(rep)
+        if follow is not None and follow.sessions.get(leave.name) == conn_id:
+            del follow.sessions[leave.name]
+            if follow.conn is not None:
+                self._send(follow, leave)
+        return []
 
     # -- follow connections ---------------------------------------------------------------------
 

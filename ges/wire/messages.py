@@ -711,9 +711,13 @@ class SessionKept(_Msg):
 
 class SessionLeave(_Msg):
     """The client of session ``name`` left its broker (broker → replicator): the session stays,
-    and keeps what is published for it."""
+    and keeps what is published for it — as long as ``expiry`` says from now on (as
+    ``SessionOpen.expiry``; None: as it was), or not at all with ``end`` (an MQTT 5.0 client's
+    DISCONNECT with a Session Expiry Interval, §3.14.2.2.2; client → its broker first)."""
 
     name: str
+    expiry: float | None = None
+    end: bool = False
 
 
 class SessionClosed(_Msg):

@@ -197,6 +197,33 @@ def test_a_session_whose_client_stays_away_past_its_expiry_ends_and_one_back_in_
     assert sorted(rig.rep.sessions) == ["carol"]
 
 
+def test_a_client_leaving_with_an_expiry_sets_it_and_one_leaving_with_end_ends_the_session():
+    """An MQTT 5.0 DISCONNECT's Session Expiry Interval (``SessionLeave``): the session's
+    expiry from then on, kept by the store; 0 ends it as its client goes. Only the session's
+    follower is heard."""
+    rig = Rig()
+    rig.open(1, expiry=600.0)
+    rig.open(3, name="bob", owner="bob", expiry=600.0)
+    rig.open(4, name="carol", owner="carol", expiry=600.0)
+    assert rig.core.client_message(9, m.SessionLeave("alice", end=True), rig.now) == []
+    assert rig.rep.sessions["alice"].follower == 1  # not its follower: nothing
+    rig.feed(rig.core.client_message(1, m.SessionLeave("alice", expiry=5.0), rig.now))
+    rig.feed(rig.core.client_message(3, m.SessionLeave("bob", end=True), rig.now))
+    rig.feed(rig.core.client_message(4, m.SessionLeave("carol"), rig.now))  # as it was
+    assert sorted(rig.rep.sessions) == ["alice", "carol"]
+    assert any("bob ended" in t and "Session Expiry Interval 0" in t for t in rig.notices)
+    assert rig.rep.sessions["alice"].follower is None
+    assert rig.rep.sessions["alice"].state.expiry == 5.0
+    assert rig.rep.store.sessions()["alice"].expiry == 5.0
+    assert "bob" not in rig.rep.store.sessions()
+    rig.now += 5.5
+    rig.feed(rig.core.on_timer(rig.now))
+    assert sorted(rig.rep.sessions) == ["carol"]
+    rig.now += 600
+    rig.feed(rig.core.on_timer(rig.now))
+    assert sorted(rig.rep.sessions) == []
+
+
 def test_a_lookup_of_a_session_by_a_broker_its_client_connects_at_counts_as_its_client_back():
     """The broker a client reconnects at finds its session's replicator first (a lookup), then
     opens it: the expiry counts from the lookup, so the time the lookup takes is not held

@@ -756,6 +756,37 @@ def test_mqtt5_a_session_expiry_over_the_topologys_bound_is_bounded_and_the_conn
     assert neither.start() == [] and neither.connected  # no expiry, no clean start: at once
 
 
+def test_mqtt5_a_disconnects_session_expiry_is_the_sessions_from_then_on():
+    """§3.14.2.2.2: a DISCONNECT may change the Session Expiry Interval — bounded as at
+    CONNECT, 0 ending the session as the connection closes — but not from a CONNECT's 0."""
+    for said, leave in (
+        (30, m.SessionLeave("mqtt.car", expiry=30.0)),
+        (7200, m.SessionLeave("mqtt.car", expiry=3600.0)),  # the topology's bound
+        (0xFFFFFFFF, m.SessionLeave("mqtt.car", expiry=3600.0)),
+        (0, m.SessionLeave("mqtt.car", end=True)),
+        (None, None),  # no interval: as it was
+    ):
+        connect = p.Connect("car", False, 30, level=5, props=((p.SESSION_EXPIRY, 60),))
+        s = MqttSession(connect, max_expiry=3600.0)
+        (opening,) = s.start()
+        s.from_broker(m.SessionOpened("mqtt.car", "b1", "s", True, 0, 0, [], opening.req))
+        props = () if said is None else ((p.SESSION_EXPIRY, said),)
+        out = send5(s, p.Disconnect(p.SUCCESS, props))
+        assert out == ([] if leave is None else [leave]), said
+        assert s.closed == "disconnected"  # its will does not go
+    never = MqttSession(p.Connect("car", False, 30, level=5, props=((p.SESSION_EXPIRY, 60),)))
+    (opening,) = never.start()
+    never.from_broker(m.SessionOpened("mqtt.car", "b1", "s", True, 0, 0, [], opening.req))
+    (leave,) = send5(never, p.Disconnect(p.SUCCESS, ((p.SESSION_EXPIRY, 0xFFFFFFFF),)))
+    assert leave == m.SessionLeave("mqtt.car", expiry=0.0)  # as the topology says: never
+    clean = opened5()
+    assert send5(clean, p.Disconnect(p.SUCCESS, ((p.SESSION_EXPIRY, 0),))) == []
+    clean = opened5()
+    with pytest.raises(Malformed) as err:
+        send5(clean, p.Disconnect(p.SUCCESS, ((p.SESSION_EXPIRY, 10),)))
+    assert err.value.code == p.PROTOCOL_ERROR and clean.closed is None  # not a DISCONNECT
+
+
 def test_mqtt5_user_properties_are_attributes_both_ways():
     s = opened5()
     props = ((p.USER_PROPERTY, ("site", "north")), (p.USER_PROPERTY, ("bad name", "x")),

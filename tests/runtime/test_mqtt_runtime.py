@@ -190,3 +190,55 @@ async def test_a_steady_stream_whose_reads_end_mid_packet_is_not_cut_by_the_fram
         await stream.send_all(p.encode(p.PingReq()))
         assert await packets(stream, 1) == [p.PingResp()]  # still connected
         nursery.cancel_scope.cancel()
+
+
+async def test_a_disconnects_session_expiry_reaches_the_replicator_near_or_far(tmp_path):
+    """§3.14.2.2.2 over the wire, at the replicator's own broker (a) and at one that follows
+    it (d): a DISCONNECT's Session Expiry Interval is the session's from then on — 1 s, and the
+    session is gone when its client is back 3 s later; 0, and it is gone at once — while one
+    that says nothing leaves the CONNECT's 600 s."""
+    data = {
+        **DIAMOND,
+        "brokers": {
+            **DIAMOND["brokers"],
+            "a": {**DIAMOND["brokers"]["a"], "mqtt_port": 1},
+            "d": {**DIAMOND["brokers"]["d"], "mqtt_port": 1},
+        },
+    }
+    topology = topology_on_free_ports(data)
+    kept = ((p.SESSION_EXPIRY, 600),)
+
+    async def visit(at: str, client_id: str, bye_props: tuple) -> bool:
+        """Connect (persistent, 600 s), say whether the session was there, and leave with a
+        DISCONNECT carrying ``bye_props``."""
+        spec = topology.brokers[at]
+        stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        hello = p.Connect(client_id, clean_session=False, keepalive=60, level=5, props=kept)
+        await stream.send_all(p.encode(hello, 5))
+        reader = PacketReader(version=5)
+        with trio.fail_after(15):
+            while not (got := [p.decode(x, 5) for x in reader.packets()]):
+                reader.feed(await stream.receive_some(65536))
+        (ack,) = got
+        assert type(ack) is p.ConnAck and ack.code == p.SUCCESS
+        await stream.send_all(p.encode(p.Disconnect(p.SUCCESS, bye_props), 5))
+        assert await until_closed(stream, []) == []
+        return ack.session_present
+
+    async with trio.open_nursery() as nursery:
+        for bid in topology.brokers:
+            await nursery.start(BrokerServer(topology, bid, data_dir=tmp_path / bid).run)
+        await wait_ready(topology, timeout=10)
+        for at in ("a", "d"):
+            for cid, bye in (("short", ((p.SESSION_EXPIRY, 1),)), ("long", ()), ("ended", ((p.SESSION_EXPIRY, 0),))):  # fmt: skip
+                assert not await visit(at, f"{cid}-{at}", bye)
+        assert not await visit("a", "ended-a", ())  # gone at once
+        assert not await visit("d", "ended-d", ())
+        await trio.sleep(3)
+        assert [await visit(at, f"{cid}-{at}", ()) for at in "ad" for cid in ("short", "long")] == [
+            False,
+            True,
+            False,
+            True,
+        ]
+        nursery.cancel_scope.cancel()
