@@ -476,7 +476,7 @@ _SESSION_REQUESTS = {
     m.SessionAck: lambda r, conn, msg, now: r.ack(conn, msg),
     m.SessionQos2: lambda r, conn, msg, now: r.qos2(conn, msg),
     m.SessionControl: lambda r, conn, msg, now: r.control(conn, msg, "", True, now),
-    m.SessionLeave: lambda r, conn, msg, now: r.leave(conn, msg.name, now, msg.expiry, msg.end),
+    m.SessionLeave: lambda r, conn, msg, now: r.leave(conn, msg, now),
     m.RetainedAsk: lambda r, conn, msg, now: r.retained_ask(conn, msg),
 }
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ges.core.outputs import Notice
 from ges.durable.store import SessionState
+from ges.wire import messages as m
 
 if TYPE_CHECKING:
     from ges.core.replicator import Live
@@ -74,6 +75,44 @@ class Lifetime:
             out += self._end(live, now)
         self._expiry_due = due
         return out
+
+    # -- wills held ------------------------------------------------------------------------
+
+    def _arm_will(self, live: Live, now: float) -> None:
+        """The session's will (``state.will``) goes ``state.will_delay`` seconds from now."""
+        live.will_left = now
+        live.will_due = now + max(0.0, live.state.will_delay)
+        self._will_due = min(self._will_due, live.will_due)
+
+    def _wills(self, now: float) -> list:
+        """Publish the wills whose delay has passed; when the next one is due."""
+        out: list = []
+        due = float("inf")
+        for live in list(self.sessions.values()):
+            if live.state.will is None:
+                continue
+            if now < live.will_due:
+                due = min(due, live.will_due)
+                continue
+            out += self._publish_will(live, now)
+        self._will_due = due
+        return out
+
+    def _publish_will(self, live: Live, now: float) -> list:
+        """Publish the will the session holds, if any, from this broker's pubend (its client's
+        broker checked that it may). Its publish time moves on by how long it was held, so its
+        Message Expiry Interval counts from now (§3.1.3.2.4)."""
+        will = live.state.will
+        if will is None:
+            return []
+        live.state.will = None
+        live.will_due = float("inf")
+        self.store.save_session(live.state)
+        if will.published_at > 0:
+            held = int(max(0.0, now - live.will_left) * 1_000_000_000)
+            will = m.Event(will.attributes, will.payload, will.published_at + held)
+        text = f"durable session {live.state.name}: its client's will is published"
+        return [Notice("info", text), *self.publishing.on_publish(None, m.Publish(0, [will]), now)]
 
     def _retention(self, now: float) -> list:
         """Let go of the oldest events of sessions over their limits, a chunk at a time; the

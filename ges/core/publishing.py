@@ -85,9 +85,9 @@ class Publishing(Part):
             i = j
         return out
 
-    def on_publish(self, conn: int, msg: m.Publish, now: float, seqs: int = 1) -> list:
+    def on_publish(self, conn: int | None, msg: m.Publish, now: float, seqs: int = 1) -> list:
         """A publish; ``seqs``: it stands for that many publishes, ``msg.seq - seqs + 1`` to
-        ``msg.seq`` (:meth:`on_publishes`)."""
+        ``msg.seq`` (:meth:`on_publishes`). ``conn`` None: no client is acknowledged."""
         events = msg.events
         if len(events) > self.config.max_publish_batch:
             reason = f"publish batch over {self.config.max_publish_batch} events"
@@ -123,7 +123,8 @@ class Publishing(Part):
                 if initial:  # a one-broker system has nowhere else to send
                     out += self.forwarding.route(self.pubend, [(it, initial) for it in items])
             out += self.subscriptions.deliver(self.pubend, items)
-        out.append(ToClient(conn, ack))  # after what is sent on: the subscribers wait for that
+        if conn is not None:  # (None: a replicator's publish of a will, ges.core.lifetime)
+            out.append(ToClient(conn, ack))  # after what is sent on: the subscribers wait for that
         return out
 
     def _published_before(self, msg: m.Publish) -> tuple[int, int]:

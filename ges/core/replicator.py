@@ -83,6 +83,9 @@ class Live:
     last: int = 0
     #: not handed over to another replicator before this time (one was refused or given up)
     backoff: float = 0.0
+    #: when the will it holds (``state.will``) was left with it, and is due to go
+    will_left: float = 0.0
+    will_due: float = float("inf")
 
 
 class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
@@ -113,6 +116,8 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         self._retention_due = 0.0
         #: when the first session whose client is away is due to end (inf: none is)
         self._expiry_due = float("inf")
+        #: when the first will held is due to go (inf: none is)
+        self._will_due = float("inf")
         self._live: set[str] = set()
         self._replays: dict[str, Replay] = {}
         #: hand-overs in progress here, by session name, and each broker's home replicator
@@ -134,6 +139,8 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
             live = self._add(state, now)
             live.held, live.last = self.store.held(state.key, state.acked)
             self._away(live, now)  # (restarted: its client is away from now at least)
+            if state.will is not None:  # its delay counts anew
+                self._arm_will(live, now)
             enter = self._restore_handover(live, now)
             if enter is None:  # it was being taken here: forgotten (the source asks again)
                 out += self._end(live, now)
@@ -294,6 +301,10 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
     ) -> list:
         out: list = []
         before = dict(live.state.subs) if before is None else before
+        if live.state.will is not None:  # its client is back before its will went: it never does
+            live.state.will = None
+            live.will_due = float("inf")
+            self.store.save_session(live.state)
         if live.follower is not None:
             if live.follower != conn:  # the same connection opening it again is no takeover
                 reason = f"taken over at {msg.at or self.id}"
@@ -421,21 +432,27 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         self.store.release(live.state.key, epoch)
         self.store.save_session(live.state)
 
-    def leave(
-        self, conn: int, name: str, now: float, expiry: float | None = None, end: bool = False
-    ) -> list:
-        """The client of ``name`` left the broker that follows it on ``conn``; the session
-        outlives it by ``expiry`` from now on (None: as it did), or ends with ``end``."""
+    def leave(self, conn: int, msg: m.SessionLeave, now: float) -> list:
+        """The client of session ``msg.name`` left the broker that follows it on ``conn``; the
+        session outlives it by ``msg.expiry`` from now on (None: as it did), or ends with
+        ``msg.end``; its ``will`` is published ``will_delay`` seconds from now unless the
+        session is opened first (at once if it ends first)."""
+        name = msg.name
         live = self.sessions.get(name)
         if live is None or live.follower != conn:
             return []
-        if end:
+        if msg.will is not None:
+            live.state.will, live.state.will_delay = msg.will, msg.will_delay
+            self._arm_will(live, now)
+        if msg.end:
             why = "its client left saying it ends (Session Expiry Interval 0)"
             return [Notice("info", f"durable session {name} ended: {why}"), *self._end(live, now)]
-        if expiry is not None and expiry != live.state.expiry:
-            live.state.expiry = expiry
-            self.store.save_session(live.state)
+        if msg.expiry is not None:
+            live.state.expiry = msg.expiry
+        self.store.save_session(live.state)
         self._detach(live, now)
+        if live.state.handover is not None or name in self._hands:
+            return self._publish_will(live, now)  # (held only where it stays)
         return []
 
     def follower_closed(self, conn: int, now: float) -> None:
@@ -497,12 +514,13 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         return [*out, ToClient(conn, m.SessionList([info], req=msg.req))]
 
     def _end(self, live: Live, now: float) -> list:
+        out = self._publish_will(live, now)  # the session ends before its will's delay
         state = live.state
         del self.sessions[state.name]
         del self._by_key[state.key]
         self._dirty.discard(state.key)
         self.store.drop_session(state)
-        out = self.subscriptions.client_closed(-state.key, now)
+        out += self.subscriptions.client_closed(-state.key, now)
         restoring = self._restoring_of.pop(state.key, None)
         if restoring:  # its restored subscriptions are not waited for any more
             self._restoring -= restoring
@@ -636,6 +654,8 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         """Replay requests with no answer go again; retention's look comes due, and the end
         of sessions past their expiry."""
         out: list = []
+        if now >= self._will_due:
+            out += self._wills(now)
         if now >= self._expiry_due:
             out += self._expire(now)
         if now >= self._retention_due:
@@ -660,7 +680,11 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         return out
 
     def next_deadline(self) -> float:
-        due = min(self._retention_due if self.sessions else float("inf"), self._expiry_due)
+        due = min(
+            self._retention_due if self.sessions else float("inf"),
+            self._expiry_due,
+            self._will_due,
+        )
         if self._restoring:
             due = min(due, self._restore_by)
         if self._hands:

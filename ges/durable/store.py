@@ -63,6 +63,11 @@ class SessionState:
     #: says, which also bounds it; retention lets go of its oldest events, never of it): an
     #: MQTT 5.0 client's Session Expiry Interval
     expiry: float = 0.0
+    #: an MQTT 5.0 client's will, held for its Will Delay Interval after the client left
+    #: (§3.1.3.2.2): published once that passed or the session ends, dropped if the session
+    #: is opened again before; the delay, counted anew from a replicator's restart
+    will: m.Event | None = None
+    will_delay: float = 0.0
 
     def copy(self) -> SessionState:
         """A copy sharing nothing that changes (what a store keeps of a save)."""

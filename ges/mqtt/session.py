@@ -143,6 +143,8 @@ class MqttSession(Moving, Delivering):
         #: never). Clean Start discards the old one first
         self.expiry = 0
         self._max_expiry = max_expiry
+        #: what a DISCONNECT said of the session's expiry, when it goes with the will
+        self._leave: m.SessionLeave | None = None
         self._granted: int | None = None
         if self.v5:
             interval = p.prop(connect.props, p.SESSION_EXPIRY, 0)
@@ -314,17 +316,18 @@ class MqttSession(Moving, Delivering):
         elif kind is p.PingReq:
             self._send(p.PingResp())
         elif kind is p.Disconnect:  # 5.0: only reason 0 discards the will (§3.14.4)
-            if self.v5:
-                self._leaving(pkt, out)
             will = self.v5 and pkt.reason != p.SUCCESS
+            if self.v5:
+                self._leaving(pkt, out, will and self.connect.will is not None)
             self.closed = "disconnected with its will" if will else "disconnected"
         else:  # CONNECT again, or what only a server sends
             raise Malformed(f"a {kind.__name__.upper()} from a client that is connected")
 
-    def _leaving(self, pkt: p.Disconnect, out: list) -> None:
+    def _leaving(self, pkt: p.Disconnect, out: list, will: bool) -> None:
         """5.0: a DISCONNECT's Session Expiry Interval is the session's from now on, 0 ending it
         as the connection closes (§3.14.2.2.2, at most the topology's bound as at CONNECT); one
-        over 0 when the CONNECT's was 0 is a protocol error, not a DISCONNECT (its will goes)."""
+        over 0 when the CONNECT's was 0 is a protocol error, not a DISCONNECT (its will goes).
+        With a ``will`` to go, it leaves with the will (:meth:`will`)."""
         interval = p.prop(pkt.props, p.SESSION_EXPIRY)
         if interval is None:
             return
@@ -336,12 +339,14 @@ class MqttSession(Moving, Delivering):
                 )
             return
         if interval == 0:
-            out.append(m.SessionLeave(self.name, end=True))
-            return
-        wanted = float("inf") if interval == p.MAX_U32 else interval
-        granted = min(wanted, self._max_expiry)
-        self.expiry = 0 if granted == float("inf") else granted
-        out.append(m.SessionLeave(self.name, expiry=float(self.expiry)))
+            self._leave = m.SessionLeave(self.name, end=True)
+        else:
+            wanted = float("inf") if interval == p.MAX_U32 else interval
+            granted = min(wanted, self._max_expiry)
+            self.expiry = 0 if granted == float("inf") else granted
+            self._leave = m.SessionLeave(self.name, expiry=float(self.expiry))
+        if not will:
+            out.append(self._leave)
 
     def _publish(self, pkt: p.Publish, wall_ns: int, out: list) -> None:
         if pkt.qos == 2:
@@ -450,7 +455,11 @@ class MqttSession(Moving, Delivering):
         return [m.SessionSub(q + 1, f"mqtt-qos{q}", c) for q, c in sorted(by_qos.items())]
 
     def will(self, wall_ns: int = 0) -> list:
-        """The client's will as a GES publish, once (the connection ended without DISCONNECT)."""
+        """The client's will, once (the connection ended without DISCONNECT): a GES publish, or
+        a 5.0 persistent session's with a Will Delay Interval left with its replicator in a
+        ``SessionLeave``, which publishes it once the delay has passed unless the session is
+        opened again first, or once the session ends if that comes first (§3.1.3.2.2). A
+        session that ends as its client goes (a Session Expiry Interval of 0) has it go now."""
         will = self.connect.will
         if will is None:
             return []
@@ -461,7 +470,14 @@ class MqttSession(Moving, Delivering):
             attributes[RETAIN_ATTR] = 1
         if self.v5 and will.props:  # (the CONNECT's decoding took only a will's properties)
             v5.attributes_of(will.props, attributes)
-        return [m.Publish(self._req, [m.Event(attributes, will.message, wall_ns)])]
+        event = m.Event(attributes, will.message, wall_ns)
+        leave = self._leave
+        delay = p.prop(will.props, p.WILL_DELAY, 0) if self.v5 else 0
+        if delay and self.persistent and self._exists and not (leave is not None and leave.end):
+            leave = leave or m.SessionLeave(self.name)
+            return [msgspec.structs.replace(leave, will=event, will_delay=float(delay))]
+        publish = m.Publish(self._req, [event])
+        return [publish] if leave is None else [publish, leave]
 
     # -- the broker's answers ------------------------------------------------------------------
 

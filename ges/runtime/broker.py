@@ -706,9 +706,23 @@ class BrokerServer:
 
     async def _last_words(self, conn_id: int, msgs: list) -> None:
         """Publish what a client leaves behind (an MQTT will, once the broker closed its
-        connection: a slow consumer's, one taken over), as its publishes would be."""
+        connection: a slow consumer's, one taken over), as its publishes would be; a will with
+        a delay goes to the replicator of the session it leaves (``SessionLeave``), checked
+        here as a publish (published now if the client holds no such session here)."""
         for msg in msgs:
-            if self.access is not None and await self._refusal(conn_id, msg) is not None:
+            if type(msg) is m.SessionLeave:
+                will = None if msg.will is None else m.Publish(0, [msg.will])
+                check = will is not None and self.access is not None
+                if check and await self._refusal(conn_id, will) is not None:
+                    msg, will = msgspec.structs.replace(msg, will=None), None
+                if self.sessions.holds(conn_id, msg.name):
+                    await self._dispatch(await self.sessions.request(conn_id, msg))
+                    self._logged_later()  # a will its replicator here published at once
+                    continue
+                if will is None:
+                    continue
+                msg = will
+            elif self.access is not None and await self._refusal(conn_id, msg) is not None:
                 continue
             await self._dispatch(self.core.client_publishes(conn_id, [msg], trio.current_time()))
 

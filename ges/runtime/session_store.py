@@ -132,6 +132,9 @@ class SqliteSessionStore:
                 state.qos2 = set(kept.get("qos2", ()))
                 state.rel = set(kept.get("rel", ()))
                 state.expiry = kept.get("expiry", 0.0)
+                if kept.get("will") is not None:
+                    state.will = _decode_event(kept["will"])
+                    state.will_delay = kept.get("will_delay", 0.0)
             if retention:
                 n, age, trimmed, gaps, dropped, why = _decode_retention(retention)
                 state.max_events, state.max_age, state.trimmed = n, age, trimmed
@@ -335,6 +338,8 @@ class SqliteSessionStore:
                                     "qos2": sorted(state.qos2),
                                     "rel": sorted(state.rel),
                                     "expiry": state.expiry,
+                                    "will": None if state.will is None else _encode(state.will),
+                                    "will_delay": state.will_delay,
                                 }
                             )
                             if state.handover
@@ -342,6 +347,7 @@ class SqliteSessionStore:
                             or state.qos2
                             or state.rel
                             or state.expiry
+                            or state.will is not None
                             else None,
                         ),
                     )

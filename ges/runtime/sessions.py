@@ -117,7 +117,7 @@ class SessionDesk:
             if self.server.is_follower(conn_id):  # a broker's client of a session here went
                 if self.core.replicator is None:
                     return []
-                return self.core.replicator.leave(conn_id, msg.name, now, msg.expiry, msg.end)
+                return self.core.replicator.leave(conn_id, msg, now)
             # a client leaving a session it holds here (an MQTT 5.0 DISCONNECT's expiry)
             rep = self._held.get(conn_id, {}).pop(msg.name, None)
             return [] if rep is None else self._leave(conn_id, rep, msg, now)
@@ -294,12 +294,16 @@ class SessionDesk:
             self.core.replicator.follower_closed(conn_id, now)
         return out
 
+    def holds(self, conn_id: int, name: str) -> bool:
+        """Client ``conn_id`` holds session ``name`` (it streams to it)."""
+        return name in self._held.get(conn_id, {})
+
     def _leave(self, conn_id: int, rep: str, leave: m.SessionLeave, now: float) -> list:
         """Client ``conn_id`` leaves session ``leave.name``, which replicator ``rep`` holds."""
         if rep == self.id:
             if self.core.replicator is None:
                 return []
-            return self.core.replicator.leave(conn_id, leave.name, now, leave.expiry, leave.end)
+            return self.core.replicator.leave(conn_id, leave, now)
         follow = self._follows.get(rep)
         if follow is not None and follow.sessions.get(leave.name) == conn_id:
             del follow.sessions[leave.name]

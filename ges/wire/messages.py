@@ -713,11 +713,15 @@ class SessionLeave(_Msg):
     """The client of session ``name`` left its broker (broker → replicator): the session stays,
     and keeps what is published for it — as long as ``expiry`` says from now on (as
     ``SessionOpen.expiry``; None: as it was), or not at all with ``end`` (an MQTT 5.0 client's
-    DISCONNECT with a Session Expiry Interval, §3.14.2.2.2; client → its broker first)."""
+    DISCONNECT with a Session Expiry Interval, §3.14.2.2.2; client → its broker first). An
+    MQTT 5.0 client's ``will`` is published ``will_delay`` seconds later unless the session is
+    opened again first, or at once if the session ends first (§3.1.3.2.2)."""
 
     name: str
     expiry: float | None = None
     end: bool = False
+    will: Event | None = None
+    will_delay: float = 0.0
 
 
 class SessionClosed(_Msg):

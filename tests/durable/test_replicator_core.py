@@ -572,8 +572,8 @@ def test_a_follower_closing_detaches_only_its_own_sessions(rig):
 def test_leave_detaches_the_named_session_of_that_follower_only(rig):
     rig.open(1, "alice")
     rig.open(1, "bob", owner="bob")
-    rig.rep.leave(2, "alice", rig.now)  # not its follower: nothing happens
-    rig.rep.leave(1, "alice", rig.now)
+    rig.rep.leave(2, m.SessionLeave("alice"), rig.now)  # not its follower: nothing happens
+    rig.rep.leave(1, m.SessionLeave("alice"), rig.now)
     outs = rig.publish(1)
     assert sent_epochs(outs, 1) == [1]
     assert [msg.name for msg in to(outs, 1)] == ["bob"]

@@ -278,3 +278,80 @@ def test_expire_after_is_a_duration_or_never_and_a_bad_one_is_one_line(bad):
     with pytest.raises(UserInputError) as e:
         Topology.from_dict({**SOLO, "sessions": {"expire_after": bad}}, source="<t>")
     assert "sessions.expire_after must be" in str(e.value) and "\n" not in str(e.value)
+
+
+def published(rig: Rig, outs: list, conn: int = 5) -> list[m.Event]:
+    """The events a session streaming to ``conn`` was sent, once the log took what was
+    published (the core's timer and log commit run)."""
+    outs = rig.feed(outs + rig.core.on_logged(rig.now))
+    return [it.item.event for msg in to(outs, conn) if type(msg) is m.SessionEvents for it in msg.items]  # fmt: skip
+
+
+def test_a_held_will_goes_after_its_delay_unless_its_session_is_opened_first_or_ends_first():
+    """MQTT 5.0's Will Delay Interval (§3.1.3.2.2) held by the replicator: published once the
+    delay has passed, its publish time moved on by it (its Message Expiry counts from then);
+    never if the session is opened again first, at any broker; at once if the session ends
+    first. Kept by the store meanwhile."""
+    rig = Rig()
+    rig.open(5, name="bob", owner="bob")  # sees every event with an n
+    will = m.Event({"n": 99}, b"alice's will", 1_000)
+    rig.open(1)
+    rig.feed(
+        rig.core.client_message(1, m.SessionLeave("alice", will=will, will_delay=10.0), rig.now)
+    )
+    assert rig.store.sessions()["alice"].will == will
+    assert rig.core.next_deadline() <= rig.now + 10
+    rig.now += 9
+    assert published(rig, rig.core.on_timer(rig.now)) == []
+    rig.now += 1.5
+    (went,) = published(rig, rig.core.on_timer(rig.now))
+    assert (went.payload, went.published_at) == (b"alice's will", 1_000 + 10_500_000_000)
+    assert rig.store.sessions()["alice"].will is None
+    # back before its delay: it never goes
+    rig.open(2, subs=None)
+    rig.feed(
+        rig.core.client_message(2, m.SessionLeave("alice", will=will, will_delay=10.0), rig.now)
+    )
+    rig.now += 5
+    rig.open(3, subs=None)
+    assert rig.store.sessions()["alice"].will is None
+    rig.now += 60
+    assert published(rig, rig.core.on_timer(rig.now)) == []
+    # the session ends first (its expiry, or a DISCONNECT's 0): at once
+    rig.open(4, name="carol", owner="carol", expiry=5.0)
+    leave = m.SessionLeave("carol", will=m.Event({"n": 1}, b"carol's"), will_delay=60.0)
+    rig.feed(rig.core.client_message(4, leave, rig.now))
+    rig.now += 5.5
+    assert [e.payload for e in published(rig, rig.core.on_timer(rig.now))] == [b"carol's"]
+    assert "carol" not in rig.rep.sessions
+    leave = m.SessionLeave(
+        "alice", end=True, will=m.Event({"n": 2}, b"alice ends"), will_delay=60.0
+    )
+    assert [e.payload for e in published(rig, rig.core.client_message(3, leave, rig.now))] == [
+        b"alice ends"
+    ]
+    assert sum("will is published" in t for t in rig.notices) == 3
+
+
+def test_a_will_held_by_a_replicator_that_restarts_goes_its_delay_after_the_restart():
+    rig = Rig()
+    rig.open(1)
+    will = m.Event({"n": 99}, b"will")
+    rig.feed(
+        rig.core.client_message(1, m.SessionLeave("alice", will=will, will_delay=10.0), rig.now)
+    )
+    again = Rig()
+    again.store = rig.store
+    again.core = BrokerCore(
+        rig.core.topology, "r", incarnation=2, reliable=True, sessions=rig.store
+    )
+    again.rep = again.core.replicator
+    again.now = 100.0
+    again.feed(again.rep.restore(again.now))
+    again.now += 9
+    again.feed(again.core.on_timer(again.now))
+    assert again.store.sessions()["alice"].will == will
+    again.now += 1.5
+    again.feed(again.core.on_timer(again.now) + again.core.on_logged(again.now))
+    assert again.store.sessions()["alice"].will is None
+    assert any("alice: its client's will is published" in t for t in again.notices)

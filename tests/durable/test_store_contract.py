@@ -282,6 +282,22 @@ def test_a_sessions_expiry_is_kept(store):
     assert (got["alice"].expiry, got["bob"].expiry) == (300.0, 0.0)
 
 
+def test_a_held_will_and_its_delay_are_kept_and_so_is_its_going(store):
+    will = m.Event({"@topic": "w/car", "@qos": 1, "@retain": 1}, b"gone", 123)
+    s = state("alice", A)
+    s.will, s.will_delay = will, 30.0
+    store.save_session(s)
+    store.save_session(state("bob", B))
+    commit(store)
+    got = store.sessions()
+    assert (got["alice"].will, got["alice"].will_delay) == (will, 30.0)
+    assert got["bob"].will is None
+    s.will = None
+    store.save_session(s)
+    commit(store)
+    assert store.sessions()["alice"].will is None
+
+
 def test_a_store_made_before_hand_overs_opens_and_keeps_them(tmp_path):
     """A session store file from before hand-overs (no ``handover`` column) is opened as it
     is, its sessions intact, and keeps hand-overs from then on."""

@@ -934,6 +934,47 @@ def test_mqtt5_a_wills_properties_are_its_events():
     assert publish.events[0].attributes == {TOPIC_ATTR: "w", QOS_ATTR: 0, "@expiry": 9, "k": "v"}
 
 
+def test_mqtt5_a_will_with_a_delay_is_left_with_the_persistent_sessions_replicator():
+    """§3.1.3.2.2: a persistent session's will with a Will Delay Interval goes to its
+    replicator (SessionLeave), which publishes it later unless the session is opened again; a
+    clean session's, or one whose session ends as the client goes, is published now."""
+    will = p.Will("w/car", b"gone", props=((p.WILL_DELAY, 30),))
+    lasting = ((p.SESSION_EXPIRY, 600),)
+
+    def connected(props=lasting, client_id: str = "car") -> MqttSession:
+        s = MqttSession(p.Connect(client_id, False, 30, will=will, level=5, props=props))
+        started = s.start()
+        if props:
+            (opening,) = started
+            s.from_broker(m.SessionOpened("mqtt.car", "b1", "s", True, 0, 0, [], opening.req))
+        assert s.connected
+        return s
+
+    (leave,) = connected().will(7)
+    assert (type(leave), leave.name, leave.will_delay, leave.expiry, leave.end) == (
+        m.SessionLeave, "mqtt.car", 30.0, None, False
+    )  # fmt: skip
+    assert leave.will.attributes == {TOPIC_ATTR: "w/car", QOS_ATTR: 0}
+    assert leave.will.payload == b"gone" and leave.will.published_at == 7
+    (publish,) = connected(props=()).will(7)  # clean: its session ends now
+    assert type(publish) is m.Publish and publish.events[0].payload == b"gone"
+    # DISCONNECT with its will and an expiry: they leave together
+    s = connected()
+    assert send5(s, p.Disconnect(p.DISCONNECT_WITH_WILL, ((p.SESSION_EXPIRY, 60),))) == []
+    (leave,) = s.will(7)
+    assert (leave.expiry, leave.will_delay, leave.will.payload) == (60.0, 30.0, b"gone")
+    # ... and with 0 the session ends: the will goes now, then the session ends
+    s = connected()
+    assert send5(s, p.Disconnect(p.DISCONNECT_WITH_WILL, ((p.SESSION_EXPIRY, 0),))) == []
+    publish, leave = s.will(7)
+    assert type(publish) is m.Publish and leave == m.SessionLeave("mqtt.car", end=True)
+    # a DISCONNECT with reason 0 and no will to go: the expiry leaves at once
+    s = connected()
+    assert send5(s, p.Disconnect(p.SUCCESS, ((p.SESSION_EXPIRY, 60),))) == [
+        m.SessionLeave("mqtt.car", expiry=60.0)
+    ]
+
+
 def test_a_wild_expiry_or_a_clock_ahead_is_no_longer_than_its_interval():
     """A GES publisher's @expiry out of MQTT's range is no expiry; its clock ahead of this one's
     does not lengthen what is left."""

@@ -242,3 +242,57 @@ async def test_a_disconnects_session_expiry_reaches_the_replicator_near_or_far(t
             True,
         ]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_wills_delay_is_kept_by_the_replicator_and_a_return_anywhere_cancels_it(tmp_path):
+    """§3.1.3.2.2 over the wire: a persistent 5.0 session's will with a Will Delay Interval of
+    2 s, its connection cut. "van" (at a, the replicator's broker) stays away: its will comes
+    2 s later, not before. "car" (at d, following the replicator) is back within a second at
+    the other broker: its will never comes. A clean session's goes at once."""
+    data = {
+        **DIAMOND,
+        "brokers": {
+            **DIAMOND["brokers"],
+            "a": {**DIAMOND["brokers"]["a"], "mqtt_port": 1},
+            "d": {**DIAMOND["brokers"]["d"], "mqtt_port": 1},
+        },
+    }
+    topology = topology_on_free_ports(data)
+
+    async def connect5(at: str, client_id: str, props: tuple, will=None):
+        spec = topology.brokers[at]
+        stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        hello = p.Connect(client_id, False, 60, will=will, level=5, props=props)
+        await stream.send_all(p.encode(hello, 5))
+        reader = PacketReader(version=5)
+        with trio.fail_after(15):
+            while not (got := [p.decode(x, 5) for x in reader.packets()]):
+                reader.feed(await stream.receive_some(65536))
+        assert type(got[0]) is p.ConnAck and got[0].code == p.SUCCESS
+        return stream
+
+    def will_of(name: str) -> p.Will:
+        return p.Will(f"w/{name}", name.encode(), props=((p.WILL_DELAY, 2),))
+
+    lasting = ((p.SESSION_EXPIRY, 600),)
+    async with trio.open_nursery() as nursery:
+        for bid in topology.brokers:
+            await nursery.start(BrokerServer(topology, bid, data_dir=tmp_path / bid).run)
+        await wait_ready(topology, timeout=10)
+        watcher = await watching(topology.brokers["a"], "w/#")
+        van = await connect5("a", "van", lasting, will_of("van"))
+        car = await connect5("d", "car", lasting, will_of("car"))
+        bike = await connect5("d", "bike", (), will_of("bike"))  # clean: no delay
+        for stream in (van, car, bike):
+            await stream.aclose()  # cut: no DISCONNECT
+        left = trio.current_time()
+        assert await packets(watcher, 1) == [p.Publish("w/bike", b"bike")]
+        await trio.sleep(0.5)
+        back = await connect5("a", "car", lasting)  # the other broker, within the delay
+        got = await packets(watcher, 1, within=10)
+        assert got == [p.Publish("w/van", b"van")] and trio.current_time() - left >= 2
+        with trio.move_on_after(3):  # car's would have come by now
+            more = await packets(watcher, 1)
+            raise AssertionError(f"a will after its client came back: {more}")
+        await back.aclose()
+        nursery.cancel_scope.cancel()
