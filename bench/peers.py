@@ -49,9 +49,10 @@ the brokers: the GES broker holds at most ``ges.mqtt.session.MAX_INFLIGHT`` (256
 deliveries unacknowledged per client, where mosquitto is given ``max_inflight_messages`` =
 ``--window``; the reliable row's subscriber asks both for a persistent session (clean session
 0), which mosquitto keeps in memory and GES as a durable session
-``mqtt.<client id>``, whose replicator writes each delivery to its SQLite session store and
-reads it back from there until it is acknowledged — more stored than the ``ges`` column's reliable row, whose
-subscriber has no durable session; every PUBLISH becomes a GES event (``@topic``, ``@qos``)
+``mqtt.<client id>``, whose replicator commits each delivery to its SQLite session store
+before streaming it (from the store's memory of what it appended last, while the subscriber
+keeps up) and deletes it once acknowledged — more stored than the ``ges`` column's reliable
+row, whose subscriber has no durable session; every PUBLISH becomes a GES event (``@topic``, ``@qos``)
 matched against content-based profiles (the filter ``bench`` as an ``@topic`` constraint) and
 goes through the broker's publish and delivery paths as a GES client's does, its answers turned
 back into MQTT packets. Against the ``ges`` column: the events carry ``@topic`` and ``@qos``
