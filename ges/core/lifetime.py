@@ -81,15 +81,23 @@ class Lifetime:
     def _arm_will(self, live: Live, now: float) -> None:
         """The session's will (``state.will``) goes ``state.will_delay`` seconds from now."""
         live.will_left = now
-        live.will_due = now + max(0.0, live.state.will_delay)
+        live.will_due = now + max(0.0, live.state.will_delay)  # (NaN: at once)
         self._will_due = min(self._will_due, live.will_due)
+        self._willing.add(live.state.name)
+
+    def _drop_will(self, live: Live) -> None:
+        live.state.will = None
+        live.will_due = float("inf")
+        self._willing.discard(live.state.name)
 
     def _wills(self, now: float) -> list:
         """Publish the wills whose delay has passed; when the next one is due."""
         out: list = []
         due = float("inf")
-        for live in list(self.sessions.values()):
-            if live.state.will is None:
+        for name in sorted(self._willing):
+            live = self.sessions.get(name)
+            if live is None or live.state.will is None:  # (gone some other way)
+                self._willing.discard(name)
                 continue
             if now < live.will_due:
                 due = min(due, live.will_due)
@@ -105,13 +113,16 @@ class Lifetime:
         will = live.state.will
         if will is None:
             return []
-        live.state.will = None
-        live.will_due = float("inf")
+        self._drop_will(live)
         self.store.save_session(live.state)
         if will.published_at > 0:
             held = int(max(0.0, now - live.will_left) * 1_000_000_000)
             will = m.Event(will.attributes, will.payload, will.published_at + held)
-        text = f"durable session {live.state.name}: its client's will is published"
+        return self._publish(live.state.name, will, now)
+
+    def _publish(self, name: str, will: m.Event, now: float) -> list:
+        """Publish session ``name``'s will from this broker's pubend (no client to answer)."""
+        text = f"durable session {name}: its client's will is published"
         return [Notice("info", text), *self.publishing.on_publish(None, m.Publish(0, [will]), now)]
 
     def _retention(self, now: float) -> list:

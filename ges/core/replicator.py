@@ -116,8 +116,9 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         self._retention_due = 0.0
         #: when the first session whose client is away is due to end (inf: none is)
         self._expiry_due = float("inf")
-        #: when the first will held is due to go (inf: none is)
+        #: when the first will held is due to go (inf: none is), and the sessions holding one
         self._will_due = float("inf")
+        self._willing: set[str] = set()
         self._live: set[str] = set()
         self._replays: dict[str, Replay] = {}
         #: hand-overs in progress here, by session name, and each broker's home replicator
@@ -302,8 +303,7 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         out: list = []
         before = dict(live.state.subs) if before is None else before
         if live.state.will is not None:  # its client is back before its will went: it never does
-            live.state.will = None
-            live.will_due = float("inf")
+            self._drop_will(live)
             self.store.save_session(live.state)
         if live.follower is not None:
             if live.follower != conn:  # the same connection opening it again is no takeover
@@ -314,7 +314,7 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         if msg.max_events or msg.max_age:  # its own retention limits, from now on
             live.state.max_events, live.state.max_age = msg.max_events, msg.max_age
             self.store.save_session(live.state)
-        if msg.expiry is not None and msg.expiry != live.state.expiry:
+        if msg.expiry is not None and msg.expiry >= 0 and msg.expiry != live.state.expiry:
             live.state.expiry = msg.expiry
             self.store.save_session(live.state)
             if live.follower is None:  # (an open that fails leaves it away, by this expiry)
@@ -439,20 +439,22 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         session is opened first (at once if it ends first)."""
         name = msg.name
         live = self.sessions.get(name)
-        if live is None or live.follower != conn:
-            return []
+        if live is None:  # it ended meanwhile (a Clean Start, an operator): its will goes now
+            return [] if msg.will is None else self._publish(name, msg.will, now)
+        if live.follower != conn:
+            return []  # taken over meanwhile: its client is back, and its will never goes
         if msg.will is not None:
             live.state.will, live.state.will_delay = msg.will, msg.will_delay
             self._arm_will(live, now)
         if msg.end:
             why = "its client left saying it ends (Session Expiry Interval 0)"
             return [Notice("info", f"durable session {name} ended: {why}"), *self._end(live, now)]
-        if msg.expiry is not None:
+        if msg.expiry is not None and msg.expiry >= 0:  # (not NaN)
             live.state.expiry = msg.expiry
         self.store.save_session(live.state)
         self._detach(live, now)
-        if live.state.handover is not None or name in self._hands:
-            return self._publish_will(live, now)  # (held only where it stays)
+        if live.state.handover is not None:  # being handed over: held only where it stays
+            return self._publish_will(live, now)
         return []
 
     def follower_closed(self, conn: int, now: float) -> None:

@@ -9,8 +9,9 @@ away, or one slower than the cache is long).
 The cache answers for a session only where it is sure to hold every event the session wants:
 after its *floor*, the newest epoch it let go of for that session (or, for a session it never
 let go of, the store's last epoch when the cache began). Older events are evicted first, once
-the events held are over ``limit`` bytes (their encoded size); what a session releases leaves
-at once.
+the events held are over ``limit`` bytes — each counted as its encoded size and what the
+objects holding it take (:data:`EVENT_OVERHEAD`, and :data:`WANT_OVERHEAD` per session it is
+held for); what a session releases leaves at once.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from collections import deque
 
 from ges.wire import messages as m
 from ges.wire.messages import event_size
+
+#: What holding one event costs beyond its encoded size (its decoded objects: the item, the
+#: event, its attribute dict and values), and each session it is held for (a SessionItem, its
+#: list of subscriptions, a slot in a deque); measured with tracemalloc, rounded up.
+EVENT_OVERHEAD = 640
+WANT_OVERHEAD = 224
 
 
 def _epoch(item: m.SessionItem) -> int:
@@ -50,9 +57,12 @@ class Recent:
         why: str,
         size: int,
     ) -> None:
-        """The store appended ``item`` as ``epoch`` for ``wants`` ((key, subs) pairs)."""
+        """The store appended ``item`` as ``epoch`` for ``wants`` ((key, subs) pairs), ``size``
+        bytes encoded."""
+        size += EVENT_OVERHEAD + WANT_OVERHEAD * len(wants)
         if size > self.limit:  # never held: the sessions it is for read it from the file
-            self._lose(epoch, [key for key, _ in wants])
+            for key, _ in wants:
+                self._lose(epoch, key)
             return
         keys = []
         for key, subs in wants:
@@ -68,16 +78,16 @@ class Recent:
             self.bytes -= old_size
             for key in old_keys:
                 held = self._items.get(key)
-                if held and held[0].epoch == old:
+                if held and held[0].epoch == old:  # (else released, or the session is gone)
                     held.popleft()
                     if not held:
                         del self._items[key]
-            self._lose(old, old_keys)
+                    self._lose(old, key)
 
-    def _lose(self, epoch: int, keys: list[int]) -> None:
-        for key in keys:
-            if epoch > self._floor.get(key, self.since):
-                self._floor[key] = epoch
+    def _lose(self, epoch: int, key: int) -> None:
+        """Session ``key`` wants ``epoch``, which is not held (any more)."""
+        if epoch > self._floor.get(key, self.since):
+            self._floor[key] = epoch
 
     def covers(self, key: int, after: int) -> bool:
         """Whether every event session ``key`` wants after ``after`` is held here."""

@@ -145,6 +145,9 @@ class MqttSession(Moving, Delivering):
         self._max_expiry = max_expiry
         #: what a DISCONNECT said of the session's expiry, when it goes with the will
         self._leave: m.SessionLeave | None = None
+        #: the session was taken over by a new connection of its client (a will with a
+        #: delay then never goes: the client is back within it)
+        self.taken_over = False
         self._granted: int | None = None
         if self.v5:
             interval = p.prop(connect.props, p.SESSION_EXPIRY, 0)
@@ -473,6 +476,8 @@ class MqttSession(Moving, Delivering):
         event = m.Event(attributes, will.message, wall_ns)
         leave = self._leave
         delay = p.prop(will.props, p.WILL_DELAY, 0) if self.v5 else 0
+        if delay and self.persistent and self.taken_over:
+            return []
         if delay and self.persistent and self._exists and not (leave is not None and leave.end):
             leave = leave or m.SessionLeave(self.name)
             return [msgspec.structs.replace(leave, will=event, will_delay=float(delay))]

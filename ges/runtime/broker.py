@@ -343,6 +343,10 @@ class BrokerServer:
         """Connection ``conn_id`` is a client still connected here."""
         return conn_id in self._clients
 
+    def is_mqtt(self, conn_id: int) -> bool:
+        """Connection ``conn_id`` is an MQTT client still connected here."""
+        return conn_id in self._message_clients
+
     def is_follower(self, conn_id: int) -> bool:
         """Connection ``conn_id`` is a broker following sessions of this replicator."""
         return conn_id in self._followers
@@ -708,15 +712,16 @@ class BrokerServer:
         """Publish what a client leaves behind (an MQTT will, once the broker closed its
         connection: a slow consumer's, one taken over), as its publishes would be; a will with
         a delay goes to the replicator of the session it leaves (``SessionLeave``), checked
-        here as a publish (published now if the client holds no such session here)."""
+        here as a publish (published now if that replicator cannot be told: the client holds
+        no such session here, or the follow connection to it is down)."""
         for msg in msgs:
             if type(msg) is m.SessionLeave:
                 will = None if msg.will is None else m.Publish(0, [msg.will])
                 check = will is not None and self.access is not None
                 if check and await self._refusal(conn_id, will) is not None:
                     msg, will = msgspec.structs.replace(msg, will=None), None
-                if self.sessions.holds(conn_id, msg.name):
-                    await self._dispatch(await self.sessions.request(conn_id, msg))
+                if self.sessions.reaches(conn_id, msg.name):
+                    await self._dispatch(self.sessions.leave(conn_id, msg, trio.current_time()))
                     self._logged_later()  # a will its replicator here published at once
                     continue
                 if will is None:

@@ -13,10 +13,10 @@ says of its clients, as it trusts the events it routes). The replicator streams 
 events on it in epoch order, within a window the client's acknowledgements open, and this
 broker passes them to the client, and the acknowledgements back. When the client goes the
 replicator is told (``SessionLeave``): the session stays and goes on storing. When the follow
-connection fails every client it served is told to open its session again (``retry``). A
-client may say how long its session outlives it, or that it ends, as it leaves (a
-``SessionLeave`` of its own: an MQTT 5.0 DISCONNECT's Session Expiry Interval); the
-replicator is told at once.
+connection fails every client it served is told to open its session again (``retry``). An
+MQTT client's leave says more (still ``SessionLeave``): how long its session outlives it, or
+that it ends (a 5.0 DISCONNECT's Session Expiry Interval), and a will with a delay for the
+replicator to hold (the broker's last words for the client, its permission checked there).
 
 A name lookup that cannot ask every replicator (one is unreachable) does not create the
 session elsewhere: the client is told to try again, or to present its token.
@@ -118,9 +118,10 @@ class SessionDesk:
                 if self.core.replicator is None:
                     return []
                 return self.core.replicator.leave(conn_id, msg, now)
-            # a client leaving a session it holds here (an MQTT 5.0 DISCONNECT's expiry)
-            rep = self._held.get(conn_id, {}).pop(msg.name, None)
-            return [] if rep is None else self._leave(conn_id, rep, msg, now)
+            if not self.server.is_mqtt(conn_id):
+                return []  # (what a GES client library never sends)
+            # an MQTT 5.0 DISCONNECT's expiry; a will only ever comes through last words
+            return self.leave(conn_id, msgspec.structs.replace(msg, will=None), now)
         if kind is m.RetainedAsk:
             return await self._retained(conn_id, msg)
         follower = self.server.is_follower(conn_id)
@@ -294,9 +295,23 @@ class SessionDesk:
             self.core.replicator.follower_closed(conn_id, now)
         return out
 
-    def holds(self, conn_id: int, name: str) -> bool:
-        """Client ``conn_id`` holds session ``name`` (it streams to it)."""
-        return name in self._held.get(conn_id, {})
+    def reaches(self, conn_id: int, name: str) -> bool:
+        """Client ``conn_id`` holds session ``name`` (it streams to it) and its replicator can
+        be told now (it is here, or its follow connection is up)."""
+        rep = self._held.get(conn_id, {}).get(name)
+        if rep is None:
+            return False
+        if rep == self.id:
+            return self.core.replicator is not None
+        follow = self._follows.get(rep)
+        return follow is not None and follow.conn is not None
+
+    def leave(self, conn_id: int, leave: m.SessionLeave, now: float) -> list:
+        """Client ``conn_id`` leaves session ``leave.name`` (if it holds it), saying how long
+        the session outlives it, or that it ends, or with a will its replicator is to hold
+        (the broker's last words for a client, its publish permission checked)."""
+        rep = self._held.get(conn_id, {}).pop(leave.name, None)
+        return [] if rep is None else self._leave(conn_id, rep, leave, now)
 
     def _leave(self, conn_id: int, rep: str, leave: m.SessionLeave, now: float) -> list:
         """Client ``conn_id`` leaves session ``leave.name``, which replicator ``rep`` holds."""

@@ -15,6 +15,7 @@ import pytest
 
 import ges.core.handover as handover
 from ges.core import BrokerConfig
+from ges.core.outputs import Notice
 from ges.core.taking import Taking
 from ges.errors import UserInputError
 from ges.sim import Sim
@@ -530,3 +531,23 @@ def test_the_target_reads_the_logs_only_once_its_subscriptions_are_complete():
     run.sim.run_until(24.0)
     assert c.replicator == "b1"
     run.check()
+
+
+def test_a_will_left_soon_after_a_hand_over_is_held_for_its_delay():
+    """A hand-over that has finished is no reason to publish a client's will at once: the target
+    watches the session's pubends for a while after, but holds the will for its delay (and a
+    return within it cancels it) as for any session."""
+    run = Run()
+    c = run.client
+    run.sim.at(0.1, c.open, "a1", "a2", True)
+    run.sim.at(2.0, c.move, "b2")
+    run.sim.run_until(12.0)
+    rep = run.rep("b1")
+    live = rep.sessions["alice"]
+    assert live.state.handover is None and live.follower == c.conn
+    will = m.Event({"w": 1})
+    leave = m.SessionLeave("alice", will=will, will_delay=300.0)
+    assert rep.leave(c.conn, leave, run.sim.now) == []
+    assert live.state.will == will and live.follower is None
+    assert [o for o in rep.on_timer(run.sim.now + 299) if type(o) is not Notice] == []
+    assert live.state.will == will

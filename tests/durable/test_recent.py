@@ -3,10 +3,12 @@ SQLite store, whose reads must be the same with it as without it."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ges.durable.recent import Recent
+from ges.durable.recent import EVENT_OVERHEAD, WANT_OVERHEAD, Recent
 from ges.durable.store import SessionState
 from ges.runtime.session_store import SqliteSessionStore
 from ges.wire import messages as m
@@ -22,11 +24,17 @@ def epochs(items: list) -> list[int]:
     return [it.epoch for it in items]
 
 
+def cost(size: int, sessions: int = 1) -> int:
+    """What an event of ``size`` bytes, held for ``sessions`` sessions, counts."""
+    return size + EVENT_OVERHEAD + WANT_OVERHEAD * sessions
+
+
 def test_it_covers_a_session_after_what_it_began_at_and_reads_what_was_added():
-    r = Recent(since=10, limit=1000)
+    r = Recent(since=10, limit=1 << 20)
     assert r.covers(A, 10) and not r.covers(A, 9)
     r.add(11, "p", item(1), [(A, [1]), (B, [2])], 0, "", 10)
     r.add(12, "p", item(2), [(B, [2])], 0, "", 10)
+    assert r.bytes == cost(10, 2) + cost(10)
     assert r.read(A, 10, upto=99, limit=9, max_bytes=1 << 20) == [
         m.SessionItem(11, "p", item(1), [1])
     ]
@@ -39,29 +47,29 @@ def test_it_covers_a_session_after_what_it_began_at_and_reads_what_was_added():
 
 
 def test_eviction_is_oldest_first_by_bytes_and_raises_the_floor_of_the_sessions_it_held():
-    r = Recent(since=0, limit=25)
+    r = Recent(since=0, limit=cost(10) * 2 + cost(10) // 2)
     r.add(1, "p", item(1), [(A, [1])], 0, "", 10)
     r.add(2, "p", item(2), [(B, [1])], 0, "", 10)
-    assert r.bytes == 20 and r.covers(A, 0) and r.covers(B, 0)
-    r.add(3, "p", item(3), [(A, [1])], 0, "", 10)  # 30 > 25: epoch 1 goes
-    assert r.bytes == 20
+    assert r.bytes == 2 * cost(10) and r.covers(A, 0) and r.covers(B, 0)
+    r.add(3, "p", item(3), [(A, [1])], 0, "", 10)  # over: epoch 1 goes
+    assert r.bytes == 2 * cost(10)
     assert not r.covers(A, 0) and r.covers(A, 1)
     assert r.covers(B, 0)  # it lost nothing
     assert epochs(r.read(A, 1, upto=9, limit=9, max_bytes=1 << 20)) == [3]
 
 
 def test_an_event_larger_than_the_whole_cache_is_never_held():
-    r = Recent(since=0, limit=25)
+    r = Recent(since=0, limit=cost(10) * 2)
     r.add(1, "p", item(1), [(A, [1])], 0, "", 10)
-    r.add(2, "p", item(2), [(A, [1]), (B, [1])], 0, "", 26)
-    assert r.bytes == 10
+    r.add(2, "p", item(2), [(A, [1]), (B, [1])], 0, "", cost(10) * 2)
+    assert r.bytes == cost(10)
     assert not r.covers(A, 1) and r.covers(A, 2)
     assert not r.covers(B, 0)
     assert epochs(r.read(A, 0, upto=9, limit=9, max_bytes=1 << 20)) == [1]
 
 
 def test_what_a_session_releases_leaves_and_a_forgotten_session_leaves_nothing():
-    r = Recent(since=0, limit=1000)
+    r = Recent(since=0, limit=cost(10, 2) * 3)
     for e in (1, 2, 3):
         r.add(e, "p", item(e), [(A, [1]), (B, [1])], 0, "", 10)
     r.release(A, 2)
@@ -71,8 +79,25 @@ def test_what_a_session_releases_leaves_and_a_forgotten_session_leaves_nothing()
     assert epochs(r.read(B, 0, upto=9, limit=9, max_bytes=1 << 20)) == [1, 2, 3]
     r.forget(B)
     assert r.read(B, 0, upto=9, limit=9, max_bytes=1 << 20) == []
-    r.add(4, "p", item(4), [(A, [1])], 0, "", 1000)  # the rest are evicted
-    assert r.bytes == 1000
+    r.add(4, "p", item(4), [(A, [1])], 0, "", cost(10, 2) * 3 - cost(0))  # the rest go
+    assert r.bytes == cost(10, 2) * 3
+    assert r.covers(A, 0)  # what it lost it had released
+    assert r._floor == {}  # nothing kept of the forgotten session, nor of what was released
+
+
+def test_the_objects_held_stay_within_about_the_bound():
+    """Small events held for many sessions: the Python heap the cache holds is about its
+    bound (each event counted with what its objects take)."""
+    limit = 1 << 20
+    for sessions in (1, 300):
+        tracemalloc.start()
+        r = Recent(since=0, limit=limit)
+        for e in range(1, 6000):
+            it = m.EventItem(e, e - 1, 0, m.Event({"topic": "t/1", "n": e}, b"x" * 8))
+            r.add(e, "p~1", it, [(k, [1]) for k in range(1, sessions + 1)], 0, "", 40)
+        held, _ = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert r.bytes <= limit and held < 1.5 * limit, (sessions, held)
 
 
 # -- the SQLite store with its cache reads what it reads without one ---------------------------
@@ -99,7 +124,7 @@ _op = st.one_of(
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(ops=st.lists(_op, max_size=60), recent=st.integers(0, 2000))
+@given(ops=st.lists(_op, max_size=60), recent=st.integers(0, 6000))
 def test_reads_with_the_cache_are_the_reads_without_it(tmp_path_factory, ops, recent):
     where = tmp_path_factory.mktemp("recent")
     cached = SqliteSessionStore(where / "cached.db", recent_bytes=recent)

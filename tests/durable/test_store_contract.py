@@ -19,7 +19,7 @@ A, B = 1, 2  # two sessions' keys
 
 
 #: recent_bytes of the SQLite stores under test: the default, two small events' worth, none
-RECENT = {"sqlite": RECENT_BYTES, "sqlite-small-cache": 40, "sqlite-no-cache": 0}
+RECENT = {"sqlite": RECENT_BYTES, "sqlite-small-cache": 2000, "sqlite-no-cache": 0}
 
 
 @pytest.fixture(params=["memory", *RECENT])

@@ -6,6 +6,7 @@ changes, also for connections already open."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 
 import pytest
@@ -219,4 +220,29 @@ async def test_a_changed_access_file_applies_to_open_connections(chain3, certs, 
         assert any("access file not reloaded" in r.getMessage() for r in caplog.records)
         async with connect(*at(chain3), topology=chain3, tls=tls(certs, "carol")) as carol:
             await carol.publish([m.Event({"n": 1})])
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_clients_own_session_leave_changes_nothing(chain3, certs):
+    """A session leave with a will, an expiry or an end is the broker's to send for an MQTT
+    client (its will checked as a publish first): a GES client that sends one itself publishes
+    nothing through it and changes nothing of its session."""
+    access = {**ACCESS, "roles": {**ACCESS["roles"], "sensor": {"publish": ["@type = reading"], "subscribe": ["@type = reading"]}}}  # fmt: skip
+    (certs.root / "access.yaml").write_text(yaml.safe_dump(access))
+    async with trio.open_nursery() as nursery:
+        server = await serve(nursery, chain3, certs)
+        async with connect(*at(chain3), topology=chain3, tls=tls(certs, "admin")) as watcher:
+            sub = await watcher.subscribe()
+            async with connect(*at(chain3), topology=chain3, tls=tls(certs, "bob")) as bob:
+                subs = [m.SessionSub(1, "p", [[m.Constraint("@type", "=", "reading")]])]
+                await bob.open_session("bobs", subs)
+                quote = m.Event({"@type": "quote", "v": 666})
+                await bob._send(m.SessionLeave("bobs", expiry=math.nan, will=quote))
+                await bob._send(m.SessionLeave("bobs", end=True))
+                await bob.publish([m.Event({"@type": "reading", "v": 1})])
+                (got,) = await receive(sub, 1)
+                assert got.event.attributes == {"@type": "reading", "v": 1}
+                live = server.core.replicator.sessions["bobs"]
+                assert live.follower is not None and live.state.expiry == 0.0
+                assert live.state.will is None
         nursery.cancel_scope.cancel()
