@@ -441,7 +441,8 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         live = self.sessions.get(name)
         if live is None:  # it ended meanwhile (a Clean Start, an operator): its will goes now
             return [] if msg.will is None else self._publish(name, msg.will, now)
-        if live.follower != conn:
+        other = live.follower if live.follower is not None else (live.opening or (None,))[0]
+        if other is not None and other != conn:
             return []  # taken over meanwhile: its client is back, and its will never goes
         if msg.will is not None:
             live.state.will, live.state.will_delay = msg.will, msg.will_delay
@@ -452,7 +453,8 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         if msg.expiry is not None and msg.expiry >= 0:  # (not NaN)
             live.state.expiry = msg.expiry
         self.store.save_session(live.state)
-        self._detach(live, now)
+        if live.follower == conn:  # (else already away: moved, or being opened again)
+            self._detach(live, now)
         if live.state.handover is not None:  # being handed over: held only where it stays
             return self._publish_will(live, now)
         return []

@@ -10,8 +10,8 @@ The cache answers for a session only where it is sure to hold every event the se
 after its *floor*, the newest epoch it let go of for that session (or, for a session it never
 let go of, the store's last epoch when the cache began). Older events are evicted first, once
 the events held are over ``limit`` bytes — each counted as its encoded size and what the
-objects holding it take (:data:`EVENT_OVERHEAD`, and :data:`WANT_OVERHEAD` per session it is
-held for); what a session releases leaves at once.
+objects holding it take (:data:`EVENT_OVERHEAD`, :data:`ATTRIBUTE_OVERHEAD` per attribute,
+:data:`WANT_OVERHEAD` per session it is held for); what a session releases leaves at once.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from ges.wire.messages import event_size
 #: list of subscriptions, a slot in a deque); measured with tracemalloc, rounded up.
 EVENT_OVERHEAD = 640
 WANT_OVERHEAD = 224
+#: ... and each of its attributes (a dict slot, its name and value as objects)
+ATTRIBUTE_OVERHEAD = 144
 
 
 def _epoch(item: m.SessionItem) -> int:
@@ -60,6 +62,7 @@ class Recent:
         """The store appended ``item`` as ``epoch`` for ``wants`` ((key, subs) pairs), ``size``
         bytes encoded."""
         size += EVENT_OVERHEAD + WANT_OVERHEAD * len(wants)
+        size += ATTRIBUTE_OVERHEAD * len(item.event.attributes)
         if size > self.limit:  # never held: the sessions it is for read it from the file
             for key, _ in wants:
                 self._lose(epoch, key)

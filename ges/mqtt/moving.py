@@ -52,7 +52,9 @@ class Moving:
         to one): opened there (``reopen``), the client connected as it was. Else the client
         is told (CONNACK 3 if it waits for one) and disconnected."""
         moving = msg.retry and not msg.ended and bool(msg.replicator or self._moving)
-        if not (msg.retry or msg.ended or msg.to):  # taken over: its client is back
+        if msg.ended:  # a will goes now: the session it would wait in is no more
+            self.session_ended = True
+        elif not (msg.retry or msg.to):  # taken over: its client is back
             self.taken_over = True
         if not moving or self._moves >= MAX_MOVES or self.closed is not None:
             self._lost(msg.reason, msg.retry)

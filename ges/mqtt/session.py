@@ -146,8 +146,10 @@ class MqttSession(Moving, Delivering):
         #: what a DISCONNECT said of the session's expiry, when it goes with the will
         self._leave: m.SessionLeave | None = None
         #: the session was taken over by a new connection of its client (a will with a
-        #: delay then never goes: the client is back within it)
+        #: delay then never goes: the client is back within it), or it ended (the will goes
+        #: at once)
         self.taken_over = False
+        self.session_ended = False
         self._granted: int | None = None
         if self.v5:
             interval = p.prop(connect.props, p.SESSION_EXPIRY, 0)
@@ -478,7 +480,8 @@ class MqttSession(Moving, Delivering):
         delay = p.prop(will.props, p.WILL_DELAY, 0) if self.v5 else 0
         if delay and self.persistent and self.taken_over:
             return []
-        if delay and self.persistent and self._exists and not (leave is not None and leave.end):
+        ending = self.session_ended or (leave is not None and leave.end)
+        if delay and self.persistent and self._exists and not ending:
             leave = leave or m.SessionLeave(self.name)
             return [msgspec.structs.replace(leave, will=event, will_delay=float(delay))]
         publish = m.Publish(self._req, [event])

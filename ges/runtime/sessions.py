@@ -238,7 +238,7 @@ class SessionDesk:
             return [ToClient(conn_id, m.SessionClosed(msg.name, reason, retry=True))]
         out = []
         holder = follow.sessions.get(msg.name)
-        if holder is not None and holder != conn_id:
+        if holder is not None and holder != conn_id and self._may_take(holder, msg):
             # taken over from another client of this broker: it is told now, and its leaving
             # later must not end the new one's stream (both share this follow connection)
             del follow.sessions[msg.name]
@@ -249,6 +249,12 @@ class SessionDesk:
         follow.asks[req] = [conn_id, msg.req, None, msg.name]
         self._send(follow, msgspec.structs.replace(msg, req=req))
         return out
+
+    def _may_take(self, holder: int, msg: m.SessionOpen) -> bool:
+        """Whether ``msg``'s opener may take the session over from client ``holder`` here
+        before its replicator answers: the same identity, or an operator (another is refused
+        there, and the holder keeps it)."""
+        return msg.operator or self._who(holder)[0] == msg.owner
 
     async def _find(self, name: str) -> tuple[str | None, str | None]:
         """The replicator holding session ``name`` (None: none does), or why that cannot be

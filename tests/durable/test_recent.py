@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import tracemalloc
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ges.durable.recent import EVENT_OVERHEAD, WANT_OVERHEAD, Recent
+from ges.durable.recent import ATTRIBUTE_OVERHEAD, EVENT_OVERHEAD, WANT_OVERHEAD, Recent
 from ges.durable.store import SessionState
 from ges.runtime.session_store import SqliteSessionStore
 from ges.wire import messages as m
@@ -25,8 +26,9 @@ def epochs(items: list) -> list[int]:
 
 
 def cost(size: int, sessions: int = 1) -> int:
-    """What an event of ``size`` bytes, held for ``sessions`` sessions, counts."""
-    return size + EVENT_OVERHEAD + WANT_OVERHEAD * sessions
+    """What an event of ``size`` bytes with one attribute, held for ``sessions`` sessions,
+    counts."""
+    return size + EVENT_OVERHEAD + ATTRIBUTE_OVERHEAD + WANT_OVERHEAD * sessions
 
 
 def test_it_covers_a_session_after_what_it_began_at_and_reads_what_was_added():
@@ -86,18 +88,22 @@ def test_what_a_session_releases_leaves_and_a_forgotten_session_leaves_nothing()
 
 
 def test_the_objects_held_stay_within_about_the_bound():
-    """Small events held for many sessions: the Python heap the cache holds is about its
-    bound (each event counted with what its objects take)."""
+    """Small events held for many sessions, and events of many small attributes: the Python
+    heap the cache holds is about its bound (each event counted with what its objects take)."""
     limit = 1 << 20
-    for sessions in (1, 300):
+    encode = msgspec.msgpack.Encoder().encode
+    decode = msgspec.msgpack.Decoder(m.EventItem).decode  # as the wire gives them
+    for sessions, attributes in ((1, 2), (300, 2), (1, 200)):
         tracemalloc.start()
         r = Recent(since=0, limit=limit)
-        for e in range(1, 6000):
-            it = m.EventItem(e, e - 1, 0, m.Event({"topic": "t/1", "n": e}, b"x" * 8))
-            r.add(e, "p~1", it, [(k, [1]) for k in range(1, sessions + 1)], 0, "", 40)
+        for e in range(1, 3000):
+            values = {f"a{i}": e + i for i in range(attributes)}
+            it = decode(encode(m.EventItem(e, e - 1, 0, m.Event(values, b"x" * 8))))
+            wants = [(k, [1]) for k in range(1, sessions + 1)]
+            r.add(e, "p~1", it, wants, 0, "", len(encode(it)))
         held, _ = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        assert r.bytes <= limit and held < 1.5 * limit, (sessions, held)
+        assert r.bytes <= limit and held < 1.5 * limit, (sessions, attributes, held)
 
 
 # -- the SQLite store with its cache reads what it reads without one ---------------------------

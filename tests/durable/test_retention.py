@@ -11,7 +11,7 @@ from ges.errors import UserInputError
 from ges.runtime.session_store import SqliteSessionStore
 from ges.topology import Topology
 from ges.wire import messages as m
-from tests.durable.test_replicator_core import PUB, SOLO, Rig, opened, to
+from tests.durable.test_replicator_core import PAIR, PUB, SOLO, Rig, opened, to
 
 
 def items(outs: list, conn: int) -> list[m.SessionItem]:
@@ -355,3 +355,27 @@ def test_a_will_held_by_a_replicator_that_restarts_goes_its_delay_after_the_rest
     again.feed(again.core.on_timer(again.now) + again.core.on_logged(again.now))
     assert again.store.sessions()["alice"].will is None
     assert any("alice: its client's will is published" in t for t in again.notices)
+
+
+def test_a_will_left_by_a_client_moved_away_is_held_and_one_taken_over_is_not():
+    """The leave of a client whose session no connection has now (moved by ``ges roam``) holds
+    its will for the delay; the leave of one whose session another connection has (a takeover:
+    its client is back) drops it; so does the leave of one whose session another connection
+    is opening."""
+    rig = Rig(PAIR)
+    will = m.Event({"n": 1}, b"w")
+    rig.open(1)
+    rig.control("roam", to="x")
+    assert rig.rep.sessions["alice"].follower is None
+    rig.feed(
+        rig.core.client_message(1, m.SessionLeave("alice", will=will, will_delay=9.0), rig.now)
+    )
+    assert rig.rep.sessions["alice"].state.will == will
+    rig.open(2, subs=None)  # back: it never goes
+    assert rig.rep.sessions["alice"].state.will is None
+    rig.feed(
+        rig.core.client_message(1, m.SessionLeave("alice", will=will, will_delay=9.0), rig.now)
+    )
+    live = rig.rep.sessions["alice"]
+    assert live.state.will is None
+    assert 2 in (live.follower, live.opening and live.opening[0])  # its, or being opened for it

@@ -301,7 +301,8 @@ async def test_a_wills_delay_is_kept_by_the_replicator_and_a_return_anywhere_can
 async def test_a_takeover_keeps_a_delayed_will_back_unless_it_ends_the_session(tmp_path):
     """A takeover with Clean Start 0 is the client back within its Will Delay Interval: the will
     never goes, whichever brokers the old and new connections are at. With Clean Start 1 the
-    session ends, and the will goes at once."""
+    session ends, and the will goes at once — also when the new connection asks for a
+    persistent session of the same name (Session Expiry over 0)."""
     data = {
         **DIAMOND,
         "brokers": {
@@ -313,10 +314,10 @@ async def test_a_takeover_keeps_a_delayed_will_back_unless_it_ends_the_session(t
     topology = topology_on_free_ports(data)
     lasting = ((p.SESSION_EXPIRY, 600),)
 
-    async def connect5(at: str, client_id: str, clean: bool, will=None):
+    async def connect5(at: str, client_id: str, clean: bool, will=None, props=None):
         spec = topology.brokers[at]
         stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
-        props = () if clean else lasting
+        props = (() if clean else lasting) if props is None else props
         await stream.send_all(p.encode(p.Connect(client_id, clean, 60, will=will, props=props, level=5), 5))  # fmt: skip
         reader = PacketReader(version=5)
         with trio.fail_after(15):
@@ -326,7 +327,7 @@ async def test_a_takeover_keeps_a_delayed_will_back_unless_it_ends_the_session(t
         return stream
 
     # (client id, where the old connection is, where the new one is, Clean Start)
-    cases = [("x1", "d", "a", False), ("x2", "a", "a", False), ("x3", "a", "d", True), ("x4", "d", "d", True)]  # fmt: skip
+    cases = [("x1", "d", "a", False), ("x2", "a", "a", False), ("x3", "a", "d", True), ("x4", "d", "d", True), ("x5", "a", "a", "lasting"), ("x6", "d", "a", "lasting")]  # fmt: skip
     async with trio.open_nursery() as nursery:
         for bid in topology.brokers:
             await nursery.start(BrokerServer(topology, bid, data_dir=tmp_path / bid).run)
@@ -336,9 +337,10 @@ async def test_a_takeover_keeps_a_delayed_will_back_unless_it_ends_the_session(t
         for cid, old_at, new_at, clean in cases:
             will = p.Will(f"w/{cid}", cid.encode(), props=((p.WILL_DELAY, 1),))
             kept.append(await connect5(old_at, cid, False, will))  # open until taken over
-            kept.append(await connect5(new_at, cid, clean))
-        got = await packets(watcher, 2, within=5)
-        assert sorted(x.topic for x in got) == ["w/x3", "w/x4"]
+            props = lasting if clean == "lasting" else None
+            kept.append(await connect5(new_at, cid, bool(clean), props=props))
+        got = await packets(watcher, 4, within=5)
+        assert sorted(x.topic for x in got) == ["w/x3", "w/x4", "w/x5", "w/x6"]
         with trio.move_on_after(2.5):  # x1's and x2's would have come by now
             more = await packets(watcher, 1)
             raise AssertionError(f"a will after its client came back: {more}")
