@@ -90,6 +90,31 @@ async def until_closed(stream, got: list, version: int = 5) -> list:
     return got
 
 
+#: the diamond, with MQTT ports at a (its one replicator's broker) and d (following it)
+A_AND_D_MQTT = {
+    **DIAMOND,
+    "brokers": {
+        **DIAMOND["brokers"],
+        "a": {**DIAMOND["brokers"]["a"], "mqtt_port": 1},
+        "d": {**DIAMOND["brokers"]["d"], "mqtt_port": 1},
+    },
+}
+
+
+async def connect5(spec, client_id: str, clean: bool = False, will=None, props=()):
+    """A 5.0 client connected at broker ``spec`` (its CONNACK a success); the stream and the
+    CONNACK."""
+    stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+    hello = p.Connect(client_id, clean, 60, will=will, props=props, level=5)
+    await stream.send_all(p.encode(hello, 5))
+    reader = PacketReader(version=5)
+    with trio.fail_after(15):
+        while not (got := [p.decode(x, 5) for x in reader.packets()]):
+            reader.feed(await stream.receive_some(65536))
+    assert type(got[0]) is p.ConnAck and got[0].code == p.SUCCESS, got
+    return stream, got[0]
+
+
 async def test_a_silent_client_is_closed_after_one_and_a_half_keepalives_and_its_will_goes(
     tmp_path,
 ):
@@ -197,30 +222,13 @@ async def test_a_disconnects_session_expiry_reaches_the_replicator_near_or_far(t
     it (d): a DISCONNECT's Session Expiry Interval is the session's from then on — 1 s, and the
     session is gone when its client is back 3 s later; 0, and it is gone at once — while one
     that says nothing leaves the CONNECT's 600 s."""
-    data = {
-        **DIAMOND,
-        "brokers": {
-            **DIAMOND["brokers"],
-            "a": {**DIAMOND["brokers"]["a"], "mqtt_port": 1},
-            "d": {**DIAMOND["brokers"]["d"], "mqtt_port": 1},
-        },
-    }
-    topology = topology_on_free_ports(data)
+    topology = topology_on_free_ports(A_AND_D_MQTT)
     kept = ((p.SESSION_EXPIRY, 600),)
 
     async def visit(at: str, client_id: str, bye_props: tuple) -> bool:
         """Connect (persistent, 600 s), say whether the session was there, and leave with a
         DISCONNECT carrying ``bye_props``."""
-        spec = topology.brokers[at]
-        stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
-        hello = p.Connect(client_id, clean_session=False, keepalive=60, level=5, props=kept)
-        await stream.send_all(p.encode(hello, 5))
-        reader = PacketReader(version=5)
-        with trio.fail_after(15):
-            while not (got := [p.decode(x, 5) for x in reader.packets()]):
-                reader.feed(await stream.receive_some(65536))
-        (ack,) = got
-        assert type(ack) is p.ConnAck and ack.code == p.SUCCESS
+        stream, ack = await connect5(topology.brokers[at], client_id, props=kept)
         await stream.send_all(p.encode(p.Disconnect(p.SUCCESS, bye_props), 5))
         assert await until_closed(stream, []) == []
         return ack.session_present
@@ -249,27 +257,7 @@ async def test_a_wills_delay_is_kept_by_the_replicator_and_a_return_anywhere_can
     2 s, its connection cut. "van" (at a, the replicator's broker) stays away: its will comes
     2 s later, not before. "car" (at d, following the replicator) is back within a second at
     the other broker: its will never comes. A clean session's goes at once."""
-    data = {
-        **DIAMOND,
-        "brokers": {
-            **DIAMOND["brokers"],
-            "a": {**DIAMOND["brokers"]["a"], "mqtt_port": 1},
-            "d": {**DIAMOND["brokers"]["d"], "mqtt_port": 1},
-        },
-    }
-    topology = topology_on_free_ports(data)
-
-    async def connect5(at: str, client_id: str, props: tuple, will=None):
-        spec = topology.brokers[at]
-        stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
-        hello = p.Connect(client_id, False, 60, will=will, level=5, props=props)
-        await stream.send_all(p.encode(hello, 5))
-        reader = PacketReader(version=5)
-        with trio.fail_after(15):
-            while not (got := [p.decode(x, 5) for x in reader.packets()]):
-                reader.feed(await stream.receive_some(65536))
-        assert type(got[0]) is p.ConnAck and got[0].code == p.SUCCESS
-        return stream
+    topology = topology_on_free_ports(A_AND_D_MQTT)
 
     def will_of(name: str) -> p.Will:
         return p.Will(f"w/{name}", name.encode(), props=((p.WILL_DELAY, 2),))
@@ -280,15 +268,16 @@ async def test_a_wills_delay_is_kept_by_the_replicator_and_a_return_anywhere_can
             await nursery.start(BrokerServer(topology, bid, data_dir=tmp_path / bid).run)
         await wait_ready(topology, timeout=10)
         watcher = await watching(topology.brokers["a"], "w/#")
-        van = await connect5("a", "van", lasting, will_of("van"))
-        car = await connect5("d", "car", lasting, will_of("car"))
-        bike = await connect5("d", "bike", (), will_of("bike"))  # clean: no delay
+        at = topology.brokers
+        van, _ = await connect5(at["a"], "van", False, will_of("van"), lasting)
+        car, _ = await connect5(at["d"], "car", False, will_of("car"), lasting)
+        bike, _ = await connect5(at["d"], "bike", False, will_of("bike"))  # clean: no delay
         for stream in (van, car, bike):
             await stream.aclose()  # cut: no DISCONNECT
         left = trio.current_time()
         assert await packets(watcher, 1) == [p.Publish("w/bike", b"bike")]
         await trio.sleep(0.5)
-        back = await connect5("a", "car", lasting)  # the other broker, within the delay
+        back, _ = await connect5(at["a"], "car", props=lasting)  # the other broker, in time
         got = await packets(watcher, 1, within=10)
         assert got == [p.Publish("w/van", b"van")] and trio.current_time() - left >= 2
         with trio.move_on_after(3):  # car's would have come by now
@@ -303,28 +292,8 @@ async def test_a_takeover_keeps_a_delayed_will_back_unless_it_ends_the_session(t
     never goes, whichever brokers the old and new connections are at. With Clean Start 1 the
     session ends, and the will goes at once — also when the new connection asks for a
     persistent session of the same name (Session Expiry over 0)."""
-    data = {
-        **DIAMOND,
-        "brokers": {
-            **DIAMOND["brokers"],
-            "a": {**DIAMOND["brokers"]["a"], "mqtt_port": 1},
-            "d": {**DIAMOND["brokers"]["d"], "mqtt_port": 1},
-        },
-    }
-    topology = topology_on_free_ports(data)
+    topology = topology_on_free_ports(A_AND_D_MQTT)
     lasting = ((p.SESSION_EXPIRY, 600),)
-
-    async def connect5(at: str, client_id: str, clean: bool, will=None, props=None):
-        spec = topology.brokers[at]
-        stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
-        props = (() if clean else lasting) if props is None else props
-        await stream.send_all(p.encode(p.Connect(client_id, clean, 60, will=will, props=props, level=5), 5))  # fmt: skip
-        reader = PacketReader(version=5)
-        with trio.fail_after(15):
-            while not (got := [p.decode(x, 5) for x in reader.packets()]):
-                reader.feed(await stream.receive_some(65536))
-        assert type(got[0]) is p.ConnAck and got[0].code == p.SUCCESS, got
-        return stream
 
     # (client id, where the old connection is, where the new one is, Clean Start)
     cases = [("x1", "d", "a", False), ("x2", "a", "a", False), ("x3", "a", "d", True), ("x4", "d", "d", True), ("x5", "a", "a", "lasting"), ("x6", "d", "a", "lasting")]  # fmt: skip
@@ -336,9 +305,10 @@ async def test_a_takeover_keeps_a_delayed_will_back_unless_it_ends_the_session(t
         kept = []
         for cid, old_at, new_at, clean in cases:
             will = p.Will(f"w/{cid}", cid.encode(), props=((p.WILL_DELAY, 1),))
-            kept.append(await connect5(old_at, cid, False, will))  # open until taken over
-            props = lasting if clean == "lasting" else None
-            kept.append(await connect5(new_at, cid, bool(clean), props=props))
+            at = topology.brokers
+            kept.append(await connect5(at[old_at], cid, False, will, lasting))  # until taken over
+            props = () if clean is True else lasting
+            kept.append(await connect5(at[new_at], cid, bool(clean), props=props))
         got = await packets(watcher, 4, within=5)
         assert sorted(x.topic for x in got) == ["w/x3", "w/x4", "w/x5", "w/x6"]
         with trio.move_on_after(2.5):  # x1's and x2's would have come by now
