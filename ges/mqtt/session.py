@@ -66,6 +66,11 @@ MAX_BATCH = 128
 EARLY_OVERHEAD = 64
 
 
+def _seconds(interval: int) -> float:
+    """A Session Expiry Interval in seconds: 0xFFFFFFFF is never (inf)."""
+    return float("inf") if interval == p.MAX_U32 else interval
+
+
 def session_name(client_id: str) -> str:
     """The GES durable session of an MQTT client id's persistent session."""
     name = f"mqtt.{client_id}"
@@ -154,11 +159,9 @@ class MqttSession(Moving, Delivering):
         if self.v5:
             interval = p.prop(connect.props, p.SESSION_EXPIRY, 0)
             self.persistent = interval > 0
-            wanted = float("inf") if interval == p.MAX_U32 else interval
-            granted = min(wanted, max_expiry)
-            self.expiry = 0 if granted == float("inf") else granted
-            if self.persistent and granted != wanted:
-                self._granted = max(1, int(granted))
+            self._keep(interval)
+            if self.persistent and self._max_expiry < _seconds(interval):
+                self._granted = max(1, int(self._max_expiry))
             self._discard = connect.clean_session and bool(connect.client_id) and not assigned
         else:
             self.persistent = not connect.clean_session
@@ -346,12 +349,16 @@ class MqttSession(Moving, Delivering):
         if interval == 0:
             self._leave = m.SessionLeave(self.name, end=True)
         else:
-            wanted = float("inf") if interval == p.MAX_U32 else interval
-            granted = min(wanted, self._max_expiry)
-            self.expiry = 0 if granted == float("inf") else granted
+            self._keep(interval)
             self._leave = m.SessionLeave(self.name, expiry=float(self.expiry))
         if not will:
             out.append(self._leave)
+
+    def _keep(self, interval: int) -> None:
+        """A Session Expiry Interval (CONNECT's or DISCONNECT's) as kept: at most the
+        topology's bound, 0 for "as the topology says" when neither ends it."""
+        kept = min(_seconds(interval), self._max_expiry)
+        self.expiry = 0 if kept == float("inf") else kept
 
     def _publish(self, pkt: p.Publish, wall_ns: int, out: list) -> None:
         if pkt.qos == 2:
@@ -478,12 +485,13 @@ class MqttSession(Moving, Delivering):
         event = m.Event(attributes, will.message, wall_ns)
         leave = self._leave
         delay = p.prop(will.props, p.WILL_DELAY, 0) if self.v5 else 0
-        if delay and self.persistent and self.taken_over:
-            return []
-        ending = self.session_ended or (leave is not None and leave.end)
-        if delay and self.persistent and self._exists and not ending:
-            leave = leave or m.SessionLeave(self.name)
-            return [msgspec.structs.replace(leave, will=event, will_delay=float(delay))]
+        if delay and self.persistent:
+            if self.taken_over:  # its client is back already
+                return []
+            ending = self.session_ended or (leave is not None and leave.end)
+            if self._exists and not ending:
+                leave = leave or m.SessionLeave(self.name)
+                return [msgspec.structs.replace(leave, will=event, will_delay=float(delay))]
         publish = m.Publish(self._req, [event])
         return [publish] if leave is None else [publish, leave]
 
