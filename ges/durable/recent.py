@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
+from itertools import islice
 
+from ges.durable.store import page
 from ges.wire import messages as m
-from ges.wire.messages import event_size
 
 #: What holding one event costs beyond its encoded size (its decoded objects: the item, the
 #: event, its attribute dict and values), and each session it is held for (a SessionItem, its
@@ -61,8 +62,11 @@ class Recent:
     ) -> None:
         """The store appended ``item`` as ``epoch`` for ``wants`` ((key, subs) pairs), ``size``
         bytes encoded."""
-        size += EVENT_OVERHEAD + WANT_OVERHEAD * len(wants)
-        size += ATTRIBUTE_OVERHEAD * len(item.event.attributes)
+        size += (
+            EVENT_OVERHEAD
+            + ATTRIBUTE_OVERHEAD * len(item.event.attributes)
+            + WANT_OVERHEAD * len(wants)
+        )
         if size > self.limit:  # never held: the sessions it is for read it from the file
             for key, _ in wants:
                 self._lose(epoch, key)
@@ -104,19 +108,8 @@ class Recent:
         if not held:
             return []
         i = bisect_right(held, after, key=_epoch)
-        n = len(held)
-        out = []
-        size = 0
-        while i < n and len(out) < limit:
-            it = held[i]
-            if it.epoch > upto:
-                break
-            out.append(it)
-            size += event_size(it.item.event)
-            if size >= max_bytes:
-                break
-            i += 1
-        return out
+        j = min(bisect_right(held, upto, key=_epoch), i + limit)
+        return page(islice(held, i, j), max_bytes)
 
     def release(self, key: int, upto: int) -> None:
         """Session ``key`` no longer wants what is at most ``upto`` (< 0: anything)."""

@@ -13,6 +13,7 @@ event twice). :class:`MemorySessionStore` is the same in memory (the simulator, 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 import attrs
@@ -23,6 +24,19 @@ from ges.wire.messages import event_size
 
 #: What one read returns at most (events; bytes: ``max_bytes``).
 MAX_READ = 512
+
+
+def page(items: Iterable[m.SessionItem], max_bytes: int) -> list[m.SessionItem]:
+    """What a read returns of ``items`` (each store's, in epoch order, at most its limit): up to
+    the one whose event brings their sizes to ``max_bytes`` — at least one."""
+    out = []
+    size = 0
+    for it in items:
+        out.append(it)
+        size += event_size(it.item.event)
+        if size >= max_bytes:
+            break
+    return out
 
 
 @attrs.define
@@ -230,15 +244,11 @@ class MemorySessionStore:
         return epochs[bisect_right(epochs, after) :]
 
     def read(self, key: int, after: int, limit: int = MAX_READ, max_bytes: int = 1 << 20) -> list:
-        out = []
-        size = 0
-        for epoch in self._epochs_after(key, after)[:limit]:
+        def stored(epoch: int) -> m.SessionItem:
             pubend, item, wants, gap_to, why = self._events[epoch]
-            out.append(m.SessionItem(epoch, pubend, item, wants[key], gap_to, why))
-            size += event_size(item.event)
-            if size >= max_bytes:
-                break
-        return out
+            return m.SessionItem(epoch, pubend, item, wants[key], gap_to, why)
+
+        return page(map(stored, self._epochs_after(key, after)[:limit]), max_bytes)
 
     def tops(self) -> dict[str, int]:
         return dict(self._tops)

@@ -27,11 +27,10 @@ import msgspec
 
 from ges.durable.recent import Recent
 from ges.durable.retained import Kept
-from ges.durable.store import MAX_READ, SessionState
+from ges.durable.store import MAX_READ, SessionState, page
 from ges.errors import OperationError
 from ges.runtime.pubend_log import transaction
 from ges.wire import messages as m
-from ges.wire.messages import event_size
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode_item = msgspec.msgpack.Decoder(m.EventItem).decode
@@ -46,9 +45,9 @@ _decode_retention = msgspec.msgpack.Decoder(
 #: A group at most this large (bytes of events) is committed on the event loop's thread.
 INLINE_MAX_BYTES = 256 * 1024
 
-#: The events appended last are kept in memory too, this many bytes of them (encoded): four
-#: times a session's window (ges.core.replicator.WINDOW_BYTES), so a client that keeps up is
-#: read from memory even with its window full.
+#: The events appended last are kept in memory too, this many bytes of them (as
+#: ges.durable.recent counts them: encoded, and the objects that hold them); a client that
+#: keeps up reads only the last group committed, far less.
 RECENT_BYTES = 4 * 1024 * 1024
 
 _SCHEMA = """
@@ -187,15 +186,13 @@ class SqliteSessionStore:
             " WHERE w.key = ? AND w.epoch > ? AND w.epoch <= ? ORDER BY w.epoch LIMIT ?",
             (key, after, self._committed, limit),
         )
-        out = []
-        size = 0
-        for epoch, pubend, body, subs, gap_to, why in rows:
-            item = _decode_item(body)
-            out.append(m.SessionItem(epoch, pubend, item, _decode_ints(subs), gap_to, why))
-            size += event_size(item.event)
-            if size >= max_bytes:
-                break
-        return out
+        return page(
+            (
+                m.SessionItem(epoch, pubend, _decode_item(body), _decode_ints(subs), gap_to, why)
+                for epoch, pubend, body, subs, gap_to, why in rows
+            ),
+            max_bytes,
+        )
 
     def tops(self) -> dict[str, int]:
         return dict(self._query("SELECT pubend, tick FROM tops", ()))
