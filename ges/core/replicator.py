@@ -336,8 +336,8 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         start = state.acked
         if msg.epoch >= 0 and msg.store == self.store.id:
             start = max(start, min(msg.epoch, self.store.committed))
-        if start > state.acked:
-            self._acked(live, start)
+        if start > state.acked:  # counted from what is in flight when it was all sent
+            self._acked(live, start, self._sent_upto(live, start) if start <= live.sent else None)
         was = live.at or live.last_at
         sent_before = max(live.sent, start)
         live.follower = conn
@@ -346,8 +346,10 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         live.sent = start
         live.inflight.clear()
         live.inflight_bytes = 0
-        backlog, last = self.store.held(state.key, start)
-        live.held = backlog
+        # what it holds is counted as it changes (not in the store: a count there reads every
+        # event held, a million for a client away long, on the broker's event loop); what is
+        # not committed yet cannot have reached a client before (DUP up to ``last``)
+        backlog, last = live.held, min(live.last, self.store.committed)
         ordered = sorted(state.subs.items())
         subs = [(sub_id, profile_id) for sub_id, (profile_id, _) in ordered]
         opened = m.SessionOpened(
@@ -472,9 +474,7 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
     def _detach(self, live: Live, now: float) -> None:
         live.follower = None
         live.last_at = live.at or live.last_at
-        live.at = ""
-        live.inflight.clear()
-        live.inflight_bytes = 0
+        live.at = ""  # what was in flight stays, for counting what the next open says it has
         self._away(live, now)
 
     def control(

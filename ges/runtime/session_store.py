@@ -74,8 +74,10 @@ CREATE TABLE IF NOT EXISTS retained (
 class SqliteSessionStore:
     """:class:`ges.durable.store.SessionStore` in one SQLite file."""
 
-    def __init__(self, path: Path, recent_bytes: int = RECENT_BYTES):
+    def __init__(self, path: Path, recent_bytes: int = RECENT_BYTES, clock=time.time):
         self.path = Path(path)
+        #: the time of day kept with each event (retention by age)
+        self.clock = clock
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._writer = self._connect()
@@ -171,7 +173,7 @@ class SqliteSessionStore:
         self._last += 1
         epoch = self._last
         body = _encode(item)
-        self._pending_events.append((epoch, pubend, body, gap_to, why, item.tick, time.time()))
+        self._pending_events.append((epoch, pubend, body, gap_to, why, item.tick, self.clock()))
         self._pending_wants += [(key, epoch, _encode(subs)) for key, subs in wants]
         self._pending_bytes += len(body)
         self._recent.add(epoch, pubend, item, wants, gap_to, why, len(body))
@@ -216,10 +218,15 @@ class SqliteSessionStore:
         return rows[0][0] or after
 
     def stored_before(self, age: float) -> int:
+        # down the index to the one row: MAX(epoch) ... WHERE stored_at < ? walks the table
+        # from its newest epoch to the first match — every event when none is that old, as
+        # none is most of the time, once a second (ges.core.lifetime)
         rows = self._query(
-            "SELECT MAX(epoch) FROM events WHERE stored_at < ?", (time.time() - age,)
+            "SELECT epoch FROM events WHERE stored_at < ?"
+            " ORDER BY stored_at DESC, epoch DESC LIMIT 1",
+            (self.clock() - age,),
         )
-        return rows[0][0] or 0
+        return rows[0][0] if rows else 0
 
     def count(self, key: int, after: int, upto: int) -> int:
         rows = self._query(

@@ -205,6 +205,7 @@ def run_seed(
     end = SETTLE + PUBLISH_FOR + max(faults.down_for[1], faults.silent_for[1]) + QUIET
     sim.run_until(end)
     checker.finish(sim.now, start_by=SETTLE)
+    _check_held(sim, checker)
     return Outcome(
         seed=seed,
         ok=checker.ok,
@@ -222,6 +223,21 @@ def run_seed(
         moves=0 if roaming is None else roaming.moves,
         handovers=0 if roaming is None else roaming.handovers,
     )
+
+
+def _check_held(sim: Sim, checker: Checker) -> None:
+    """Each replicator's count of the events it holds per session (kept as they change, for
+    retention and the resume point) is what its store holds."""
+    for broker, core in sorted(sim.cores.items()):
+        rep = core.replicator
+        if rep is None:
+            continue
+        for name, live in sorted(rep.sessions.items()):
+            state = live.state
+            held, _ = rep.store.held(state.key, max(state.acked, state.trimmed))
+            if held != live.held:
+                what = f"session {name} holds {held} events, its count says {live.held}"
+                checker.broker_fault(sim.now, broker, what)
 
 
 def _churn(sim: Sim, rng, checker: Checker, subs: dict, crashed: dict, conns, i: int) -> None:

@@ -35,3 +35,19 @@ def test_a_replicator_that_skips_what_a_session_missed_fails_the_checker(monkeyp
     t = topology("demo")
     outcomes = [run_seed(t, s, faults=Faults.parse("none"), durable=3, roams=4) for s in range(3)]
     assert any("gap" in v or "never delivered" in v for o in outcomes for v in o.violations)
+
+
+def test_a_replicator_whose_count_of_what_it_holds_drifts_fails_the_checker(monkeypatch):
+    """Opening a session reports (and retention limits) the events it holds by the
+    replicator's own count, never a count of the store; the simulator checks the count against
+    the store at the end of every run. A replicator that miscounts acknowledged events is
+    caught."""
+    real = Replicator._sent_upto
+
+    def miscounting(live, epoch):
+        return max(0, real(live, epoch) - 1)
+
+    monkeypatch.setattr(Replicator, "_sent_upto", staticmethod(miscounting))
+    t = topology("demo")
+    outcomes = [run_seed(t, s, faults=Faults.parse("none"), durable=3, roams=4) for s in range(2)]
+    assert any("its count says" in v for o in outcomes for v in o.violations)

@@ -1,0 +1,244 @@
+"""What a persistent session's backlog costs everyone else on its broker.
+
+    python bench/backlog.py [--quick] [--json] [--events N]
+
+One ``ges broker --insecure --delivery reliable --mqtt-port P`` (a one-broker topology whose
+broker is its cluster's replicator) as its own process. A *pinger* (an MQTT 3.1.1 client of
+its own, in a thread of this process) sends a PINGREQ every 2 ms and times each PINGRESP: the
+round trip is how long the broker's event loop made a client wait. Three phases, in one run:
+
+1. ``idle``: the pinger alone — the baseline, measured in the same run;
+2. ``held``: a persistent subscriber (clean session 0, QoS 1, ``bench/#``) connected,
+   subscribed and went away; then N events (100-byte payloads, QoS 1, at most 1,000
+   unacknowledged) were published and acknowledged, so its session holds N events. The pinger
+   runs as long again while nothing else happens (the replicator's once-a-second retention pass
+   runs meanwhile);
+3. ``resume``: the subscriber connects again with its client id, while the pinger runs: the
+   time to its CONNACK (the session opened at the replicator), then until it has all N events
+   (each acknowledged as it comes), and the pinger's round trips meanwhile.
+
+The table gives the round trips' p50, p99 and max per phase with each phase's ratio to
+``idle``; ``--json`` prints the figures as one JSON line too. Nothing here asserts a timing;
+exit code 0 when the subscriber got every event, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import _peers_proto as proto
+from rich.table import Table
+from throughput import (
+    BenchError,
+    Children,
+    _fmt,
+    finish,
+    log,
+    start_ges_broker,
+    wait_listening,
+)
+
+from ges.runtime.ports import free_ports
+
+PING_EVERY = 0.002
+WINDOW = 1_000
+PHASES = ("idle", "held", "resume")
+
+
+class Pinger(threading.Thread):
+    """PINGREQ, wait for the PINGRESP, sleep PING_EVERY; each round trip goes to the current
+    phase (None: not recorded)."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.sock, self.parser = proto.handshake_mqtt("127.0.0.1", port, "bench-pinger")
+        self.phase: str | None = None
+        self.rtts: dict[str, list[float]] = {p: [] for p in PHASES}
+        self.stopped = threading.Event()
+        self.error: str | None = None
+
+    def run(self) -> None:
+        sock = self.sock
+        try:
+            while not self.stopped.is_set():
+                phase = self.phase
+                t0 = time.perf_counter()
+                sock.sendall(b"\xc0\x00")
+                got = b""
+                while len(got) < 2:
+                    data = sock.recv(2 - len(got))
+                    if not data:
+                        raise OSError("the broker closed the pinger's connection")
+                    got += data
+                if got != b"\xd0\x00":
+                    raise OSError(f"not a PINGRESP: {got!r}")
+                if phase is not None:
+                    self.rtts[phase].append(time.perf_counter() - t0)
+                time.sleep(PING_EVERY)
+        except OSError as exc:
+            self.error = f"pinger: {exc}"
+
+    def during(self, phase: str, seconds: float) -> None:
+        self.phase = phase
+        time.sleep(seconds)
+        self.phase = None
+
+
+def publish(port: int, events: int) -> None:
+    """``events`` QoS 1 PUBLISHes, at most WINDOW unacknowledged; returns once all are."""
+    sock, parser = proto.handshake_mqtt("127.0.0.1", port, "bench-publisher")
+    sent = 0
+    with sock:
+        while parser.acks < events:
+            batch = []
+            while sent < events and sent - parser.acks < WINDOW and len(batch) < 256:
+                batch.append(proto.mqtt_frame(1, sent, 1, sent % 65535 + 1))  # (0: a probe)
+                sent += 1
+            if batch:
+                sock.sendall(b"".join(batch))
+            data = sock.recv(1 << 16)
+            if not data:
+                raise BenchError("the broker closed the publisher's connection")
+            parser.feed(data, 0)
+            if parser.error:
+                raise BenchError(parser.error)
+
+
+def resume(port: int, events: int, timeout: float) -> tuple[float, float]:
+    """The persistent subscriber back: seconds to its CONNACK, then to its last event."""
+    t0 = time.perf_counter()
+    sock, parser = proto.handshake_mqtt("127.0.0.1", port, "bench-held", clean=False)
+    t1 = time.perf_counter()
+    if parser.connack != 0:
+        raise BenchError(f"the subscriber's CONNACK said {parser.connack}")
+    deadline = t1 + timeout
+    sock.settimeout(1.0)
+    with sock:
+        while parser.events < events:
+            if time.perf_counter() > deadline:
+                raise BenchError(f"the subscriber got {parser.events:,} of {events:,} events")
+            with contextlib.suppress(TimeoutError):
+                data = sock.recv(1 << 18)
+                if not data:
+                    raise BenchError("the broker closed the subscriber's connection")
+                parser.feed(data, 0)
+            if parser.replies:
+                sock.sendall(b"".join(parser.replies))
+                parser.replies.clear()
+        sock.sendall(b"\xe0\x00")  # DISCONNECT
+    if parser.disorder:
+        raise BenchError(f"the subscriber got {parser.disorder:,} events out of order")
+    return t1 - t0, time.perf_counter() - t1
+
+
+def figures(rtts: list[float]) -> dict:
+    if not rtts:
+        return {"pings": 0}
+    rtts = sorted(rtts)
+    return {
+        "pings": len(rtts),
+        "p50_us": rtts[len(rtts) // 2] * 1e6,
+        "p99_us": rtts[min(len(rtts) - 1, int(len(rtts) * 0.99))] * 1e6,
+        "max_us": rtts[-1] * 1e6,
+    }
+
+
+def run(kids: Children, events: int, seconds: float) -> dict:
+    mqtt_port = free_ports(1)[0]
+    server = start_ges_broker(kids, ("--delivery", "reliable", "--mqtt-port", str(mqtt_port)))
+    wait_listening(server.children[0], mqtt_port)
+    pinger = Pinger(mqtt_port)
+    pinger.start()
+    log(f"idle: pinging for {seconds:g}s")
+    pinger.during("idle", seconds)
+    sock, parser = proto.handshake_mqtt("127.0.0.1", mqtt_port, "bench-held", clean=False)
+    proto.subscribe_mqtt(sock, parser, 1)
+    sock.sendall(b"\xe0\x00")
+    sock.close()
+    log(f"held: publishing {events:,} events for the session away")
+    t0 = time.perf_counter()
+    publish(mqtt_port, events)
+    published = time.perf_counter() - t0
+    log(f"held: {events:,} published in {published:.1f}s; pinging for {seconds:g}s")
+    pinger.during("held", seconds)
+    log("resume: the subscriber connects again")
+    pinger.phase = "resume"
+    connack, drained = resume(mqtt_port, events, timeout=120.0 + events / 2_000)
+    pinger.phase = None
+    pinger.stopped.set()
+    pinger.join(5)
+    if pinger.error:
+        raise BenchError(pinger.error)
+    return {
+        "events": events,
+        "publish_events_per_s": events / published,
+        "connack_ms": connack * 1e3,
+        "drain_s": drained,
+        "drain_events_per_s": events / drained,
+        "phases": {p: figures(pinger.rtts[p]) for p in PHASES},
+    }
+
+
+def render(report: dict, out) -> None:
+    if "phases" not in report:
+        return
+    table = Table(
+        title=f"A persistent session holding {report['events']:,} events: a pinger's round"
+        " trips at the same broker"
+    )
+    table.add_column("phase")
+    for head in ("pings", "p50", "p99", "max", "p99/idle", "max/idle"):
+        table.add_column(head, justify="right")
+    idle = report["phases"]["idle"]
+    for phase in PHASES:
+        f = report["phases"][phase]
+        if not f["pings"]:
+            table.add_row(phase, "0", "—", "—", "—", "—", "—")
+            continue
+        table.add_row(
+            phase,
+            f"{f['pings']:,}",
+            f"{_fmt(f['p50_us'])} µs",
+            f"{_fmt(f['p99_us'])} µs",
+            f"{_fmt(f['max_us'])} µs",
+            f"{f['p99_us'] / idle['p99_us']:.2f}×",
+            f"{f['max_us'] / idle['max_us']:.2f}×",
+        )
+    out.print(table)
+    out.print(
+        f"idle: nothing held. held: the session away, {report['events']:,} events held for it"
+        f" (published at {_fmt(report['publish_events_per_s'])}/s, QoS 1). resume: its"
+        f" CONNACK after {report['connack_ms']:.1f} ms, then all {report['events']:,} in"
+        f" {report['drain_s']:.1f}s ({_fmt(report['drain_events_per_s'])}/s)."
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="50,000 events, 3 s per phase")
+    parser.add_argument("--json", action="store_true", help="one JSON line on stdout too")
+    parser.add_argument("--events", type=int, help="events held (default 200,000)")
+    args = parser.parse_args()
+    events = args.events or (50_000 if args.quick else 200_000)
+    seconds = 3.0 if args.quick else 6.0
+    errors: list[str] = []
+    report: dict = {}
+    with tempfile.TemporaryDirectory(prefix="ges-bench-backlog-") as tmp:
+        kids = Children(Path(tmp))
+        try:
+            report = run(kids, events, seconds)
+        except BenchError as exc:
+            errors.append(str(exc))
+        finally:
+            kids.stop_all()
+    return finish(report, errors, render, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
