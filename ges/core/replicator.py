@@ -38,6 +38,7 @@ from ges.core.part import Part
 from ges.core.readback import REPLAY_RESEND, ReadBack, Replay
 from ges.core.retaining import RETAINED_CONN, Retaining
 from ges.core.taking import Taking
+from ges.core.work import WORK_SLICE
 from ges.durable import session_name_problem
 from ges.durable.profiles import describe, subs_problem
 from ges.durable.retained import RetainedSet
@@ -47,6 +48,10 @@ from ges.wire.messages import event_size
 
 #: Bytes of a session's events streamed beyond what its client acknowledged.
 WINDOW_BYTES = 1 << 20
+#: Bytes of them sent at once (the rest of a window goes in slices of the core's work, each
+#: costing PUMP_COST units): a window of 100-byte events is thousands, some ms each thousand.
+PUMP_BYTES = 64 * 1024
+PUMP_COST = WORK_SLICE
 #: Durable sessions one replicator holds at most.
 MAX_SESSIONS = 10_000
 #: Seconds a restarted replicator waits for its sessions' subscriptions to be complete (every
@@ -723,15 +728,34 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         return out
 
     def _pump(self, live: Live) -> list:
-        """Send the follower what is committed after what it was sent, within the window."""
+        """Send the follower what is committed after what it was sent, within the window: up
+        to PUMP_BYTES now, the rest a page per slice of the core's work (ges.core.work), so a
+        window of small events — thousands — does not hold the broker in one go."""
+        out, more = self._pump_some(live)
+        if more:
+            pumped: list = []
+            self.subscriptions.defer(("pump", live.state.key), self._pumping(live, pumped), pumped)
+        return out
+
+    def _pumping(self, live: Live, out: list):
+        """The rest of a pump, in slices, while its follower stays the same."""
+        follower = live.follower
+        more = True
+        while more and live.follower == follower and self._by_key.get(live.state.key) is live:
+            got, more = self._pump_some(live)
+            out += got
+            yield PUMP_COST
+
+    def _pump_some(self, live: Live) -> tuple[list, bool]:
+        """Up to about PUMP_BYTES of the pump, and whether there is more it may send now."""
         if live.follower is None or live.opening is not None:
-            return []
+            return [], False
         out: list = []
         key = live.state.key
         state = live.state
         cap = self.stream_cap(live) if state.handover is not None else None
         if cap is not None and cap < 0:
-            return []  # handed over: nothing streams from here
+            return [], False  # handed over: nothing streams from here
         if live.sent < state.trimmed:  # retention let go of some: the client is told first
             gaps = [
                 m.SessionItem(
@@ -749,8 +773,12 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
                 live.inflight.append((live.sent, 0, ()))
                 out.append(ToClient(live.follower, m.SessionEvents(state.name, gaps)))
         upto = self.store.committed if cap is None else min(cap, self.store.committed)
+        budget = PUMP_BYTES
         while live.inflight_bytes < WINDOW_BYTES and live.sent < upto:
-            items = self.store.read(key, live.sent, max_bytes=WINDOW_BYTES - live.inflight_bytes)
+            if budget <= 0:
+                return out, True
+            room = min(budget, WINDOW_BYTES - live.inflight_bytes)
+            items = self.store.read(key, live.sent, max_bytes=room)
             if cap is not None:
                 items = [it for it in items if it.epoch <= cap]
             if not items:
@@ -760,8 +788,9 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
             live.sent = items[-1].epoch
             live.inflight.append((live.sent, size, [it.epoch for it in items]))
             live.inflight_bytes += size
+            budget -= size
             out.append(ToClient(live.follower, m.SessionEvents(live.state.name, items)))
-        return out
+        return out, False
 
 
 def _stored_item(item: m.EventItem) -> m.EventItem:

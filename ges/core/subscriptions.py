@@ -17,7 +17,7 @@ once per event and sends each subscription its matching events, in order, as one
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from itertools import chain
 
 import attrs
@@ -121,6 +121,12 @@ class Subscriptions(Part):
             return [], frozenset()
         sends, waits = self.router.local_change(add, remove, now)
         return self.core.to_peers(sends), waits
+
+    def defer(self, key: Hashable, body: JobBody, out: list) -> None:
+        """A job of the core's own (no client waits on it), from the driver's next slice on;
+        nothing if one with ``key`` is in progress already."""
+        if key not in self._jobs:
+            self._jobs.start(Job(key, body, out), 0)
 
     def client_name(self, conn: int) -> str:
         """The id a connected client gave (its connection number if it has gone)."""

@@ -69,6 +69,9 @@ class Jobs:
     def __len__(self) -> int:
         return len(self._jobs)
 
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._jobs
+
     def busy(self, conn: int) -> bool:
         """A job of client ``conn`` is in progress."""
         return conn in self._busy

@@ -421,6 +421,8 @@ class BrokerServer:
             self._to_client(conn_id, frames)
         for conn_id, msgs in to_messages.items():
             self._to_client(conn_id, msgs, messages=True)
+        if self.core.has_work:  # (e.g. the rest of a session's window: ges.core.replicator)
+            self._work_wakeup.set()
         for peer, frames in to_peers.items():
             await self._to_peer(peer, frames, now)
         if recorder is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from ges.core import BrokerCore, Notice, ToClient
-from ges.core.replicator import WINDOW_BYTES
+from ges.core.replicator import PUMP_BYTES, WINDOW_BYTES
 from ges.durable.profiles import MAX_SESSION_SUBS
 from ges.durable.store import MemorySessionStore
 from ges.topology import Topology
@@ -182,6 +182,42 @@ def test_an_ack_opens_the_window_and_the_rest_follows_in_order(rig):
         got += more
     assert got == list(range(1, 13))
     assert sent_epochs(rig.ack(1, 12), 1) == []
+
+
+def test_a_window_of_small_events_goes_a_slice_at_a_time(rig):
+    """A client back to a backlog of small events: its window is thousands of them, too many
+    to send in one go; the open sends about PUMP_BYTES of them, the core's work the rest a
+    page per slice — in order, each slice bounded, until the window is full."""
+    rig.open(1)
+    rig.rep.follower_closed(1, rig.now)
+    payload = b"x" * 500
+    rig.publish(3_000, payload)
+    size = m.event_size(m.Event({"n": 0}, payload))
+
+    def answered(queue: list) -> list:  # its own subscriptions answered, no slice of work run
+        outs = []
+        while queue:
+            out = queue.pop(0)
+            if type(out) is ToClient and out.conn < 0:
+                queue += rig.rep.own(out.conn, out.msg, rig.now)
+            elif type(out) is ToClient:
+                outs.append(out)
+        return outs
+
+    opening = m.SessionOpen("alice", [SUB], owner="alice", at="r")
+    got = sent_epochs(answered(rig.rep.open(2, opening, rig.now, WALL)), 2)
+    assert len(got) > 0 and (len(got) - 1) * size < PUMP_BYTES
+    slices = []
+    while rig.core.has_work:
+        more = sent_epochs(answered(rig.core.work(rig.now)), 2)
+        if more:
+            slices.append(len(more))
+        got += more
+    assert len(slices) > 2 and max(slices) * size <= PUMP_BYTES + size
+    assert got == list(range(1, len(got) + 1))
+    assert (len(got) - 1) * size < WINDOW_BYTES <= (len(got) + 1) * size  # the window, full
+    more = sent_epochs(rig.ack(2, got[-1]), 2)  # acknowledged: the next window, in slices
+    assert more and more[0] == got[-1] + 1
 
 
 def test_what_is_sent_beyond_the_acknowledged_epoch_stays_within_the_window(rig):

@@ -173,6 +173,7 @@ def test_stored_before_is_the_last_epoch_stored_over_that_age_ago(store):
     e3 = store.append("p~1", item(3, tick=3), [(A, [1])])
     commit(store)
     now[0] = 1012.0
+    assert e1 < e2 < e3
     assert store.stored_before(10) == e1  # the two of 1005 are 7 s old
     assert store.stored_before(5) == e3
     assert store.stored_before(60) == 0
