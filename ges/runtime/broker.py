@@ -289,6 +289,10 @@ class BrokerServer:
         self.log.info("listening on %s:%d", self.listen_host, self.spec.port)
         if self._mqtt_listeners:
             self.log.info("MQTT on %s:%d", self.listen_host, self.mqtt_port)
+        # what the imports made and the state restored live as long as the process: out of
+        # the collector's full passes, each of which traversed them all (65,000 objects, 35 ms
+        # on the development machine, whenever a quarter as many new ones had survived)
+        freeze_heap()
         task_status.started(self)
 
     # -- time --------------------------------------------------------------------------------

@@ -62,6 +62,8 @@ TRIM_EVERY = 100_000
 #: hand-off to a worker thread and back costs about 100 µs on an idle machine and more on a busy
 #: one. Larger groups, strict commits (an fsync each), trims and checkpoints go to a thread.
 INLINE_MAX_BYTES = 16_384
+#: ... and of at most this many rows (each costs some µs, whatever its size).
+INLINE_MAX_ROWS = 256
 #: Bytes appended to the WAL after which the log task checkpoints it into the database from a
 #: worker thread (SQLite's own automatic checkpoint, which would run inside a commit, is off:
 #: it fsyncs, and a commit may run on the event loop's thread).
@@ -349,7 +351,7 @@ class SqliteLog:
     def inline(self, group: list[tuple]) -> bool:
         """Whether the log task may write ``group`` on the event loop's thread (a small group,
         no fsync): see :data:`INLINE_MAX_BYTES`."""
-        if self.strict:
+        if self.strict or len(group) > INLINE_MAX_ROWS:
             return False
         size = 0
         for _, _, body, _ in group:

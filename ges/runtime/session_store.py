@@ -42,8 +42,12 @@ _decode_retention = msgspec.msgpack.Decoder(
     tuple[int, float, int, dict[str, tuple[int, int]], int, str]
 ).decode
 
-#: A group at most this large (bytes of events) is committed on the event loop's thread.
+#: A group at most this large (bytes of events) is committed on the event loop's thread ...
 INLINE_MAX_BYTES = 256 * 1024
+#: ... if it also writes or deletes at most this many rows (each costs a few µs, whatever its
+#: size: a group of small events, or the release of a long backlog, is written from a worker
+#: thread, not on the event loop's — a release of 50,000 held it 8 ms)
+INLINE_MAX_ROWS = 256
 
 #: The events appended last are kept in memory too, this many bytes of them (as
 #: ges.durable.recent counts them: encoded, and the objects that hold them); a client that
@@ -106,6 +110,9 @@ class SqliteSessionStore:
         self._pending_bytes = 0
         self._saves: dict[str, SessionState | None] = {}
         self._releases: dict[int, int] = {}
+        #: per session, the epoch up to which the groups so far release what it held (the
+        #: rows a release deletes are at most its epochs since then)
+        self._released_to: dict[int, int] = {}
         self._tops: dict[str, int] = {}
         self._retains: dict[str, Kept | None] = {}  # None: forget it
         #: sessions saved so far, up to which the group being written saves them, and up to
@@ -271,6 +278,14 @@ class SqliteSessionStore:
         )
 
     def take_group(self) -> tuple:
+        rows = len(self._pending_events) + len(self._pending_wants) + len(self._saves)
+        for key, upto in self._releases.items():
+            if upto < 0:  # the whole session: its rows are unknown here
+                rows += INLINE_MAX_ROWS + 1
+                self._released_to.pop(key, None)
+            else:
+                rows += upto - self._released_to.get(key, 0)
+                self._released_to[key] = upto
         group = (
             self._pending_events,
             self._pending_wants,
@@ -280,6 +295,7 @@ class SqliteSessionStore:
             self._pending_bytes,
             self._tops,
             self._retains,
+            rows,
         )
         self._pending_events, self._pending_wants, self._saves, self._releases = [], [], {}, {}
         self._tops, self._retains = {}, {}
@@ -289,11 +305,11 @@ class SqliteSessionStore:
 
     @staticmethod
     def inline(group: tuple) -> bool:
-        return group[5] <= INLINE_MAX_BYTES
+        return group[5] <= INLINE_MAX_BYTES and group[8] <= INLINE_MAX_ROWS
 
     def write_group(self, group: tuple) -> int:
         """Write one group in one transaction; returns the last epoch it covers."""
-        events, wants, saves, releases, last, _, tops, retains = group
+        events, wants, saves, releases, last, _, tops, retains, _ = group
         retained = [
             (k.topic, k.wall_ns, k.pubend, k.tick, None if k.event is None else _encode(k.event))
             for k in retains.values()

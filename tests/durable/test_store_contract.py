@@ -203,6 +203,33 @@ def test_stored_before_finds_its_epoch_without_reading_every_event(tmp_path):
     s.close()
 
 
+def test_sqlite_writes_a_group_on_the_event_loop_only_when_it_is_small(tmp_path):
+    """In bytes and in rows: a few events inline; many small ones, or the release of a long
+    backlog (rows deleted), from a worker thread."""
+    from ges.runtime.session_store import INLINE_MAX_ROWS
+
+    s = SqliteSessionStore(tmp_path / "s.db")
+    s.append("p~1", item(1, tick=1), [(A, [1])])
+    first = s.take_group()
+    assert s.inline(first)
+    s.committed_to(s.write_group(first))
+    for i in range(2 * INLINE_MAX_ROWS):
+        s.append("p~1", item(i, tick=i + 2), [(A, [1])])
+    many = s.take_group()
+    assert not s.inline(many)  # an event row and a wants row each
+    s.committed_to(s.write_group(many))
+    s.release(A, 3)
+    group = s.take_group()
+    assert s.inline(group)  # three rows
+    s.committed_to(s.write_group(group))
+    s.release(A, s.last)
+    group = s.take_group()
+    assert not s.inline(group)  # the rest of the backlog
+    s.committed_to(s.write_group(group))
+    assert s.read(A, 0) == []
+    s.close()
+
+
 def test_release_drops_that_sessions_records_up_to_the_epoch(store):
     got = [store.append("p~1", item(i, tick=i), [(A, [1])]) for i in range(1, 5)]
     commit(store)

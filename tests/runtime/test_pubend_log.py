@@ -132,6 +132,9 @@ def test_small_groups_may_be_committed_inline_and_strict_or_large_ones_may_not(t
     big = [m.Event({"n": i}, b"x" * 1_000, 5) for i in range(pl.INLINE_MAX_BYTES // 1_000 + 1)]
     log.append(2, big)
     assert not log.inline(log.take_group())  # too large for the event loop's thread
+    for i in range(pl.INLINE_MAX_ROWS + 1):  # small, but rows enough to take some ms
+        log.append(100 + i, [ev(i)])
+    assert not log.inline(log.take_group())
     strict = SqliteLog(tmp_path / "b.db", strict=True)
     strict.append(1, [ev(1)])
     assert not strict.inline(strict.take_group())  # an fsync
