@@ -30,7 +30,7 @@ from ges.core.broker import ROUTINGS
 from ges.errors import UserInputError
 from ges.monitor import Monitor
 from ges.runtime import BrokerServer
-from ges.runtime.broker import MAX_CLIENTS
+from ges.runtime.broker import MAX_CLIENTS, freeze_heap
 from ges.runtime.metrics import registry_of, serve_metrics, start_metrics
 from ges.runtime.up import (
     Network,
@@ -320,6 +320,7 @@ async def _run_up(
                     reliable=reliable,
                     **options,
                 )
+                freeze_heap()
                 for port in await start_metrics(nursery, servers.values(), metrics_port):
                     err.print(f"metrics on port {port} (GET /metrics)", highlight=False)
                 check = None
@@ -465,6 +466,7 @@ def _broker(
                 mqtt_port=mqtt_port,
             )
             await nursery.start(server.run)
+            freeze_heap()
             spec = topology.brokers[broker_id]
             err.print(
                 f"broker {broker_id} listening on {spec.host}:{spec.port} (pid {os.getpid()})",

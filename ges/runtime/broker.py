@@ -289,10 +289,6 @@ class BrokerServer:
         self.log.info("listening on %s:%d", self.listen_host, self.spec.port)
         if self._mqtt_listeners:
             self.log.info("MQTT on %s:%d", self.listen_host, self.mqtt_port)
-        # what the imports made and the state restored live as long as the process: out of
-        # the collector's full passes, each of which traversed them all (65,000 objects, 35 ms
-        # on the development machine, whenever a quarter as many new ones had survived)
-        freeze_heap()
         task_status.started(self)
 
     # -- time --------------------------------------------------------------------------------
@@ -748,14 +744,17 @@ _CHECKED = frozenset({m.Publish, m.Subscribe, m.LinkControl, m.SessionOpen, m.Wa
 
 
 def freeze_heap() -> None:
-    """After a slice of a large request: move what is alive out of the garbage collector's
-    sight (``gc.freeze``). A large profile adds hundreds of thousands of objects, and the
-    collector's full passes, which traverse every object it tracks, grew with them: 76 ms on a
-    broker holding one 4,096-conjunction profile, 330 ms with four, inside a slice meant to take
-    a millisecond (with this, the longest slice stayed under 8 ms). The young generations are
-    collected first, so the only garbage frozen for good is what formed cycles after surviving
-    two collections and was not yet found — a few objects a closed connection leaves, if any,
-    per large request. A broker's own state holds no reference cycles; what it frees, reference
-    counting frees, frozen or not."""
+    """Move what is alive out of the garbage collector's sight (``gc.freeze``): its full
+    passes traverse every object it tracks, and a broker holds many that live as long as it
+    does. Called after each slice of a large request (a 4,096-conjunction profile adds
+    hundreds of thousands of objects: a full pass took 76 ms with one such profile, 330 ms
+    with four, inside a slice meant to take a millisecond; with this the longest slice stayed
+    under 8 ms), and by ``ges broker`` and ``ges up`` once their brokers have started (the
+    objects of the imports and of the state restored: 65,000, a full pass of 30-40 ms on the
+    development machine each time a quarter as many new ones had survived). The young
+    generations are collected first, so the only garbage frozen for good is what formed
+    cycles after surviving two collections and was not yet found — a few objects a closed
+    connection leaves, if any. A broker's own state holds no reference cycles; what it frees,
+    reference counting frees, frozen or not."""
     gc.collect(1)
     gc.freeze()
