@@ -63,7 +63,7 @@ class ProtocolFailure(Exception):
     """A broker answered something the bench did not expect (refusal, error, bad frame)."""
 
 
-def _read_until(sock: socket.socket, parser, done) -> None:
+def read_until(sock: socket.socket, parser, done) -> None:
     """Feed ``parser`` from ``sock`` until ``done()`` (replies owed are sent on the way)."""
     while not done():
         data = sock.recv(READ_SIZE)
@@ -148,14 +148,14 @@ def handshake_ges(host: str, port: int, topology: str, client_id: str):
     sock = connect_socket(host, port)
     parser = GesParser()
     sock.sendall(encode(m.hello_for(topology, "client", client_id, "")))
-    _read_until(sock, parser, lambda: parser.welcome is not None)
+    read_until(sock, parser, lambda: parser.welcome is not None)
     return sock, parser
 
 
 def subscribe_ges(sock: socket.socket, parser: GesParser) -> None:
     """Subscribe to every event (one empty conjunction) and wait for the SubAck."""
     sock.sendall(encode(m.Subscribe(1, [[]], "", 1)))
-    _read_until(sock, parser, lambda: any(a.req == 1 for a in parser.subacks))
+    read_until(sock, parser, lambda: any(a.req == 1 for a in parser.subacks))
 
 
 # -- MQTT 3.1.1 ------------------------------------------------------------------------------
@@ -258,13 +258,13 @@ def handshake_mqtt(host: str, port: int, client_id: str, clean: bool = True):
     sock = connect_socket(host, port)
     parser = MqttParser()
     sock.sendall(mqtt_connect(client_id, clean))
-    _read_until(sock, parser, lambda: parser.connack is not None)
+    read_until(sock, parser, lambda: parser.connack is not None)
     return sock, parser
 
 
 def subscribe_mqtt(sock: socket.socket, parser: MqttParser, qos: int) -> None:
     sock.sendall(mqtt_subscribe(TOPIC, qos))
-    _read_until(sock, parser, lambda: parser.suback is not None)
+    read_until(sock, parser, lambda: parser.suback is not None)
 
 
 # -- NATS ------------------------------------------------------------------------------------
@@ -377,10 +377,10 @@ class NatsParser(_Counter):
 def handshake_nats(host: str, port: int, parser: NatsParser | None = None):
     sock = connect_socket(host, port)
     parser = parser or NatsParser()
-    _read_until(sock, parser, lambda: parser.info)
+    read_until(sock, parser, lambda: parser.info)
     pongs = parser.pongs
     sock.sendall(NATS_CONNECT + b"PING\r\n")
-    _read_until(sock, parser, lambda: parser.pongs > pongs)
+    read_until(sock, parser, lambda: parser.pongs > pongs)
     return sock, parser
 
 
@@ -388,7 +388,7 @@ def nats_flush(sock: socket.socket, parser: NatsParser, extra: bytes = b"") -> N
     """Send ``extra`` and a PING, and wait for its PONG (the server has processed both)."""
     pongs = parser.pongs
     sock.sendall(extra + b"PING\r\n")
-    _read_until(sock, parser, lambda: parser.pongs > pongs)
+    read_until(sock, parser, lambda: parser.pongs > pongs)
 
 
 def nats_request(sock: socket.socket, parser: NatsParser, subject: str, body: dict, sid: str):
@@ -399,7 +399,7 @@ def nats_request(sock: socket.socket, parser: NatsParser, subject: str, body: di
         f"SUB {inbox} {sid}\r\n".encode() + nats_pub(subject, json.dumps(body).encode(), inbox)
     )
     key = sid.encode()
-    _read_until(sock, parser, lambda: key in parser.answers)
+    read_until(sock, parser, lambda: key in parser.answers)
     answer = json.loads(parser.answers.pop(key)[0])
     sock.sendall(f"UNSUB {sid}\r\n".encode())
     if "error" in answer:
