@@ -319,9 +319,15 @@ class BrokerCore:
         """Client ``conn`` holds subscription ``sub_id`` here."""
         return sub_id in self.subscriptions.clients.get(conn, {})
 
-    def on_logged(self, now: float) -> list[Output]:
-        """The log committed more: acknowledge and send on the publishes it now holds."""
-        return self.publishing.on_logged(now)
+    def on_logged(self, now: float, max_events: int | None = None) -> list[Output]:
+        """The log committed more: acknowledge and send on the publishes it now holds (with
+        ``max_events``, about that many events of them: :attr:`logged_pending` says if more
+        are waiting)."""
+        return self.publishing.on_logged(now, max_events)
+
+    @property
+    def logged_pending(self) -> bool:
+        return self.publishing.logged_pending
 
     @property
     def profiles(self):
@@ -342,6 +348,12 @@ class BrokerCore:
     def changing(self, conn: int, sub_id: int) -> bool:
         """Subscription ``(conn, sub_id)`` is being changed and its new profile is going in."""
         return self.subscriptions.changing(conn, sub_id)
+
+    @property
+    def work_kept(self) -> bool:
+        """The last slice of :meth:`work` made objects that stay alive (the driver may take
+        them out of the garbage collector's full passes)."""
+        return self.subscriptions.work_kept
 
     def work(self, now: float) -> list[Output]:
         """One slice (``config.work_slice`` units) of what is in progress; the outputs."""

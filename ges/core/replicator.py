@@ -341,8 +341,11 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         start = state.acked
         if msg.epoch >= 0 and msg.store == self.store.id:
             start = max(start, min(msg.epoch, self.store.committed))
-        if start > state.acked:  # counted from what is in flight when it was all sent
-            self._acked(live, start, self._sent_upto(live, start) if start <= live.sent else None)
+        if start > state.acked:  # counted from what is in flight, while a follower has it
+            held = None  # (else in the store: at most a window's worth, but for a restart)
+            if live.follower is not None and start <= live.sent:
+                held = self._sent_upto(live, start)
+            self._acked(live, start, held)
         was = live.at or live.last_at
         sent_before = max(live.sent, start)
         live.follower = conn
@@ -479,7 +482,9 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
     def _detach(self, live: Live, now: float) -> None:
         live.follower = None
         live.last_at = live.at or live.last_at
-        live.at = ""  # what was in flight stays, for counting what the next open says it has
+        live.at = ""
+        live.inflight.clear()
+        live.inflight_bytes = 0
         self._away(live, now)
 
     def control(
@@ -734,14 +739,15 @@ class Replicator(Lifetime, HandOver, Taking, ReadBack, Retaining, Part):
         out, more = self._pump_some(live)
         if more:
             pumped: list = []
-            self.subscriptions.defer(("pump", live.state.key), self._pumping(live, pumped), pumped)
+            job = self._pumping(live, pumped)
+            self.subscriptions.defer(("pump", live.state.key), job, pumped, keeps=False)
         return out
 
     def _pumping(self, live: Live, out: list):
-        """The rest of a pump, in slices, while its follower stays the same."""
-        follower = live.follower
+        """The rest of a pump, in slices, to whichever follower the session has then (one
+        that came meanwhile finds the job in progress, and it carries on for it)."""
         more = True
-        while more and live.follower == follower and self._by_key.get(live.state.key) is live:
+        while more and self._by_key.get(live.state.key) is live:
             got, more = self._pump_some(live)
             out += got
             yield PUMP_COST

@@ -122,11 +122,16 @@ class Subscriptions(Part):
         sends, waits = self.router.local_change(add, remove, now)
         return self.core.to_peers(sends), waits
 
-    def defer(self, key: Hashable, body: JobBody, out: list) -> None:
+    def defer(self, key: Hashable, body: JobBody, out: list, *, keeps: bool = True) -> None:
         """A job of the core's own (no client waits on it), from the driver's next slice on;
-        nothing if one with ``key`` is in progress already."""
+        nothing if one with ``key`` is in progress already (``keeps``: see Job)."""
         if key not in self._jobs:
-            self._jobs.start(Job(key, body, out), 0)
+            self._jobs.start(Job(key, body, out, keeps=keeps), 0)
+
+    @property
+    def work_kept(self) -> bool:
+        """The last slice of work made objects that stay alive (a profile entered)."""
+        return self._jobs.kept
 
     def client_name(self, conn: int) -> str:
         """The id a connected client gave (its connection number if it has gone)."""

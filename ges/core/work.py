@@ -37,7 +37,7 @@ class Job:
     """One request in progress: its generator, where its outputs go, and what to do if its
     client goes away before it is done (``cancel``)."""
 
-    __slots__ = ("key", "body", "out", "cancel", "conn")
+    __slots__ = ("key", "body", "out", "cancel", "conn", "keeps")
 
     def __init__(
         self,
@@ -47,12 +47,15 @@ class Job:
         *,
         conn: int | None = None,
         cancel: Callable[[], None] | None = None,
+        keeps: bool = True,
     ) -> None:
         self.key = key
         self.body = body
         self.out = out
         self.conn = conn
         self.cancel = cancel
+        #: what it makes stays alive (a profile entered), not only passes through (a stream)
+        self.keeps = keeps
 
 
 class Jobs:
@@ -62,6 +65,8 @@ class Jobs:
         self._jobs: OrderedDict[Hashable, Job] = OrderedDict()
         #: client -> its jobs in progress (a client's next message waits while it has one)
         self._busy: dict[int, int] = {}
+        #: the job of the last slice run made what stays alive (Job.keeps)
+        self.kept = False
 
     def __bool__(self) -> bool:
         return bool(self._jobs)
@@ -100,6 +105,7 @@ class Jobs:
             return [], budget
         job = next(iter(self._jobs.values()))
         self._jobs.move_to_end(job.key)  # round robin: the next slice is another job's
+        self.kept = job.keeps
         used, out = self._slice(job, budget)
         return out, budget - used
 

@@ -321,7 +321,8 @@ class BrokerServer:
             self._work_wakeup = trio.Event()
             while core.has_work:
                 outs = core.work(trio.current_time())
-                freeze_heap()
+                if core.work_kept:
+                    freeze_heap()
                 self._logged_later()
                 if outs:
                     await self._dispatch(outs)
@@ -562,7 +563,10 @@ class BrokerServer:
                     now = trio.current_time()
                     if client is not None and type(msg) in SESSION_REQUESTS:
                         await self._flush(outs)  # a lookup may wait for replicators
-                        outs = await self.sessions.request(client, msg)
+                        # its answer goes at once: a session's stream may go on from the
+                        # core's work (ges.core.replicator), which must not overtake it
+                        await self._flush(await self.sessions.request(client, msg))
+                        outs = []
                         continue
                     outs += handle(msg, now)
                     busy = client is not None and core.busy(client)

@@ -258,11 +258,10 @@ class MqttListener:
         conn_id = getattr(conn, "conn_id", None)
         if conn_id is None or conn.closing:
             return
-        outs: list = []
-        for ack in acks:
-            outs += await self.server.sessions.request(conn_id, ack)
-        if outs:
-            await self.server._dispatch(outs)
+        for ack in acks:  # each answer goes before the next may wait (the stream's order)
+            outs = await self.server.sessions.request(conn_id, ack)
+            if outs:
+                await self.server._dispatch(outs)
 
     def _moving(self, conn: MqttConnection, pause: float) -> None:
         session = conn.session

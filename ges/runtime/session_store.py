@@ -283,9 +283,10 @@ class SqliteSessionStore:
             if upto < 0:  # the whole session: its rows are unknown here
                 rows += INLINE_MAX_ROWS + 1
                 self._released_to.pop(key, None)
-            else:
-                rows += upto - self._released_to.get(key, 0)
-                self._released_to[key] = upto
+            else:  # an event row and a wants row an epoch, at most
+                before = self._released_to.get(key, 0)
+                rows += 2 * max(0, upto - before)
+                self._released_to[key] = max(upto, before)
         group = (
             self._pending_events,
             self._pending_wants,

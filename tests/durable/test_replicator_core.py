@@ -184,6 +184,37 @@ def test_an_ack_opens_the_window_and_the_rest_follows_in_order(rig):
     assert sent_epochs(rig.ack(1, 12), 1) == []
 
 
+def answered(rig: Rig, queue: list) -> list:
+    """The messages to clients of outputs, the session's own subscriptions' answers handed
+    back to the replicator — but no slice of the core's work run (unlike Rig.feed)."""
+    outs = []
+    while queue:
+        out = queue.pop(0)
+        if type(out) is ToClient and out.conn < 0:
+            queue += rig.rep.own(out.conn, out.msg, rig.now)
+        elif type(out) is ToClient:
+            outs.append(out)
+    return outs
+
+
+def test_a_takeover_while_a_window_is_on_its_way_gets_a_whole_window(rig):
+    """The rest of a window goes on from the core's work; a client that takes the session
+    over meanwhile (another connection) gets its own window filled all the same."""
+    rig.open(1)
+    rig.rep.follower_closed(1, rig.now)
+    payload = b"x" * 500
+    rig.publish(3_000, payload)
+    size = m.event_size(m.Event({"n": 0}, payload))
+    opening = m.SessionOpen("alice", [SUB], owner="alice", at="r")
+    answered(rig, rig.rep.open(2, opening, rig.now, WALL))
+    answered(rig, rig.core.work(rig.now))  # one slice of the rest, to connection 2
+    got = sent_epochs(answered(rig, rig.rep.open(3, opening, rig.now, WALL)), 3)
+    while rig.core.has_work:
+        got += sent_epochs(answered(rig, rig.core.work(rig.now)), 3)
+    assert got == list(range(1, len(got) + 1))  # from the acknowledged point, in order
+    assert (len(got) + 1) * size >= WINDOW_BYTES
+
+
 def test_a_window_of_small_events_goes_a_slice_at_a_time(rig):
     """A client back to a backlog of small events: its window is thousands of them, too many
     to send in one go; the open sends about PUMP_BYTES of them, the core's work the rest a
@@ -193,23 +224,12 @@ def test_a_window_of_small_events_goes_a_slice_at_a_time(rig):
     payload = b"x" * 500
     rig.publish(3_000, payload)
     size = m.event_size(m.Event({"n": 0}, payload))
-
-    def answered(queue: list) -> list:  # its own subscriptions answered, no slice of work run
-        outs = []
-        while queue:
-            out = queue.pop(0)
-            if type(out) is ToClient and out.conn < 0:
-                queue += rig.rep.own(out.conn, out.msg, rig.now)
-            elif type(out) is ToClient:
-                outs.append(out)
-        return outs
-
     opening = m.SessionOpen("alice", [SUB], owner="alice", at="r")
-    got = sent_epochs(answered(rig.rep.open(2, opening, rig.now, WALL)), 2)
+    got = sent_epochs(answered(rig, rig.rep.open(2, opening, rig.now, WALL)), 2)
     assert len(got) > 0 and (len(got) - 1) * size < PUMP_BYTES
     slices = []
     while rig.core.has_work:
-        more = sent_epochs(answered(rig.core.work(rig.now)), 2)
+        more = sent_epochs(answered(rig, rig.core.work(rig.now)), 2)
         if more:
             slices.append(len(more))
         got += more
