@@ -44,10 +44,12 @@ _decode_retention = msgspec.msgpack.Decoder(
 
 #: A group at most this large (bytes of events) is committed on the event loop's thread ...
 INLINE_MAX_BYTES = 256 * 1024
-#: ... if it also writes or deletes at most this many rows (each costs a few µs, whatever its
-#: size: a group of small events, or the release of a long backlog, is written from a worker
-#: thread, not on the event loop's — a release of 50,000 held it 8 ms)
-INLINE_MAX_ROWS = 256
+#: ... if it also writes or deletes at most this many rows (about 3 µs each whatever their size:
+#: ~3 ms; a group of many small events, or the release of a long backlog, is written from a
+#: worker thread instead — the release of 50,000 held the loop 8 ms. A thread costs the
+#: broker more CPU, its hand-off and the GIL shared: a bound of 256 rows cost the persistent
+#: QoS 1 row of bench/peers.py 10-20 % more broker CPU per delivery)
+INLINE_MAX_ROWS = 1024
 
 #: The events appended last are kept in memory too, this many bytes of them (as
 #: ges.durable.recent counts them: encoded, and the objects that hold them); a client that
