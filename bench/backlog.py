@@ -4,7 +4,7 @@
 
 One ``ges broker --insecure --delivery reliable --mqtt-port P`` (a one-broker topology whose
 broker is its cluster's replicator) as its own process. A *pinger* (an MQTT 3.1.1 client of
-its own, in a thread of this process) sends a PINGREQ every 2 ms and times each PINGRESP: the
+its own, in a process of its own) sends a PINGREQ every 2 ms and times each PINGRESP: the
 round trip is how long the broker's event loop made a client wait. Three phases, in one run:
 
 1. ``idle``: the pinger alone — the baseline, measured in the same run;
@@ -25,9 +25,9 @@ exit code 0 when the subscriber got every event, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -50,24 +50,15 @@ WINDOW = 1_000
 PHASES = ("idle", "held", "resume")
 
 
-class Pinger(threading.Thread):
-    """PINGREQ, wait for the PINGRESP, sleep PING_EVERY; each round trip goes to the current
-    phase (None: not recorded)."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__(daemon=True)
-        self.sock, self.parser = proto.handshake_mqtt("127.0.0.1", port, "bench-pinger")
-        self.phase: str | None = None
-        self.rtts: dict[str, list[float]] = {p: [] for p in PHASES}
-        self.stopped = threading.Event()
-        self.error: str | None = None
-
-    def run(self) -> None:
-        sock = self.sock
-        try:
-            while not self.stopped.is_set():
-                phase = self.phase
-                t0 = time.perf_counter()
+def _ping(port: int, stop, out) -> None:
+    """The pinger process: PINGREQ, wait for the PINGRESP, sleep PING_EVERY, until ``stop``;
+    then (when each was sent, its round trip) for every ping, or an error, into ``out``."""
+    pings: list[tuple[float, float]] = []
+    try:
+        sock, _ = proto.handshake_mqtt("127.0.0.1", port, "bench-pinger")
+        with sock:
+            while not stop.is_set():
+                t0 = time.monotonic()
                 sock.sendall(b"\xc0\x00")
                 got = b""
                 while len(got) < 2:
@@ -77,16 +68,45 @@ class Pinger(threading.Thread):
                     got += data
                 if got != b"\xd0\x00":
                     raise OSError(f"not a PINGRESP: {got!r}")
-                if phase is not None:
-                    self.rtts[phase].append(time.perf_counter() - t0)
+                pings.append((t0, time.monotonic() - t0))
                 time.sleep(PING_EVERY)
-        except OSError as exc:
-            self.error = f"pinger: {exc}"
+    except (OSError, proto.ProtocolFailure) as exc:
+        out.send(f"pinger: {exc}")
+        return
+    out.send(pings)
+
+
+class Pinger:
+    """The pinger in a process of its own (in a thread of this one, the GIL this process's
+    subscriber holds while it reads would be in its round trips); phases are spans of
+    ``time.monotonic()``, the same clock in both processes."""
+
+    def __init__(self, port: int) -> None:
+        context = multiprocessing.get_context("fork")
+        self._stop = context.Event()
+        self._out, child_out = context.Pipe(duplex=False)
+        self._proc = context.Process(target=_ping, args=(port, self._stop, child_out))
+        self._proc.start()
+        self.spans: dict[str, tuple[float, float]] = {}
 
     def during(self, phase: str, seconds: float) -> None:
-        self.phase = phase
+        t0 = time.monotonic()
         time.sleep(seconds)
-        self.phase = None
+        self.spans[phase] = (t0, time.monotonic())
+
+    def finish(self) -> dict[str, list[float]]:
+        """Each phase's round trips (seconds)."""
+        self._stop.set()
+        if not self._out.poll(10):
+            self._proc.kill()
+            raise BenchError("the pinger did not report")
+        got = self._out.recv()
+        self._proc.join(5)
+        if isinstance(got, str):
+            raise BenchError(got)
+        return {
+            phase: [rtt for t, rtt in got if lo <= t < hi] for phase, (lo, hi) in self.spans.items()
+        }
 
 
 def publish(port: int, events: int) -> None:
@@ -143,7 +163,7 @@ def run(kids: Children, events: int, seconds: float) -> dict:
     server = start_ges_broker(kids, ("--delivery", "reliable", "--mqtt-port", str(mqtt_port)))
     wait_listening(server.children[0], mqtt_port)
     pinger = Pinger(mqtt_port)
-    pinger.start()
+    time.sleep(0.5)  # (connected)
     log(f"idle: pinging for {seconds:g}s")
     pinger.during("idle", seconds)
     sock, parser = proto.handshake_mqtt("127.0.0.1", mqtt_port, "bench-held", clean=False)
@@ -157,23 +177,20 @@ def run(kids: Children, events: int, seconds: float) -> dict:
     log(f"held: {events:,} published in {published:.1f}s; pinging for {seconds:g}s")
     pinger.during("held", seconds)
     log("resume: the subscriber connects again")
-    pinger.phase = "resume"
+    t0 = time.monotonic()
     try:
         connack, drained = resume(mqtt_port, events, timeout=60.0)
     except (OSError, proto.ProtocolFailure) as exc:
         raise BenchError(f"the returning subscriber: {exc or type(exc).__name__}") from None
-    pinger.phase = None
-    pinger.stopped.set()
-    pinger.join(5)
-    if pinger.error:
-        raise BenchError(pinger.error)
+    pinger.spans["resume"] = (t0, time.monotonic())
+    rtts = pinger.finish()
     return {
         "events": events,
         "publish_events_per_s": events / published,
         "connack_ms": connack * 1e3,
         "drain_s": drained,
         "drain_events_per_s": events / drained,
-        "phases": {p: figures(pinger.rtts[p]) for p in PHASES},
+        "phases": {p: figures(rtts[p]) for p in PHASES},
     }
 
 
