@@ -10,8 +10,9 @@ round trip is how long the broker's event loop made a client wait. Three phases,
 1. ``idle``: the pinger alone — the baseline, measured in the same run;
 2. ``held``: a persistent subscriber (clean session 0, QoS 1, ``bench/#``) connected,
    subscribed and went away; then N events (100-byte payloads, QoS 1, at most 1,000
-   unacknowledged) were published and acknowledged, so its session holds N events. The pinger
-   runs as long again while nothing else happens (the replicator's once-a-second retention pass
+   unacknowledged) were published and acknowledged, so its session holds N events. Two
+   seconds later (the broker done with the publishing), the pinger runs as long again while
+   nothing else happens (the replicator's once-a-second retention pass
    runs meanwhile);
 3. ``resume``: the subscriber connects again with its client id, while the pinger runs: the
    time to its CONNACK (the session opened at the replicator), then until it has all N events
@@ -46,6 +47,8 @@ from throughput import (
 from ges.runtime.ports import free_ports
 
 PING_EVERY = 0.002
+#: Seconds between the last publish acknowledged and the ``held`` phase.
+SETTLE = 2.0
 WINDOW = 1_000
 PHASES = ("idle", "held", "resume")
 
@@ -175,6 +178,7 @@ def run(kids: Children, events: int, seconds: float) -> dict:
     publish(mqtt_port, events)
     published = time.perf_counter() - t0
     log(f"held: {events:,} published in {published:.1f}s; pinging for {seconds:g}s")
+    time.sleep(SETTLE)  # the tail of the publishing: the last groups committed, released
     pinger.during("held", seconds)
     log("resume: the subscriber connects again")
     t0 = time.monotonic()
