@@ -319,15 +319,9 @@ class BrokerCore:
         """Client ``conn`` holds subscription ``sub_id`` here."""
         return sub_id in self.subscriptions.clients.get(conn, {})
 
-    def on_logged(self, now: float, max_events: int | None = None) -> list[Output]:
-        """The log committed more: acknowledge and send on the publishes it now holds (with
-        ``max_events``, about that many events of them: :attr:`logged_pending` says if more
-        are waiting)."""
-        return self.publishing.on_logged(now, max_events)
-
-    @property
-    def logged_pending(self) -> bool:
-        return self.publishing.logged_pending
+    def on_logged(self, now: float) -> list[Output]:
+        """The log committed more: acknowledge and send on the publishes it now holds."""
+        return self.publishing.on_logged(now)
 
     @property
     def profiles(self):

@@ -166,26 +166,16 @@ class Publishing(Part):
         self._last_publish = now
         return self.on_logged(now)
 
-    @property
-    def logged_pending(self) -> bool:
-        """The log has committed publishes not yet acknowledged and sent on."""
-        return bool(self.held) and self.held[0].wait <= self.log.committed
-
-    def on_logged(self, now: float, max_events: int | None = None) -> list:
-        """The log committed more: acknowledge and send on the publishes it now holds — with
-        ``max_events``, only the first publishes up to about that many events (one at least;
-        :attr:`logged_pending` says whether more are waiting), so a driver hands on a large
-        group in slices."""
+    def on_logged(self, now: float) -> list:
+        """The log committed more: acknowledge and send on the publishes it now holds."""
         out: list = []
         committed = self.log.committed
         held = self.held
         n = 0
         passed = 0
-        budget = len(held) if max_events is None else max_events
-        while n < len(held) and held[n].wait <= committed and budget > 0:
+        while n < len(held) and held[n].wait <= committed:
             h = held[n]
             n += 1
-            budget -= 1 if max_events is None else max(1, len(h.events))
             if h.conn in self.subscriptions.clients:
                 ack = m.PubAck(h.seq, self.pubend, h.first, h.last, h.duplicates, h.seqs)
                 out.append(ToClient(h.conn, ack))

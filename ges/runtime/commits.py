@@ -45,29 +45,14 @@ def commit_alone(server) -> list | None:
     return _logged(server)
 
 
-#: Events of a committed group the log task hands on in one step (a group holds what arrived
-#: during the commit before it: thousands under load, each some µs to send on).
-LOGGED_SLICE = 256
-
-
-def _logged(server, max_events: int | None = None) -> list:
+def _logged(server) -> list:
     """The log committed more: the core's outputs for it (acknowledgements, events sent on),
-    and publishes paused for the log may go on."""
-    outs = server.core.on_logged(trio.current_time(), max_events)
+    and publishes paused for the log may go on. (All of them in one step: handing a large
+    group on in slices let a release round between them promise ticks not yet routed, and
+    a publish meanwhile took the rest unsliced.)"""
+    outs = server.core.on_logged(trio.current_time())
     server._log_room.set()
     return outs
-
-
-async def _hand_on(server) -> None:
-    """What the log committed goes on, LOGGED_SLICE events a step (at least a publish), with
-    everything else that is ready served in between."""
-    while True:
-        outs = _logged(server, LOGGED_SLICE)
-        if outs:
-            await server._dispatch(outs)
-        if not server.core.logged_pending:
-            return
-        await trio.lowlevel.checkpoint()
 
 
 async def log_task(server) -> None:
@@ -88,7 +73,9 @@ async def log_task(server) -> None:
                     continue
                 if log.pending:
                     await _commit_group(log)
-                    await _hand_on(server)
+                    outs = _logged(server)
+                    if outs:
+                        await server._dispatch(outs)
                 # deletions a chunk at a time, one after each group: a publish waits for
                 # at most one, and a steady stream of publishes does not starve them
                 if log.release_pending:  # every other broker acknowledged these

@@ -107,24 +107,3 @@ def test_a_publisher_forgotten_and_back_before_the_commit_is_kept(tmp_path):
     log = SqliteLog(tmp_path / "b1.pubend.db", bounds=bounds)
     assert {p: s[0] for p, s in log.publishers().items()} == {"C": 3, "A": 4}
     log.close()
-
-
-def test_a_committed_group_can_be_handed_on_in_slices_in_order(tmp_path):
-    """What one commit covers may be thousands of events; with ``max_events`` the core hands
-    on the first publishes up to about that many (one at least), and says whether more wait:
-    the runtime's log task sends a large group on in steps, everything else served between."""
-    log = SqliteLog(tmp_path / "b1.pubend.db")
-    c = core(log)
-    for seq in range(1, 6):
-        assert publish(c, seq, 0, range(100), publisher="") == []
-    log.committed_to(log.write_group(log.take_group()))
-    assert c.logged_pending
-    seqs = []
-    while c.logged_pending:
-        outs = c.on_logged(0.0, 150)
-        acks = [o.msg.seq for o in outs if type(o) is ToClient and type(o.msg) is m.PubAck]
-        assert 1 <= len(acks) <= 2  # 100 events each: a second goes while under 150
-        seqs += acks
-    assert seqs == [1, 2, 3, 4, 5]
-    assert c.on_logged(0.0, 150) == []
-    log.close()
