@@ -1,16 +1,51 @@
 """Free TCP ports on loopback, and a topology moved onto them (tests and benchmarks use this to
-run several networks side by side without clashing with a user's running ``ges up``)."""
+run several networks side by side without clashing with a user's running ``ges up``).
+
+The ports come from below the kernel's ephemeral range where there is room (Linux:
+``/proc/sys/net/ipv4/ip_local_port_range``, 32768–60999 by default): a port that was free a
+moment ago inside that range may be taken meanwhile as the local port of any outgoing
+connection — a test's own clients make thousands — and a broker started on it then fails with
+"address already in use". Below it, only another caller of this module picking the same port
+before its broker listens could clash, and each port is tried by binding it first."""
 
 from __future__ import annotations
 
+import random
 import socket
+from pathlib import Path
+
+#: The lowest port handed out (above the registered services most hosts run).
+LOWEST = 20_000
+#: The kernel's ephemeral range (Linux).
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _below_ephemeral() -> range:
+    """The ports between LOWEST and the kernel's ephemeral range (empty where it is unknown
+    or leaves too little room)."""
+    try:
+        low = int(EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return range(0)
+    return range(LOWEST, low) if low - LOWEST >= 1_000 else range(0)
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     """``n`` distinct TCP ports that were free a moment ago on ``host``."""
     socks = []
+    candidates = _below_ephemeral()
     try:
-        for _ in range(n):
+        for _ in range(n * 20 if candidates else 0):
+            if len(socks) == n:
+                break
+            s = socket.socket()
+            try:
+                s.bind((host, random.choice(candidates)))
+            except OSError:  # taken (or bound by this call already)
+                s.close()
+                continue
+            socks.append(s)
+        while len(socks) < n:  # what the kernel picks, where the range has no room
             s = socket.socket()
             s.bind((host, 0))
             socks.append(s)
