@@ -197,15 +197,21 @@ def answered(rig: Rig, queue: list) -> list:
     return outs
 
 
-def test_a_takeover_while_a_window_is_on_its_way_gets_a_whole_window(rig):
-    """The rest of a window goes on from the core's work; a client that takes the session
-    over meanwhile (another connection) gets its own window filled all the same."""
+def away_with_a_backlog(rig: Rig) -> tuple[m.SessionOpen, int]:
+    """alice's client went away and 3,000 events of 500 bytes were kept for her: the open
+    that brings her back, and an event's size."""
     rig.open(1)
     rig.rep.follower_closed(1, rig.now)
     payload = b"x" * 500
     rig.publish(3_000, payload)
-    size = m.event_size(m.Event({"n": 0}, payload))
     opening = m.SessionOpen("alice", [SUB], owner="alice", at="r")
+    return opening, m.event_size(m.Event({"n": 0}, payload))
+
+
+def test_a_takeover_while_a_window_is_on_its_way_gets_a_whole_window(rig):
+    """The rest of a window goes on from the core's work; a client that takes the session
+    over meanwhile (another connection) gets its own window filled all the same."""
+    opening, size = away_with_a_backlog(rig)
     answered(rig, rig.rep.open(2, opening, rig.now, WALL))
     answered(rig, rig.core.work(rig.now))  # one slice of the rest, to connection 2
     got = sent_epochs(answered(rig, rig.rep.open(3, opening, rig.now, WALL)), 3)
@@ -219,12 +225,7 @@ def test_a_window_of_small_events_goes_a_slice_at_a_time(rig):
     """A client back to a backlog of small events: its window is thousands of them, too many
     to send in one go; the open sends about PUMP_BYTES of them, the core's work the rest a
     page per slice — in order, each slice bounded, until the window is full."""
-    rig.open(1)
-    rig.rep.follower_closed(1, rig.now)
-    payload = b"x" * 500
-    rig.publish(3_000, payload)
-    size = m.event_size(m.Event({"n": 0}, payload))
-    opening = m.SessionOpen("alice", [SUB], owner="alice", at="r")
+    opening, size = away_with_a_backlog(rig)
     got = sent_epochs(answered(rig, rig.rep.open(2, opening, rig.now, WALL)), 2)
     assert len(got) > 0 and (len(got) - 1) * size < PUMP_BYTES
     slices = []
