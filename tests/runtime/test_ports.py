@@ -30,6 +30,11 @@ def test_ports_are_distinct_free_and_below_the_ephemeral_range():
     assert all(_bindable(p) for p in got)
 
 
+def test_a_process_hands_out_no_port_twice_until_it_has_gone_round():
+    first, second = ports.free_ports(30), ports.free_ports(30)
+    assert not set(first) & set(second)
+
+
 def test_a_port_in_use_is_never_handed_out(monkeypatch):
     held = socket.socket()
     held.bind(("127.0.0.1", 0))
