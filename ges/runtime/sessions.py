@@ -115,9 +115,7 @@ class SessionDesk:
             return []
         if kind is m.SessionLeave:
             if self.server.is_follower(conn_id):  # a broker's client of a session here went
-                if self.core.replicator is None:
-                    return []
-                return self.core.replicator.leave(conn_id, msg, now)
+                return self._leave(conn_id, self.id, msg, now)
             if not self.server.is_mqtt(conn_id):
                 return []  # (what a GES client library never sends)
             # an MQTT 5.0 DISCONNECT's expiry; a will only ever comes through last words
