@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from ges.core import BrokerCore, Notice, ToClient
-from ges.core.replicator import PUMP_BYTES, WINDOW_BYTES
+from ges.core.streaming import PUMP_BYTES, WINDOW_BYTES
 from ges.durable.profiles import MAX_SESSION_SUBS
 from ges.durable.store import MemorySessionStore
 from ges.topology import Topology
