@@ -126,6 +126,10 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         self._after_kept: list[tuple[int, list]] = []
         self.max_sessions = MAX_SESSIONS
         self.retained = RetainedSet()
+        #: the standing subscription's req while a restart waits for it (0: none), and per
+        #: pubend, (the store's save mark, tick) of each retained change not yet durable
+        self._retained_req = 0
+        self._retaining: dict[str, deque] = {}
 
     # -- starting ---------------------------------------------------------------------------
 
@@ -186,6 +190,8 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
     def own(self, conn: int, msg, now: float) -> list:
         """A message the core addressed to a session's own connection ``conn`` (< 0): the
         ``SubAck`` an open waits for; the outputs."""
+        if conn == RETAINED_CONN:
+            return self._retained_answered(msg, now)
         live = self._by_key.get(-conn)
         if live is None:
             return []
@@ -620,9 +626,10 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         return sum(live.held for live in self.sessions.values())
 
     def floor(self, pubend: str) -> int | None:
-        """The highest tick of ``pubend`` this broker may acknowledge for its sessions (None:
-        any): below what the store has not committed yet, and — after a restart, until the
-        pubend is read back — what it had stored (the pubend's log keeps the rest)."""
+        """The highest tick of ``pubend`` this broker may acknowledge for its sessions and
+        retained messages (None: any): below what the store has not committed yet, and —
+        after a restart, until the pubend is read back — what it had stored (the pubend's log
+        keeps the rest)."""
         pin = self.pinned(pubend) if self._hands else None  # hand-overs (ges.core.handover)
         if self._restarted and pubend not in self._live:
             self._begin(pubend)
@@ -630,6 +637,10 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         else:
             q = self._uncommitted.get(pubend)
             got = q[0][1] - 1 if q else None
+        if self._retaining:
+            kept = self._retained_floor(pubend)
+            if kept is not None:
+                got = kept if got is None else min(got, kept)
         if pin is None:
             return got
         return pin if got is None else min(got, pin)
@@ -692,6 +703,8 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
                 q.popleft()
             if not q:
                 del self._uncommitted[pubend]
+        for pubend in list(self._retaining):
+            self._retained_floor(pubend)  # what is durable now is let go of
         out: list = []
         dirty = self._dirty
         if committed >= self.store.last:

@@ -24,8 +24,10 @@ Bounds: ``max_bytes`` of topics and messages and ``max_topics`` topics in all. A
 held is always replaced; a new one beyond the bounds takes the room of the oldest clearings
 (``forgotten``: the store lets go of them), and if there is none is not kept (``refused``
 counts them). A clearing of a topic not held is not kept. An answer walks at most
-``MAX_VISITS`` levels of the index, so no ask holds the replicator for long. Storage: the replicator's store keeps each change (a crash loses
-at most the changes of its last commit group; every other replicator has them too).
+``MAX_VISITS`` levels of the index, so no ask holds the replicator for long. Storage: the
+replicator's store keeps each change, and its broker acknowledges no tick before the change it
+made is durable, so a crash loses nothing the pubends' logs still hold: the restarted
+replicator reads them back (ges.core.retaining).
 """
 
 from __future__ import annotations

@@ -113,10 +113,11 @@ class SessionStore(Protocol):
 
     @property
     def saved(self) -> int:
-        """How many saves and drops of sessions were made so far (a mark for :meth:`durable`)."""
+        """How many saves and drops of sessions and retained messages kept were made so far
+        (a mark for :meth:`durable`)."""
 
     def durable(self, saved: int) -> bool:
-        """Whether every save and drop up to mark ``saved`` is durable."""
+        """Whether every save, drop and retained message up to mark ``saved`` is durable."""
 
     @property
     def last(self) -> int:

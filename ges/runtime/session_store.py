@@ -254,6 +254,7 @@ class SqliteSessionStore:
         return {pubend: (lo, hi) for pubend, lo, hi in rows}
 
     def retain(self, kept: Kept) -> None:
+        self._saved += 1  # a mark for durable() (the replicator's floor waits for it)
         self._retains[kept.topic] = kept
 
     def forget(self, topic: str) -> None:

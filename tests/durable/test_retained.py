@@ -9,6 +9,7 @@ import random
 
 from ges.core.retaining import RETAINED_CONN
 from ges.durable.retained import OVERHEAD, RetainedSet
+from ges.durable.store import MemorySessionStore
 from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
 from ges.matching.topics import TopicIndex, matches
 from ges.wire import messages as m
@@ -187,3 +188,40 @@ def test_a_network_that_serves_no_mqtt_holds_no_subscription_to_retained_message
     retained_publish(rig, ev("t", b"x"))
     (answer,) = to(rig.feed(rig.rep.retained_ask(5, m.RetainedAsk(["#"]))), 5)
     assert answer.events == []
+
+
+class CommittingStore(MemorySessionStore):
+    """A store whose retained messages are durable only once a group is committed."""
+
+    def __init__(self):
+        super().__init__()
+        self.marks = self.durable_to = 0
+
+    @property
+    def saved(self) -> int:
+        return self.marks
+
+    def durable(self, saved: int) -> bool:
+        return saved <= self.durable_to
+
+    def retain(self, kept) -> None:
+        self.marks += 1
+        super().retain(kept)
+
+
+def test_no_tick_is_acknowledged_before_its_retained_message_is_durable():
+    """A crash loses no retained message: the pubend's log keeps every tick whose change the
+    store has not committed, for the read-back after the restart."""
+    rig = Rig(SOLO_MQTT)
+    rig.store = rig.rep.store = store = CommittingStore()
+    rig.feed(rig.rep.restore(rig.now))
+    retained_publish(rig, ev("home/kitchen", b"20", at=1))
+    kept = rig.rep.retained.get("home/kitchen")
+    retained_publish(rig, ev("home/hall", b"18", at=2))
+    assert rig.rep.floor(kept.pubend) == kept.tick - 1
+    store.durable_to = 1  # the first change is committed, not the second
+    rig.feed(rig.rep.on_committed())
+    assert rig.rep.floor(kept.pubend) == rig.rep.retained.get("home/hall").tick - 1
+    store.durable_to = store.marks
+    rig.feed(rig.rep.on_committed())
+    assert rig.rep.floor(kept.pubend) is None
