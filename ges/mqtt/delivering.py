@@ -26,6 +26,21 @@ QOS_ATTR = "@qos"
 WAITING_OVERHEAD = 256
 #: A persistent session's subscription that matches nothing (it has no filters left).
 NO_SUB = 9
+#: A persistent session's subscriptions are one per QoS granted and 5.0 option bits: its
+#: sub_id is ``1 + qos + OPTIONS_STEP * (No Local | Retain As Published) >> 2`` (1–3 with no
+#: options, as before there were any), so the session keeps them wherever it resumes.
+OPTIONS_STEP = 16
+
+
+def sub_id_of(qos: int, options: int) -> int:
+    """A persistent session's subscription for filters of ``qos`` and 5.0 ``options`` bits."""
+    return 1 + qos + OPTIONS_STEP * (options >> 2)
+
+
+def qos_options(sub_id: int) -> tuple[int, int]:
+    """The QoS and 5.0 option bits a persistent session's subscription stands for."""
+    n = sub_id - 1
+    return n % OPTIONS_STEP, (n // OPTIONS_STEP) << 2
 
 
 def epoch_packet_id(epoch: int) -> int:
@@ -77,7 +92,7 @@ class Delivering:
         self._epochs.append(epoch)
         event = item.item.event
         topic = event.attributes.get(TOPIC_ATTR)
-        granted = max((s - 1 for s in item.subs if s != NO_SUB), default=-1)
+        granted = max(((s - 1) % OPTIONS_STEP for s in item.subs if s != NO_SUB), default=-1)
         if item.gap_to or type(topic) is not str or granted < 0 or epoch in self._had:
             # a gap notice MQTT cannot say, nothing for MQTT, or what the client has (PUBREC)
             self._done(epoch)

@@ -45,7 +45,14 @@ from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
 from ges.matching.topics import TopicTree
 from ges.mqtt import packets as p
 from ges.mqtt import v5
-from ges.mqtt.delivering import NO_SUB, QOS_ATTR, Delivering, epoch_packet_id
+from ges.mqtt.delivering import (
+    NO_SUB,
+    QOS_ATTR,
+    Delivering,
+    epoch_packet_id,
+    qos_options,
+    sub_id_of,
+)
 from ges.mqtt.frames import DEFAULT_MAX_PACKET, Malformed, PacketReader
 from ges.mqtt.moving import Moving
 from ges.wire import messages as m
@@ -64,6 +71,15 @@ MAX_EARLY_BYTES = 256 * 1024
 MAX_BATCH = 128
 #: What one held packet counts for beyond its body (an empty PINGREQ is not free).
 EARLY_OVERHEAD = 64
+
+
+def _profile_name(sub_id: int) -> str:
+    """A persistent session's subscription's name, as ``ges clients`` lists it."""
+    qos, options = qos_options(sub_id)
+    flags = "-nolocal" * bool(options & v5.NO_LOCAL) + "-rap" * bool(
+        options & v5.RETAIN_AS_PUBLISHED
+    )
+    return f"mqtt-qos{qos}{flags}"
 
 
 def _seconds(interval: int) -> float:
@@ -100,13 +116,16 @@ class MqttSession(Moving, Delivering):
         self.max_filters = max_filters
         self.max_inflight = max_inflight
         #: 5.0: what the client takes (Receive Maximum, Maximum Packet Size), the id this
-        #: server gave it (the runtime sets it), this connection's token on what it publishes
-        #: (``@origin``: No Local), and its filters' No Local and Retain As Published bits
+        #: server gave it (the runtime sets it), its client id's token on what it publishes
+        #: (``@origin``: No Local is by client id, §3.8.3.1, so what a persistent session's
+        #: earlier connections published stays its own), and its filters' No Local and
+        #: Retain As Published bits
         self.max_out = 0
         self.assigned = assigned
         self.origin = ""
         self._options: dict[str, int] = {}
         if self.v5:
+            self.origin = hashlib.sha256(b"origin " + connect.client_id.encode()).hexdigest()[:12]
             receive_max = p.prop(connect.props, p.RECEIVE_MAXIMUM, 65535)
             self.max_inflight = min(max_inflight, receive_max)
             self.max_out = p.prop(connect.props, p.MAXIMUM_PACKET_SIZE, 0)
@@ -455,16 +474,19 @@ class MqttSession(Moving, Delivering):
         return m.Unsubscribe(SUB_ID, req=req)
 
     def _session_subs(self) -> list[m.SessionSub]:
-        """The filters as a durable session's subscriptions: one per QoS granted (its sub_id
-        the QoS + 1), so a stored event's matched subscriptions say its QoS; none left, one
-        that matches nothing (a session holds at least one)."""
-        by_qos: dict[int, list] = {}
+        """The filters as a durable session's subscriptions: one per QoS granted and 5.0
+        option bits (``sub_id_of``), so a stored event's matched subscriptions say its QoS and
+        the session keeps its No Local and Retain As Published wherever it resumes; none left,
+        one that matches nothing (a session holds at least one)."""
+        by_sub: dict[int, list] = {}
+        options = self._options
         for f, qos in self.filters.items():
-            by_qos.setdefault(qos, []).append([m.Constraint(TOPIC_ATTR, "topic", f)])
-        if not by_qos:
+            sub_id = sub_id_of(qos, options.get(f, 0)) if options else qos + 1
+            by_sub.setdefault(sub_id, []).append([m.Constraint(TOPIC_ATTR, "topic", f)])
+        if not by_sub:
             nothing = [m.Constraint(TOPIC_ATTR, "eq", ""), m.Constraint(TOPIC_ATTR, "ne", "")]
             return [m.SessionSub(NO_SUB, "mqtt-none", [nothing])]
-        return [m.SessionSub(q + 1, f"mqtt-qos{q}", c) for q, c in sorted(by_qos.items())]
+        return [m.SessionSub(s, _profile_name(s), c) for s, c in sorted(by_sub.items())]
 
     def will(self, wall_ns: int = 0) -> list:
         """The client's will, once (the connection ended without DISCONNECT): a GES publish, or
@@ -593,12 +615,15 @@ class MqttSession(Moving, Delivering):
             self._released = set(self._owed)
             self._had = {e for e in msg.rel if e > 0}  # replayed, they are not sent again
             self._tree = None
-            self.filters = {
-                conj[0].value: sub_id - 1
-                for (sub_id, _), conjs in zip(msg.subs, msg.profiles, strict=False)
-                if sub_id != NO_SUB
-                for conj in conjs
-            }
+            self.filters, self._options = {}, {}
+            for (sub_id, _), conjs in zip(msg.subs, msg.profiles, strict=False):
+                if sub_id == NO_SUB:
+                    continue
+                qos, options = qos_options(sub_id)
+                for conj in conjs:
+                    self.filters[conj[0].value] = qos
+                    if options and self.v5:  # (3.1.1 has neither)
+                        self._options[conj[0].value] = options
             self._acked = self._sent_epoch = msg.start
             self._connected(not msg.created)
             for packet_id in self._owed:

@@ -214,8 +214,6 @@ class MqttListener:
         )
         reader.version = connect.level
         session.reader = reader
-        if session.v5:  # the token on what it publishes (No Local)
-            session.origin = os.urandom(6).hex()
         conn = MqttConnection(
             stream,
             session,

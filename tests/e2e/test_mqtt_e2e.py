@@ -774,6 +774,7 @@ def test_mqtt5_clients_properties_options_sessions_and_reasons(tmp_path):
         s = Paho5("five-s", ports["b4"], expiry=3600)
         clients.append(s)
         s.subscribe("news/#", qos=1)
+        s.subscribe("mine/#", qos=1, noLocal=True)
         s.stop()
         for i in range(5):
             a.publish("news/x", str(i).encode(), 1)
@@ -788,6 +789,12 @@ def test_mqtt5_clients_properties_options_sessions_and_reasons(tmp_path):
         assert [m.payload for m in got] == [str(i).encode() for i in range(5)] + [b"fresh"]
         assert 3590 <= got[5].properties.MessageExpiryInterval <= 3598  # what is left of it
         assert not hasattr(got[0].properties, "MessageExpiryInterval")
+        # No Local is the session's: resumed at another broker, its own still do not come
+        back.publish("mine/1", b"own", 1)
+        a.publish("mine/2", b"other", 1)
+        assert back.messages.get(timeout=30).payload == b"other"
+        with pytest.raises(queue.Empty):
+            back.messages.get(timeout=1)
         # taken over at the same broker: the old connection is told why (0x8E)
         again = Paho5("five-s", ports["b19"], expiry=3600, clean_start=False)
         clients.append(again)

@@ -1010,3 +1010,48 @@ def test_a_delivery_begun_before_the_client_left_goes_again_however_old():
     s.from_broker(m.SessionEvents("mqtt.car-7", old), wall_ns=200 * S)
     (again,) = packets5(s)  # epoch 1 had begun; epoch 2 had not, and is over
     assert (again.packet_id, again.dup, p.prop(again.props, p.MESSAGE_EXPIRY)) == (2, True, 1)
+
+
+def test_mqtt5_a_persistent_session_keeps_no_local_and_retain_as_published_where_it_resumes():
+    """The options are the session's (§4.1), and No Local is by client id (§3.8.3.1): what the
+    client published on an earlier connection is its own after it resumes, at any broker."""
+    expiry = ((p.SESSION_EXPIRY, 3600),)
+    s = MqttSession(p.Connect("car", False, 30, level=5, props=expiry))
+    (opening,) = s.start()
+    s.from_broker(m.SessionOpened("mqtt.car", "b1", "s", True, 0, 0, [], opening.req))
+    packets5(s)
+    (change,) = send5(s, p.Subscribe(1, (("own", 1 | 4), ("r", 1 | 8), ("x", 2))))
+    # one subscription per QoS and options: 1 + QoS, 16 more for No Local, 32 for RAP
+    assert [(x.sub_id, x.profile_id) for x in change.subs] == [
+        (3, "mqtt-qos2"),
+        (18, "mqtt-qos1-nolocal"),
+        (34, "mqtt-qos1-rap"),
+    ]
+    (published,) = send5(s, p.Publish("own", b"mine", 0))
+    origin = published.events[0].attributes["@origin"]
+    # the client comes back on a new connection (another broker), the session with it
+    again = MqttSession(p.Connect("car", False, 30, level=5, props=expiry))
+    assert again.origin == origin
+    (resume,) = again.start()
+    subs = [(x.sub_id, x.profile_id) for x in change.subs]
+    profiles = [x.conjunctions for x in change.subs]
+    again.from_broker(
+        m.SessionOpened("mqtt.car", "b1", "s", False, 0, 0, subs, resume.req, profiles)
+    )
+    (ack,) = packets5(again)
+    assert ack.session_present and again.filters == {"own": 1, "r": 1, "x": 2}
+    mine = m.Event({TOPIC_ATTR: "own", QOS_ATTR: 1, "@origin": origin}, b"mine")
+    theirs = m.Event({TOPIC_ATTR: "own", QOS_ATTR: 1, "@origin": "else"}, b"theirs")
+    kept = m.Event({TOPIC_ATTR: "r", QOS_ATTR: 1, RETAIN_ATTR: 1}, b"kept")
+    items = [
+        m.SessionItem(i + 1, "b1", m.EventItem(i + 1, 0, 0, e), [sub])
+        for i, (e, sub) in enumerate(((mine, 18), (theirs, 18), (kept, 34)))
+    ]
+    again.from_broker(m.SessionEvents("mqtt.car", items))
+    got = packets5(again)
+    assert [(x.payload, x.retain) for x in got] == [(b"theirs", False), (b"kept", True)]
+    # a 3.1.1 connection of the same session has neither option (3.1.1 has none)
+    old = MqttSession(p.Connect("car", False))
+    (resume,) = old.start()
+    old.from_broker(m.SessionOpened("mqtt.car", "b1", "s", False, 0, 0, subs, resume.req, profiles))
+    assert old.filters == {"own": 1, "r": 1, "x": 2} and old._options == {}
