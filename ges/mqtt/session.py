@@ -131,6 +131,8 @@ class MqttSession(Moving, Delivering):
             self.max_out = p.prop(connect.props, p.MAXIMUM_PACKET_SIZE, 0)
         #: filter -> granted QoS, as the broker has it (or is about to)
         self.filters: dict[str, int] = {}
+        #: 5.0: the topic aliases the client set on this connection (§3.3.2.3.4)
+        self._aliases: dict[int, str] = {}
         self._out = bytearray()
         #: the last number given to a GES request: a Publish's seq, a Subscribe's req (one
         #: count, so that a refusal's req names which)
@@ -392,11 +394,14 @@ class MqttSession(Moving, Delivering):
         self._req += 1
         if pkt.qos:
             self._acks[self._req] = (pkt.qos, pkt.packet_id)
-        attributes = {TOPIC_ATTR: pkt.topic, QOS_ATTR: pkt.qos}
+        topic = pkt.topic
+        if self.v5 and pkt.props:
+            topic = self._alias(pkt)
+        attributes = {TOPIC_ATTR: topic, QOS_ATTR: pkt.qos}
         if pkt.retain:
             attributes[RETAIN_ATTR] = 1
         if self.v5:
-            if not pkt.topic:
+            if not topic:
                 raise Malformed("a PUBLISH with no topic name (and no topic alias)", 0x82)
             if pkt.props:
                 v5.attributes_of(pkt.props, attributes)
@@ -404,6 +409,22 @@ class MqttSession(Moving, Delivering):
                 attributes[v5.ORIGIN_ATTR] = self.origin
         out.append(m.Publish(self._req, [m.Event(attributes, pkt.payload, wall_ns)]))
         self.published += 1
+
+    def _alias(self, pkt: p.Publish) -> str:
+        """The topic of a 5.0 PUBLISH with its Topic Alias (§3.3.2.3.4): a name with an alias
+        sets it for this connection, an empty name takes the one set."""
+        alias = p.prop(pkt.props, p.TOPIC_ALIAS)
+        if alias is None:
+            return pkt.topic
+        if not 0 < alias <= v5.TOPIC_ALIAS_MAX:
+            raise Malformed(f"a topic alias of {alias}, not 1-{v5.TOPIC_ALIAS_MAX}", 0x94)
+        if pkt.topic:
+            self._aliases[alias] = pkt.topic
+            return pkt.topic
+        topic = self._aliases.get(alias)
+        if topic is None:
+            raise Malformed(f"topic alias {alias} was not set on this connection", 0x82)
+        return topic
 
     def _subscribe(self, pkt: p.Subscribe, out: list) -> None:
         if pkt.props and p.prop(pkt.props, p.SUBSCRIPTION_ID) is not None:

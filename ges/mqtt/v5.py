@@ -67,8 +67,6 @@ def attributes_of(props: tuple, attributes: dict) -> None:
             attributes[CORRELATION_ATTR] = value.hex()
         elif pid == p.MESSAGE_EXPIRY:
             attributes[EXPIRY_ATTR] = value
-        elif pid == p.TOPIC_ALIAS:
-            raise Malformed("a PUBLISH with a topic alias (the maximum is 0)", 0x94)
         elif pid == p.SUBSCRIPTION_ID:
             raise Malformed("a PUBLISH from a client with a subscription identifier", 0x82)
 
@@ -97,6 +95,9 @@ def props_of(attributes: dict) -> tuple:
     return tuple(out)
 
 
+#: Topic aliases a client may set on one connection (its CONNACK says so): each holds a topic
+#: of at most 65,535 bytes, so a connection's cost no more than 4 MiB, a quarter of a packet.
+TOPIC_ALIAS_MAX = 64
 #: Characters that are surely within 65,535 bytes of UTF-8 (four bytes each at most).
 _FITS = 65535 // 4
 
@@ -106,6 +107,7 @@ def connack_props(max_packet: int, assigned: str, expiry: int | None = None) -> 
     the Session Expiry Interval it keeps the session for if not the client's, §3.2.2.3.2)."""
     props = [
         (p.MAXIMUM_PACKET_SIZE, max_packet),
+        (p.TOPIC_ALIAS_MAXIMUM, TOPIC_ALIAS_MAX),
         (p.SUBSCRIPTION_IDS_AVAILABLE, 0),
         (p.SHARED_AVAILABLE, 0),
     ]

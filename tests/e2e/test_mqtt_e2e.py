@@ -706,13 +706,17 @@ class Paho5:
         assert kind == "suback"
         return codes
 
-    def publish(self, topic: str, payload: bytes, qos: int, expiry: int = 0, **user) -> None:
+    def publish(
+        self, topic: str, payload: bytes, qos: int, expiry: int = 0, alias: int = 0, **user
+    ) -> None:
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
 
         props = Properties(PacketTypes.PUBLISH)
         if expiry:
             props.MessageExpiryInterval = expiry
+        if alias:
+            props.TopicAlias = alias
         if user:
             props.UserProperty = list(user.items())
         self.client.publish(topic, payload, qos, properties=props).wait_for_publish(30)
@@ -769,6 +773,15 @@ def test_mqtt5_clients_properties_options_sessions_and_reasons(tmp_path):
         w.client.loop_stop()
         assert b.messages.get(timeout=30).payload == b"from b"  # its own: no No Local
         assert b.messages.get(timeout=30).payload == b"gone"
+        # topic aliases: the name once with its alias, then the alias alone
+        assert a.props.TopicAliasMaximum == 64
+        a.publish("m/aliased", b"named", 1, alias=3)
+        a.publish("", b"by alias", 1, alias=3)
+        got = [b.messages.get(timeout=30) for _ in range(2)]
+        assert [(x.topic, x.payload) for x in got] == [
+            ("m/aliased", b"named"),
+            ("m/aliased", b"by alias"),
+        ]
 
         # a persistent session by its Session Expiry Interval: away, then back elsewhere
         s = Paho5("five-s", ports["b4"], expiry=3600)

@@ -720,6 +720,7 @@ def opened5(client_id: str = "c", props=(), **options) -> MqttSession:
     assert ack.code == 0 and not ack.session_present
     assert p.prop(ack.props, p.SUBSCRIPTION_IDS_AVAILABLE) == 0
     assert p.prop(ack.props, p.SHARED_AVAILABLE) == 0
+    assert p.prop(ack.props, p.TOPIC_ALIAS_MAXIMUM) == 64
     return s
 
 
@@ -809,11 +810,32 @@ def test_mqtt5_user_properties_are_attributes_both_ways():
     )  # fmt: skip
 
 
+def test_mqtt5_topic_aliases_are_set_and_used_per_connection():
+    """§3.3.2.3.4: a topic name with an alias sets it; an empty name takes it; an alias set
+    again names another topic; one never set on this connection is a protocol error."""
+    s = opened5()
+    alias = ((p.TOPIC_ALIAS, 7),)
+    (a,) = send5(s, p.Publish("sensors/k1/temp", b"21", 0, props=alias))
+    (b,) = send5(s, p.Publish("", b"22", 0, props=alias))
+    (c,) = send5(s, p.Publish("sensors/k2/temp", b"5", 0, props=alias))
+    (d,) = send5(s, p.Publish("", b"6", 1, packet_id=1, props=alias))
+    topics = [x.events[0].attributes[TOPIC_ATTR] for x in (a, b, c, d)]
+    assert topics == ["sensors/k1/temp"] * 2 + ["sensors/k2/temp"] * 2
+    assert d.events[0].attributes == {TOPIC_ATTR: "sensors/k2/temp", QOS_ATTR: 1, "@origin": "me"}
+    again = opened5()  # another connection: its own aliases
+    with pytest.raises(Malformed, match="topic alias 7 was not set") as unset:
+        send5(again, p.Publish("", b"x", 0, props=alias))
+    assert unset.value.code == 0x82
+    with pytest.raises(Malformed, match="topic alias of 0") as zero:
+        send5(opened5(), p.Publish("t", b"x", 0, props=((p.TOPIC_ALIAS, 0),)))
+    assert zero.value.code == 0x94
+
+
 def test_mqtt5_what_the_connack_said_is_not_there_breaks_the_protocol():
     s = opened5()
-    with pytest.raises(Malformed, match="topic alias") as alias:
-        send5(s, p.Publish("a", b"x", 0, props=((p.TOPIC_ALIAS, 1),)))
-    assert alias.value.code == 0x94
+    with pytest.raises(Malformed, match="topic alias of 65") as alias:
+        send5(s, p.Publish("a", b"x", 0, props=((p.TOPIC_ALIAS, 65),)))
+    assert alias.value.code == 0x94  # over the Topic Alias Maximum the CONNACK gave
     s = opened5()
     with pytest.raises(Malformed, match="subscription identifier") as sub_id:
         send5(s, p.Subscribe(1, (("a", 0),), ((p.SUBSCRIPTION_ID, 4),)))
