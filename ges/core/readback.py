@@ -4,8 +4,8 @@ recovers from the pubends' logs, which keep what it has not acknowledged).
 Part of :class:`ges.core.replicator.Replicator`, whose state it uses: once the restored
 sessions' subscriptions are in place, every pubend known here is read back from its log after
 what the store holds, up to the log's last commit — past every tick a subscription's starting
-point can be — with a replay nack only the log answers; others as they are heard of. The
-retained messages take every page too (ges.core.retaining). Live
+point can be — with a replay nack only the log answers; others as they are heard of. (The
+retained messages read the logs back on their own: ges.core.retaining.) Live
 events of a pubend being read back wait until it is done, and this broker acknowledges no
 tick of it above what was stored meanwhile.
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import attrs
 
-from ges.core.outputs import Notice
 from ges.wire import messages as m
 from ges.wire.messages import held_size
 
@@ -134,8 +133,11 @@ class ReadBack:
         """A page of a pubend's log read back: stored for the sessions its events match (a
         range the log no longer holds is a gap notice for every session)."""
         taking: list = []
+        if self._catching:  # a page for the retained messages' catch-up (ges.core.retaining)
+            taking = self.retained_replayed(msg, now)
         if self._hands:  # a page for a session being handed over here (ges.core.handover)
-            taking, took = self.taking_replayed(msg, now)
+            got, took = self.taking_replayed(msg, now)
+            taking += got
             if took and msg.pubend not in self._replays:
                 return taking
         rp = self._replays.get(msg.pubend)
@@ -150,21 +152,12 @@ class ReadBack:
         pubend = msg.pubend
         store = self.store
         top = self._top.get(pubend, 0)
-        notes: list = []
         if msg.lost and msg.hi >= msg.lo:
             why = "gone from the pubend's log (its bound) while this replicator was down"
             if self._by_key:
                 gap = m.EventItem(msg.lo, 0, 0, m.Event({}))
                 self._append(pubend, gap, dict.fromkeys(self._by_key, []), msg.hi, why)
-            if self._retained_req:
-                text = (
-                    f"retained messages: ticks {msg.lo}-{msg.hi} of {pubend} were {why}; "
-                    "what was retained in them is not here"
-                )
-                notes.append(Notice("warning", text))
         else:
-            if self._retained_req:  # the retained set takes what it has not (ges.core.retaining)
-                notes += self._retain(pubend, msg.items)
             match = self.subscriptions.profiles.match
             for it in msg.items:
                 if it.tick <= top:
@@ -181,13 +174,13 @@ class ReadBack:
             store.set_top(pubend, self._top[pubend])
             self._pending(pubend, msg.lo, store.last)
             rp.next = msg.hi + 1
-            return notes + self._committed_now(), True
+            return self._committed_now(), True
         if rp.next - 1 < rp.let_go:  # an answer older than what was let go
-            return notes, True
+            return [], True
         # read back up to the last commit: from here the live subscription has everything
         del self._replays[pubend]
         self._live.add(pubend)
-        out: list = notes
+        out: list = []
         for matched in rp.held:
             out += self.stored(pubend, matched)
         return out + self._committed_now(), False

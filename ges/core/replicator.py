@@ -126,9 +126,13 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         self._after_kept: list[tuple[int, list]] = []
         self.max_sessions = MAX_SESSIONS
         self.retained = RetainedSet()
-        #: the standing subscription's req while a restart waits for it (0: none), and per
-        #: pubend, (the store's save mark, tick) of each retained change not yet durable
+        #: retained messages (ges.core.retaining): the standing subscription's req while the
+        #: catch-up waits for it (0: none), the pubends being read for it (None: no catch-up)
+        #: and those read, and per pubend (the store's save mark, tick) of each retained change
+        #: not yet durable
         self._retained_req = 0
+        self._catching: dict[str, Replay] | None = None
+        self._caught: set[str] = set()
         self._retaining: dict[str, deque] = {}
 
     # -- starting ---------------------------------------------------------------------------
@@ -637,8 +641,8 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         else:
             q = self._uncommitted.get(pubend)
             got = q[0][1] - 1 if q else None
-        if self._retaining:
-            kept = self._retained_floor(pubend)
+        if self._retaining or self._catching is not None:
+            kept = self._retained_cap(pubend)
             if kept is not None:
                 got = kept if got is None else min(got, kept)
         if pin is None:
@@ -677,6 +681,8 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             for pubend, rp in sorted(self._replays.items()):
                 if rp.asked is None or now >= rp.asked + REPLAY_RESEND:  # as next_deadline
                     out += self._ask(pubend, rp, now)
+        if self._retained_req or self._catching:
+            out += self._retained_timer(now)
         return out
 
     def next_deadline(self) -> float:
@@ -689,6 +695,8 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             due = min(due, self._restore_by)
         if self._hands:
             due = min(due, self._handover_deadline())
+        if self._retained_req or self._catching:
+            due = min(due, self._retained_deadline())
         if self._restoring or not self._replays:
             return due
         return min(due, *((rp.asked or 0.0) + REPLAY_RESEND for rp in self._replays.values()))

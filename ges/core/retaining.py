@@ -2,20 +2,23 @@
 topic, and answering what is retained on a subscriber's filters (ges.durable.retained has the
 theory of operation).
 
-A restarted replicator catches up on what was retained while it was down as it does for its
-sessions (ges.core.readback, seed 004 §4): its standing subscription is one of the restored
-subscriptions the read-back waits for, every page read back from a pubend's log is offered to
-the retained set, and this broker acknowledges no tick of a pubend above the retained
-changes its store has made durable — so the pubends' logs keep whatever a crash could lose.
-Offering is idempotent and the set is a last-writer-wins register, so events read back, live
-ones and those of other pubends may come in any order.
+A restarted replicator catches up on what was retained while it was down from the pubends'
+logs, as it does for its sessions (ges.core.readback, seed 004 §4) but on its own: once its
+standing subscription is in place, every pubend known here is read from its log after the tick
+this broker acknowledged to its release rounds (others as they are heard of), and each page is
+offered to the retained set only. Meanwhile this broker acknowledges no tick of a pubend above
+what was read, and never one whose retained change its store has not made durable — so the
+pubends' logs keep whatever a crash could lose. Offering is idempotent and the set is a
+last-writer-wins register, so events read, live ones and those of other pubends may come in any
+order.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from ges.core.outputs import Notice, ToClient
+from ges.core.outputs import Notice, ToClient, epoch_of
+from ges.core.readback import REPLAY_RESEND, Replay
 from ges.durable.retained import RETAINED_PROFILE, RetainedSet
 from ges.matching.topics import check_filter
 from ges.wire import messages as m
@@ -33,8 +36,8 @@ class Retaining:
     def _retained_start(self) -> list:
         """Read the kept messages back and enter the standing subscription (in a network
         that serves MQTT: some broker of the topology has an ``mqtt_port``); the outputs. A
-        replicator that ran before (it kept something, or its broker acknowledged ticks) reads
-        the logs back once the subscription is in place, as for restored sessions."""
+        replicator that ran before (it kept something, or its broker acknowledged ticks)
+        catches up once the subscription is in place (the module docstring)."""
         self.retained = RetainedSet()
         for kept in self.store.retained():
             self.retained.load(kept)
@@ -43,23 +46,107 @@ class Retaining:
         self.subscriptions.client_open(RETAINED_CONN, "retained messages")
         self._reqs += 1
         if self.log is not None and (len(self.retained) or self._top or self.log.promised()):
-            self._restoring.add(self._reqs)
             self._retained_req = self._reqs
+            self._catching = {}
         msg = m.Subscribe(1, RETAINED_PROFILE, "mqtt-retained", req=self._reqs)
         return self.subscriptions.on_subscribe(RETAINED_CONN, msg, self.subscriptions.now)
 
     def _retained_answered(self, msg, now: float) -> list:
-        """The standing subscription's answer: once it is in place everywhere, the read-back
-        need not wait for it."""
-        if msg.req != self._retained_req or msg.req not in self._restoring:
+        """The standing subscription's answer: once it is in place everywhere (or refused, or
+        not complete after RESTORE_WAIT: ``_retained_timer``), the catch-up begins."""
+        if not self._retained_req or msg.req != self._retained_req:
             return []
         out: list = []
         if type(msg) is m.Error:
             out.append(Notice("warning", f"retained messages: not subscribed: {msg.reason}"))
         elif type(msg) is not m.SubAck or not msg.complete:
             return []  # a keeper not reached yet (see Replicator.own)
-        self._restoring.discard(msg.req)
-        return out + ([] if self._restoring else self._replay_all(now))
+        return out + self._catch_up(now)
+
+    def _catch_up(self, now: float) -> list:
+        self._retained_req = 0
+        known = set(self._top) | set(self.subends.streams)
+        known |= {pubend for pubend, _ in self.log.promised().values()}
+        for pubend in known:
+            self._catch_begin(pubend)
+        out: list = []
+        for pubend, rp in sorted(self._catching.items()):  # (some begun by floor meanwhile)
+            out += self._catch_ask(pubend, rp, now)
+        return out
+
+    def _catch_begin(self, pubend: str) -> Replay:
+        rp = self._catching.get(pubend)
+        if rp is None:
+            done = self.release.promised(pubend) if self.release is not None else 0
+            if self._local(pubend):  # its own: released once its retained changes were durable
+                done = max(done, self.log.released(epoch_of(pubend)))
+            rp = self._catching[pubend] = Replay(done + 1)
+        return rp
+
+    def _catch_ask(self, pubend: str, rp: Replay, now: float) -> list:
+        return self._ask_log(pubend, rp, now, lambda a: self._caught_page(rp, a))
+
+    def retained_replayed(self, msg: m.Recovered, now: float) -> list:
+        """A page of a pubend's log read for the catch-up (ges.core.readback's answers)."""
+        rp = self._catching.get(msg.pubend) if self._catching else None
+        if rp is None or msg.lo != rp.next:
+            return []  # not asked for here, an old answer, or one already had
+        got, more = self._caught_page(rp, msg)
+        return got + (self._catch_ask(msg.pubend, rp, now) if more else [])
+
+    def _caught_page(self, rp: Replay, msg: m.Recovered) -> tuple[list, bool]:
+        """Offer one page to the retained set; its outputs, and whether there is more."""
+        pubend = msg.pubend
+        out: list = []
+        if msg.lost and msg.hi >= msg.lo:
+            text = (
+                f"retained messages: ticks {msg.lo}-{msg.hi} of {pubend} were gone from its "
+                "log (its bound) before this replicator read them; what was retained in them "
+                "is not here"
+            )
+            out.append(Notice("warning", text))
+        else:
+            out += self._retain(pubend, msg.items)
+        if msg.hi >= msg.lo:
+            rp.next = msg.hi + 1
+            return out, True
+        del self._catching[pubend]  # read up to the last commit: live from here on
+        self._caught.add(pubend)
+        return out, False
+
+    def _retained_cap(self, pubend: str) -> int | None:
+        """The highest tick of ``pubend`` this broker may acknowledge for its retained
+        messages (None: any): what was read of it while catching up, and below any change
+        not yet durable."""
+        cap = None
+        if self._catching is not None and pubend not in self._caught:
+            cap = self._catch_begin(pubend).next - 1
+        if self._retaining:
+            kept = self._retained_floor(pubend)
+            if kept is not None:
+                cap = kept if cap is None else min(cap, kept)
+        return cap
+
+    def _retained_timer(self, now: float) -> list:
+        """The catch-up's asks without an answer go again; a subscription still incomplete
+        after RESTORE_WAIT does not hold it up longer."""
+        if self._retained_req:
+            if now < self._restore_by:
+                return []
+            return self._catch_up(now)
+        out: list = []
+        for pubend, rp in sorted(self._catching.items()):
+            if rp.asked is None or now >= rp.asked + REPLAY_RESEND:
+                out += self._catch_ask(pubend, rp, now)
+        return out
+
+    def _retained_deadline(self) -> float:
+        if self._retained_req:
+            return self._restore_by
+        return min(
+            ((rp.asked or 0.0) + REPLAY_RESEND for rp in self._catching.values()),
+            default=float("inf"),
+        )
 
     def _retain(self, pubend: str, items: list) -> list:
         """Retained events the standing subscription got, or a page read back: each topic's
@@ -75,10 +162,12 @@ class Retaining:
                     store.forget(topic)
                 retained.forgotten.clear()
                 store.retain(kept)
-                q = self._retaining.get(pubend)
-                if q is None:
-                    q = self._retaining[pubend] = deque()
-                q.append((store.saved, it.tick))
+                mark = store.saved
+                if not store.durable(mark):
+                    q = self._retaining.get(pubend)
+                    if q is None:
+                        q = self._retaining[pubend] = deque()
+                    q.append((mark, it.tick))
         if retained.refused != refused and refused % 1000 == 0:
             text = (
                 f"retained messages: {retained.refused:,} new topics not kept, the "
@@ -88,7 +177,9 @@ class Retaining:
         return []
 
     def _retained_floor(self, pubend: str) -> int | None:
-        """The highest tick of ``pubend`` whose retained changes are all durable (None: any)."""
+        """The highest tick of ``pubend`` whose retained changes are all durable (None: any).
+        The changes are in the order made, not always of their ticks (live ones and a page
+        read back interleave): below the lowest tick of those not durable."""
         q = self._retaining.get(pubend)
         if not q:
             return None
@@ -98,7 +189,7 @@ class Retaining:
         if not q:
             del self._retaining[pubend]
             return None
-        return q[0][1] - 1
+        return min(tick for _, tick in q) - 1
 
     def retained_ask(self, conn: int, msg: m.RetainedAsk) -> list:
         """What is retained on ``msg.filters``, answered to ``conn``."""

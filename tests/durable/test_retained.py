@@ -8,7 +8,7 @@ import itertools
 import random
 
 from ges.core.retaining import RETAINED_CONN
-from ges.durable.retained import OVERHEAD, RetainedSet
+from ges.durable.retained import OVERHEAD, Kept, RetainedSet
 from ges.durable.store import MemorySessionStore
 from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
 from ges.matching.topics import TopicIndex, matches
@@ -225,3 +225,45 @@ def test_no_tick_is_acknowledged_before_its_retained_message_is_durable():
     store.durable_to = store.marks
     rig.feed(rig.rep.on_committed())
     assert rig.rep.floor(kept.pubend) is None
+
+
+PAIR_MQTT = {
+    "name": "pair",
+    "brokers": {
+        "r": {"unit": "S/c1", "port": 1, "mqtt_port": 3},
+        "x": {"unit": "S/c1", "port": 2},
+    },
+    "links": [["r", "x"]],
+    "replicators": [{"unit": "S/c1", "broker": "r"}],
+}
+
+
+def test_a_restarted_replicator_reads_the_logs_for_its_retained_messages_only():
+    """It ran before (it kept something): once its standing subscription is in place it reads
+    each pubend's log after what its broker acknowledged, offers the pages to its retained
+    set only (no session is held back or given old events), and acknowledges nothing it has
+    not read, nor a tick whose change is not durable — a live change of a later tick made
+    first included."""
+    rig = Rig(PAIR_MQTT)
+    store = CommittingStore()
+    store.retain(Kept("old/t", 1, "x~1", 5, ev("old/t", b"o", 1)))
+    store.durable_to = store.marks
+    rig.store = rig.rep.store = store
+    rep = rig.rep
+    rig.feed(rep.restore(rig.now))
+    assert rep._retained_req and not rep._restarted  # its sessions (none) are not held up
+    assert rep.floor("x~1") == 0  # nothing read yet: nothing acknowledged
+    rig.feed(rep.own(RETAINED_CONN, m.SubAck(1, req=rep._retained_req, complete=True), rig.now))
+    assert rep.floor("x~1") == 0  # asked for from tick 1 (the link to x is down here)
+    live = m.EventItem(1000, 0, 0, ev("a", b"live", at=100))
+    rig.feed(rep.stored("x~1", [((RETAINED_CONN, 1), [live])]))
+    page = [m.EventItem(200, 0, 0, ev("b", b"read", at=50))]
+    rig.feed(rep.replayed(m.Recovered("x~1", "r", 1, 300, page, replay=True), rig.now))
+    assert rep.floor("x~1") == 199  # read to 300, but tick 200's change is not durable
+    rig.feed(rep.replayed(m.Recovered("x~1", "r", 301, 300, [], replay=True), rig.now))
+    assert rep.floor("x~1") == 199  # read to the end (live from here): still not durable
+    store.durable_to = store.marks
+    rig.feed(rep.on_committed())
+    assert rep.floor("x~1") is None
+    events, _ = rep.retained.find(["#"])
+    assert sorted(e.payload for e in events) == [b"live", b"o", b"read"]
