@@ -186,6 +186,7 @@ class BrokerCore:
                     [] if self.replicator is None else self.replicator.replayed(msg, now)
                 ),
             )
+            self.release.routed = lambda: self.publishing.routed
             if self.replicator is not None:  # its own log keeps what its sessions have not
                 self.release.pinned = self.replicator.floor
         for part in (
@@ -320,8 +321,15 @@ class BrokerCore:
         return sub_id in self.subscriptions.clients.get(conn, {})
 
     def on_logged(self, now: float) -> list[Output]:
-        """The log committed more: acknowledge and send on the publishes it now holds."""
+        """The log committed more: acknowledge and send on the publishes it now holds (a
+        slice now, the rest as the core's own job: :attr:`has_work`)."""
         return self.publishing.on_logged(now)
+
+    @property
+    def logged_pending(self) -> bool:
+        """The log committed publishes not yet handed on (the driver reads no more publishes
+        meanwhile: their hand-on is the broker's backlog)."""
+        return self.publishing.logged_pending
 
     @property
     def profiles(self):

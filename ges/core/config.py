@@ -50,6 +50,10 @@ class BrokerConfig:
     work_slice: int = WORK_SLICE
     #: Events one Publish frame may carry (the client library batches well below this).
     max_publish_batch: int = 65_536
+    #: Deliveries (an event to one subscription or one peer counts 1) of what the pubend's log
+    #: committed that one step hands on (about 2 ms); the rest follow a slice at a time as the
+    #: core's own job (ges.core.publishing), so no commit holds the event loop for long.
+    logged_slice: int = 1024
     #: Seconds a SubAck waits for the keepers' acknowledgements before it is sent anyway.
     suback_wait: float = 5.0
     #: Broker-to-broker hops after which a routed event is dropped (only views that disagree

@@ -284,7 +284,7 @@ class Gates(Part):
             if start.get(pubend, 0) < known:
                 start[pubend] = known
         # this broker's own pubend: from its next event (local delivery needs no keeper)
-        own = self.publishing.next_tick - 1 - sum(len(h.events) for h in self.publishing.held)
+        own = self.publishing.handed_on
         if own > 0:
             start[self.pubend] = max(start.get(self.pubend, 0), own)
         return start

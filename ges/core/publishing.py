@@ -6,7 +6,13 @@ Events are published into the broker's *pubend* (one ordered stream per broker i
 log epoch, ``"<broker>~<epoch>"``), which numbers them with consecutive ticks. With reliable
 delivery the pubend's log is the only place an event must be stored before it counts as
 published: a batch is appended, and acknowledged and sent on only once the log has committed it
-(:meth:`Publishing.on_logged`). An idempotent publisher numbers its events; the pubend
+(:meth:`Publishing.on_logged`) — about ``config.logged_slice`` deliveries of a committed group
+at once, the rest a slice at a time as the core's own job (ges.core.work), so a group that
+fans out to many subscribers does not hold the event loop for long. Until its events are
+handed on, nothing counts them as published here: a release round asks about the ticks handed
+on (``routed``), not those committed (a broker with no subscriber would otherwise promise
+ticks a subscription it makes meanwhile still needs), and a new subscription's starting point
+on this pubend is the tick handed on last. An idempotent publisher numbers its events; the pubend
 publishes each number once, across the publisher's reconnects and the broker's restarts (the
 log keeps the numbers), and acknowledges the duplicates once what they duplicate is durable.
 An idle pubend sends silence on its routes (seed 002 §2.2) so a lost last event is found out;
@@ -24,6 +30,9 @@ from ges.wire import messages as m
 
 #: Characters of an idempotent publisher's id.
 MAX_PUBLISHER_ID = 256
+#: Events of one publish handed on together at most (a GES publish may carry 65,536): the
+#: chunks are sized by the last one's fan-out, so a slice stays near its bound.
+CHUNK = 64
 
 
 class Publishing(Part):
@@ -34,8 +43,10 @@ class Publishing(Part):
         self.next_tick = 1 if self.log is None else self.log.last + 1
         #: the last tick of this pubend routed (a clock heard now is stamped from the next)
         self.routed = self.next_tick - 1
-        #: publishes waiting for their log commit (reliable delivery)
+        #: publishes waiting for their log commit and to be handed on (reliable delivery),
+        #: and how many outputs the last chunk handed on made (its fan-out)
         self.held: list[Held] = []
+        self._fanout = 0
         #: idempotent publishing: per publisher its last event number published (the log's,
         #: which keeps it across restarts; in memory with best-effort delivery)
         self._publishers: dict = self.log.publishers() if self.log is not None else {}
@@ -164,36 +175,75 @@ class Publishing(Part):
         held = Held(conn, msg.seq, first, last, events, max(last, wait), duplicates, seqs)
         self.held.append(held)
         self._last_publish = now
-        return self.on_logged(now)
+        if held.wait > self.log.committed:
+            return []  # the log task hands it on once committed (a hand-on in slices too)
+        return self.on_logged(now)  # a log that commits at once, or duplicates already durable
+
+    @property
+    def logged_pending(self) -> bool:
+        """The log has committed publishes not yet acknowledged and sent on."""
+        held = self.held
+        return bool(held) and held[0].wait <= self.log.committed
+
+    @property
+    def handed_on(self) -> int:
+        """The last tick of this pubend handed on (to its subscribers, routes and silence)."""
+        return self.next_tick - 1 - sum(len(h.events) - h.sent for h in self.held)
 
     def on_logged(self, now: float) -> list:
-        """The log committed more: acknowledge and send on the publishes it now holds."""
+        """The log committed more: acknowledge and send on the publishes it now holds, about
+        ``config.logged_slice`` deliveries now and the rest as the core's own job."""
+        out = self._hand_on(now)
+        if self.logged_pending:
+            rest: list = []
+            self.subscriptions.defer(("logged",), self._handing_on(rest), rest, keeps=False)
+        return out
+
+    def _handing_on(self, out: list):
+        while self.logged_pending:
+            out += self._hand_on(self.subscriptions.now)
+            yield self.work_slice  # one slice of hand-on per slice of work
+
+    def _hand_on(self, now: float) -> list:
+        """Acknowledge and send on what the log committed, in order, up to about
+        ``config.logged_slice`` deliveries (a publish's events in chunks sized by the last
+        chunk's fan-out; at least one event)."""
         out: list = []
         committed = self.log.committed
         held = self.held
+        budget = self.config.logged_slice
         n = 0
         passed = 0
-        while n < len(held) and held[n].wait <= committed:
+        while n < len(held) and held[n].wait <= committed and budget > 0:
             h = held[n]
-            n += 1
-            if h.conn in self.subscriptions.clients:
-                ack = m.PubAck(h.seq, self.pubend, h.first, h.last, h.duplicates, h.seqs)
-                out.append(ToClient(h.conn, ack))
-            self.counters["duplicates_published"] += h.duplicates
             events = h.events
-            if not events:
-                continue
-            first = h.first
-            passed = h.last
-            items = [m.EventItem(first + i, 0, 0, ev) for i, ev in enumerate(events)]
-            self.routed = items[-1].tick
-            self.counters["published"] += len(items)
-            self.counters["events_in"] += len(items)
+            if not h.sent:  # first touched: durable, so acknowledged
+                if h.conn in self.subscriptions.clients:
+                    ack = m.PubAck(h.seq, self.pubend, h.first, h.last, h.duplicates, h.seqs)
+                    out.append(ToClient(h.conn, ack))
+                self.counters["duplicates_published"] += h.duplicates
+                if not events:
+                    n += 1
+                    continue
+            left = len(events) - h.sent
+            k = min(left, CHUNK, max(1, budget // (1 + self._fanout)))
+            first = h.first + h.sent
+            chunk = events if k == len(events) else events[h.sent : h.sent + k]
+            items = [m.EventItem(first + i, 0, 0, ev) for i, ev in enumerate(chunk)]
+            h.sent += k
+            if h.sent == len(events):
+                n += 1
+            passed = self.routed = first + k - 1
+            self.counters["published"] += k
+            self.counters["events_in"] += k
+            before = len(out)
             if self.router.initial_routes:  # a one-broker system has nowhere else to send
                 out += self.subends.route_claimed(
                     self.pubend, [(it, None) for it in items], now, self.vt.digest
                 )
             out += self.subscriptions.deliver(self.pubend, items)
+            self._fanout = len(out) - before  # outputs (each to a client or a peer) per chunk
+            budget -= k * (1 + self._fanout)
             if self._silence_due == float("inf") or self._silence_idle:
                 # the first event after a quiet round: silence follows it soon
                 self._silence_due = min(self._silence_due, now + self.config.silence_after)
@@ -201,9 +251,9 @@ class Publishing(Part):
             self._silence_gap = self.config.silence_every
             self._published_since_round = True
             self.release.published(now)
+        if passed and self.gates.gate:  # own events past a starting point: none below it comes
+            self.gates.pass_gates(self.pubend, passed)
         if n:
-            if self.gates.gate and passed:  # own events past a starting point: none below it comes
-                self.gates.pass_gates(self.pubend, passed)
             del held[:n]
         return out
 
@@ -221,7 +271,7 @@ class Publishing(Part):
         restart; the rounds space out while the pubend stays idle."""
         if now < self._silence_due:
             return []
-        tick = self.next_tick - 1 - sum(len(h.events) for h in self.held)
+        tick = self.handed_on
         out = self.subends.silence(
             self.pubend, tick, self._root_silence(tick), 0, now, self.vt.digest
         )
@@ -265,3 +315,5 @@ class Held:
     duplicates: int
     #: the publishes it stands for (``seq - seqs + 1`` to ``seq``; Publishing.on_publishes)
     seqs: int = 1
+    #: its events handed on so far (a large one goes in chunks: Publishing._hand_on)
+    sent: int = 0

@@ -73,6 +73,8 @@ class ReleaseRounds:
         #: broker's own needs (None: any) — a replicator handing a session over keeps what is
         #: after its cut (ges.core.handover)
         self.pinned: Callable[[str], int | None] = lambda pubend: None
+        #: the last tick of this pubend handed on (ges.core.publishing; the core sets it)
+        self.routed: Callable[[], int] = lambda: log.committed
         #: each other broker's acknowledged tick of this pubend
         self.acked: dict[str, int] = {}
         #: the tick the last round asked about, and the brokers that have not acknowledged it
@@ -94,9 +96,9 @@ class ReleaseRounds:
             self.due = now + self.config.ack_every
 
     def _round(self, now: float) -> list:
-        """Release what every other broker acknowledged; ask those behind the last commit."""
-        log = self.log
-        tick = log.committed
+        """Release what every other broker acknowledged; ask those behind the last tick
+        committed and handed on."""
+        tick = self._top()
         acked = self.acked
         floor = min((acked.get(b, 0) for b in self._others), default=tick)
         release = self._release(floor)
@@ -109,6 +111,12 @@ class ReleaseRounds:
         self.behind = {b for b in self._others if acked.get(b, 0) < tick}
         out, _ = self._pass_ask(self.pubend, sorted(self.behind, key=broker_order_key), tick, 0, ())
         return out
+
+    def _top(self) -> int:
+        """The last tick other brokers may be asked about: committed and handed on (one
+        committed and not yet routed would be promised by a broker with no subscriber, and
+        a subscription it makes meanwhile would never get it)."""
+        return min(self.log.committed, self.routed())
 
     def _release(self, tick: int) -> int:
         """Release the log up to ``tick``, or to where this broker's own needs pin it; the
@@ -232,7 +240,7 @@ class ReleaseRounds:
         for origin, tick in msg.acks:
             if origin == self.id:
                 continue
-            tick = min(tick, self.log.committed)
+            tick = min(tick, self._top())
             if self.acked.get(origin, 0) < tick:
                 self.acked[origin] = tick
             if tick >= self.asked and origin in behind:

@@ -312,6 +312,11 @@ class BrokerServer:
             if outs:
                 await self._dispatch(outs)
 
+    def _log_full(self, log) -> bool:
+        """No more publishes are read while the log has PAUSE_LOG_BYTES to commit, or has
+        committed publishes not yet handed on (a slice at a time: a fan-out's backlog)."""
+        return log.uncommitted > PAUSE_LOG_BYTES or self.core.logged_pending
+
     async def _worker(self) -> None:
         """Large requests in slices (ges.core.work): one slice, then everything else that is
         ready runs before the next."""
@@ -323,6 +328,7 @@ class BrokerServer:
                 outs = core.work(trio.current_time())
                 if core.work_kept:
                     freeze_heap()
+                self._log_room.set()  # (a hand-on slice: publishes paused may go on)
                 self._logged_later()
                 if outs:
                     await self._dispatch(outs)
@@ -528,12 +534,12 @@ class BrokerServer:
                 over_budget = budget.used > self.pause_publishing_bytes
                 if (
                     client is not None
-                    and (over_budget or (log is not None and log.uncommitted > PAUSE_LOG_BYTES))
+                    and (over_budget or (log is not None and self._log_full(log)))
                     and any(type(msg) is m.Publish for msg in batch)
-                ):  # flow control: the clients' queues, and the log's commits
+                ):  # flow control: the clients' queues, the log's commits and their hand-on
                     if over_budget:
                         await budget.below(self.resume_publishing_bytes)
-                    while log is not None and log.uncommitted > PAUSE_LOG_BYTES:
+                    while log is not None and self._log_full(log):
                         if self._log_room.is_set():
                             self._log_room = trio.Event()
                         await self._log_room.wait()

@@ -46,12 +46,13 @@ def commit_alone(server) -> list | None:
 
 
 def _logged(server) -> list:
-    """The log committed more: the core's outputs for it (acknowledgements, events sent on),
-    and publishes paused for the log may go on. (All of them in one step: handing a large
-    group on in slices let a release round between them promise ticks not yet routed, and
-    a publish meanwhile took the rest unsliced.)"""
+    """The log committed more: the core's outputs for a slice of it (acknowledgements, events
+    sent on; the rest is the core's own job, ``BrokerServer._worker``), and publishes paused
+    for the log may go on."""
     outs = server.core.on_logged(trio.current_time())
     server._log_room.set()
+    if server.core.has_work:  # the rest of a large group, a slice at a time
+        server._work_wakeup.set()
     return outs
 
 

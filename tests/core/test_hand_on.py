@@ -1,0 +1,81 @@
+"""What the pubend's log commits is handed on a slice at a time (ges.core.publishing): about
+``config.logged_slice`` deliveries at once, the rest as the core's own job, in tick order,
+each event once to each subscriber, a large publish split into chunks sized by its fan-out —
+and nothing not yet handed on counts as published to the release rounds or to the starting
+point of a subscription made meanwhile."""
+
+from __future__ import annotations
+
+from ges.core import BrokerConfig, BrokerCore, ToClient
+from ges.reliable.log import MemoryLog
+from ges.topology import Topology
+from ges.wire import messages as m
+
+ONE = {
+    "name": "one",
+    "brokers": {"b1": {"unit": "S/c1", "port": 1}, "b2": {"unit": "S/c1", "port": 2}},
+    "links": [["b1", "b2"]],
+}
+PUB, SUBS = 9, (1, 2, 3)
+EVENTS = 100
+BUDGET = 30
+
+
+class LazyLog(MemoryLog):
+    """A log that commits when told (as the runtime's group commit does, later)."""
+
+    def __init__(self):
+        super().__init__(epoch=1)
+        self.upto = 0
+
+    @property
+    def committed(self) -> int:
+        return self.upto
+
+
+def delivered(outs: list) -> dict[int, list[int]]:
+    got: dict[int, list[int]] = {}
+    for o in outs:
+        if type(o) is ToClient and type(o.msg) is m.Deliver:
+            got.setdefault(o.conn, []).extend(it.tick for it in o.msg.items)
+    return got
+
+
+def test_a_committed_publish_goes_on_a_slice_at_a_time_in_order_once():
+    log = LazyLog()
+    core = BrokerCore(
+        Topology.from_dict(ONE, source="<t>"),
+        "b1",
+        incarnation=1,
+        reliable=True,
+        log=log,
+        config=BrokerConfig(logged_slice=BUDGET),
+    )
+    for conn in (PUB, *SUBS):
+        core.client_open(conn, f"c{conn}")
+    for conn in SUBS:
+        core.client_message(conn, m.Subscribe(1, [[]], "all"), 0.0)
+    while core.has_work:
+        core.work(0.0)
+    first_tick = core.publishing.next_tick
+    outs = core.client_message(PUB, m.Publish(1, [m.Event({"n": i}) for i in range(EVENTS)]), 0.0)
+    assert delivered(outs) == {} and not core.logged_pending  # appended, not committed
+    log.upto = log.last
+    slices = [core.on_logged(0.0)]
+    assert core.logged_pending and core.has_work
+    (ack,) = [o.msg for o in slices[0] if type(o.msg) is m.PubAck]
+    assert (ack.first_tick, ack.last_tick) == (first_tick, first_tick + EVENTS - 1)
+    # nothing not handed on is asked about by a release round, nor is a new subscription's start
+    routed = core.publishing.routed
+    assert routed < log.committed and core.release._top() == routed
+    assert core.publishing.handed_on == routed  # a subscription's start on this pubend
+    while core.has_work:
+        slices.append(core.work(0.0))
+    assert not core.logged_pending and core.publishing.routed == log.committed
+    got = delivered([o for s in slices for o in s])
+    ticks = list(range(first_tick, first_tick + EVENTS))
+    assert got == {conn: ticks for conn in SUBS}  # all of it, in order, once each
+    per_slice = [len(delivered(s).get(1, [])) for s in slices]
+    # the first chunk is sized before the fan-out is known; each later slice by it: about
+    # BUDGET deliveries to the three subscribers (one event more at most)
+    assert per_slice[0] < EVENTS and all(3 * n <= BUDGET + 3 for n in per_slice[1:]), per_slice
