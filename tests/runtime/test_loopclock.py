@@ -1,6 +1,6 @@
 """The event loop's busy stretches (ges.runtime.loopclock): the window, the histogram and the
 hooks' order driven by hand with a fake time source; then installed in a real trio run, where a
-task that holds the loop shows."""
+task that holds the loop shows, and every broker of the run reports the same clock."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ges.runtime import BrokerServer
 from ges.runtime.loopclock import BOUNDS, WINDOW_SECONDS, LoopClock, installed
 
 
@@ -142,3 +143,23 @@ async def test_a_task_holding_the_loop_shows_as_a_stretch_at_least_that_long():
     assert clock.busy >= 0.03
     over_10ms = clock.stretches - dict(clock.buckets())[0.01]
     assert over_10ms >= 1
+
+
+async def test_every_broker_of_a_run_reports_the_runs_loop(chain3):
+    async with trio.open_nursery() as nursery:
+        b1 = await nursery.start(BrokerServer(chain3, "b1").run)
+        b2 = await nursery.start(BrokerServer(chain3, "b2").run)
+        assert b1.loop_clock is b2.loop_clock is installed()
+        await trio.sleep(0)
+        time.sleep(0.03)
+        await trio.sleep(0)
+        for server in (b1, b2):
+            stats = server.stats()
+            assert stats.loop_longest_us >= 30_000
+            assert stats.loop_busy_us >= 30_000
+        nursery.cancel_scope.cancel()
+
+
+def test_a_broker_not_yet_running_reports_no_loop(chain3):
+    stats = BrokerServer(chain3, "b1").stats()
+    assert stats.loop_longest_us == 0 and stats.loop_busy_us == 0
