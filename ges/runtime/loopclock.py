@@ -30,9 +30,12 @@ One clock per trio run (:func:`installed`), shared by every broker the run holds
 broker`` runs one, ``ges up`` all of a topology's in one process. Its figures are the
 process's, not one broker's.
 
-The work per loop iteration is two calls of trio's (a perf_counter each) and a few attribute
-reads and compares: GES's latency bench runs about a thousand events a second, and each
-iteration's microsecond shows there.
+The work per loop iteration is two calls from trio (a perf_counter each) and a few attribute
+reads and compares: GES's latency bench runs about a thousand events a second, about one loop
+iteration each, and each iteration's microsecond shows there. Under callgrind (CPython 3.11,
+trio 0.35) an iteration of a loop doing nothing but checkpoints takes 33,400 instructions,
+9,800 more with this clock: 7,200 of them are trio's calling the two hooks (an instrument whose
+hooks do nothing costs as much), 2,600 the hooks' own work.
 """
 
 from __future__ import annotations
@@ -58,6 +61,20 @@ _FIRST = BOUNDS[0]
 class LoopClock(trio.abc.Instrument):
     """The busy stretches of one trio run's loop (see the module). ``now``: the time source,
     in seconds (tests pass a fake one)."""
+
+    # slots, not a __dict__: the hooks' own work per loop iteration halves (5,300 -> 2,600
+    # instructions of CPython 3.11; trio's calling them is another 7,200 that no hook avoids)
+    __slots__ = (
+        "_now",
+        "_woke",
+        "busy",
+        "counts",
+        "_second",
+        "_second_max",
+        "_second_ends",
+        "_maxima",
+        "_seconds",
+    )
 
     def __init__(self, now: Callable[[], float] = time.perf_counter) -> None:
         self._now = now
