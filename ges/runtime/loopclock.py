@@ -34,8 +34,8 @@ The work per loop iteration is two calls from trio (a perf_counter each) and a f
 reads and compares: GES's latency bench runs about a thousand events a second, about one loop
 iteration each, and each iteration's microsecond shows there. Under callgrind (CPython 3.11,
 trio 0.35) an iteration of a loop doing nothing but checkpoints takes 33,400 instructions,
-9,800 more with this clock: 7,200 of them are trio's calling the two hooks (an instrument whose
-hooks do nothing costs as much), 2,600 the hooks' own work.
+9,600 more with this clock: 7,200 of them are trio's calling the two hooks (an instrument whose
+hooks do nothing costs as much), 2,400 the hooks' own work.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ import trio
 WINDOW_SECONDS = 10
 #: Upper bounds, in seconds, of the histogram's buckets (and +Inf after them): a millisecond
 #: is the project's aim for one slice of work, 10 ms is where the monitor warns, a second is
-#: a broker that cannot keep its links' heartbeats.
+#: two of a link's heartbeats late (ges.core.failure: one each 0.5 s).
 BOUNDS = (0.001, 0.005, 0.01, 0.05, 0.1, 1.0)
 
 _FIRST = BOUNDS[0]
@@ -62,7 +62,7 @@ class LoopClock(trio.abc.Instrument):
     """The busy stretches of one trio run's loop (see the module). ``now``: the time source,
     in seconds (tests pass a fake one)."""
 
-    # slots, not a __dict__: the hooks' own work per loop iteration halves (5,300 -> 2,600
+    # slots, not a __dict__: the hooks' own work per loop iteration halves (5,300 -> 2,400
     # instructions of CPython 3.11; trio's calling them is another 7,200 that no hook avoids)
     __slots__ = (
         "_now",
