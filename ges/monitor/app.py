@@ -26,8 +26,8 @@ from textual.worker import get_current_worker
 
 from ges.errors import OperationError
 from ges.monitor.live import Monitor
-from ges.monitor.model import HEALTH_RANK, LINK_UP, OK, NetworkModel, Unit
-from ges.monitor.tree import HEALTH_STYLE, rate
+from ges.monitor.model import HEALTH_RANK, LINK_UP, LOOP_HELD_US, OK, NetworkModel, Unit
+from ges.monitor.tree import HEALTH_STYLE, loop_ms, rate
 
 #: Networks of at most this many brokers start with every unit open; larger ones start with
 #: the top units open, and any unit that is not healthy.
@@ -49,6 +49,8 @@ def unit_line(model: NetworkModel, unit: Unit) -> Text:
     line = Text((unit.name or f"network {model.topology.name}") + " ", style="bold")
     line.append(health + " ", style=HEALTH_STYLE[health])
     line.append(f"{t['answering']}/{t['members']} in {rate(t['rate_in'])}")
+    if t["loop_longest_us"] > LOOP_HELD_US:
+        line.append(f" loop {loop_ms(t['loop_longest_us'])}", style="yellow")
     return line
 
 
@@ -65,6 +67,8 @@ def broker_line(model: NetworkModel, broker: str) -> Text:
     line.append(f"cl {rate(s.clients)} in {rate(v.rate_in)} dlv {rate(v.rate_delivered)}")
     if v.restarts:
         line.append(f" ↻{v.restarts}", style="yellow")
+    if s.loop_longest_us > LOOP_HELD_US:
+        line.append(f" loop {loop_ms(s.loop_longest_us)}", style="yellow")
     return line
 
 
@@ -81,6 +85,12 @@ def unit_detail(model: NetworkModel, unit: Unit) -> Text:
         f"per s    in {rate(t['rate_in'])}  out {rate(t['rate_out'])}  "
         f"dlv {rate(t['rate_delivered'])}\nrestarts {t['restarts']}\n"
     )
+    longest = t["loop_longest_us"]
+    if longest:
+        held = max(unit.members, key=lambda b: model.brokers[b].loop_longest_us)
+        out.append("loop     longest ")
+        out.append(loop_ms(longest), style="yellow" if longest > LOOP_HELD_US else "")
+        out.append(f" ({held})\n")
     inside = set(unit.members)
     links = model.links()
     bad = [x for x in links if x.a in inside and x.b in inside and x.state != LINK_UP]
@@ -127,6 +137,11 @@ def broker_detail(model: NetworkModel, broker: str, now_unix: float) -> Text:
         )
     if s.latency_p50_us:
         out.append(f"latency  p50 {s.latency_p50_us:,} µs  p99 {s.latency_p99_us:,} µs\n")
+    if s.loop_busy_us:  # 0: a broker that does not measure its loop
+        out.append("loop     longest ")
+        held = s.loop_longest_us > LOOP_HELD_US
+        out.append(loop_ms(s.loop_longest_us), style="yellow" if held else "")
+        out.append(f"  busy {100 * v.loop_busy:.0f}%\n")
     out.append("links\n")
     for peer in model.topology.neighbours[broker]:
         state = "cut" if peer in s.links_cut else "up" if peer in s.links_up else "down"

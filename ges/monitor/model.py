@@ -35,6 +35,10 @@ HEALTH_ORDER = (OK, LINKS_DOWN, SOME_DOWN, SPLIT, UNREACHABLE)
 #: A health's rank: 0 for ok, higher the worse (for sorting and :func:`worst`).
 HEALTH_RANK = {health: rank for rank, health in enumerate(HEALTH_ORDER)}
 
+#: A broker whose event loop ran longer than this (µs) between two waits for I/O in the last
+#: 10 s is shown as held (the project's aim is a few milliseconds at most; Stats.loop_longest_us).
+LOOP_HELD_US = 10_000
+
 
 @attrs.define
 class LogEntry:
@@ -57,6 +61,9 @@ class BrokerState:
     rate_in: float = 0.0
     rate_out: float = 0.0
     rate_delivered: float = 0.0
+    #: the share of the time its process's event loop was busy between its last two reports
+    #: (0.0-1.0; Stats.loop_busy_us)
+    loop_busy: float = 0.0
     #: restarts seen (a new incarnation in a report)
     restarts: int = 0
 
@@ -67,6 +74,12 @@ class BrokerState:
     @property
     def clients(self) -> int:
         return self.stats.clients if self.stats is not None else 0
+
+    @property
+    def loop_longest_us(self) -> int:
+        """The longest its process's event loop ran between two waits for I/O in the last
+        10 s, as last reported (0: not answering, or a broker that does not say)."""
+        return self.stats.loop_longest_us if self.stats is not None else 0
 
 
 @attrs.define
@@ -136,13 +149,17 @@ class NetworkModel:
             view.rate_in = max(0.0, (stats.events_in - old.events_in) / dt)
             view.rate_out = max(0.0, (stats.events_out - old.events_out) / dt)
             view.rate_delivered = max(0.0, (stats.delivered - old.delivered) / dt)
+            # reports are timed here and the busy time there: a report that came late and the
+            # next on time would make more than the whole
+            busy = (stats.loop_busy_us - old.loop_busy_us) / 1e6 / dt
+            view.loop_busy = min(1.0, max(0.0, busy))
             if stats.slow_consumers > old.slow_consumers:
                 n = stats.slow_consumers - old.slow_consumers
                 said.append(
                     LogEntry(now, "warning", f"{broker}: {n} slow consumer(s) disconnected")
                 )
         else:
-            view.rate_in = view.rate_out = view.rate_delivered = 0.0
+            view.rate_in = view.rate_out = view.rate_delivered = view.loop_busy = 0.0
         view.stats, view.at, view.error = stats, now, None
         said += self._relink(broker, now)
         self._log(said)
@@ -155,7 +172,7 @@ class NetworkModel:
         if view.stats is not None or view.error is None:
             said.append(LogEntry(now, "warning", f"{broker} does not answer: {error}"))
         view.stats, view.error = None, error
-        view.rate_in = view.rate_out = view.rate_delivered = 0.0
+        view.rate_in = view.rate_out = view.rate_delivered = view.loop_busy = 0.0
         said += self._relink(broker, now)
         self._log(said)
         return said
@@ -283,7 +300,8 @@ class NetworkModel:
         return LINKS_DOWN if some_link_down else OK
 
     def totals(self, unit: Unit) -> dict:
-        """A unit's brokers added up: answering, clients, sessions, rates."""
+        """A unit's brokers added up: answering, clients, sessions, rates; and the longest
+        any of their event loops ran between two waits for I/O (µs, in the last 10 s)."""
         views = [self.brokers[b] for b in self.unit_brokers(unit)]
         live = [v for v in views if v.stats is not None]
         return {
@@ -295,6 +313,7 @@ class NetworkModel:
             "rate_out": sum(v.rate_out for v in live),
             "rate_delivered": sum(v.rate_delivered for v in live),
             "restarts": sum(v.restarts for v in views),
+            "loop_longest_us": max((v.loop_longest_us for v in live), default=0),
         }
 
     def snapshot(self) -> dict:
@@ -344,6 +363,9 @@ class NetworkModel:
                     "session_epoch": s.session_epoch,
                     "latency_p50_us": s.latency_p50_us,
                     "latency_p99_us": s.latency_p99_us,
+                    "loop_longest_us": s.loop_longest_us,
+                    "loop_busy_us": s.loop_busy_us,
+                    "loop_busy_percent": round(100 * v.loop_busy, 1),
                 }
             return out
 

@@ -15,6 +15,7 @@ from ges.monitor.model import (
     HEALTH_RANK,
     LINK_UP,
     LINKS_DOWN,
+    LOOP_HELD_US,
     OK,
     SOME_DOWN,
     SPLIT,
@@ -49,6 +50,11 @@ def rate(value: float) -> str:
     return f"{value:,.0f}"
 
 
+def loop_ms(us: int) -> str:
+    """A stretch of the event loop in milliseconds: 0.4ms, 9.9ms, 34ms, 1,204ms."""
+    return f"{us / 1000:.1f}ms" if us < 9_950 else f"{us / 1000:,.0f}ms"
+
+
 def unit_label(model: NetworkModel, unit: Unit) -> Text:
     health = model.health(unit)
     t = model.totals(unit)
@@ -64,6 +70,8 @@ def unit_label(model: NetworkModel, unit: Unit) -> Text:
         label.append(f"  sessions {rate(t['sessions'])}")
     if t["restarts"]:
         label.append(f"  restarts {t['restarts']}", style="yellow")
+    if t["loop_longest_us"] > LOOP_HELD_US:  # a broker inside it held its loop
+        label.append(f"  loop {loop_ms(t['loop_longest_us'])}", style="yellow")
     return label
 
 
@@ -88,6 +96,8 @@ def broker_label(model: NetworkModel, broker: str) -> Text:
         label.append(f"  slow {s.slow_consumers}", style="yellow")
     if v.restarts:
         label.append(f"  restarts {v.restarts}", style="yellow")
+    if s.loop_longest_us > LOOP_HELD_US:
+        label.append(f"  loop {loop_ms(s.loop_longest_us)}", style="yellow")
     return label
 
 

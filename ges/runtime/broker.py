@@ -44,6 +44,7 @@ from ges.runtime.admission import MAX_OPENING, Admission
 from ges.runtime.commits import commit_alone, log_task, sessions_task
 from ges.runtime.links import BACKOFF_FIRST, BACKOFF_MAX, Links
 from ges.runtime.loglines import BrokerLog, Lines
+from ges.runtime.loopclock import LoopClock, installed
 from ges.runtime.mqtt import MqttListener
 from ges.runtime.notes import RateLimitedLog
 from ges.runtime.pubend_log import LogBounds, SqliteLog, size_on_disk
@@ -237,11 +238,15 @@ class BrokerServer:
         self.sessions = SessionDesk(self)
         #: connections of brokers following sessions of this replicator (Hello role "sessions")
         self._followers: set[int] = set()
+        #: the event loop's busy stretches (ges.runtime.loopclock): the run's, shared with
+        #: every other broker of this process; None until the broker runs
+        self.loop_clock: LoopClock | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Listen, dial the links this broker owns, serve until cancelled."""
+        self.loop_clock = installed()
         self.admission.fit_descriptors()
         try:
             listeners = await trio.open_tcp_listeners(self.spec.port, host=self.listen_host)
@@ -500,6 +505,7 @@ class BrokerServer:
         """The core's counters with the runtime's own (cut links, refusals, slow consumers):
         what a ``StatsRequest`` is answered, and what the metrics read (ges.runtime.metrics)."""
         p50, p99 = (0, 0) if self.recorder is None else self.recorder.latency_us()
+        clock = self.loop_clock
         return msgspec.structs.replace(
             self.core.stats(),
             links_cut=sorted(self._cut),
@@ -511,6 +517,8 @@ class BrokerServer:
             log_bytes=0 if self.pubend_log is None else size_on_disk(self.pubend_log.path),
             latency_p50_us=p50,
             latency_p99_us=p99,
+            loop_longest_us=0 if clock is None else round(clock.longest() * 1e6),
+            loop_busy_us=0 if clock is None else round(clock.busy * 1e6),
         )
 
     async def _pump(self, conn: Connection, handle, client: int | None = None) -> None:

@@ -2,7 +2,8 @@
 
 ``ges broker --metrics-port P`` and ``ges up --metrics-port P`` (or ``metrics_port:`` of a
 broker in the topology) serve ``GET /metrics`` in Prometheus's text format: the counters and
-gauges of ``ges monitor``'s view, labelled by ``broker`` and ``unit``. The families are made by
+gauges of ``ges monitor``'s view, labelled by ``broker`` and ``unit``, and the busy stretches
+of the process's event loop (ges.runtime.loopclock). The families are made by
 the ``prometheus-client`` library (:class:`BrokerCollector` is one of its collectors, asked at
 each scrape on the event loop's thread, so it reads the brokers' state while nothing changes
 it); the HTTP side is a few lines of trio with bounds in bytes and time, as every other
@@ -16,8 +17,9 @@ import logging
 
 import trio
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from ges.errors import OperationError
 from ges.topology import unit_name
@@ -115,6 +117,24 @@ class BrokerCollector(Collector):
             "When this incarnation of the broker started (Unix time).",
             labels=labels,
         )
+        # the event loop's (ges.runtime.loopclock): the process's, the same for each of its
+        # brokers
+        loop_longest = GaugeMetricFamily(
+            "ges_loop_longest_seconds",
+            "The longest the broker's event loop ran between two waits for I/O, in the last "
+            "10 s (the process's loop, shared by the brokers it runs).",
+            labels=labels,
+        )
+        loop_busy = CounterMetricFamily(
+            "ges_loop_busy_seconds",
+            "Seconds the broker's event loop ran (not waiting for I/O) since it started.",
+            labels=labels,
+        )
+        loop_stretches = HistogramMetricFamily(
+            "ges_loop_busy_stretch_seconds",
+            "The event loop's runs between two waits for I/O, by how long each took.",
+            labels=labels,
+        )
         for server in self.servers:
             stats = server.stats()
             at = [server.id, unit_name(server.spec.unit)]
@@ -135,9 +155,19 @@ class BrokerCollector(Collector):
             incarnation = server.core.incarnation
             if incarnation > 10**18:  # a start time in ns (tests may choose small numbers)
                 started.add_metric(at, incarnation / 1e9)
+            clock = server.loop_clock
+            if clock is not None:
+                loop_longest.add_metric(at, clock.longest())
+                loop_busy.add_metric(at, clock.busy)
+                loop_stretches.add_metric(
+                    at,
+                    [(floatToGoString(bound), count) for bound, count in clock.buckets()],
+                    clock.busy,
+                )
         yield from counters.values()
         yield from gauges.values()
         yield from (links_up, queued, log_bytes, started)
+        yield from (loop_longest, loop_busy, loop_stretches)
 
 
 def registry_of(servers) -> CollectorRegistry:

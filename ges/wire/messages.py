@@ -460,6 +460,11 @@ class Stats(_Msg):
     #: over, on the two clocks), p50 and p99 in µs, when delivery records are on (0: off)
     latency_p50_us: int = 0
     latency_p99_us: int = 0
+    #: the event loop of the broker's process (ges.runtime.loopclock; every broker of one
+    #: process reports the same): its longest busy stretch between two waits for I/O in the
+    #: last 10 s, and its busy µs since it started (their rate over two reports: utilisation)
+    loop_longest_us: int = 0
+    loop_busy_us: int = 0
 
 
 class Error(_Msg):

@@ -16,13 +16,13 @@ from typer.testing import CliRunner
 
 from cli.main import app as ges_app
 from ges.client import DurableSession
-from ges.monitor.app import MonitorApp
+from ges.monitor.app import MonitorApp, broker_detail, broker_line, unit_detail, unit_line
 from ges.monitor.live import Batch, Monitor
 from ges.monitor.model import NetworkModel
 from ges.topology import Topology
 from tests.cli.test_link import running
 from tests.conftest import DIAMOND, on_free_ports
-from tests.monitor.test_live import stats
+from tests.monitor.test_live import SMALL, stats
 from tests.runtime.test_sessions import EVERYTHING, REPLICATED, publish
 
 
@@ -51,6 +51,30 @@ async def until(pilot, what, predicate, within: float = 15.0) -> None:
         await pilot.pause(0.05)
 
 
+def yellow(text) -> list[str]:
+    return [str(text)[span.start : span.end] for span in text.spans if span.style == "yellow"]
+
+
+def test_a_brokers_loop_is_in_its_detail_and_its_line_and_units_say_when_it_ran_over_10_ms():
+    model = NetworkModel(Topology.from_dict(SMALL))
+    c1 = model.units[("SSC-A", "SC-1", "c1")]
+    model.observe("b1", stats("b1", loop_busy_us=1_000_000, loop_longest_us=800), 0.0)
+    model.observe("b1", stats("b1", loop_busy_us=1_100_000, loop_longest_us=34_000), 1.0)
+    detail = broker_detail(model, "b1", time.time())
+    assert "loop     longest 34ms  busy 10%" in str(detail)
+    assert "34ms" in yellow(detail)
+    assert str(broker_line(model, "b1")).endswith(" loop 34ms")
+    assert str(unit_line(model, c1)).endswith(" loop 34ms")
+    assert "loop     longest 34ms (b1)" in str(unit_detail(model, c1))
+
+    model.observe("b1", stats("b1", loop_busy_us=1_150_000, loop_longest_us=800), 2.0)
+    detail = broker_detail(model, "b1", time.time())
+    assert "loop     longest 0.8ms  busy 5%" in str(detail) and yellow(detail) == []
+    assert "loop" not in str(broker_line(model, "b1")) and "loop" not in str(unit_line(model, c1))
+    model.observe("b2", stats("b2"), 2.0)  # a broker that does not measure its loop
+    assert "loop" not in str(broker_detail(model, "b2", time.time()))
+
+
 def test_keys_open_a_unit_select_a_broker_and_a_cut_link_shows_as_cut(tmp_path):
     path = diamond(tmp_path)
     topology = Topology.from_yaml(path)
@@ -69,6 +93,7 @@ def test_keys_open_a_unit_select_a_broker_and_a_cut_link_shows_as_cut(tmp_path):
             await pilot.press("space", "down")  # open again, then the first broker, a
             assert c1.is_expanded and cursor(app) == ("broker", "a")
             assert "a  S/c1" in detail(app) and "c        level 1  up" in detail(app)
+            assert "loop     longest " in detail(app)  # its process's event loop
 
             result = await asyncio.to_thread(
                 CliRunner().invoke, ges_app, ["link", "down", str(path), "a", "c", "--insecure"]

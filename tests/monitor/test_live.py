@@ -120,6 +120,27 @@ def test_links_and_health_read_green_when_all_is_well_yellow_when_not_and_red_wh
     assert colours["down: cannot reach broker at 127.0.0.1:7003: refused"] == "red"
 
 
+def test_a_broker_whose_loop_ran_over_10_ms_at_once_says_so_in_yellow_and_so_does_its_unit():
+    monitor = small_monitor()
+    b1 = dict(clients=2, subscriptions=2, links_up=["b2"], links_expected=1)
+    feed(monitor, "b1", 2.0, **b1, loop_longest_us=34_000, loop_busy_us=1)
+    feed(monitor, "b2", 2.0, clients=0, links_up=["b1"], links_expected=2, loop_longest_us=10_000)
+    got = lines(rendered(monitor, 120))
+    assert got["b1"] == "b1 links 1/1 clients 2 subs 2 in 0 out 0 dlv 0 loop 34ms"
+    assert got["b2"] == "b2 links 1/2 clients 0 subs 0 in 0 out 0 dlv 0"  # 10 ms: not over
+    assert got["c1"].endswith(" loop 34ms") and got["network"].endswith(" loop 34ms")
+    assert "loop" not in got["c2"]
+    console = Console(width=120, file=io.StringIO(), color_system="standard")
+    colours = {
+        seg.text.strip(): seg.style.color.name
+        for seg in console.render(monitor.render())
+        if seg.style is not None and seg.style.color is not None
+    }
+    assert colours["loop 34ms"] == "yellow"
+    feed(monitor, "b1", 13.0, **b1, loop_longest_us=900, loop_busy_us=2)  # 10 s later
+    assert "loop" not in lines(rendered(monitor, 120))["b1"]
+
+
 @pytest.fixture
 def answers(monkeypatch):
     """What each broker answers the monitor's next poll: Stats, or an error."""

@@ -175,6 +175,32 @@ def test_totals_add_up_a_units_brokers_and_the_snapshot_is_plain_data():
     json.dumps(snap)  # plain data
 
 
+def test_loop_busy_is_its_share_of_the_time_between_two_reports_and_a_unit_has_its_longest():
+    model = NetworkModel(DEMO)
+    everyone(model, 1.0)
+    model.observe("b1", stats("b1", loop_busy_us=1_000_000, loop_longest_us=2_000), 10.0)
+    model.observe("b1", stats("b1", loop_busy_us=1_500_000, loop_longest_us=34_000), 12.0)
+    model.observe("b2", stats("b2", loop_busy_us=100_000, loop_longest_us=5_000), 12.0)
+    assert model.brokers["b1"].loop_busy == pytest.approx(0.25)  # 0.5 s busy in 2 s
+    assert model.totals(unit(model, "SSC-A/SC-1/c1"))["loop_longest_us"] == 34_000
+    assert model.totals(unit(model, "SSC-A"))["loop_longest_us"] == 34_000
+    assert model.totals(unit(model, "SSC-B"))["loop_longest_us"] == 0
+    b1 = model.snapshot()["network"]["units"][0]["units"][0]["units"][0]["brokers"][0]
+    assert (b1["loop_longest_us"], b1["loop_busy_us"], b1["loop_busy_percent"]) == (
+        34_000,
+        1_500_000,
+        25.0,
+    )
+    # a report that came late and the next on time: never more than the whole
+    model.observe("b1", stats("b1", loop_busy_us=3_000_000), 12.5)
+    assert model.brokers["b1"].loop_busy == 1.0
+    # a restart: no share until two reports of the new incarnation; one not answering has none
+    model.observe("b1", stats("b1", incarnation="i2", loop_busy_us=10), 13.0)
+    assert model.brokers["b1"].loop_busy == 0.0
+    model.unreachable("b1", "refused", 14.0)
+    assert model.brokers["b1"].loop_longest_us == 0
+
+
 def test_the_event_log_is_bounded():
     model = NetworkModel(DEMO, log_entries=5)
     for i in range(20):

@@ -68,6 +68,36 @@ async def test_a_scrape_has_every_brokers_counters_and_gauges_labelled_by_broker
     assert got[("ges_start_time_seconds", "b1", "S/c1")] == pytest.approx(time.time(), abs=120)
 
 
+async def test_a_scrape_has_the_event_loops_longest_stretch_busy_time_and_histogram(chain3):
+    (port,) = free_ports(1)
+    async with trio.open_nursery() as nursery:
+        servers = [await nursery.start(BrokerServer(chain3, b).run) for b in ("b1", "b2")]
+        await start_metrics(nursery, servers, port)
+        await trio.sleep(0)
+        time.sleep(0.03)  # holds the loop of both brokers' process
+        await trio.sleep(0)
+        status, text = await http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        nursery.cancel_scope.cancel()
+    assert status == 200
+    got = samples(text)
+    families = {f.name: f.type for f in text_string_to_metric_families(text)}
+    assert families["ges_loop_longest_seconds"] == "gauge"
+    assert families["ges_loop_busy_seconds"] == "counter"
+    assert families["ges_loop_busy_stretch_seconds"] == "histogram"
+    for b in ("b1", "b2"):  # the process's loop: the same for each broker of it
+        at = (b, "S/c1")
+        assert got[("ges_loop_longest_seconds", *at)] >= 0.03
+        assert got[("ges_loop_busy_seconds_total", *at)] >= 0.03
+        buckets = {
+            le: got[("ges_loop_busy_stretch_seconds_bucket", *at, ("le", le))]
+            for le in ("0.001", "0.005", "0.01", "0.05", "0.1", "1.0", "+Inf")
+        }
+        assert list(buckets.values()) == sorted(buckets.values())  # cumulative
+        assert buckets["+Inf"] - buckets["0.01"] >= 1  # the 30 ms stretch
+        assert buckets["+Inf"] == got[("ges_loop_busy_stretch_seconds_count", *at)]
+        assert got[("ges_loop_busy_stretch_seconds_sum", *at)] >= 0.03
+
+
 async def test_the_http_side_answers_only_a_get_of_metrics_and_bounds_what_it_reads(
     chain3, monkeypatch
 ):
