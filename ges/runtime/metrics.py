@@ -3,10 +3,11 @@
 ``ges broker --metrics-port P`` and ``ges up --metrics-port P`` (or ``metrics_port:`` of a
 broker in the topology) serve ``GET /metrics`` in Prometheus's text format: the counters and
 gauges of ``ges monitor``'s view, labelled by ``broker`` and ``unit``, and the busy stretches
-of the process's event loop (ges.runtime.loopclock). The families are made by
-the ``prometheus-client`` library (:class:`BrokerCollector` is one of its collectors, asked at
-each scrape on the event loop's thread, so it reads the brokers' state while nothing changes
-it); the HTTP side is a few lines of trio with bounds in bytes and time, as every other
+of the process's event loop (ges.runtime.loopclock). Each scrape reads every broker's figures
+on the event loop's thread, a broker at a time (:class:`Snapshot`: nothing changes them during
+one read); the ``prometheus-client`` library makes the text from them (:class:`BrokerCollector`
+is one of its collectors) in a worker thread, so a scrape of the many brokers of one ``ges
+up`` does not hold the loop for the whole text. The HTTP side is a few lines of trio with bounds in bytes and time, as every other
 listener of a broker has: a request head of at most :data:`MAX_REQUEST_BYTES` within
 :data:`REQUEST_SECONDS`, one request per connection, at most :data:`MAX_SCRAPERS` at once.
 """
@@ -82,11 +83,47 @@ GAUGES = (
 )
 
 
-class BrokerCollector(Collector):
-    """The metric families of some brokers (``BrokerServer``s) of one process."""
+class Snapshot:
+    """What one broker's families are made of, read on the event loop's thread at once."""
+
+    __slots__ = ("at", "stats", "neighbours", "uncommitted", "incarnation", "loop")
+
+    def __init__(self, server) -> None:
+        self.at = [server.id, unit_name(server.spec.unit)]
+        self.stats = server.stats()
+        self.neighbours = list(server.core.neighbours)
+        log = server.pubend_log
+        self.uncommitted = None if log is None else log.uncommitted
+        self.incarnation = server.core.incarnation
+        clock = server.loop_clock
+        self.loop = None if clock is None else (clock.longest(), clock.busy, list(clock.buckets()))
+
+
+class Metrics:
+    """What one metrics port serves: the families of some brokers (``BrokerServer``s) of one
+    process. Each broker's figures are read on the event loop a broker at a time, and the text
+    is made from them in a worker thread, so a scrape of many brokers holds the loop for one
+    broker's read at most."""
 
     def __init__(self, servers) -> None:
         self.servers = list(servers)
+
+    async def text(self) -> bytes:
+        snapshots = []
+        for i, server in enumerate(self.servers):
+            if i:
+                await trio.lowlevel.checkpoint()
+            snapshots.append(Snapshot(server))
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(BrokerCollector(snapshots))
+        return await trio.to_thread.run_sync(generate_latest, registry)
+
+
+class BrokerCollector(Collector):
+    """The metric families of some brokers, from their :class:`Snapshot`s."""
+
+    def __init__(self, snapshots: list[Snapshot]) -> None:
+        self.snapshots = snapshots
 
     def collect(self):
         labels = ["broker", "unit"]
@@ -135,34 +172,31 @@ class BrokerCollector(Collector):
             "The event loop's runs between two waits for I/O, by how long each took.",
             labels=labels,
         )
-        for server in self.servers:
-            stats = server.stats()
-            at = [server.id, unit_name(server.spec.unit)]
+        for snap in self.snapshots:
+            stats = snap.stats
+            at = snap.at
             for name, _, field in COUNTERS:
                 counters[name].add_metric(at, getattr(stats, field))
             for name, _, field in GAUGES:
                 gauges[name].add_metric(at, getattr(stats, field))
             cut = set(stats.links_cut)
-            for peer in server.core.neighbours:
+            for peer in snap.neighbours:
                 up = 1 if peer in stats.links_up else 0
                 links_up.add_metric([*at, peer, "1" if peer in cut else "0"], up)
             queued.add_metric([*at, "clients"], stats.queued_clients)
             queued.add_metric([*at, "links"], stats.queued_links)
-            log = server.pubend_log
-            if log is not None:
-                log_bytes.add_metric([*at, "uncommitted"], log.uncommitted)
+            if snap.uncommitted is not None:
+                log_bytes.add_metric([*at, "uncommitted"], snap.uncommitted)
                 log_bytes.add_metric([*at, "on_disk"], stats.log_bytes)
-            incarnation = server.core.incarnation
+            incarnation = snap.incarnation
             if incarnation > 10**18:  # a start time in ns (tests may choose small numbers)
                 started.add_metric(at, incarnation / 1e9)
-            clock = server.loop_clock
-            if clock is not None:
-                loop_longest.add_metric(at, clock.longest())
-                loop_busy.add_metric(at, clock.busy)
+            if snap.loop is not None:
+                longest, busy, buckets = snap.loop
+                loop_longest.add_metric(at, longest)
+                loop_busy.add_metric(at, busy)
                 loop_stretches.add_metric(
-                    at,
-                    [(floatToGoString(bound), count) for bound, count in clock.buckets()],
-                    clock.busy,
+                    at, [(floatToGoString(bound), count) for bound, count in buckets], busy
                 )
         yield from counters.values()
         yield from gauges.values()
@@ -170,14 +204,12 @@ class BrokerCollector(Collector):
         yield from (loop_longest, loop_busy, loop_stretches)
 
 
-def registry_of(servers) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(servers))
-    return registry
+def registry_of(servers) -> Metrics:
+    return Metrics(servers)
 
 
 async def serve_metrics(
-    registry: CollectorRegistry,
+    registry: Metrics,
     port: int,
     host: str = "",
     *,
@@ -205,7 +237,7 @@ async def serve_metrics(
     await trio.serve_listeners(handler, listeners)
 
 
-async def _answer(stream: trio.SocketStream, registry: CollectorRegistry) -> None:
+async def _answer(stream: trio.SocketStream, registry: Metrics) -> None:
     head = b""
     while b"\r\n\r\n" not in head and b"\n\n" not in head:
         if len(head) > MAX_REQUEST_BYTES:
@@ -223,7 +255,7 @@ async def _answer(stream: trio.SocketStream, registry: CollectorRegistry) -> Non
     elif path not in (b"/metrics", b"/"):
         await stream.send_all(_response(404, b"not found: try /metrics\n"))
     else:
-        await stream.send_all(_response(200, generate_latest(registry)))
+        await stream.send_all(_response(200, await registry.text()))
 
 
 async def _linger(stream: trio.SocketStream) -> None:

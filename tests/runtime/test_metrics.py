@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -153,3 +154,41 @@ def test_ges_broker_serves_its_metrics_on_the_port_the_topology_gives(tmp_path):
     got = samples(text)
     assert got[("ges_links_expected", "b1", "S/c1")] == 1
     assert got[("ges_link_up", "b1", "S/c1", ("cut", "0"), ("peer", "b2"))] == 0  # b2 not running
+
+
+async def test_a_scrape_reads_one_broker_at_a_time_and_makes_its_text_off_the_loop(
+    chain3, monkeypatch
+):
+    """Other tasks run between two brokers' reads, and while the text is made (a worker
+    thread): a scrape of the many brokers of one ``ges up`` does not hold their loop."""
+    order: list[str] = []
+    read = metrics_module.Snapshot.__init__
+    make = metrics_module.generate_latest
+
+    def reading(self, server):
+        order.append(f"read {server.id}")
+        read(self, server)
+
+    def making(registry):
+        order.append("text" if threading.current_thread() is not threading.main_thread() else "!")
+        return make(registry)
+
+    monkeypatch.setattr(metrics_module.Snapshot, "__init__", reading)
+    monkeypatch.setattr(metrics_module, "generate_latest", making)
+    (port,) = free_ports(1)
+    async with trio.open_nursery() as nursery:
+        servers = [await nursery.start(BrokerServer(chain3, b).run) for b in ("b1", "b2", "b3")]
+        await start_metrics(nursery, servers, port)
+
+        async def ticking():
+            while True:
+                order.append("tick")
+                await trio.sleep(0)
+
+        nursery.start_soon(ticking)
+        status, text = await http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        nursery.cancel_scope.cancel()
+    assert status == 200 and ("ges_clients", "b3", "S/c2") in samples(text)
+    work = [i for i, what in enumerate(order) if what != "tick"]
+    assert [order[i] for i in work] == ["read b1", "read b2", "read b3", "text"]
+    assert "tick" in order[work[0] : work[2]]  # the loop ran while the brokers were read
