@@ -24,8 +24,8 @@ LOCAL_PAGES = 8
 #: Bytes of live events one recovering pubend holds back until its replay is done (beyond,
 #: they are let go: the replay reads them from the pubend's log too).
 MAX_HELD_BYTES = 16 * 1024 * 1024
-#: "up to the last committed tick", in a replay request
-_ALL = 1 << 62
+#: "up to the last committed tick", in a replay request (an old epoch's log answers up to it)
+ALL_TICKS = 1 << 62
 
 
 @attrs.define(eq=False)
@@ -94,7 +94,7 @@ class ReadBack:
         there is more; the rest at the next timer)."""
         rp.asked = now
         if not self._local(pubend):
-            ranges = [(rp.next, _ALL)]
+            ranges = [(rp.next, ALL_TICKS)]
             return self.unicast.relay(
                 pubend.partition("~")[0],
                 [],
@@ -106,7 +106,9 @@ class ReadBack:
         out: list = []
         for _ in range(LOCAL_PAGES):
             more = False
-            for a in self.repair.from_log(m.Nack(pubend, self.id, [(rp.next, _ALL)], replay=True)):
+            for a in self.repair.from_log(
+                m.Nack(pubend, self.id, [(rp.next, ALL_TICKS)], replay=True)
+            ):
                 got, more = page(a)
                 out += got
             if not more:

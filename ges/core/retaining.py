@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 
 from ges.core.outputs import Notice, ToClient, epoch_of
-from ges.core.readback import REPLAY_RESEND, Replay
+from ges.core.readback import ALL_TICKS, REPLAY_RESEND, Replay
 from ges.durable.retained import RETAINED_PROFILE, RetainedSet
 from ges.matching.topics import check_filter
 from ges.wire import messages as m
@@ -107,10 +107,11 @@ class Retaining:
             out.append(Notice("warning", text))
         else:
             out += self._retain(pubend, msg.items)
-        if msg.hi >= msg.lo:
+        if msg.lo <= msg.hi < ALL_TICKS:
             rp.next = msg.hi + 1
             return out, True
-        del self._catching[pubend]  # read up to the last commit: live from here on
+        # read up to the last commit (or an old epoch to its end): live from here on
+        del self._catching[pubend]
         self._caught.add(pubend)
         return out, False
 
