@@ -361,6 +361,10 @@ class BrokerCore:
         """One slice (``config.work_slice`` units) of what is in progress; the outputs."""
         return self.subscriptions.work(now)
 
+    def work_of(self, conn: int, now: float) -> list[Output]:
+        """One slice of client ``conn``'s request in progress, and nothing else."""
+        return self.subscriptions.work_of(conn, now)
+
     def client_publishes(self, conn: int, msgs: list[m.Publish], now: float) -> list[Output]:
         """Consecutive Publish messages one read brought from a client, handled together
         (natural batching: ges.core.publishing's ``on_publishes``)."""

@@ -31,8 +31,9 @@ from ges.wire import messages as m
 #: Characters of an idempotent publisher's id.
 MAX_PUBLISHER_ID = 256
 #: Events of one publish handed on together at most (a GES publish may carry 65,536): the
-#: chunks are sized by the last one's fan-out, so a slice stays near its bound.
-CHUNK = 64
+#: chunks are sized by the fan-out seen lately (one event while none was seen), so a slice
+#: stays near its bound — at most a chunk over it when the fan-out rises at once.
+CHUNK = 32
 
 
 class Publishing(Part):
@@ -47,6 +48,8 @@ class Publishing(Part):
         #: and how many outputs the last chunk handed on made (its fan-out)
         self.held: list[Held] = []
         self._fanout = 0
+        #: the leading entries of ``held`` acknowledged (committed; some still being handed on)
+        self._acked = 0
         #: idempotent publishing: per publisher its last event number published (the log's,
         #: which keeps it across restarts; in memory with best-effort delivery)
         self._publishers: dict = self.log.publishers() if self.log is not None else {}
@@ -175,13 +178,13 @@ class Publishing(Part):
         held = Held(conn, msg.seq, first, last, events, max(last, wait), duplicates, seqs)
         self.held.append(held)
         self._last_publish = now
-        if held.wait > self.log.committed:
-            return []  # the log task hands it on once committed (a hand-on in slices too)
+        if held.wait > self.log.committed or self.held[0] is not held:
+            return []  # the log task hands it on once committed, or the hand-on in progress
         return self.on_logged(now)  # a log that commits at once, or duplicates already durable
 
     @property
     def logged_pending(self) -> bool:
-        """The log has committed publishes not yet acknowledged and sent on."""
+        """The log has committed publishes not yet sent on (each is acknowledged at once)."""
         held = self.held
         return bool(held) and held[0].wait <= self.log.committed
 
@@ -205,28 +208,34 @@ class Publishing(Part):
             yield self.work_slice  # one slice of hand-on per slice of work
 
     def _hand_on(self, now: float) -> list:
-        """Acknowledge and send on what the log committed, in order, up to about
-        ``config.logged_slice`` deliveries (a publish's events in chunks sized by the last
-        chunk's fan-out; at least one event)."""
+        """Acknowledge every publish the log committed (durable: its publisher need not wait
+        for the hand-on), then send on what it committed, in order, up to about
+        ``config.logged_slice`` deliveries: a publish's events in chunks sized by the
+        fan-out seen lately (at least one event)."""
         out: list = []
         committed = self.log.committed
         held = self.held
+        clients = self.subscriptions.clients
+        while self._acked < len(held) and held[self._acked].wait <= committed:
+            h = held[self._acked]
+            self._acked += 1
+            if h.conn in clients:
+                ack = m.PubAck(h.seq, self.pubend, h.first, h.last, h.duplicates, h.seqs)
+                out.append(ToClient(h.conn, ack))
+            self.counters["duplicates_published"] += h.duplicates
         budget = self.config.logged_slice
         n = 0
         passed = 0
-        while n < len(held) and held[n].wait <= committed and budget > 0:
+        subscriptions = self.subscriptions
+        while n < self._acked and budget > 0:
             h = held[n]
             events = h.events
-            if not h.sent:  # first touched: durable, so acknowledged
-                if h.conn in self.subscriptions.clients:
-                    ack = m.PubAck(h.seq, self.pubend, h.first, h.last, h.duplicates, h.seqs)
-                    out.append(ToClient(h.conn, ack))
-                self.counters["duplicates_published"] += h.duplicates
-                if not events:
-                    n += 1
-                    continue
+            if not events:
+                n += 1
+                continue
             left = len(events) - h.sent
-            k = min(left, CHUNK, max(1, budget // (1 + self._fanout)))
+            fanout = self._fanout
+            k = min(left, CHUNK, max(1, budget // (1 + fanout))) if fanout else 1
             first = h.first + h.sent
             chunk = events if k == len(events) else events[h.sent : h.sent + k]
             items = [m.EventItem(first + i, 0, 0, ev) for i, ev in enumerate(chunk)]
@@ -241,9 +250,13 @@ class Publishing(Part):
                 out += self.subends.route_claimed(
                     self.pubend, [(it, None) for it in items], now, self.vt.digest
                 )
-            out += self.subscriptions.deliver(self.pubend, items)
-            self._fanout = len(out) - before  # outputs (each to a client or a peer) per chunk
-            budget -= k * (1 + self._fanout)
+            made = k * (len(out) - before)  # the chunk to each next hop
+            out += subscriptions.deliver(self.pubend, items)
+            made += subscriptions.pairs  # (event, subscription) pairs, durable sessions' too
+            budget -= k + made
+            # per event, the most lately: a chunk after one that reached few is not sized
+            # by it alone
+            self._fanout = max(-(-made // k), self._fanout * 7 // 8)
             if self._silence_due == float("inf") or self._silence_idle:
                 # the first event after a quiet round: silence follows it soon
                 self._silence_due = min(self._silence_due, now + self.config.silence_after)
@@ -255,6 +268,7 @@ class Publishing(Part):
             self.gates.pass_gates(self.pubend, passed)
         if n:
             del held[:n]
+            self._acked -= n
         return out
 
     def root_routes(self, tick: int) -> list[m.Route]:

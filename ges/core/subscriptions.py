@@ -60,6 +60,8 @@ class Subscriptions(Part):
         super().__init__(core)
         #: the time of the slice running now (a job's slices run at different times)
         self.now = 0.0
+        #: (event, subscription) pairs the last :meth:`deliver` matched
+        self.pairs = 0
         # conn_id -> {sub_id: Profile}
         self.clients: dict[int, dict[int, Profile]] = {}
         self._client_names: dict[int, str] = {}
@@ -159,6 +161,12 @@ class Subscriptions(Part):
         if router is not None and router.busy and left > 0:
             out += self.core.to_peers(router.background(now, left))
         return out + self.release_waits(now)
+
+    def work_of(self, conn: int, now: float) -> list:
+        """One slice of client ``conn``'s request in progress only (the simulator's: it runs a
+        change of subscription up to where it takes effect, and nothing else with it)."""
+        self.now = now
+        return self._jobs.run_of(conn, self.work_slice)
 
     def _apply(self, dest, add, remove, out: list, ticket=None, held=None) -> JobBody:
         """Enter ``add`` and take out ``remove`` (conjunctions) for ``dest``, in the profile
@@ -382,7 +390,9 @@ class Subscriptions(Part):
 
     def deliver(self, pubend: str, items: list) -> list:
         """Match each event against the local profiles (one profile-graph walk per event) and
-        send each subscription its matching events, in order, as one ``Deliver``."""
+        send each subscription its matching events, in order, as one ``Deliver``
+        (:attr:`pairs`: how many (event, subscription) pairs that was, the work of it)."""
+        self.pairs = 0
         if not self.profiles or not items:
             return []
         match = self.profiles.match
@@ -392,7 +402,9 @@ class Subscriptions(Part):
             # the common case (same interests for the whole batch): one shared message per
             # subscription id, which the driver encodes once
             per = dict.fromkeys(first, items)
+            self.pairs = len(first) * len(items)
         else:
+            self.pairs = sum(len(r) for r in results)
             per = {}
             for it, dests in zip(items, results, strict=True):
                 for dest in dests:

@@ -109,6 +109,14 @@ class Jobs:
         used, out = self._slice(job, budget)
         return out, budget - used
 
+    def run_of(self, conn: int, budget: int = WORK_SLICE) -> list:
+        """One slice of client ``conn``'s first job (none: nothing); its outputs."""
+        for job in self._jobs.values():
+            if job.conn == conn:
+                self.kept = job.keeps
+                return self._slice(job, budget)[1]
+        return []
+
     def _slice(self, job: Job, budget: int) -> tuple[int, list]:
         used = 0
         try:

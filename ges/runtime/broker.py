@@ -319,8 +319,11 @@ class BrokerServer:
 
     def _log_full(self, log) -> bool:
         """No more publishes are read while the log has PAUSE_LOG_BYTES to commit, or has
-        committed publishes not yet handed on (a slice at a time: a fan-out's backlog)."""
-        return log.uncommitted > PAUSE_LOG_BYTES or self.core.logged_pending
+        committed publishes not yet handed on (a slice at a time: a fan-out's backlog) — the
+        core's log in memory too (reliable delivery with no data directory)."""
+        if log is not None and log.uncommitted > PAUSE_LOG_BYTES:
+            return True
+        return self.core.reliable and self.core.logged_pending
 
     async def _worker(self) -> None:
         """Large requests in slices (ges.core.work): one slice, then everything else that is
@@ -542,12 +545,12 @@ class BrokerServer:
                 over_budget = budget.used > self.pause_publishing_bytes
                 if (
                     client is not None
-                    and (over_budget or (log is not None and self._log_full(log)))
+                    and (over_budget or self._log_full(log))
                     and any(type(msg) is m.Publish for msg in batch)
                 ):  # flow control: the clients' queues, the log's commits and their hand-on
                     if over_budget:
                         await budget.below(self.resume_publishing_bytes)
-                    while log is not None and self._log_full(log):
+                    while self._log_full(log):
                         if self._log_room.is_set():
                             self._log_room = trio.Event()
                         await self._log_room.wait()

@@ -220,7 +220,7 @@ class Sim(SimLinks):
             # a change takes effect (for the checker, when the message is sent) once its new
             # profile starts to go in: its parsing and indexing run now, the rest in slices
             while core.busy(conn) and not core.changing(conn, msg.sub_id):
-                out += core.work(self.now)
+                out += core.work_of(conn, self.now)  # (its own: not the core's other jobs)
         return out
 
     # -- the clock ---------------------------------------------------------------------------------

@@ -79,3 +79,38 @@ def test_a_committed_publish_goes_on_a_slice_at_a_time_in_order_once():
     # the first chunk is sized before the fan-out is known; each later slice by it: about
     # BUDGET deliveries to the three subscribers (one event more at most)
     assert per_slice[0] < EVENTS and all(3 * n <= BUDGET + 3 for n in per_slice[1:]), per_slice
+
+
+def test_every_committed_publish_is_acknowledged_at_once_and_a_slice_holds_when_fan_out_jumps():
+    """Publishes committed together are all acknowledged in the first step, whatever is still
+    to hand on (a crash before their acknowledgement would have a publisher send them again);
+    events nobody wants, then events every subscriber wants: no step goes far over its bound."""
+    log = LazyLog()
+    core = BrokerCore(
+        Topology.from_dict(ONE, source="<t>"),
+        "b1",
+        incarnation=1,
+        reliable=True,
+        log=log,
+        config=BrokerConfig(logged_slice=BUDGET),
+    )
+    many = range(100, 140)  # 40 subscribers of "a"
+    for conn in (PUB, PUB + 1, *many):
+        core.client_open(conn, f"c{conn}")
+    for conn in many:
+        core.client_message(conn, m.Subscribe(1, [[m.Constraint("t", "eq", "a")]], "a"), 0.0)
+    while core.has_work:
+        core.work(0.0)
+    nobody = [m.Event({"t": "b"}) for _ in range(50)]
+    wanted = [m.Event({"t": "a"}) for _ in range(50)]
+    core.client_message(PUB, m.Publish(1, nobody + wanted), 0.0)
+    core.client_message(PUB + 1, m.Publish(1, [m.Event({"t": "b"})]), 0.0)
+    log.upto = log.last
+    steps = [core.on_logged(0.0)]
+    acks = {o.conn for o in steps[0] if type(o.msg) is m.PubAck}
+    assert acks == {PUB, PUB + 1} and core.logged_pending
+    while core.has_work:
+        steps.append(core.work(0.0))
+    per_step = [sum(len(t) for t in delivered(s).values()) for s in steps]
+    assert sum(per_step) == 50 * len(many)  # all of it, once
+    assert max(per_step) <= BUDGET + 2 * len(many), per_step  # a chunk over at most
