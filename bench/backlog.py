@@ -198,19 +198,15 @@ def run(kids: Children, events: int, seconds: float) -> dict:
     }
 
 
-def render(report: dict, out) -> None:
-    if "phases" not in report:
-        return
-    table = Table(
-        title=f"A persistent session holding {report['events']:,} events: a pinger's round"
-        " trips at the same broker"
-    )
+def ping_table(title: str, phases: dict, order: tuple[str, ...]) -> Table:
+    """The pinger's round trips per phase, each phase's beside ``idle``'s (the first)."""
+    table = Table(title=title)
     table.add_column("phase")
     for head in ("pings", "p50", "p99", "max", "p99/idle", "max/idle"):
         table.add_column(head, justify="right")
-    idle = report["phases"]["idle"]
-    for phase in PHASES:
-        f = report["phases"][phase]
+    idle = phases["idle"]
+    for phase in order:
+        f = phases[phase]
         if not f["pings"]:
             table.add_row(phase, "0", "—", "—", "—", "—", "—")
             continue
@@ -223,7 +219,33 @@ def render(report: dict, out) -> None:
             f"{f['p99_us'] / idle['p99_us']:.2f}×",
             f"{f['max_us'] / idle['max_us']:.2f}×",
         )
-    out.print(table)
+    return table
+
+
+def bench_main(prefix: str, run, render, as_json: bool) -> int:
+    """Run ``run(kids)`` with the bench's processes in a temporary directory, stop them, and
+    finish: the table, each error as a line, the exit code."""
+    errors: list[str] = []
+    report: dict = {}
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        kids = Children(Path(tmp))
+        try:
+            report = run(kids, errors)
+        except BenchError as exc:
+            errors.append(str(exc))
+        finally:
+            kids.stop_all()
+    return finish(report, errors, render, as_json)
+
+
+def render(report: dict, out) -> None:
+    if "phases" not in report:
+        return
+    title = (
+        f"A persistent session holding {report['events']:,} events: a pinger's round"
+        " trips at the same broker"
+    )
+    out.print(ping_table(title, report["phases"], PHASES))
     out.print(
         f"idle: nothing held. held: the session away, {report['events']:,} events held for it"
         f" (published at {_fmt(report['publish_events_per_s'])}/s, QoS 1). resume: its"
@@ -240,17 +262,9 @@ def main() -> int:
     args = parser.parse_args()
     events = args.events or (50_000 if args.quick else 200_000)
     seconds = 3.0 if args.quick else 6.0
-    errors: list[str] = []
-    report: dict = {}
-    with tempfile.TemporaryDirectory(prefix="ges-bench-backlog-") as tmp:
-        kids = Children(Path(tmp))
-        try:
-            report = run(kids, events, seconds)
-        except BenchError as exc:
-            errors.append(str(exc))
-        finally:
-            kids.stop_all()
-    return finish(report, errors, render, args.json)
+    return bench_main(
+        "ges-bench-backlog-", lambda kids, _: run(kids, events, seconds), render, args.json
+    )
 
 
 if __name__ == "__main__":

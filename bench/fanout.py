@@ -26,17 +26,14 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from backlog import Pinger, figures
-from rich.table import Table
+from backlog import Pinger, bench_main, figures, ping_table
 from throughput import (
     BenchError,
     Children,
     _fmt,
-    finish,
     log,
     start_ges_broker,
     wait_listening,
@@ -104,29 +101,11 @@ def run(kids: Children, events: int, clients: int, seconds: float) -> dict:
 def render(report: dict, out) -> None:
     if "phases" not in report:
         return
-    table = Table(
-        title=f"One publisher's {report['events']:,} events to {report['clients']} subscribers:"
+    title = (
+        f"One publisher's {report['events']:,} events to {report['clients']} subscribers:"
         " a pinger's round trips at the same broker"
     )
-    table.add_column("phase")
-    for head in ("pings", "p50", "p99", "max", "p99/idle", "max/idle"):
-        table.add_column(head, justify="right")
-    idle = report["phases"]["idle"]
-    for phase in PHASES:
-        f = report["phases"][phase]
-        if not f["pings"]:
-            table.add_row(phase, "0", "—", "—", "—", "—", "—")
-            continue
-        table.add_row(
-            phase,
-            f"{f['pings']:,}",
-            f"{_fmt(f['p50_us'])} µs",
-            f"{_fmt(f['p99_us'])} µs",
-            f"{_fmt(f['max_us'])} µs",
-            f"{f['p99_us'] / idle['p99_us']:.2f}×",
-            f"{f['max_us'] / idle['max_us']:.2f}×",
-        )
-    out.print(table)
+    out.print(ping_table(title, report["phases"], PHASES))
     out.print(
         f"fan-out: {report['received']:,} deliveries at {_fmt(report['deliveries_per_s'])}/s"
         f" (QoS 0, one event per PUBLISH){'' if report['complete'] else '; NOT all received'}."
@@ -142,19 +121,14 @@ def main() -> int:
     args = parser.parse_args()
     events = args.events or (20_000 if args.quick else 100_000)
     seconds = 3.0 if args.quick else 6.0
-    errors: list[str] = []
-    report: dict = {}
-    with tempfile.TemporaryDirectory(prefix="ges-bench-fanout-") as tmp:
-        kids = Children(Path(tmp))
-        try:
-            report = run(kids, events, args.clients, seconds)
-            if not report["complete"]:
-                errors.append(f"the subscribers got {report['received']:,} deliveries, not all")
-        except BenchError as exc:
-            errors.append(str(exc))
-        finally:
-            kids.stop_all()
-    return finish(report, errors, render, args.json)
+
+    def body(kids: Children, errors: list[str]) -> dict:
+        report = run(kids, events, args.clients, seconds)
+        if not report["complete"]:
+            errors.append(f"the subscribers got {report['received']:,} deliveries, not all")
+        return report
+
+    return bench_main("ges-bench-fanout-", body, render, args.json)
 
 
 if __name__ == "__main__":

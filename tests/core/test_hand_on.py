@@ -33,15 +33,7 @@ class LazyLog(MemoryLog):
         return self.upto
 
 
-def delivered(outs: list) -> dict[int, list[int]]:
-    got: dict[int, list[int]] = {}
-    for o in outs:
-        if type(o) is ToClient and type(o.msg) is m.Deliver:
-            got.setdefault(o.conn, []).extend(it.tick for it in o.msg.items)
-    return got
-
-
-def test_a_committed_publish_goes_on_a_slice_at_a_time_in_order_once():
+def core_with_lazy_log() -> tuple[LazyLog, BrokerCore]:
     log = LazyLog()
     core = BrokerCore(
         Topology.from_dict(ONE, source="<t>"),
@@ -51,6 +43,19 @@ def test_a_committed_publish_goes_on_a_slice_at_a_time_in_order_once():
         log=log,
         config=BrokerConfig(logged_slice=BUDGET),
     )
+    return log, core
+
+
+def delivered(outs: list) -> dict[int, list[int]]:
+    got: dict[int, list[int]] = {}
+    for o in outs:
+        if type(o) is ToClient and type(o.msg) is m.Deliver:
+            got.setdefault(o.conn, []).extend(it.tick for it in o.msg.items)
+    return got
+
+
+def test_a_committed_publish_goes_on_a_slice_at_a_time_in_order_once():
+    log, core = core_with_lazy_log()
     for conn in (PUB, *SUBS):
         core.client_open(conn, f"c{conn}")
     for conn in SUBS:
@@ -85,15 +90,7 @@ def test_every_committed_publish_is_acknowledged_at_once_and_a_slice_holds_when_
     """Publishes committed together are all acknowledged in the first step, whatever is still
     to hand on (a crash before their acknowledgement would have a publisher send them again);
     events nobody wants, then events every subscriber wants: no step goes far over its bound."""
-    log = LazyLog()
-    core = BrokerCore(
-        Topology.from_dict(ONE, source="<t>"),
-        "b1",
-        incarnation=1,
-        reliable=True,
-        log=log,
-        config=BrokerConfig(logged_slice=BUDGET),
-    )
+    log, core = core_with_lazy_log()
     many = range(100, 140)  # 40 subscribers of "a"
     for conn in (PUB, PUB + 1, *many):
         core.client_open(conn, f"c{conn}")

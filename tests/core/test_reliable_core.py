@@ -22,17 +22,18 @@ def demo() -> Topology:
 class World:
     """A Sim with a checker wired to it and helpers to subscribe and publish."""
 
-    def __init__(self, faults: str = "none", seed: int = 1):
+    def __init__(self, faults: str = "none", seed: int = 1, topology=None, **options):
         self.checker = Checker()
         self.pending: dict = {}
         self.subacks: dict = {}
         self.sim = Sim(
-            demo(),
+            topology or demo(),
             seed=seed,
             faults=Faults.parse(faults),
             on_deliver=self._deliver,
             on_puback=self._puback,
             on_suback=self._suback,
+            **options,
         )
         self.seq = 0
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from ges.core import BrokerConfig
-from ges.matching.model import Conjunction, Profile, profile_to_wire
-from ges.sim import Checker, Faults, Sim
+from ges.sim import Faults
 from ges.sim.scenario import run_seed
 from ges.wire import messages as m
+from tests.core.test_reliable_core import World
 from tests.sim.test_simulator import topology
 
 #: one delivery a step (each event its own slice), release rounds every 50 ms
@@ -22,44 +22,22 @@ EVENTS = 400
 
 
 def test_a_subscription_made_while_a_publish_is_handed_on_gets_everything_after_its_start():
-    checker = Checker()
+    world = World(config=SLICED, work_slice=1)
+    sim = world.sim
     batch = [{"sym": "IBM", "n": i} for i in range(EVENTS)]
-
-    def on_puback(broker, conn, msg, now):
-        checker.publish(msg.pubend, msg.first_tick, batch, now)
-
-    def on_deliver(broker, conn, msg, now):
-        items = [(it.tick, dict(it.event.attributes)) for it in msg.items]
-        checker.deliver((broker, conn, msg.sub_id), msg.pubend, items, now)
-
-    def on_suback(broker, conn, msg, now):
-        checker.subscribed((broker, conn, msg.sub_id), now, complete=msg.complete)
-
-    sim = Sim(
-        topology("demo"),
-        seed=1,
-        faults=Faults.parse("none"),
-        on_deliver=on_deliver,
-        on_puback=on_puback,
-        on_suback=on_suback,
-        config=SLICED,
-        work_slice=1,
-    )
     sim.run_until(0.5)
+    world.pending[("b1", 2000, 1)] = batch
     sim.client("b1", 2000, m.Publish(1, [m.Event(e) for e in batch]))
     sim.run_until(0.65)
     b1 = sim.cores["b1"]
     assert b1.logged_pending  # still handing it on, a slice a millisecond
     assert sim.logs["b1"].released() <= b1.publishing.routed  # nothing let go unrouted
-    everything = Profile("all", (Conjunction(()),))
-    key = ("b20", 1000, 1)
-    checker.subscribe(key, everything)
-    sim.client("b20", 1000, m.Subscribe(1, profile_to_wire(everything), "all"))
+    key = world.subscribe("b20", 1000)
     sim.run_until(20.0)
     assert not b1.logged_pending
-    checker.finish(sim.now, start_by=0.5)
-    assert checker.ok, [str(v) for v in checker.violations][:3]
-    got = checker.subs[key].got
+    world.checker.finish(sim.now, start_by=0.5)
+    assert world.checker.ok, [str(v) for v in world.checker.violations][:3]
+    got = world.checker.subs[key].got
     assert 0 < len(got) < EVENTS  # it started mid-publish, and got the rest
 
 
