@@ -124,6 +124,9 @@ class MqttSession(Moving, Delivering):
         self.assigned = assigned
         self.origin = ""
         self._options: dict[str, int] = {}
+        #: a 3.1.1 connection's: the option bits its persistent session's filters had (from a
+        #: 5.0 connection), not applied here but kept with the session when it changes
+        self._kept_options: dict[str, int] = {}
         if self.v5:
             self.origin = hashlib.sha256(b"origin " + connect.client_id.encode()).hexdigest()[:12]
             receive_max = p.prop(connect.props, p.RECEIVE_MAXIMUM, 65535)
@@ -338,6 +341,7 @@ class MqttSession(Moving, Delivering):
                 if f in self.filters:
                     undo[f] = self.filters.pop(f)
                     self._options.pop(f, None)
+                    self._kept_options.pop(f, None)
             codes = ()
             if self.v5:  # §3.11.3: whether each was there
                 codes = tuple(p.SUCCESS if f in undo else p.NO_SUBSCRIPTION for f in pkt.filters)
@@ -454,6 +458,8 @@ class MqttSession(Moving, Delivering):
                     self._options[f] = flags
                 else:
                     self._options.pop(f, None)
+            else:  # subscribed again: as 3.1.1 subscribes, with neither
+                self._kept_options.pop(f, None)
             codes.append(qos)
         self._change(p.SubAck(pkt.packet_id, tuple(codes)), undo, out, list(retained))
 
@@ -500,7 +506,7 @@ class MqttSession(Moving, Delivering):
         the session keeps its No Local and Retain As Published wherever it resumes; none left,
         one that matches nothing (a session holds at least one)."""
         by_sub: dict[int, list] = {}
-        options = self._options
+        options = self._options or self._kept_options
         for f, qos in self.filters.items():
             sub_id = sub_id_of(qos, options.get(f, 0)) if options else qos + 1
             by_sub.setdefault(sub_id, []).append([m.Constraint(TOPIC_ATTR, "topic", f)])
@@ -636,15 +642,16 @@ class MqttSession(Moving, Delivering):
             self._released = set(self._owed)
             self._had = {e for e in msg.rel if e > 0}  # replayed, they are not sent again
             self._tree = None
-            self.filters, self._options = {}, {}
+            self.filters, self._options, self._kept_options = {}, {}, {}
+            kept = self._options if self.v5 else self._kept_options  # (3.1.1 applies neither)
             for (sub_id, _), conjs in zip(msg.subs, msg.profiles, strict=False):
                 if sub_id == NO_SUB:
                     continue
                 qos, options = qos_options(sub_id)
                 for conj in conjs:
                     self.filters[conj[0].value] = qos
-                    if options and self.v5:  # (3.1.1 has neither)
-                        self._options[conj[0].value] = options
+                    if options:
+                        kept[conj[0].value] = options
             self._acked = self._sent_epoch = msg.start
             self._connected(not msg.created)
             for packet_id in self._owed:

@@ -1077,3 +1077,12 @@ def test_mqtt5_a_persistent_session_keeps_no_local_and_retain_as_published_where
     (resume,) = old.start()
     old.from_broker(m.SessionOpened("mqtt.car", "b1", "s", False, 0, 0, subs, resume.req, profiles))
     assert old.filters == {"own": 1, "r": 1, "x": 2} and old._options == {}
+    # it applies neither, but a change of its filters keeps them for the session: a 5.0
+    # connection coming back later still has them (a filter it subscribes again has none)
+    (change,) = send(old, p.Subscribe(1, (("r", 1), ("y", 0))))
+    assert [(x.sub_id, x.profile_id) for x in change.subs] == [
+        (1, "mqtt-qos0"),
+        (2, "mqtt-qos1"),
+        (3, "mqtt-qos2"),
+        (18, "mqtt-qos1-nolocal"),
+    ]
