@@ -45,7 +45,7 @@ class Publishing(Part):
         #: the last tick of this pubend routed (a clock heard now is stamped from the next)
         self.routed = self.next_tick - 1
         #: publishes waiting for their log commit and to be handed on (reliable delivery),
-        #: and how many outputs the last chunk handed on made (its fan-out)
+        #: and the deliveries per event handed on lately (the fan-out chunks are sized by)
         self.held: list[Held] = []
         self._fanout = 0
         #: the leading entries of ``held`` acknowledged (committed; some still being handed on)
@@ -190,8 +190,9 @@ class Publishing(Part):
 
     @property
     def handed_on(self) -> int:
-        """The last tick of this pubend handed on (to its subscribers, routes and silence)."""
-        return self.next_tick - 1 - sum(len(h.events) - h.sent for h in self.held)
+        """The last tick of this pubend handed on (to its subscribers, routes and silence):
+        ``routed`` with reliable delivery, else every tick given (nothing waits)."""
+        return self.routed if self.reliable else self.next_tick - 1
 
     def on_logged(self, now: float) -> list:
         """The log committed more: acknowledge and send on the publishes it now holds, about

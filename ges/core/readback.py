@@ -74,15 +74,36 @@ class ReadBack:
         """The restored subscriptions are all in place: every pubend known here is read back
         from its log after what was stored — up to its last commit, past every tick a
         subscription's starting point can be — and others as they are heard of."""
-        known = set(self._top) | set(self.subends.streams)
-        if self.log is not None:
-            known |= {pubend for pubend, _ in self.log.promised().values()}
-        for pubend in sorted(known):
+        for pubend in sorted(self._known_pubends()):
             self._begin(pubend)
         out: list = []
         for pubend, rp in sorted(self._replays.items()):
             out += self._ask(pubend, rp, now)
         return out
+
+    def _known_pubends(self) -> set[str]:
+        """The pubends known here: stored from, heard from, or acknowledged to."""
+        known = set(self._top) | set(self.subends.streams)
+        if self.log is not None:
+            known |= {pubend for pubend, _ in self.log.promised().values()}
+        return known
+
+    @staticmethod
+    def _asks_due(replays: dict, now: float, ask) -> list:
+        """The asks of ``replays`` (pubend -> Replay) not made yet or unanswered for
+        REPLAY_RESEND, made again with ``ask(pubend, rp, now)``."""
+        out: list = []
+        for pubend, rp in sorted(replays.items()):
+            if rp.asked is None or now >= rp.asked + REPLAY_RESEND:
+                out += ask(pubend, rp, now)
+        return out
+
+    @staticmethod
+    def _asks_deadline(replays: dict) -> float:
+        """When the first of ``replays``' asks comes due again (inf: none is in progress)."""
+        return min(
+            ((rp.asked or 0.0) + REPLAY_RESEND for rp in replays.values()), default=float("inf")
+        )
 
     def _ask(self, pubend: str, rp: Replay, now: float) -> list:
         return self._ask_log(pubend, rp, now, lambda a: self._read_back(rp, a, now))

@@ -34,7 +34,7 @@ from ges.core.handover import HandOver
 from ges.core.lifetime import RETENTION_EVERY, Lifetime
 from ges.core.outputs import Notice, ToClient
 from ges.core.part import Part
-from ges.core.readback import REPLAY_RESEND, ReadBack, Replay
+from ges.core.readback import ReadBack, Replay
 from ges.core.retaining import RETAINED_CONN, Retaining
 from ges.core.streaming import Streaming
 from ges.core.taking import Taking
@@ -678,9 +678,7 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             self._restoring_of.clear()
             out += [Notice("warning", text), *self._replay_all(now)]
         if not self._restoring:
-            for pubend, rp in sorted(self._replays.items()):
-                if rp.asked is None or now >= rp.asked + REPLAY_RESEND:  # as next_deadline
-                    out += self._ask(pubend, rp, now)
+            out += self._asks_due(self._replays, now, self._ask)
         if self._retained_req or self._catching:
             out += self._retained_timer(now)
         return out
@@ -699,7 +697,7 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             due = min(due, self._retained_deadline())
         if self._restoring or not self._replays:
             return due
-        return min(due, *((rp.asked or 0.0) + REPLAY_RESEND for rp in self._replays.values()))
+        return min(due, self._asks_deadline(self._replays))
 
     def on_committed(self) -> list:
         """The store committed a group: what it holds may be acknowledged, and is streamed

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 
 from ges.core.outputs import Notice, ToClient, epoch_of
-from ges.core.readback import ALL_TICKS, REPLAY_RESEND, Replay
+from ges.core.readback import ALL_TICKS, Replay
 from ges.durable.retained import RETAINED_PROFILE, RetainedSet
 from ges.matching.topics import check_filter
 from ges.wire import messages as m
@@ -65,9 +65,7 @@ class Retaining:
 
     def _catch_up(self, now: float) -> list:
         self._retained_req = 0
-        known = set(self._top) | set(self.subends.streams)
-        known |= {pubend for pubend, _ in self.log.promised().values()}
-        for pubend in known:
+        for pubend in self._known_pubends():
             self._catch_begin(pubend)
         out: list = []
         for pubend, rp in sorted(self._catching.items()):  # (some begun by floor meanwhile)
@@ -135,19 +133,12 @@ class Retaining:
             if now < self._restore_by:
                 return []
             return self._catch_up(now)
-        out: list = []
-        for pubend, rp in sorted(self._catching.items()):
-            if rp.asked is None or now >= rp.asked + REPLAY_RESEND:
-                out += self._catch_ask(pubend, rp, now)
-        return out
+        return self._asks_due(self._catching, now, self._catch_ask)
 
     def _retained_deadline(self) -> float:
         if self._retained_req:
             return self._restore_by
-        return min(
-            ((rp.asked or 0.0) + REPLAY_RESEND for rp in self._catching.values()),
-            default=float("inf"),
-        )
+        return self._asks_deadline(self._catching)
 
     def _retain(self, pubend: str, items: list) -> list:
         """Retained events the standing subscription got, or a page read back: each topic's

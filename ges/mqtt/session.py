@@ -508,7 +508,7 @@ class MqttSession(Moving, Delivering):
         by_sub: dict[int, list] = {}
         options = self._options or self._kept_options
         for f, qos in self.filters.items():
-            sub_id = sub_id_of(qos, options.get(f, 0)) if options else qos + 1
+            sub_id = sub_id_of(qos, options.get(f, 0))
             by_sub.setdefault(sub_id, []).append([m.Constraint(TOPIC_ATTR, "topic", f)])
         if not by_sub:
             nothing = [m.Constraint(TOPIC_ATTR, "eq", ""), m.Constraint(TOPIC_ATTR, "ne", "")]
