@@ -8,8 +8,9 @@ import pytest
 from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR, conjunction_from_wire
 from ges.mqtt import packets as p
 from ges.mqtt.delivering import NO_SUB
+from ges.mqtt.filtering import SUB_ID
 from ges.mqtt.frames import Malformed, PacketReader
-from ges.mqtt.session import QOS_ATTR, SUB_ID, MqttSession, session_name
+from ges.mqtt.session import QOS_ATTR, MqttSession, session_name
 from ges.wire import messages as m
 
 

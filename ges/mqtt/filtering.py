@@ -1,0 +1,217 @@
+"""An MQTT client's topic filters: sans-I/O, a part of :class:`ges.mqtt.session.MqttSession`
+(the connection's state is the session's).
+
+SUBSCRIBE and UNSUBSCRIBE change the filters at once and ask the broker for them as they now
+are: a clean session's one GES subscription (``SUB_ID``, a disjunction of ``@topic topic F``
+conjunctions), or a persistent session's subscriptions, one per QoS granted and 5.0 option bits
+(``sub_id_of``), in its ``SessionOpen``. The changes of one batch of packets are one request;
+the SUBACK or UNSUBACK goes once the broker has the change, and a refused change is undone
+(only what it did). A granted filter then gets what is retained on it (§3.3.1.3), asked of the
+broker one ``RetainedAsk`` at a time (an answer may be megabytes).
+"""
+
+from __future__ import annotations
+
+from ges.matching.model import TOPIC_ATTR
+from ges.matching.topics import TopicTree
+from ges.mqtt import packets as p
+from ges.mqtt import v5
+from ges.mqtt.delivering import NO_SUB, qos_options, sub_id_of
+from ges.mqtt.frames import Malformed
+from ges.wire import messages as m
+
+#: The GES subscription holding a clean session's filters.
+SUB_ID = 1
+
+
+def _profile_name(sub_id: int) -> str:
+    """A persistent session's subscription's name, as ``ges clients`` lists it."""
+    qos, options = qos_options(sub_id)
+    flags = "-nolocal" * bool(options & v5.NO_LOCAL) + "-rap" * bool(
+        options & v5.RETAIN_AS_PUBLISHED
+    )
+    return f"mqtt-qos{qos}{flags}"
+
+
+class Filtering:
+    """The filters half of :class:`ges.mqtt.session.MqttSession` (see the module docstring)."""
+
+    def _subscribe(self, pkt: p.Subscribe, out: list) -> None:
+        if pkt.props and p.prop(pkt.props, p.SUBSCRIPTION_ID) is not None:
+            raise Malformed("a SUBSCRIBE with a subscription identifier", 0xA1)
+        undo: dict = {}
+        codes = []
+        retained: dict[str, None] = {}
+        for f, options in pkt.filters:
+            qos = options & 3
+            if self.v5 and f.startswith(v5.SHARED_PREFIX):
+                codes.append(p.SHARED_NOT_SUPPORTED)
+                continue
+            if f not in self.filters and len(self.filters) >= self.max_filters:
+                codes.append(p.QUOTA_EXCEEDED if self.v5 else p.SUBSCRIBE_FAILED)
+                continue
+            if f not in undo:
+                undo[f] = self.filters.get(f)
+            # once granted, what is retained on it follows (§3.3.1.3), again for a filter it
+            # had (§3.8.4) unless 5.0's Retain Handling says only for a new one, or never
+            handling = options >> 4
+            if handling == 0 or (handling == 1 and undo[f] is None):
+                retained[f] = None
+            self.filters[f] = qos
+            if self.v5:
+                flags = options & (v5.NO_LOCAL | v5.RETAIN_AS_PUBLISHED)
+                if flags:
+                    self._options[f] = flags
+                else:
+                    self._options.pop(f, None)
+            else:  # subscribed again: as 3.1.1 subscribes, with neither
+                self._kept_options.pop(f, None)
+            codes.append(qos)
+        self._change(p.SubAck(pkt.packet_id, tuple(codes)), undo, out, list(retained))
+
+    def _change(self, answer, undo: dict, out: list, retained: list[str]) -> None:
+        """Ask the broker for the filters as they now are; the changes of one batch of packets
+        go as one request (a client's thousand SUBSCRIBEs in one read are one profile).
+        ``retained``: the filters to send what is retained on once the answer is sent."""
+        if not undo and not self._changes:  # nothing changed, nothing before it unanswered
+            self._answer(answer, retained)
+            return
+        self._tree = None
+        if self._batch_change is not None:
+            req, at = self._batch_change
+            if at < len(out) and out[at] is None:  # made once the batch is read
+                self._changes[req].append((answer, undo, retained))
+                return
+        self._req += 1
+        if self.persistent and not (self.filters or self._exists):
+            self._answer(answer, retained)  # nothing to keep and nothing kept: nothing to ask
+            return
+        self._changes[self._req] = [(answer, undo, retained)]
+        self._batch_change = (self._req, len(out))
+        out.append(None)  # the request, made at the end of the batch (_end_batch)
+
+    def _end_batch(self, out: list) -> list:
+        if self._batch_change is not None:
+            req, at = self._batch_change
+            self._batch_change = None
+            if at < len(out) and out[at] is None:
+                out[at] = self._change_message(req)
+        return out
+
+    def _change_message(self, req: int):
+        if self.persistent:
+            return self._open(self._session_subs(), req)
+        if self.filters:
+            conjunctions = [[m.Constraint(TOPIC_ATTR, "topic", f)] for f in self.filters]
+            return m.Subscribe(SUB_ID, conjunctions, req=req)
+        return m.Unsubscribe(SUB_ID, req=req)
+
+    def _session_subs(self) -> list[m.SessionSub]:
+        """The filters as a durable session's subscriptions: one per QoS granted and 5.0
+        option bits (``sub_id_of``), so a stored event's matched subscriptions say its QoS and
+        the session keeps its No Local and Retain As Published wherever it resumes; none left,
+        one that matches nothing (a session holds at least one)."""
+        by_sub: dict[int, list] = {}
+        options = self._options or self._kept_options
+        for f, qos in self.filters.items():
+            sub_id = sub_id_of(qos, options.get(f, 0))
+            by_sub.setdefault(sub_id, []).append([m.Constraint(TOPIC_ATTR, "topic", f)])
+        if not by_sub:
+            nothing = [m.Constraint(TOPIC_ATTR, "eq", ""), m.Constraint(TOPIC_ATTR, "ne", "")]
+            return [m.SessionSub(NO_SUB, "mqtt-none", [nothing])]
+        return [m.SessionSub(s, _profile_name(s), c) for s, c in sorted(by_sub.items())]
+
+    def _unsubscribe(self, pkt: p.Unsubscribe, out: list) -> None:
+        undo = {}
+        for f in pkt.filters:
+            if f in self.filters:
+                undo[f] = self.filters.pop(f)
+                self._options.pop(f, None)
+                self._kept_options.pop(f, None)
+        codes = ()
+        if self.v5:  # §3.11.3: whether each was there
+            codes = tuple(p.SUCCESS if f in undo else p.NO_SUBSCRIPTION for f in pkt.filters)
+        self._change(p.UnsubAck(pkt.packet_id, codes), undo, out, [])
+
+    def _kept_filters(self, msg: m.SessionOpened) -> None:
+        """The filters a persistent session kept, as its open's answer says, are the
+        client's (with their 5.0 options: kept, not applied, on a 3.1.1 connection)."""
+        self._tree = None
+        self.filters, self._options, self._kept_options = {}, {}, {}
+        kept = self._options if self.v5 else self._kept_options
+        for (sub_id, _), conjs in zip(msg.subs, msg.profiles, strict=False):
+            if sub_id == NO_SUB:
+                continue
+            qos, options = qos_options(sub_id)
+            for conj in conjs:
+                self.filters[conj[0].value] = qos
+                if options:
+                    kept[conj[0].value] = options
+
+    def _change_refused(self, msg: m.Error) -> None:
+        """The filters' change ``msg`` refuses is undone, and answered as failed."""
+        changes = self._changes.pop(msg.req, None) if msg.req else None
+        if changes is None:
+            return
+        for _, undo, _ in reversed(changes):  # only what these changes did is undone
+            for f, qos in undo.items():
+                if qos is None:
+                    self.filters.pop(f, None)
+                else:
+                    self.filters[f] = qos
+        self._tree = None
+        for answer, _, _ in changes:
+            if type(answer) is p.SubAck:
+                code = p.NOT_AUTHORIZED_5 if self.v5 and msg.denied else p.SUBSCRIBE_FAILED
+                answer = p.SubAck(answer.packet_id, (code,) * len(answer.codes))
+            self._send(answer)
+
+    def _answer(self, answer, retained: list[str]) -> None:
+        """A SUBACK or UNSUBACK goes; then the ask for what is retained on the filters a
+        SUBSCRIBE was granted (a session request: ``take_pending``)."""
+        self._send(answer)
+        if retained:
+            self._ask_retained(retained)
+
+    def _ask_retained(self, filters: list[str]) -> None:
+        """Ask what is retained on ``filters``: one ask at a time (an answer may be megabytes),
+        the filters of SUBSCRIBEs meanwhile joining the next."""
+        if self._retained_asks:
+            waiting = self._ask_next
+            waiting.update(dict.fromkeys(filters))
+            if len(waiting) > len(self.filters):  # those still held, and so bounded
+                self._ask_next = dict.fromkeys(f for f in waiting if f in self.filters)
+            return
+        self._req += 1
+        self._retained_asks[self._req] = filters
+        self._pending.append(m.RetainedAsk(filters, req=self._req))
+
+    def _asked_retained(self, req: int) -> list[str] | None:
+        """The filters ask ``req`` was for (None: not one); the next ask goes."""
+        asked = self._retained_asks.pop(req, None)
+        if asked is not None and self._ask_next:
+            waiting = [f for f in self._ask_next if f in self.filters]
+            self._ask_next = {}
+            if waiting:
+                self._ask_retained(waiting)
+        return asked
+
+    def _retained(self, msg: m.Retained) -> None:
+        """What is retained on the filters asked: sent with RETAIN set, each at the highest
+        QoS of those filters it matches that the client still holds."""
+        asked = self._asked_retained(msg.req)
+        if not asked:
+            return
+        tree = TopicTree(remember=False)  # for this answer only
+        for f in asked:
+            qos = self.filters.get(f)
+            if qos is not None:
+                tree.add(f, qos)
+        for event in msg.events:
+            topic = event.attributes.get(TOPIC_ATTR)
+            if type(topic) is not str:
+                continue
+            found: list = []
+            tree.match(topic, found)
+            if found:
+                self._out_publish(topic, event, max(found), None, retain=True)
