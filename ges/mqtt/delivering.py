@@ -26,9 +26,10 @@ QOS_ATTR = "@qos"
 WAITING_OVERHEAD = 256
 #: A persistent session's subscription that matches nothing (it has no filters left).
 NO_SUB = 9
-#: A persistent session's subscriptions are one per QoS granted and 5.0 option bits: its
-#: sub_id is ``1 + qos + OPTIONS_STEP * (No Local | Retain As Published) >> 2`` (1–3 with no
-#: options, as before there were any), so the session keeps them wherever it resumes.
+#: A persistent session's subscriptions are one per QoS granted and 5.0 options (the option
+#: bits and the Subscription Identifier, ``ges.mqtt.v5.ID_SHIFT``): its sub_id is
+#: ``1 + qos + OPTIONS_STEP * (options >> 2)`` (1–3 with none, as before there were any), so
+#: the session keeps them wherever it resumes.
 OPTIONS_STEP = 16
 
 
@@ -100,10 +101,19 @@ class Delivering:
         self._out_publish(topic, event, granted, epoch)
 
     def _out_publish(
-        self, topic: str, event: m.Event, granted: int, epoch: int | None, retain: bool = False
+        self,
+        topic: str,
+        event: m.Event,
+        granted: int,
+        epoch: int | None,
+        retain: bool = False,
+        ids: tuple = (),
     ) -> None:
-        if self._options and not retain:  # 5.0's No Local and Retain As Published
-            granted, retain = self._with_options(topic, event, granted)
+        """A delivery of ``event`` at QoS ``granted`` (or lower, as its publisher's), with
+        RETAIN set if ``retain`` (a retained one, with its filters' Subscription Identifiers
+        ``ids``); ``epoch``: its persistent session's."""
+        if self._options and not retain:  # 5.0's options and identifiers
+            granted, retain, ids = self._with_options(topic, event, granted)
         field = p.topic_field(topic)
         if granted < 0 or field is None:
             if epoch is not None:  # a GES publisher's @topic MQTT cannot carry: skipped
@@ -119,6 +129,8 @@ class Delivering:
             since = min(event.published_at, self.now_ns) if self.now_ns else event.published_at
             expires = since + expiry * 1_000_000_000
         props = v5.props_of(attributes) if self.v5 else ()
+        if ids and self.v5:
+            props = (*props, *((p.SUBSCRIPTION_ID, ident) for ident in ids))
         dup = qos > 0 and epoch is not None and epoch <= self._replayed_to
         payload = event.payload
         if self.max_out:  # over what the client takes: not sent (5.0 §3.1.2.11.4)
@@ -136,20 +148,24 @@ class Delivering:
         else:
             self._send_one(field, payload, qos, retain, dup, props, epoch, expires)
 
-    def _with_options(self, topic: str, event: m.Event, granted: int) -> tuple[int, bool]:
-        """The QoS and RETAIN of a delivery, as the filters it matches say with their No
-        Local (not what this connection published) and Retain As Published bits."""
+    def _with_options(self, topic: str, event: m.Event, granted: int) -> tuple[int, bool, tuple]:
+        """The QoS, RETAIN and Subscription Identifiers of a delivery, as the filters it
+        matches say with their No Local (not what this client published) and Retain As
+        Published bits and their identifiers (each once, §3.3.4)."""
         own = event.attributes.get(v5.ORIGIN_ATTR) == self.origin and bool(self.origin)
         retained = event.attributes.get(RETAIN_ATTR) == 1
         found: list = []
         self._filter_tree().match(topic, found)
         best, retain = -1, False
+        ids: set[int] = set()
         for value in found:
             if own and value & v5.NO_LOCAL:
                 continue
             best = max(best, value & 3)
             retain = retain or bool(retained and value & v5.RETAIN_AS_PUBLISHED)
-        return best, retain
+            if value >> v5.ID_SHIFT:
+                ids.add(value >> v5.ID_SHIFT)
+        return best, retain, tuple(sorted(ids))
 
     def _room(self, epoch: int | None) -> bool:
         if self.inflight >= self.max_inflight:

@@ -12,6 +12,9 @@ broker one ``RetainedAsk`` at a time (an answer may be megabytes).
 
 from __future__ import annotations
 
+from collections import Counter
+
+from ges.durable.profiles import MAX_SESSION_SUBS
 from ges.matching.model import TOPIC_ATTR
 from ges.matching.topics import TopicTree
 from ges.mqtt import packets as p
@@ -30,18 +33,27 @@ def _profile_name(sub_id: int) -> str:
     flags = "-nolocal" * bool(options & v5.NO_LOCAL) + "-rap" * bool(
         options & v5.RETAIN_AS_PUBLISHED
     )
-    return f"mqtt-qos{qos}{flags}"
+    ident = options >> v5.ID_SHIFT
+    return f"mqtt-qos{qos}{flags}" + (f"-id{ident}" if ident else "")
+
+
+def _less(kinds: Counter, kind: int) -> None:
+    """One filter fewer of ``kind``."""
+    kinds[kind] -= 1
+    if kinds[kind] <= 0:
+        del kinds[kind]
 
 
 class Filtering:
     """The filters half of :class:`ges.mqtt.session.MqttSession` (see the module docstring)."""
 
     def _subscribe(self, pkt: p.Subscribe, out: list) -> None:
-        if pkt.props and p.prop(pkt.props, p.SUBSCRIPTION_ID) is not None:
-            raise Malformed("a SUBSCRIBE with a subscription identifier", 0xA1)
+        ident = self._identifier(pkt) if pkt.props else 0
         undo: dict = {}
         codes = []
         retained: dict[str, None] = {}
+        kept = self._options if self.v5 else self._kept_options
+        combos = self._kinds_counted() if self.persistent else Counter()
         for f, options in pkt.filters:
             qos = options & 3
             if self.v5 and f.startswith(v5.SHARED_PREFIX):
@@ -50,24 +62,57 @@ class Filtering:
             if f not in self.filters and len(self.filters) >= self.max_filters:
                 codes.append(p.QUOTA_EXCEEDED if self.v5 else p.SUBSCRIBE_FAILED)
                 continue
+            # 5.0: its No Local and Retain As Published bits and its identifier; 3.1.1
+            # subscribing again: neither
+            flags = options & (v5.NO_LOCAL | v5.RETAIN_AS_PUBLISHED) | ident << v5.ID_SHIFT
+            flags = flags if self.v5 else 0
+            had = self.filters.get(f)
+            if self.persistent:
+                combo = sub_id_of(qos, flags)
+                old = None if had is None else sub_id_of(had, kept.get(f, 0))
+                frees = old is not None and old != combo and combos[old] == 1
+                if combo not in combos and len(combos) - frees >= MAX_SESSION_SUBS:
+                    codes.append(p.QUOTA_EXCEEDED if self.v5 else p.SUBSCRIBE_FAILED)
+                    continue
+                if old is not None:
+                    _less(combos, old)
+                combos[combo] += 1
             if f not in undo:
-                undo[f] = self.filters.get(f)
+                undo[f] = None if had is None else (had, kept.get(f, 0))
             # once granted, what is retained on it follows (§3.3.1.3), again for a filter it
             # had (§3.8.4) unless 5.0's Retain Handling says only for a new one, or never
             handling = options >> 4
             if handling == 0 or (handling == 1 and undo[f] is None):
                 retained[f] = None
             self.filters[f] = qos
-            if self.v5:
-                flags = options & (v5.NO_LOCAL | v5.RETAIN_AS_PUBLISHED)
-                if flags:
-                    self._options[f] = flags
-                else:
-                    self._options.pop(f, None)
-            else:  # subscribed again: as 3.1.1 subscribes, with neither
-                self._kept_options.pop(f, None)
+            if flags:
+                kept[f] = flags
+            else:
+                kept.pop(f, None)
             codes.append(qos)
         self._change(p.SubAck(pkt.packet_id, tuple(codes)), undo, out, list(retained))
+
+    def _kinds_counted(self) -> Counter:
+        """A persistent session's filters by kind (QoS and options: ``sub_id_of``), each kind
+        one of its subscriptions, of which it holds at most ``MAX_SESSION_SUBS``; kept up to
+        date by each change (a read of many SUBSCRIBEs counts its filters once)."""
+        if self._kinds is None:
+            kept = self._options if self.v5 else self._kept_options
+            self._kinds = Counter(sub_id_of(q, kept.get(f, 0)) for f, q in self.filters.items())
+        return self._kinds
+
+    def _identifier(self, pkt: p.Subscribe) -> int:
+        """A 5.0 SUBSCRIBE's Subscription Identifier (0: none).
+
+        Raises:
+            Malformed: one of 0, or two of them (§3.8.2.1.2).
+        """
+        ids = [value for pid, value in pkt.props if pid == p.SUBSCRIPTION_ID]
+        if len(ids) > 1:
+            raise Malformed("a SUBSCRIBE with two subscription identifiers", p.PROTOCOL_ERROR)
+        if ids and not 0 < ids[0] <= v5.MAX_SUBSCRIPTION_ID:
+            raise Malformed(f"a SUBSCRIBE with subscription identifier {ids[0]}", p.PROTOCOL_ERROR)
+        return ids[0] if ids else 0
 
     def _change(self, answer, undo: dict, out: list, retained: list[str]) -> None:
         """Ask the broker for the filters as they now are; the changes of one batch of packets
@@ -123,11 +168,12 @@ class Filtering:
 
     def _unsubscribe(self, pkt: p.Unsubscribe, out: list) -> None:
         undo = {}
+        kept = self._options if self.v5 else self._kept_options
         for f in pkt.filters:
             if f in self.filters:
-                undo[f] = self.filters.pop(f)
-                self._options.pop(f, None)
-                self._kept_options.pop(f, None)
+                undo[f] = (self.filters.pop(f), kept.pop(f, 0))
+                if self._kinds is not None:
+                    _less(self._kinds, sub_id_of(*undo[f]))
         codes = ()
         if self.v5:  # §3.11.3: whether each was there
             codes = tuple(p.SUCCESS if f in undo else p.NO_SUBSCRIPTION for f in pkt.filters)
@@ -136,7 +182,7 @@ class Filtering:
     def _kept_filters(self, msg: m.SessionOpened) -> None:
         """The filters a persistent session kept, as its open's answer says, are the
         client's (with their 5.0 options: kept, not applied, on a 3.1.1 connection)."""
-        self._tree = None
+        self._tree = self._kinds = None
         self.filters, self._options, self._kept_options = {}, {}, {}
         kept = self._options if self.v5 else self._kept_options
         for (sub_id, _), conjs in zip(msg.subs, msg.profiles, strict=False):
@@ -153,13 +199,17 @@ class Filtering:
         changes = self._changes.pop(msg.req, None) if msg.req else None
         if changes is None:
             return
+        kept = self._options if self.v5 else self._kept_options
         for _, undo, _ in reversed(changes):  # only what these changes did is undone
-            for f, qos in undo.items():
-                if qos is None:
+            for f, before in undo.items():
+                kept.pop(f, None)
+                if before is None:
                     self.filters.pop(f, None)
                 else:
-                    self.filters[f] = qos
-        self._tree = None
+                    self.filters[f] = before[0]
+                    if before[1]:
+                        kept[f] = before[1]
+        self._tree = self._kinds = None
         for answer, _, _ in changes:
             if type(answer) is p.SubAck:
                 code = p.NOT_AUTHORIZED_5 if self.v5 and msg.denied else p.SUBSCRIBE_FAILED
@@ -206,7 +256,7 @@ class Filtering:
         for f in asked:
             qos = self.filters.get(f)
             if qos is not None:
-                tree.add(f, qos)
+                tree.add(f, (qos, self._options.get(f, 0) >> v5.ID_SHIFT))
         for event in msg.events:
             topic = event.attributes.get(TOPIC_ATTR)
             if type(topic) is not str:
@@ -214,4 +264,6 @@ class Filtering:
             found: list = []
             tree.match(topic, found)
             if found:
-                self._out_publish(topic, event, max(found), None, retain=True)
+                ids = tuple(sorted({ident for _, ident in found if ident}))
+                granted = max(qos for qos, _ in found)
+                self._out_publish(topic, event, granted, None, retain=True, ids=ids)

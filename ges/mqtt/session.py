@@ -37,7 +37,7 @@ Bounds: packets of ``max_packet`` bytes (the framing), ``max_filters`` filters p
 from __future__ import annotations
 
 import hashlib
-from collections import deque
+from collections import Counter, deque
 
 import msgspec
 
@@ -106,8 +106,8 @@ class MqttSession(Filtering, Moving, Delivering):
         #: 5.0: what the client takes (Receive Maximum, Maximum Packet Size), the id this
         #: server gave it (the runtime sets it), its client id's token on what it publishes
         #: (``@origin``: No Local is by client id, §3.8.3.1, so what a persistent session's
-        #: earlier connections published stays its own), and its filters' No Local and
-        #: Retain As Published bits
+        #: earlier connections published stays its own), and its filters' options: No Local
+        #: and Retain As Published bits, and Subscription Identifier (``v5.ID_SHIFT``)
         self.max_out = 0
         self.assigned = assigned
         self.origin = ""
@@ -135,6 +135,7 @@ class MqttSession(Filtering, Moving, Delivering):
         self._changes: dict[int, list[tuple[object, dict]]] = {}
         self._batch_change: tuple[int, int] | None = None  # (req, index in out) this batch
         self._tree: TopicTree | None = None  # the filters, for matching deliveries
+        self._kinds: Counter | None = None  # a persistent session's (``_kinds_counted``)
         #: the QoS every filter has, with the tree (None: they differ; no match is needed
         #: for a delivery's QoS when they do not and the broker has every change of them,
         #: the broker having matched it)

@@ -19,9 +19,12 @@ session, waiting for room in the client's window, or retained — and one that g
 what is left of it (§3.3.2.3.3), rounded up to whole seconds. A will's properties are its
 event's as a PUBLISH's are.
 
-This server takes no Topic Alias (Topic Alias Maximum 0) and offers no Subscription
-Identifiers and no Shared Subscriptions (both said in its CONNACK): a client that uses what
-the CONNACK says is not available breaks the protocol and is disconnected.
+A SUBSCRIBE's Subscription Identifier (§3.8.2.1.2) is kept with each of its filters, beside
+their option bits (``ID_SHIFT``): a delivery carries the identifiers of the filters it matched
+(§3.3.4), once each, and a persistent session keeps them wherever it resumes, as it keeps the
+option bits. Topic aliases from clients are taken, up to :data:`TOPIC_ALIAS_MAX`; this server
+offers no Shared Subscriptions (said in its CONNACK): a client that uses them gets 0x9E for
+those filters.
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ ORIGIN_ATTR = "@origin"
 EXPIRY_ATTR = "@expiry"
 #: A SUBSCRIBE's option bits (5.0 §3.8.3.1).
 NO_LOCAL, RETAIN_AS_PUBLISHED = 4, 8
+#: A filter's options as kept: those bits, and its Subscription Identifier shifted by this.
+ID_SHIFT = 8
+#: The largest Subscription Identifier (a Variable Byte Integer, §3.8.2.1.2).
+MAX_SUBSCRIPTION_ID = 268_435_455
 SHARED_PREFIX = "$share/"
 
 
@@ -108,7 +115,6 @@ def connack_props(max_packet: int, assigned: str, expiry: int | None = None) -> 
     props = [
         (p.MAXIMUM_PACKET_SIZE, max_packet),
         (p.TOPIC_ALIAS_MAXIMUM, TOPIC_ALIAS_MAX),
-        (p.SUBSCRIPTION_IDS_AVAILABLE, 0),
         (p.SHARED_AVAILABLE, 0),
     ]
     if assigned:

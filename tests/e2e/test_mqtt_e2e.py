@@ -698,10 +698,16 @@ class Paho5:
         kind, flags, self.rc, self.props = self.events.get(timeout=30)
         self.session_present = flags.session_present
 
-    def subscribe(self, topic: str, **options) -> list:
+    def subscribe(self, topic: str, ident: int = 0, **options) -> list:
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
         from paho.mqtt.subscribeoptions import SubscribeOptions
 
-        self.client.subscribe(topic, options=SubscribeOptions(**options))
+        props = None
+        if ident:
+            props = Properties(PacketTypes.SUBSCRIBE)
+            props.SubscriptionIdentifier = ident
+        self.client.subscribe(topic, options=SubscribeOptions(**options), properties=props)
         kind, codes = self.events.get(timeout=30)
         assert kind == "suback"
         return codes
@@ -728,8 +734,9 @@ class Paho5:
 
 def test_mqtt5_clients_properties_options_sessions_and_reasons(tmp_path):
     """paho-mqtt speaking MQTT 5.0 across super-super-clusters: user properties as attributes
-    (a 3.1.1 client and a GES client beside it), No Local, a persistent session by its
-    Session Expiry Interval resumed at another broker, a takeover said with its reason."""
+    (a 3.1.1 client and a GES client beside it), No Local, subscription identifiers, a
+    persistent session by its Session Expiry Interval resumed at another broker, a takeover
+    said with its reason."""
     topology, ports = demo_with_mqtt(tmp_path)
     up = Up(topology, tmp_path / "run", "--insecure")
     clients: list = []
@@ -743,7 +750,7 @@ def test_mqtt5_clients_properties_options_sessions_and_reasons(tmp_path):
         old = Paho("three", ports["b11"])
         clients.append(old)
         old.subscribe(("m/#", 1))
-        assert [str(c) for c in b.subscribe("m/#", qos=1)] == ["Granted QoS 1"]
+        assert [str(c) for c in b.subscribe("m/#", qos=1, ident=3)] == ["Granted QoS 1"]
         assert [str(c) for c in a.subscribe("m/#", qos=1, noLocal=True)] == ["Granted QoS 1"]
         ges_sub = subprocess.Popen(
             [*GES, "subscribe", str(topology), "-b", "b16", "--where", "site = north",
@@ -756,6 +763,7 @@ def test_mqtt5_clients_properties_options_sessions_and_reasons(tmp_path):
         got = b.messages.get(timeout=30)
         assert (got.topic, got.payload) == ("m/1", b"hello")
         assert sorted(got.properties.UserProperty) == [("site", "north"), ("unit", "7")]
+        assert got.properties.SubscriptionIdentifier == [3]  # its filter's (§3.3.4)
         (three,) = old.received(1)  # a 3.1.1 subscriber gets the message, without them
         assert three.payload == b"hello"
         stdout, _ = ges_sub.communicate(timeout=60)
@@ -786,7 +794,7 @@ def test_mqtt5_clients_properties_options_sessions_and_reasons(tmp_path):
         # a persistent session by its Session Expiry Interval: away, then back elsewhere
         s = Paho5("five-s", ports["b4"], expiry=3600)
         clients.append(s)
-        s.subscribe("news/#", qos=1)
+        s.subscribe("news/#", qos=1, ident=7)
         s.subscribe("mine/#", qos=1, noLocal=True)
         s.stop()
         for i in range(5):
@@ -802,6 +810,8 @@ def test_mqtt5_clients_properties_options_sessions_and_reasons(tmp_path):
         assert [m.payload for m in got] == [str(i).encode() for i in range(5)] + [b"fresh"]
         assert 3590 <= got[5].properties.MessageExpiryInterval <= 3598  # what is left of it
         assert not hasattr(got[0].properties, "MessageExpiryInterval")
+        # the session keeps its filters' subscription identifiers wherever it resumes
+        assert {tuple(m.properties.SubscriptionIdentifier) for m in got} == {(7,)}
         # No Local is the session's: resumed at another broker, its own still do not come
         back.publish("mine/1", b"own", 1)
         a.publish("mine/2", b"other", 1)

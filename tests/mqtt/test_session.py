@@ -3,6 +3,8 @@ messages it asks the broker for, and the packets it answers with what the broker
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR, conjunction_from_wire
@@ -719,7 +721,7 @@ def opened5(client_id: str = "c", props=(), **options) -> MqttSession:
     s.from_broker(m.SessionList([], req=discard.req))
     (ack,) = packets5(s)
     assert ack.code == 0 and not ack.session_present
-    assert p.prop(ack.props, p.SUBSCRIPTION_IDS_AVAILABLE) == 0
+    assert p.prop(ack.props, p.SUBSCRIPTION_IDS_AVAILABLE) is None  # (available: 1)
     assert p.prop(ack.props, p.SHARED_AVAILABLE) == 0
     assert p.prop(ack.props, p.TOPIC_ALIAS_MAXIMUM) == 64
     return s
@@ -837,10 +839,10 @@ def test_mqtt5_what_the_connack_said_is_not_there_breaks_the_protocol():
     with pytest.raises(Malformed, match="topic alias of 65") as alias:
         send5(s, p.Publish("a", b"x", 0, props=((p.TOPIC_ALIAS, 65),)))
     assert alias.value.code == 0x94  # over the Topic Alias Maximum the CONNACK gave
-    s = opened5()
-    with pytest.raises(Malformed, match="subscription identifier") as sub_id:
-        send5(s, p.Subscribe(1, (("a", 0),), ((p.SUBSCRIPTION_ID, 4),)))
-    assert sub_id.value.code == 0xA1
+    for props in (((p.SUBSCRIPTION_ID, 0),), ((p.SUBSCRIPTION_ID, 4), (p.SUBSCRIPTION_ID, 5))):
+        with pytest.raises(Malformed, match="subscription identifier") as sub_id:
+            send5(opened5(), p.Subscribe(1, (("a", 0),), props))
+        assert sub_id.value.code == p.PROTOCOL_ERROR  # 0, or two (§3.8.2.1.2)
 
 
 def test_mqtt5_subscribe_options_and_reason_codes():
@@ -1087,3 +1089,94 @@ def test_mqtt5_a_persistent_session_keeps_no_local_and_retain_as_published_where
         (3, "mqtt-qos2"),
         (18, "mqtt-qos1-nolocal"),
     ]
+
+
+def ids_of(packet) -> list[int]:
+    return [value for pid, value in packet.props if pid == p.SUBSCRIPTION_ID]
+
+
+def test_mqtt5_a_delivery_carries_the_subscription_identifiers_of_the_filters_it_matched():
+    """§3.3.4: each matching filter's identifier, once; none for a filter subscribed without
+    one; what is retained on a filter carries it too; a refused change takes its away."""
+    s = opened5()
+    (sub,) = send5(
+        s,
+        p.Subscribe(1, (("a/+", 1), ("b", 0)), ((p.SUBSCRIPTION_ID, 4),)),
+        p.Subscribe(2, (("a/b", 0),), ((p.SUBSCRIPTION_ID, 268_435_455),)),
+        p.Subscribe(3, (("c", 0), ("b/#", 0)), ((p.SUBSCRIPTION_ID, 4),)),
+        p.Subscribe(4, (("c", 0),)),  # subscribed again, without one
+    )
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    assert [x.codes for x in packets5(s)] == [(1, 0), (0,), (0, 0), (0,)]
+    kept = [m.Event({TOPIC_ATTR: "a/b", RETAIN_ATTR: 1}, b"r")]
+    (ask,) = s.take_pending()  # the first SUBSCRIBE's filters; the rest's asked next
+    s.from_broker(m.Retained(kept, req=ask.req))
+    (retained,) = packets5(s)
+    assert ask.filters == ["a/+", "b"] and retained.retain and ids_of(retained) == [4]
+    (ask,) = s.take_pending()
+    s.from_broker(m.Retained(kept, req=ask.req))
+    (retained,) = packets5(s)
+    assert ask.filters == ["a/b", "c", "b/#"] and ids_of(retained) == [268_435_455]
+    s.from_broker(deliver(("a/b", 1), ("a/x", 1), ("b", 0), ("c", 0)))
+    got = packets5(s)
+    assert [(x.topic, x.qos, ids_of(x)) for x in got] == [
+        ("a/b", 1, [4, 268_435_455]),  # two filters, two identifiers
+        ("a/x", 1, [4]),
+        ("b", 0, [4]),  # 'b' and 'b/#' both have 4: once
+        ("c", 0, []),
+    ]
+    (unsub,) = send5(s, p.Unsubscribe(5, ("a/+",)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=unsub.req))
+    packets5(s)
+    s.from_broker(deliver(("a/b", 1)))
+    (only,) = packets5(s)
+    assert (only.qos, ids_of(only)) == (0, [268_435_455])
+    # a change the broker refuses is undone with its identifiers
+    (refused,) = send5(s, p.Subscribe(6, (("a/b", 0), ("d", 0)), ((p.SUBSCRIPTION_ID, 9),)))
+    s.from_broker(m.Error("no", req=refused.req))
+    assert packets5(s)[0].codes == (p.SUBSCRIBE_FAILED, p.SUBSCRIBE_FAILED)
+    s.from_broker(deliver(("a/b", 1)))
+    (again,) = packets5(s)
+    assert ids_of(again) == [268_435_455] and "d" not in s.filters
+
+
+def test_a_persistent_session_keeps_subscription_identifiers_and_holds_at_most_16_kinds():
+    expiry = ((p.SESSION_EXPIRY, 3600),)
+    s = MqttSession(p.Connect("car", False, 30, level=5, props=expiry))
+    (opening,) = s.start()
+    s.from_broker(m.SessionOpened("mqtt.car", "b1", "s", True, 0, 0, [], opening.req))
+    packets5(s)
+    subscribes = [p.Subscribe(i, ((f"t/{i}", 1), (f"u/{i}", 1)), ((p.SUBSCRIPTION_ID, i),))
+                  for i in range(1, 17)]  # fmt: skip
+    (change,) = send5(s, *subscribes, p.Subscribe(17, (("t/1", 1),)))
+    # one subscription a QoS, options and identifier: 16 of them; the last SUBSCRIBE would
+    # make a 17th ('t/1' with none, 'u/1' keeping identifier 1's): over the bound
+    assert len(change.subs) == 16
+    assert ("mqtt-qos1-id7") in [x.profile_id for x in change.subs]
+    s.from_broker(m.SessionOpened("mqtt.car", "b1", "s", False, 0, 0, [], change.req))
+    codes = [x.codes for x in packets5(s)]
+    assert codes[:16] == [(1, 1)] * 16 and codes[16] == (p.QUOTA_EXCEEDED,)
+    assert s._options["t/1"] == 1 << 8  # as it was
+    # the client comes back (another broker): the identifiers are the session's
+    again = MqttSession(p.Connect("car", False, 30, level=5, props=expiry))
+    (resume,) = again.start()
+    subs = [(x.sub_id, x.profile_id) for x in change.subs]
+    profiles = [x.conjunctions for x in change.subs]
+    again.from_broker(
+        m.SessionOpened("mqtt.car", "b1", "s", False, 0, 0, subs, resume.req, profiles)
+    )
+    packets5(again)
+    seven = next(x.sub_id for x in change.subs if x.profile_id == "mqtt-qos1-id7")
+    item = m.SessionItem(1, "b1", m.EventItem(1, 0, 0, m.Event({TOPIC_ATTR: "u/7"}, b"x")), [seven])
+    again.from_broker(m.SessionEvents("mqtt.car", [item]))
+    (got,) = packets5(again)
+    assert (got.topic, got.qos, ids_of(got)) == ("u/7", 1, [7])
+    # a filter moved to a kind another has frees its own: 't/16' and 'u/16' to 15's
+    (more,) = send5(again, p.Subscribe(18, (("t/16", 1), ("u/16", 1)), ((p.SUBSCRIPTION_ID, 15),)),
+                    p.Subscribe(19, (("v", 0),)))  # fmt: skip
+    again.from_broker(m.SessionOpened("mqtt.car", "b1", "s", False, 0, 0, [], more.req))
+    assert [x.codes for x in packets5(again)] == [(1, 1), (0,)]
+    assert len(more.subs) == 16 and "mqtt-qos0" in [x.profile_id for x in more.subs]
+    less, *_ = send5(again, p.Unsubscribe(20, ("t/15", "u/15", "t/16")))  # (retained asks)
+    assert sorted(again._kinds) == [x.sub_id for x in less.subs]  # as counted anew
+    assert Counter(again._kinds.values()) == {2: 14, 1: 2}  # 'u/16' alone of 15's, and 'v'
