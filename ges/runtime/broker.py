@@ -74,6 +74,10 @@ SLICE_SECONDS = 0.002
 #: Bytes queued towards all clients together; over it, the client with the most queued is
 #: disconnected as a slow consumer (each client also has its own bound, MAX_QUEUED_BYTES).
 MAX_CLIENT_QUEUES_BYTES = 1024 * 1024 * 1024
+#: Seconds a client's connection holds what slices of the core's work sent it before writing
+#: it (``BrokerServer._to_client``), at most: the delay a fan-out's deliveries may take to
+#: go in fewer, larger writes.
+CORK_SECONDS = 0.01
 #: Flow control: while the clients' queues together hold more than this, the broker reads no
 #: more publishes from its clients until they have drained to RESUME_PUBLISHING_BYTES — fast
 #: publishers go at the pace of their subscribers instead of filling the broker's memory (and
@@ -200,6 +204,9 @@ class BrokerServer:
         self._work_wakeup = trio.Event()
         #: clients whose next message waits for their request in progress -> set when done
         self._waiting: dict[int, trio.Event] = {}
+        #: clients' connections holding what slices of work sent them, until _uncork_at
+        self._corked: list[Connection] = []
+        self._uncork_at = 0.0
         #: large subscription checks run in a worker thread, one at a time
         self._checking = trio.CapacityLimiter(1)
         #: bytes queued towards all clients together
@@ -339,12 +346,21 @@ class BrokerServer:
                 self._log_room.set()  # (a hand-on slice: publishes paused may go on)
                 self._logged_later()
                 if outs:
-                    await self._dispatch(outs)
+                    await self._dispatch(outs, cork=True)
+                if self._corked and trio.current_time() >= self._uncork_at:
+                    self._uncork()
                 for conn_id, done in list(self._waiting.items()):
                     if not core.busy(conn_id):
                         del self._waiting[conn_id]
                         done.set()
                 await trio.sleep(0)
+            self._uncork()
+
+    def _uncork(self) -> None:
+        """What the clients' connections held during slices of work goes (see _to_client)."""
+        corked, self._corked = self._corked, []
+        for conn in corked:
+            conn.uncork()
 
     async def _wait_for_work(self, conn_id: int) -> None:
         """Hold a client's next message until its request in progress is done."""
@@ -379,7 +395,7 @@ class BrokerServer:
 
     # -- outputs -----------------------------------------------------------------------------
 
-    async def _dispatch(self, outs: list) -> None:
+    async def _dispatch(self, outs: list, *, cork: bool = False) -> None:
         """Perform a core's outputs: messages joined per destination (ges.core.coalesce), each
         destination's frames in one write, in their order."""
         outs = coalesce(outs)  # a session's own answers lead to more, added on the way
@@ -433,9 +449,9 @@ class BrokerServer:
                     frames = encoded[id(msg)] = []
             pending += frames
         for conn_id, frames in to_clients.items():
-            self._to_client(conn_id, frames)
+            self._to_client(conn_id, frames, cork=cork)
         for conn_id, msgs in to_messages.items():
-            self._to_client(conn_id, msgs, messages=True)
+            self._to_client(conn_id, msgs, messages=True, cork=cork)
         if self.core.has_work:  # (e.g. the rest of a session's window: ges.core.replicator)
             self._work_wakeup.set()
         for peer, frames in to_peers.items():
@@ -443,13 +459,23 @@ class BrokerServer:
         if recorder is not None:
             recorder.flush()
 
-    def _to_client(self, conn_id: int, frames: list, *, messages: bool = False) -> None:
+    def _to_client(
+        self, conn_id: int, frames: list, *, messages: bool = False, cork: bool = False
+    ) -> None:
         """Queue ``frames`` (encoded; ``messages``: the messages themselves, for a connection
         that takes them as they are — an MQTT client's) towards a client, cutting it as a slow
-        consumer when they do not fit."""
+        consumer when they do not fit. ``cork``: a slice of the core's work (a fan-out's
+        hand-on, a session's window): the connection holds what it is sent until the work is
+        done or CORK_SECONDS have passed, so the deliveries of several slices go in one write
+        where each slice would take one per client."""
         conn = self._clients.get(conn_id)
         if conn is None or not frames:
             return
+        if cork and conn._cork is None:
+            if not self._corked:
+                self._uncork_at = trio.current_time() + CORK_SECONDS
+            conn.cork()
+            self._corked.append(conn)
         try:
             if messages:
                 fits = conn.send_messages(frames)

@@ -45,6 +45,8 @@ WRITE_BATCH_BYTES = 1 << 20
 #: With a write deadline, bytes written under one deadline: a peer reading slowly but steadily
 #: makes progress within it, one that reads nothing does not.
 PROGRESS_PIECE = 64 * 1024
+#: Bytes a corked connection holds before it writes them all the same (:meth:`Connection.cork`).
+CORK_BYTES = 64 * 1024
 #: Bytes asked of the kernel per read.
 READ_SIZE = 1 << 18
 #: Seconds a new connection has to complete its handshake.
@@ -192,6 +194,8 @@ class Connection:
         self._tls = stream if hasattr(stream, "write_nowait") else None
         #: the deadlines of direct reads (a plain socket) are checked by this watchdog
         self.watchdog = watchdog if self._fd is not None else None
+        #: frames held to be written together (:meth:`cork`); None: not corked
+        self._cork: bytearray | None = None
         self._reading = False  # waiting for the peer (the watchdog's deadlines run)
         self._reads = 0  # reads that brought bytes
         self._expired: Exception | str | None = None
@@ -235,6 +239,8 @@ class Connection:
         does not overtake a waiting one."""
         if self._closed or self._closing:
             raise ConnectionClosed(self.label)
+        if self._cork is not None:  # what was held goes first
+            self.uncork()
         if not self._senders.locked():  # nobody waits: nothing to overtake
             rest = self._write_now(data)
             if rest is _FLUSH:
@@ -258,21 +264,54 @@ class Connection:
             self._enqueue(data)
 
     def send_nowait(self, data: bytes) -> bool:
-        """Send one frame if the queue has room for it; False if it would go over its bound."""
+        """Send one frame if the queue has room for it; False if it would go over its bound.
+        Corked, the frame is held with the others until :meth:`uncork` (or CORK_BYTES)."""
         if self._closed or self._closing:
             raise ConnectionClosed(self.label)
         if self.queued and self.queued + len(data) > self.max_queued:
             return False
+        cork = self._cork
+        if cork is not None:
+            cork += data
+            self.queued += len(data)
+            if self.budget is not None:
+                self.budget.used += len(data)
+            if len(cork) >= CORK_BYTES:  # written now, and corked still
+                self.uncork()
+                self.cork()
+            return True
+        self._put(data)
+        return True
+
+    def _put(self, data: bytes) -> None:
         rest = self._write_now(data)
         if rest is _FLUSH:
             self._enqueue(b"")
         elif rest != b"":
             self._enqueue(data if rest is None else rest)
-        return True
+
+    def cork(self) -> None:
+        """Hold what :meth:`send_nowait` sends, to write it in one go at :meth:`uncork`: one
+        system call (and one TLS record) for what a burst of small frames brings, where each
+        would take its own. Held bytes count as queued (the bound, the budget)."""
+        if self._cork is None and not (self._closed or self._closing):
+            self._cork = bytearray()
+
+    def uncork(self) -> None:
+        """Write what was held (:meth:`cork`), and hold no more."""
+        cork, self._cork = self._cork, None
+        if not cork or self._closed or self._closing:
+            return
+        self.queued -= len(cork)  # counted again as it is written or queued
+        if self.budget is not None:
+            self.budget.give_back(len(cork))
+        with contextlib.suppress(ConnectionClosed):  # (closed with the reason the write gave)
+            self._put(bytes(cork))
 
     def write_last(self, data: bytes) -> None:
         """A last frame, written now if the kernel takes it whole and nothing is queued before
         it (a connection about to close; the writer task may be gone already)."""
+        self.uncork()
         if self._unwritten or self._closed:
             return
         rest = self._write_now(data)
@@ -294,6 +333,9 @@ class Connection:
         self._closing = True
         queue = self._queue
         dropped = sum(map(len, queue))
+        if self._cork:
+            dropped += len(self._cork)
+        self._cork = None
         self._unwritten -= len(queue)
         queue.clear()
         self.queued -= dropped
@@ -495,6 +537,7 @@ class Connection:
         if self.close_reason is None:
             self.close_reason = reason
         self._release()
+        self._cork = None
         self._closed = True
         self._ready.set()
         self._room.set()

@@ -3,11 +3,13 @@ among the senders that wait for room, and a write deadline that measures progres
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 import trio
 import trio.testing
 
-from ges.transport.connection import Connection
+from ges.transport.connection import CORK_BYTES, Budget, Connection
 from ges.wire import FrameDecoder, FrameError, decode, encode
 from ges.wire import messages as m
 
@@ -100,3 +102,48 @@ async def test_on_a_stream_that_is_not_a_socket_the_frame_deadline_restarts_with
                 got += batch
         nursery.cancel_scope.cancel()
     assert len(got) == 10
+
+
+async def test_a_corked_connection_holds_what_it_is_sent_and_writes_it_in_one_go_in_order():
+    """What slices of a fan-out send a client goes in one write at uncork (one system call
+    for many small frames), counted as queued meanwhile; CORK_BYTES held are written at once;
+    a send that waits for room, or a last frame, goes after what was held; closing drops it."""
+
+    def readable(sock) -> bytes:
+        try:
+            return sock.recv(1 << 20)
+        except BlockingIOError:
+            return b""
+
+    a, b = socket.socketpair()
+    b.setblocking(False)
+    budget = Budget()
+    conn = Connection(trio.SocketStream(trio.socket.from_stdlib_socket(a)), label="c",
+                      max_queued=CORK_BYTES * 4, budget=budget)  # fmt: skip
+    conn.cork()
+    frames = [encode(m.Bye(f"frame {i}")) for i in range(50)]
+    for frame in frames:
+        assert conn.send_nowait(frame)
+    held = sum(map(len, frames))
+    assert readable(b) == b"" and conn.queued == held and budget.used == held
+    conn.uncork()
+    assert readable(b) == b"".join(frames) and conn.queued == 0 and budget.used == 0
+    conn.uncork()  # (not corked: nothing)
+
+    conn.cork()
+    assert conn.send_nowait(b"x" * 100)
+    assert conn.send_nowait(b"y" * CORK_BYTES)  # over CORK_BYTES held: written now
+    assert readable(b) == b"x" * 100 + b"y" * CORK_BYTES
+    assert conn.send_nowait(b"z")  # corked still
+    assert readable(b) == b""
+    assert not conn.send_nowait(b"w" * CORK_BYTES * 4)  # the bound counts what is held
+    await conn.send(b"after")  # what was held goes first
+    assert readable(b) == b"zafter" and conn.queued == 0
+
+    conn.cork()
+    assert conn.send_nowait(b"dropped")
+    conn.close_after(b"last", "closing", 1.0)
+    assert conn.queued == budget.used == len(b"last")  # (the writer would write it)
+    assert readable(b) == b""
+    a.close()
+    b.close()
