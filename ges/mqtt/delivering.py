@@ -44,6 +44,24 @@ def qos_options(sub_id: int) -> tuple[int, int]:
     return n % OPTIONS_STEP, (n // OPTIONS_STEP) << 2
 
 
+#: What a connection with 5.0 options remembers of the deliveries' QoS, RETAIN and
+#: identifiers by topic (of at most MATCHED_CHARS characters), in bytes: each topic's
+#: characters, its identifiers' bytes and MATCHED_OVERHEAD.
+MATCHED_BYTES = 64 * 1024
+MATCHED_CHARS = 256
+MATCHED_OVERHEAD = 256
+
+
+def identifiers(ids) -> bytes:
+    """Subscription Identifiers as a PUBLISH's properties (``p.RAW_PROPS``), in order."""
+    return p.props_bytes(tuple((p.SUBSCRIPTION_ID, i) for i in sorted(ids))) if ids else b""
+
+
+def _raw(props: tuple) -> int:
+    """The bytes of a delivery's identifiers (counted while it waits)."""
+    return len(props[-1][1]) if props and props[-1][0] == p.RAW_PROPS else 0
+
+
 def epoch_packet_id(epoch: int) -> int:
     """A persistent session's delivery's identifier: its epoch's, so that a broker the
     session moves to sends it again with the one the client had (§4.3.3). A negative epoch
@@ -72,9 +90,11 @@ class Delivering:
         self._out_publish(topic, event, granted, None)
 
     def _filter_tree(self) -> TopicTree:
-        """The filters by their levels, each with its QoS (and 5.0's option bits)."""
+        """The filters by their levels, each with its QoS (and 5.0's options)."""
         tree = self._tree
         if tree is None:
+            self._matched.clear()
+            self._matched_bytes = 0
             tree = self._tree = TopicTree()
             options = self._options
             for f, qos in self.filters.items():
@@ -107,11 +127,11 @@ class Delivering:
         granted: int,
         epoch: int | None,
         retain: bool = False,
-        ids: tuple = (),
+        ids: bytes = b"",
     ) -> None:
         """A delivery of ``event`` at QoS ``granted`` (or lower, as its publisher's), with
         RETAIN set if ``retain`` (a retained one, with its filters' Subscription Identifiers
-        ``ids``); ``epoch``: its persistent session's."""
+        ``ids``, encoded: ``identifiers``); ``epoch``: its persistent session's."""
         if self._options and not retain:  # 5.0's options and identifiers
             granted, retain, ids = self._with_options(topic, event, granted)
         field = p.topic_field(topic)
@@ -130,7 +150,7 @@ class Delivering:
             expires = since + expiry * 1_000_000_000
         props = v5.props_of(attributes) if self.v5 else ()
         if ids and self.v5:
-            props = (*props, *((p.SUBSCRIPTION_ID, ident) for ident in ids))
+            props = (*props, (p.RAW_PROPS, ids))
         dup = qos > 0 and epoch is not None and epoch <= self._replayed_to
         payload = event.payload
         if self.max_out:  # over what the client takes: not sent (5.0 §3.1.2.11.4)
@@ -144,28 +164,42 @@ class Delivering:
         if self._waiting or (qos and not self._room(epoch)):
             # in order: QoS 0 too waits behind them
             self._waiting.append((field, payload, qos, retain, dup, props, epoch, expires))
-            self.waiting_bytes += len(payload) + len(field) + WAITING_OVERHEAD
+            self.waiting_bytes += len(payload) + len(field) + WAITING_OVERHEAD + _raw(props)
         else:
             self._send_one(field, payload, qos, retain, dup, props, epoch, expires)
 
-    def _with_options(self, topic: str, event: m.Event, granted: int) -> tuple[int, bool, tuple]:
-        """The QoS, RETAIN and Subscription Identifiers of a delivery, as the filters it
-        matches say with their No Local (not what this client published) and Retain As
-        Published bits and their identifiers (each once, §3.3.4)."""
+    def _with_options(self, topic: str, event: m.Event, granted: int) -> tuple[int, bool, bytes]:
+        """The QoS, RETAIN and Subscription Identifiers (encoded) of a delivery, as the filters
+        it matches say with their No Local (not what this client published) and Retain As
+        Published bits and their identifiers (each once, §3.3.4). Remembered by topic (short
+        ones, MATCHED_BYTES of them) until the filters change: a topic that many filters
+        match costs one pass over them, not one a delivery."""
+        tree = self._filter_tree()  # (a new one forgets what was remembered)
         own = event.attributes.get(v5.ORIGIN_ATTR) == self.origin and bool(self.origin)
         retained = event.attributes.get(RETAIN_ATTR) == 1
+        key = (topic, own, retained)
+        known = self._matched.get(key)
+        if known is not None:
+            return known
         found: list = []
-        self._filter_tree().match(topic, found)
-        best, retain = -1, False
-        ids: set[int] = set()
-        for value in found:
-            if own and value & v5.NO_LOCAL:
-                continue
-            best = max(best, value & 3)
-            retain = retain or bool(retained and value & v5.RETAIN_AS_PUBLISHED)
-            if value >> v5.ID_SHIFT:
-                ids.add(value >> v5.ID_SHIFT)
-        return best, retain, tuple(sorted(ids))
+        tree.match(topic, found)
+        if own:
+            found = [value for value in found if not value & v5.NO_LOCAL]
+        if not found:
+            known = (-1, False, b"")
+        else:
+            retain = retained and any([value & v5.RETAIN_AS_PUBLISHED for value in found])
+            ids = {value >> v5.ID_SHIFT for value in found}
+            ids.discard(0)
+            known = (max([value & 3 for value in found]), retain, identifiers(ids))
+        cost = len(topic) + len(known[2]) + MATCHED_OVERHEAD
+        if len(topic) <= MATCHED_CHARS and cost <= MATCHED_BYTES:
+            if self._matched_bytes + cost > MATCHED_BYTES:
+                self._matched.clear()
+                self._matched_bytes = 0
+            self._matched[key] = known
+            self._matched_bytes += cost
+        return known
 
     def _room(self, epoch: int | None) -> bool:
         if self.inflight >= self.max_inflight:
@@ -220,7 +254,9 @@ class Delivering:
             not waiting[0][2] or self._room(waiting[0][6]) or self._expired(*waiting[0][6:])
         ):
             delivery = waiting.popleft()
-            self.waiting_bytes -= len(delivery[1]) + len(delivery[0]) + WAITING_OVERHEAD
+            self.waiting_bytes -= (
+                len(delivery[1]) + len(delivery[0]) + WAITING_OVERHEAD + _raw(delivery[5])
+            )
             self._send_one(*delivery)
 
     def _expired(self, epoch: int | None, expires: int) -> bool:

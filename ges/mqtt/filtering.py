@@ -3,8 +3,9 @@
 
 SUBSCRIBE and UNSUBSCRIBE change the filters at once and ask the broker for them as they now
 are: a clean session's one GES subscription (``SUB_ID``, a disjunction of ``@topic topic F``
-conjunctions), or a persistent session's subscriptions, one per QoS granted and 5.0 option bits
-(``sub_id_of``), in its ``SessionOpen``. The changes of one batch of packets are one request;
+conjunctions), or a persistent session's subscriptions, one per kind of filter — its QoS
+granted and 5.0 options: option bits and Subscription Identifier (``sub_id_of``) — in its
+``SessionOpen``, at most ``MAX_SESSION_SUBS`` of them whatever the broker refuses. The changes of one batch of packets are one request;
 the SUBACK or UNSUBACK goes once the broker has the change, and a refused change is undone
 (only what it did). A granted filter then gets what is retained on it (§3.3.1.3), asked of the
 broker one ``RetainedAsk`` at a time (an answer may be megabytes).
@@ -19,7 +20,7 @@ from ges.matching.model import TOPIC_ATTR
 from ges.matching.topics import TopicTree
 from ges.mqtt import packets as p
 from ges.mqtt import v5
-from ges.mqtt.delivering import NO_SUB, qos_options, sub_id_of
+from ges.mqtt.delivering import NO_SUB, identifiers, qos_options, sub_id_of
 from ges.mqtt.frames import Malformed
 from ges.wire import messages as m
 
@@ -54,6 +55,7 @@ class Filtering:
         retained: dict[str, None] = {}
         kept = self._options if self.v5 else self._kept_options
         combos = self._kinds_counted() if self.persistent else Counter()
+        back = self._kinds_back() if self.persistent else False
         for f, options in pkt.filters:
             qos = options & 3
             if self.v5 and f.startswith(v5.SHARED_PREFIX):
@@ -70,12 +72,18 @@ class Filtering:
             if self.persistent:
                 combo = sub_id_of(qos, flags)
                 old = None if had is None else sub_id_of(had, kept.get(f, 0))
-                frees = old is not None and old != combo and combos[old] == 1
-                if combo not in combos and len(combos) - frees >= MAX_SESSION_SUBS:
+                if back is False:  # only this batch's change can be refused, all of it
+                    frees = old is not None and old != combo and combos[old] == 1
+                    fits = combo in combos or len(combos) - frees < MAX_SESSION_SUBS
+                else:  # what refusals may bring back counts as held
+                    fits = len(combos.keys() | back | {combo}) <= MAX_SESSION_SUBS
+                if not fits:
                     codes.append(p.QUOTA_EXCEEDED if self.v5 else p.SUBSCRIBE_FAILED)
                     continue
                 if old is not None:
                     _less(combos, old)
+                    if back is not False:
+                        back.add(old)
                 combos[combo] += 1
             if f not in undo:
                 undo[f] = None if had is None else (had, kept.get(f, 0))
@@ -100,6 +108,24 @@ class Filtering:
             kept = self._options if self.v5 else self._kept_options
             self._kinds = Counter(sub_id_of(q, kept.get(f, 0)) for f, q in self.filters.items())
         return self._kinds
+
+    def _kinds_back(self) -> set[int] | bool:
+        """The kinds refusals of the changes still unanswered may bring back (their undo):
+        counted as held beside the filters' own, so that no refusal, of any of them, leaves
+        more than ``MAX_SESSION_SUBS``. False while no change before this batch's is
+        unanswered: this batch's, refused, is undone whole, so what it frees may be taken.
+        Worked out as a batch of packets begins, and this batch's own added as it goes."""
+        if self._back is None:  # (None again as each batch begins)
+            batch = None if self._batch_change is None else self._batch_change[0]
+            earlier = [changes for req, changes in self._changes.items() if req != batch]
+            self._back = bool(earlier) and {
+                sub_id_of(*before)
+                for changes in earlier
+                for _, undo, _ in changes
+                for before in undo.values()
+                if before is not None
+            }
+        return self._back
 
     def _identifier(self, pkt: p.Subscribe) -> int:
         """A 5.0 SUBSCRIBE's Subscription Identifier (0: none).
@@ -153,9 +179,9 @@ class Filtering:
 
     def _session_subs(self) -> list[m.SessionSub]:
         """The filters as a durable session's subscriptions: one per QoS granted and 5.0
-        option bits (``sub_id_of``), so a stored event's matched subscriptions say its QoS and
-        the session keeps its No Local and Retain As Published wherever it resumes; none left,
-        one that matches nothing (a session holds at least one)."""
+        options (``sub_id_of``), so a stored event's matched subscriptions say its QoS and the
+        session keeps its No Local, Retain As Published and Subscription Identifiers wherever
+        it resumes; none left, one that matches nothing (a session holds at least one)."""
         by_sub: dict[int, list] = {}
         options = self._options or self._kept_options
         for f, qos in self.filters.items():
@@ -169,11 +195,14 @@ class Filtering:
     def _unsubscribe(self, pkt: p.Unsubscribe, out: list) -> None:
         undo = {}
         kept = self._options if self.v5 else self._kept_options
+        back = self._kinds_back() if self.persistent else False
         for f in pkt.filters:
             if f in self.filters:
                 undo[f] = (self.filters.pop(f), kept.pop(f, 0))
                 if self._kinds is not None:
                     _less(self._kinds, sub_id_of(*undo[f]))
+                if back is not False:
+                    back.add(sub_id_of(*undo[f]))
         codes = ()
         if self.v5:  # §3.11.3: whether each was there
             codes = tuple(p.SUCCESS if f in undo else p.NO_SUBSCRIPTION for f in pkt.filters)
@@ -264,6 +293,6 @@ class Filtering:
             found: list = []
             tree.match(topic, found)
             if found:
-                ids = tuple(sorted({ident for _, ident in found if ident}))
+                ids = identifiers({ident for _, ident in found if ident})
                 granted = max(qos for qos, _ in found)
                 self._out_publish(topic, event, granted, None, retain=True, ids=ids)

@@ -564,10 +564,23 @@ def _binary(data: bytes) -> bytes:
     return struct.pack("!H", len(data)) + data
 
 
-def _props(props: tuple) -> bytes:
+#: A property list's entry holding properties already encoded (``props_bytes``): the
+#: Subscription Identifiers a broker's delivery carries, made once for many deliveries.
+RAW_PROPS = -1
+
+
+def props_bytes(props: tuple) -> bytes:
+    """MQTT 5.0 properties encoded, without their length: a ``RAW_PROPS`` entry's value."""
+    return bytes(_props(props, False))
+
+
+def _props(props: tuple, with_length: bool = True) -> bytes:
     """MQTT 5.0 properties, with their length."""
     out = bytearray()
     for pid, value in props:
+        if pid == RAW_PROPS:
+            out += value
+            continue
         out += encode_length(pid)
         kind = PROPERTY_TYPES[pid]
         if kind == BYTE:
@@ -584,7 +597,7 @@ def _props(props: tuple) -> bytes:
             out += _binary(value)
         else:
             out += _string(value[0]) + _string(value[1])
-    return encode_length(len(out)) + bytes(out)
+    return encode_length(len(out)) + bytes(out) if with_length else out
 
 
 def encode(value, level: int = LEVEL_311) -> bytes:

@@ -129,13 +129,17 @@ class MqttSession(Filtering, Moving, Delivering):
         #: count, so that a refusal's req names which)
         self._req = 0
         self._acks: dict[int, tuple[int, int]] = {}  # GES seq -> (QoS, packet id) to answer
-        #: GES req -> the MQTT answer once the broker has the change, and the filters before it
         #: GES req -> the MQTT answers once the broker has the change, each with what undoes
-        #: it (filter -> its QoS before, None: it had none) if the broker refuses it
-        self._changes: dict[int, list[tuple[object, dict]]] = {}
+        #: it if the broker refuses it (filter -> its QoS and options before, None: it had
+        #: none) and the filters to send what is retained on once answered
+        self._changes: dict[int, list[tuple[object, dict, list[str]]]] = {}
         self._batch_change: tuple[int, int] | None = None  # (req, index in out) this batch
         self._tree: TopicTree | None = None  # the filters, for matching deliveries
+        self._matched: dict[tuple, tuple] = {}  # 5.0 options by topic (_with_options)
+        self._matched_bytes = 0
         self._kinds: Counter | None = None  # a persistent session's (``_kinds_counted``)
+        #: and the kinds refusals may bring back (``_kinds_back``)
+        self._back: set[int] | bool | None = None
         #: the QoS every filter has, with the tree (None: they differ; no match is needed
         #: for a delivery's QoS when they do not and the broker has every change of them,
         #: the broker having matched it)
@@ -276,7 +280,7 @@ class MqttSession(Filtering, Moving, Delivering):
     def receive_packets(self, packets: list, wall_ns: int = 0) -> list:
         """:meth:`receive_data` for packets already cut (those that came with the CONNECT)."""
         out: list = []
-        self._batch_change = None
+        self._batch_change = self._back = None
         self.now_ns = wall_ns
         for packet in packets:
             pkt = p.decode(packet, self.level)
@@ -570,7 +574,7 @@ class MqttSession(Filtering, Moving, Delivering):
         """Once connected: the GES messages of the packets that came before the CONNACK (the
         runtime asks from its reading task, so they go through the broker as any request)."""
         out: list = []
-        self._batch_change = None
+        self._batch_change = self._back = None
         early, self._early = self._early, []
         for pkt, wall_ns in early:
             self._packet(pkt, wall_ns, out)

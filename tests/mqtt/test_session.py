@@ -1180,3 +1180,56 @@ def test_a_persistent_session_keeps_subscription_identifiers_and_holds_at_most_1
     less, *_ = send5(again, p.Unsubscribe(20, ("t/15", "u/15", "t/16")))  # (retained asks)
     assert sorted(again._kinds) == [x.sub_id for x in less.subs]  # as counted anew
     assert Counter(again._kinds.values()) == {2: 14, 1: 2}  # 'u/16' alone of 15's, and 'v'
+
+
+def test_a_refusal_never_brings_a_persistent_session_back_over_16_kinds():
+    """A change still unanswered may be refused, and its undo brings back the kinds it freed:
+    until it is answered they count as held (another change may not take their place)."""
+    expiry = ((p.SESSION_EXPIRY, 3600),)
+    s = MqttSession(p.Connect("car", False, 30, level=5, props=expiry))
+    (opening,) = s.start()
+    s.from_broker(m.SessionOpened("mqtt.car", "b1", "s", True, 0, 0, [], opening.req))
+    packets5(s)
+    full = [p.Subscribe(i, ((f"t/{i}", 0),), ((p.SUBSCRIPTION_ID, i),)) for i in range(1, 17)]
+    (change,) = send5(s, *full)
+    s.from_broker(m.SessionOpened("mqtt.car", "b1", "s", False, 0, 0, [], change.req))
+    packets5(s)
+    # 't/1' to identifier 2's kind frees identifier 1's: in one batch, another may take it
+    moved, *_ = send5(s, p.Subscribe(20, (("t/1", 0),), ((p.SUBSCRIPTION_ID, 2),)))
+    # ... but while that change is unanswered, a new kind would be a 17th if it is refused
+    after, *_ = send5(s, p.Subscribe(21, (("x", 0),), ((p.SUBSCRIPTION_ID, 100),)))
+    s.from_broker(m.Error("no", req=moved.req))
+    s.from_broker(m.SessionOpened("mqtt.car", "b1", "s", False, 0, 0, [], after.req))
+    codes = [x.codes for x in packets5(s) if type(x) is p.SubAck]
+    assert codes == [(p.SUBSCRIBE_FAILED,), (p.QUOTA_EXCEEDED,)]
+    assert len(after.subs) == 15 and len(s._kinds_counted()) == 16
+    # once every change is answered, a kind freed may be taken
+    again, *_ = send5(
+        s,
+        p.Subscribe(22, (("t/1", 0),), ((p.SUBSCRIPTION_ID, 2),)),
+        p.Subscribe(23, (("x", 0),), ((p.SUBSCRIPTION_ID, 100),)),
+    )
+    assert len(again.subs) == 16 and "mqtt-qos0-id100" in [x.profile_id for x in again.subs]
+
+
+def test_deliveries_waiting_count_their_identifiers_and_share_them_by_topic():
+    """What waits for room in the client's window counts its identifiers' bytes, and a
+    topic's identifiers are worked out once and shared by its deliveries."""
+    s = opened5(props=((p.RECEIVE_MAXIMUM, 1),))
+    filters = ["#", "a/#", "a/b", "a/+", "+/b", "+/+", "+/#", "a/b/#", "+/b/#", "a/+/#", "+/+/#"]
+    subscribes = [
+        p.Subscribe(i + 1, ((f, 1),), ((p.SUBSCRIPTION_ID, 100 + i),)) for i, f in enumerate(filters)
+    ]
+    (sub,) = send5(s, *subscribes)
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    packets5(s)
+    s.from_broker(deliver(("a/b", 1), ("a/b", 1), ("a/b", 1)))
+    (first,) = packets5(s)  # the others wait: a window of 1
+    assert ids_of(first) == list(range(100, 111))
+    waiting = list(s._waiting)
+    assert len(waiting) == 2 and waiting[0][5][-1][1] is waiting[1][5][-1][1]  # one, shared
+    plain = sum(len(w[0]) + len(w[1]) + 256 for w in waiting)
+    assert s.waiting_bytes == plain + 2 * 11 * 2  # 11 identifiers of 2 bytes each
+    send5(s, p.PubAck(first.packet_id))
+    (second,) = packets5(s)
+    assert ids_of(second) == list(range(100, 111)) and s.waiting_bytes == plain // 2 + 22
