@@ -205,7 +205,7 @@ class BrokerServer:
         #: clients whose next message waits for their request in progress -> set when done
         self._waiting: dict[int, trio.Event] = {}
         #: clients' connections holding what slices of work sent them, until _uncork_at
-        self._corked: list[Connection] = []
+        self._corked: set[Connection] = set()
         self._uncork_at = 0.0
         #: large subscription checks run in a worker thread, one at a time
         self._checking = trio.CapacityLimiter(1)
@@ -358,9 +358,9 @@ class BrokerServer:
 
     def _uncork(self) -> None:
         """What the clients' connections held during slices of work goes (see _to_client)."""
-        corked, self._corked = self._corked, []
+        corked, self._corked = self._corked, set()
         for conn in corked:
-            conn.uncork()
+            conn.flush_held()
 
     async def _wait_for_work(self, conn_id: int) -> None:
         """Hold a client's next message until its request in progress is done."""
@@ -433,6 +433,7 @@ class BrokerServer:
             elif kind is DropPeer:
                 conn = self._peers.get(out.peer)
                 if conn is not None:
+                    self._uncork()
                     await self._to_peer(out.peer, to_peers.pop(out.peer, ()), now)
                     self.log.warning("link %s suspected: %s", out.peer, out.reason)
                     conn.close(out.reason)
@@ -454,6 +455,11 @@ class BrokerServer:
             self._to_client(conn_id, msgs, messages=True, cork=cork)
         if self.core.has_work:  # (e.g. the rest of a session's window: ges.core.replicator)
             self._work_wakeup.set()
+        if self._corked and any(  # what the clients were sent does not wait for a link
+            peer in self._peers and self._peers[peer].would_wait(sum(map(len, frames)))
+            for peer, frames in to_peers.items()
+        ):
+            self._uncork()
         for peer, frames in to_peers.items():
             await self._to_peer(peer, frames, now)
         if recorder is not None:
@@ -471,16 +477,16 @@ class BrokerServer:
         conn = self._clients.get(conn_id)
         if conn is None or not frames:
             return
-        if cork and conn._cork is None:
-            if not self._corked:
-                self._uncork_at = trio.current_time() + CORK_SECONDS
-            conn.cork()
-            self._corked.append(conn)
+        if cork and not self._corked:
+            self._uncork_at = trio.current_time() + CORK_SECONDS
         try:
             if messages:
-                fits = conn.send_messages(frames)
+                fits = conn.send_messages(frames, hold=cork)
             else:
-                fits = conn.send_nowait(frames[0] if len(frames) == 1 else b"".join(frames))
+                data = frames[0] if len(frames) == 1 else b"".join(frames)
+                fits = conn.send_nowait(data, hold=cork)
+            if cork and conn.holding:
+                self._corked.add(conn)
             if not fits:
                 self._slow_consumer(conn, f"over {conn.max_queued} bytes queued")
             elif self._client_budget.used > MAX_CLIENT_QUEUES_BYTES:

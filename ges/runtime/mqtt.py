@@ -390,9 +390,10 @@ class MqttConnection(Connection):
                 if not self.send_nowait(out):
                     self.close("slow consumer: its answers do not fit its queue")
 
-    def send_messages(self, msgs: list) -> bool:
+    def send_messages(self, msgs: list, *, hold: bool = False) -> bool:
         """The broker's messages for this client, as MQTT packets; False: over its bound (the
-        broker hands them so, not encoded: ``BrokerServer._to_client``)."""
+        broker hands them so, not encoded: ``BrokerServer._to_client``; ``hold``: as
+        ``send_nowait``'s)."""
         session = self.session
         now = time.time_ns()
         for msg in msgs:
@@ -411,7 +412,7 @@ class MqttConnection(Connection):
         acks = session.take_pending()  # QoS 0 deliveries taken: the replicator hears now
         if acks and self.on_acks is not None:
             self.on_acks(self, acks)
-        return self.send_nowait(out) if out else True
+        return self.send_nowait(out, hold=hold) if out else True
 
     def close_after(self, data: bytes, reason: str, within: float) -> None:
         """What the writer has goes, then the connection closes: under 5.0 after a DISCONNECT

@@ -45,7 +45,7 @@ WRITE_BATCH_BYTES = 1 << 20
 #: With a write deadline, bytes written under one deadline: a peer reading slowly but steadily
 #: makes progress within it, one that reads nothing does not.
 PROGRESS_PIECE = 64 * 1024
-#: Bytes a corked connection holds before it writes them all the same (:meth:`Connection.cork`).
+#: Bytes a connection holds at most to write together (:meth:`Connection.send_nowait`).
 CORK_BYTES = 64 * 1024
 #: Bytes asked of the kernel per read.
 READ_SIZE = 1 << 18
@@ -194,8 +194,10 @@ class Connection:
         self._tls = stream if hasattr(stream, "write_nowait") else None
         #: the deadlines of direct reads (a plain socket) are checked by this watchdog
         self.watchdog = watchdog if self._fd is not None else None
-        #: frames held to be written together (:meth:`cork`); None: not corked
-        self._cork: bytearray | None = None
+        #: frames held to be written together (:meth:`send_nowait`'s ``hold``)
+        self._held: bytearray | None = None
+        #: the first frame queued is the rest of one partly written
+        self._head_partial = False
         self._reading = False  # waiting for the peer (the watchdog's deadlines run)
         self._reads = 0  # reads that brought bytes
         self._expired: Exception | str | None = None
@@ -239,8 +241,8 @@ class Connection:
         does not overtake a waiting one."""
         if self._closed or self._closing:
             raise ConnectionClosed(self.label)
-        if self._cork is not None:  # what was held goes first
-            self.uncork()
+        if self._held is not None:  # what was held goes first
+            self.flush_held()
         if not self._senders.locked():  # nobody waits: nothing to overtake
             rest = self._write_now(data)
             if rest is _FLUSH:
@@ -250,6 +252,7 @@ class Connection:
                 return
             if rest is not None and rest is not data:
                 self._enqueue(rest)  # part of it is on the wire: the rest must follow at once
+                self._head_partial = True
                 return
             if not (self.queued and self.queued + len(data) > self.max_queued):
                 self._enqueue(data)
@@ -263,23 +266,37 @@ class Connection:
                     raise ConnectionClosed(self.label)
             self._enqueue(data)
 
-    def send_nowait(self, data: bytes) -> bool:
+    def would_wait(self, size: int) -> bool:
+        """:meth:`send` of ``size`` bytes would wait for room now."""
+        return self._senders.locked() or bool(self.queued and self.queued + size > self.max_queued)
+
+    def send_nowait(self, data: bytes, *, hold: bool = False) -> bool:
         """Send one frame if the queue has room for it; False if it would go over its bound.
-        Corked, the frame is held with the others until :meth:`uncork` (or CORK_BYTES)."""
+
+        ``hold``: the frame is held with those held before it, to go in one write (one system
+        call, one TLS record) at :meth:`flush_held` — or at once when CORK_BYTES would be
+        held: a burst of small frames (a fan-out's slices) where each would take a write.
+        Without it, what is held goes first. Held bytes count as queued (the bound, the
+        budget)."""
         if self._closed or self._closing:
             raise ConnectionClosed(self.label)
         if self.queued and self.queued + len(data) > self.max_queued:
             return False
-        cork = self._cork
-        if cork is not None:
-            cork += data
-            self.queued += len(data)
-            if self.budget is not None:
-                self.budget.used += len(data)
-            if len(cork) >= CORK_BYTES:  # written now, and corked still
-                self.uncork()
-                self.cork()
-            return True
+        held = self._held
+        if hold:
+            if held and len(held) + len(data) > CORK_BYTES:
+                self.flush_held()
+                held = None
+            if len(data) < CORK_BYTES:
+                if held is None:
+                    held = self._held = bytearray()
+                held += data
+                self.queued += len(data)
+                if self.budget is not None:
+                    self.budget.used += len(data)
+                return True
+        elif held:
+            self.flush_held()
         self._put(data)
         return True
 
@@ -287,31 +304,33 @@ class Connection:
         rest = self._write_now(data)
         if rest is _FLUSH:
             self._enqueue(b"")
-        elif rest != b"":
-            self._enqueue(data if rest is None else rest)
+        elif rest is None:
+            self._enqueue(data)
+        elif rest:
+            self._enqueue(rest)
+            if rest is not data:  # the rest of a frame partly written: it goes whatever is
+                self._head_partial = True  # dropped (close_after), the first queued
 
-    def cork(self) -> None:
-        """Hold what :meth:`send_nowait` sends, to write it in one go at :meth:`uncork`: one
-        system call (and one TLS record) for what a burst of small frames brings, where each
-        would take its own. Held bytes count as queued (the bound, the budget)."""
-        if self._cork is None and not (self._closed or self._closing):
-            self._cork = bytearray()
+    @property
+    def holding(self) -> bool:
+        """Frames are held (:meth:`send_nowait`'s ``hold``), to go at :meth:`flush_held`."""
+        return self._held is not None
 
-    def uncork(self) -> None:
-        """Write what was held (:meth:`cork`), and hold no more."""
-        cork, self._cork = self._cork, None
-        if not cork or self._closed or self._closing:
+    def flush_held(self) -> None:
+        """Write what is held (:meth:`send_nowait`'s ``hold``), and hold no more."""
+        held, self._held = self._held, None
+        if not held or self._closed or self._closing:
             return
-        self.queued -= len(cork)  # counted again as it is written or queued
+        self.queued -= len(held)  # counted again as it is written or queued
         if self.budget is not None:
-            self.budget.give_back(len(cork))
+            self.budget.give_back(len(held))
         with contextlib.suppress(ConnectionClosed):  # (closed with the reason the write gave)
-            self._put(bytes(cork))
+            self._put(bytes(held))
 
     def write_last(self, data: bytes) -> None:
         """A last frame, written now if the kernel takes it whole and nothing is queued before
         it (a connection about to close; the writer task may be gone already)."""
-        self.uncork()
+        self.flush_held()
         if self._unwritten or self._closed:
             return
         rest = self._write_now(data)
@@ -330,14 +349,17 @@ class Connection:
             return
         if self.close_reason is None:
             self.close_reason = reason
+        self.flush_held()  # (what was held is as good as written)
         self._closing = True
         queue = self._queue
+        # the rest of a frame partly written goes, or the peer would read the last frame as
+        # the end of that one
+        head = queue.popleft() if queue and self._head_partial else None
         dropped = sum(map(len, queue))
-        if self._cork:
-            dropped += len(self._cork)
-        self._cork = None
         self._unwritten -= len(queue)
         queue.clear()
+        if head is not None:
+            queue.append(head)
         self.queued -= dropped
         if self.budget is not None:
             self.budget.give_back(dropped)
@@ -366,6 +388,7 @@ class Connection:
                     data = queue.popleft()
                     chunks.append(data)
                     size += len(data)
+                self._head_partial = False  # (with the writer now)
                 data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 deadline = self.write_deadline
                 if deadline is None:
@@ -537,7 +560,7 @@ class Connection:
         if self.close_reason is None:
             self.close_reason = reason
         self._release()
-        self._cork = None
+        self._held = None
         self._closed = True
         self._ready.set()
         self._room.set()

@@ -1218,7 +1218,8 @@ def test_deliveries_waiting_count_their_identifiers_and_share_them_by_topic():
     s = opened5(props=((p.RECEIVE_MAXIMUM, 1),))
     filters = ["#", "a/#", "a/b", "a/+", "+/b", "+/+", "+/#", "a/b/#", "+/b/#", "a/+/#", "+/+/#"]
     subscribes = [
-        p.Subscribe(i + 1, ((f, 1),), ((p.SUBSCRIPTION_ID, 100 + i),)) for i, f in enumerate(filters)
+        p.Subscribe(i + 1, ((f, 1),), ((p.SUBSCRIPTION_ID, 100 + i),))
+        for i, f in enumerate(filters)
     ]
     (sub,) = send5(s, *subscribes)
     s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))

@@ -104,10 +104,12 @@ async def test_on_a_stream_that_is_not_a_socket_the_frame_deadline_restarts_with
     assert len(got) == 10
 
 
-async def test_a_corked_connection_holds_what_it_is_sent_and_writes_it_in_one_go_in_order():
-    """What slices of a fan-out send a client goes in one write at uncork (one system call
-    for many small frames), counted as queued meanwhile; CORK_BYTES held are written at once;
-    a send that waits for room, or a last frame, goes after what was held; closing drops it."""
+async def test_frames_held_go_in_one_write_in_order_and_count_as_queued():
+    """What slices of a fan-out send a client is held and goes in one write (one system call
+    for many small frames), counted as queued meanwhile; over CORK_BYTES held, what is held
+    goes first; a frame not held, a send that waits for room or a last frame goes after what
+    was held; closing after a last frame writes what was held, and keeps the rest of a frame
+    partly written (else the peer reads the last frame as the end of that one)."""
 
     def readable(sock) -> bytes:
         try:
@@ -120,30 +122,54 @@ async def test_a_corked_connection_holds_what_it_is_sent_and_writes_it_in_one_go
     budget = Budget()
     conn = Connection(trio.SocketStream(trio.socket.from_stdlib_socket(a)), label="c",
                       max_queued=CORK_BYTES * 4, budget=budget)  # fmt: skip
-    conn.cork()
     frames = [encode(m.Bye(f"frame {i}")) for i in range(50)]
     for frame in frames:
-        assert conn.send_nowait(frame)
+        assert conn.send_nowait(frame, hold=True)
     held = sum(map(len, frames))
-    assert readable(b) == b"" and conn.queued == held and budget.used == held
-    conn.uncork()
+    assert conn.holding and readable(b) == b""
+    assert conn.queued == held and budget.used == held
+    conn.flush_held()
     assert readable(b) == b"".join(frames) and conn.queued == 0 and budget.used == 0
-    conn.uncork()  # (not corked: nothing)
+    assert not conn.holding
+    conn.flush_held()  # (nothing held: nothing)
 
-    conn.cork()
-    assert conn.send_nowait(b"x" * 100)
-    assert conn.send_nowait(b"y" * CORK_BYTES)  # over CORK_BYTES held: written now
-    assert readable(b) == b"x" * 100 + b"y" * CORK_BYTES
-    assert conn.send_nowait(b"z")  # corked still
-    assert readable(b) == b""
-    assert not conn.send_nowait(b"w" * CORK_BYTES * 4)  # the bound counts what is held
-    await conn.send(b"after")  # what was held goes first
+    assert conn.send_nowait(b"x" * 100, hold=True)
+    assert conn.send_nowait(b"y" * (CORK_BYTES - 50), hold=True)  # over CORK_BYTES: x goes
+    assert readable(b) == b"x" * 100
+    assert not conn.send_nowait(b"w" * CORK_BYTES * 4, hold=True)  # the bound counts y
+    assert conn.send_nowait(b"now")  # not held: what was held goes first
+    assert readable(b) == b"y" * (CORK_BYTES - 50) + b"now" and conn.queued == 0
+    assert conn.send_nowait(b"z", hold=True)
+    await conn.send(b"after")  # likewise
     assert readable(b) == b"zafter" and conn.queued == 0
 
-    conn.cork()
-    assert conn.send_nowait(b"dropped")
+    assert conn.send_nowait(b"held", hold=True)
     conn.close_after(b"last", "closing", 1.0)
+    assert readable(b) == b"held"  # written, not dropped
     assert conn.queued == budget.used == len(b"last")  # (the writer would write it)
-    assert readable(b) == b""
     a.close()
     b.close()
+
+
+async def test_closing_after_a_last_frame_keeps_the_rest_of_a_frame_partly_written():
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    conn = Connection(trio.SocketStream(trio.socket.from_stdlib_socket(a)), label="c")
+    big = encode(m.Bye("x" * 1_000_000))  # the kernel takes part of it
+    assert conn.send_nowait(big)
+    assert 0 < conn.queued < len(big)
+    conn.send_nowait(encode(m.Bye("dropped")))
+    conn.close_after(encode(m.Bye("the end")), "closing", 5.0)
+    decoder, got = FrameDecoder(), []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.writer)
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(b))
+        with trio.fail_after(5):
+            while len(got) < 2:
+                data = await stream.receive_some(1 << 16)
+                assert data, "closed before the last frame"
+                decoder.feed(data)
+                got += [decode(f).reason[:7] for f in decoder.frames()]
+        nursery.cancel_scope.cancel()
+    assert got == ["x" * 7, "the end"]
+    a.close()
