@@ -78,13 +78,25 @@ async def test_publishes_keep_flowing_while_a_large_profile_comes_and_goes(chain
         nursery.cancel_scope.cancel()
 
 
-async def test_a_fan_out_handed_on_in_slices_goes_to_each_client_in_few_writes(chain3, monkeypatch):
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+async def test_a_fan_out_handed_on_in_slices_goes_to_each_client_in_few_writes(
+    chain3, monkeypatch, tmp_path, tls
+):
     """A publish of 2,000 events to 20 subscribers at one broker is handed on 64 deliveries a
-    slice (~625 slices); each subscriber's connection holds what the slices bring (corked)
-    and writes it in one go once the work is done or 10 ms have passed — not one write per
-    slice — and every subscriber gets every event, in order, nothing left held."""
+    slice (~625 slices); each subscriber's connection holds what the slices bring and writes
+    it in one go once the work is done or 10 ms have passed — not one write per slice — and
+    every subscriber gets every event, in order, nothing left held; over TLS too."""
     from ges.core.config import BrokerConfig
+    from ges.security.certs import CertDir, Identity
+    from ges.security.tls import context
     from ges.transport.connection import Connection
+
+    certs = ctx = None
+    if tls:
+        certs = CertDir(tmp_path / "certs")
+        certs.init(chain3.name, {b: () for b in chain3.brokers})
+        certs.add(Identity("client", "alice"))
+        ctx = context(certs, Identity("client", "alice"), server=False)
 
     writes: dict[int, int] = {}
     put = Connection._put
@@ -98,17 +110,19 @@ async def test_a_fan_out_handed_on_in_slices_goes_to_each_client_in_few_writes(c
     async with trio.open_nursery() as nursery:
         config = BrokerConfig(logged_slice=64)
         servers = {
-            b: await nursery.start(BrokerServer(chain3, b, config=config).run)
+            b: await nursery.start(BrokerServer(chain3, b, config=config, certs=certs).run)
             for b in chain3.brokers
         }
-        await wait_ready(chain3, timeout=10)
+        await wait_ready(chain3, timeout=10, tls=ctx)
         server, s3 = servers["b3"], chain3.brokers["b3"]
         async with contextlib.AsyncExitStack() as stack:
-            pub = await stack.enter_async_context(connect(s3.host, s3.port, topology="chain3"))
+            pub = await stack.enter_async_context(
+                connect(s3.host, s3.port, topology="chain3", tls=ctx)
+            )
             subs = []
             for _ in range(clients):
                 client = await stack.enter_async_context(
-                    connect(s3.host, s3.port, topology="chain3")
+                    connect(s3.host, s3.port, topology="chain3", tls=ctx)
                 )
                 subs.append(await client.subscribe([m.Constraint("i", ">=", 0)]))
             writes.clear()
