@@ -57,6 +57,21 @@ def identifiers(ids) -> bytes:
     return p.props_bytes(tuple((p.SUBSCRIPTION_ID, i) for i in sorted(ids))) if ids else b""
 
 
+def matched(found: list, own: bool, retained: bool) -> tuple[int, bool, bytes]:
+    """What the filters a delivery matched (``found``: their QoS and options, as the filter
+    tree holds them) say of it: its QoS (-1: none of them takes it — No Local, and ``own``,
+    the client's own), its RETAIN (``retained``, and a filter's Retain As Published), and its
+    Subscription Identifiers, each once, encoded."""
+    if own:
+        found = [value for value in found if not value & v5.NO_LOCAL]
+    if not found:
+        return -1, False, b""
+    retain = retained and any([value & v5.RETAIN_AS_PUBLISHED for value in found])
+    ids = {value >> v5.ID_SHIFT for value in found}
+    ids.discard(0)
+    return max([value & 3 for value in found]), retain, identifiers(ids)
+
+
 def _raw(props: tuple) -> int:
     """The bytes of a delivery's identifiers (counted while it waits)."""
     return len(props[-1][1]) if props and props[-1][0] == p.RAW_PROPS else 0
@@ -183,15 +198,7 @@ class Delivering:
             return known
         found: list = []
         tree.match(topic, found)
-        if own:
-            found = [value for value in found if not value & v5.NO_LOCAL]
-        if not found:
-            known = (-1, False, b"")
-        else:
-            retain = retained and any([value & v5.RETAIN_AS_PUBLISHED for value in found])
-            ids = {value >> v5.ID_SHIFT for value in found}
-            ids.discard(0)
-            known = (max([value & 3 for value in found]), retain, identifiers(ids))
+        known = matched(found, own, retained)
         cost = len(topic) + len(known[2]) + MATCHED_OVERHEAD
         if len(topic) <= MATCHED_CHARS and cost <= MATCHED_BYTES:
             if self._matched_bytes + cost > MATCHED_BYTES:

@@ -20,7 +20,7 @@ from ges.matching.model import TOPIC_ATTR
 from ges.matching.topics import TopicTree
 from ges.mqtt import packets as p
 from ges.mqtt import v5
-from ges.mqtt.delivering import NO_SUB, identifiers, qos_options, sub_id_of
+from ges.mqtt.delivering import NO_SUB, matched, qos_options, sub_id_of
 from ges.mqtt.frames import Malformed
 from ges.wire import messages as m
 
@@ -48,12 +48,18 @@ def _less(kinds: Counter, kind: int) -> None:
 class Filtering:
     """The filters half of :class:`ges.mqtt.session.MqttSession` (see the module docstring)."""
 
+    @property
+    def _kept(self) -> dict[str, int]:
+        """The filters' 5.0 options (bits and identifier) as this connection has them: applied
+        (5.0: ``_options``), or kept for the session only (3.1.1: ``_kept_options``)."""
+        return self._options if self.v5 else self._kept_options
+
     def _subscribe(self, pkt: p.Subscribe, out: list) -> None:
         ident = self._identifier(pkt) if pkt.props else 0
         undo: dict = {}
         codes = []
         retained: dict[str, None] = {}
-        kept = self._options if self.v5 else self._kept_options
+        kept = self._kept
         combos = self._kinds_counted() if self.persistent else Counter()
         back = self._kinds_back() if self.persistent else False
         for f, options in pkt.filters:
@@ -105,7 +111,7 @@ class Filtering:
         one of its subscriptions, of which it holds at most ``MAX_SESSION_SUBS``; kept up to
         date by each change (a read of many SUBSCRIBEs counts its filters once)."""
         if self._kinds is None:
-            kept = self._options if self.v5 else self._kept_options
+            kept = self._kept
             self._kinds = Counter(sub_id_of(q, kept.get(f, 0)) for f, q in self.filters.items())
         return self._kinds
 
@@ -183,7 +189,7 @@ class Filtering:
         session keeps its No Local, Retain As Published and Subscription Identifiers wherever
         it resumes; none left, one that matches nothing (a session holds at least one)."""
         by_sub: dict[int, list] = {}
-        options = self._options or self._kept_options
+        options = self._kept
         for f, qos in self.filters.items():
             sub_id = sub_id_of(qos, options.get(f, 0))
             by_sub.setdefault(sub_id, []).append([m.Constraint(TOPIC_ATTR, "topic", f)])
@@ -194,7 +200,7 @@ class Filtering:
 
     def _unsubscribe(self, pkt: p.Unsubscribe, out: list) -> None:
         undo = {}
-        kept = self._options if self.v5 else self._kept_options
+        kept = self._kept
         back = self._kinds_back() if self.persistent else False
         for f in pkt.filters:
             if f in self.filters:
@@ -213,7 +219,7 @@ class Filtering:
         client's (with their 5.0 options: kept, not applied, on a 3.1.1 connection)."""
         self._tree = self._kinds = None
         self.filters, self._options, self._kept_options = {}, {}, {}
-        kept = self._options if self.v5 else self._kept_options
+        kept = self._kept
         for (sub_id, _), conjs in zip(msg.subs, msg.profiles, strict=False):
             if sub_id == NO_SUB:
                 continue
@@ -228,7 +234,7 @@ class Filtering:
         changes = self._changes.pop(msg.req, None) if msg.req else None
         if changes is None:
             return
-        kept = self._options if self.v5 else self._kept_options
+        kept = self._kept
         for _, undo, _ in reversed(changes):  # only what these changes did is undone
             for f, before in undo.items():
                 kept.pop(f, None)
@@ -285,7 +291,7 @@ class Filtering:
         for f in asked:
             qos = self.filters.get(f)
             if qos is not None:
-                tree.add(f, (qos, self._options.get(f, 0) >> v5.ID_SHIFT))
+                tree.add(f, qos | self._options.get(f, 0))
         for event in msg.events:
             topic = event.attributes.get(TOPIC_ATTR)
             if type(topic) is not str:
@@ -293,6 +299,5 @@ class Filtering:
             found: list = []
             tree.match(topic, found)
             if found:
-                ids = identifiers({ident for _, ident in found if ident})
-                granted = max(qos for qos, _ in found)
+                granted, _, ids = matched(found, False, False)
                 self._out_publish(topic, event, granted, None, retain=True, ids=ids)
