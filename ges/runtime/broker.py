@@ -77,7 +77,7 @@ MAX_CLIENT_QUEUES_BYTES = 1024 * 1024 * 1024
 #: Seconds a client's connection holds what slices of the core's work sent it before writing
 #: it (``BrokerServer._to_client``), at most: the delay a fan-out's deliveries may take to
 #: go in fewer, larger writes.
-CORK_SECONDS = 0.01
+HOLD_SECONDS = 0.01
 #: Flow control: while the clients' queues together hold more than this, the broker reads no
 #: more publishes from its clients until they have drained to RESUME_PUBLISHING_BYTES — fast
 #: publishers go at the pace of their subscribers instead of filling the broker's memory (and
@@ -204,9 +204,9 @@ class BrokerServer:
         self._work_wakeup = trio.Event()
         #: clients whose next message waits for their request in progress -> set when done
         self._waiting: dict[int, trio.Event] = {}
-        #: clients' connections holding what slices of work sent them, until _uncork_at
-        self._corked: set[Connection] = set()
-        self._uncork_at = 0.0
+        #: clients' connections holding what slices of work sent them, until _flush_at
+        self._holding: set[Connection] = set()
+        self._flush_at = 0.0
         #: large subscription checks run in a worker thread, one at a time
         self._checking = trio.CapacityLimiter(1)
         #: bytes queued towards all clients together
@@ -346,20 +346,20 @@ class BrokerServer:
                 self._log_room.set()  # (a hand-on slice: publishes paused may go on)
                 self._logged_later()
                 if outs:
-                    await self._dispatch(outs, cork=True)
-                if self._corked and trio.current_time() >= self._uncork_at:
-                    self._uncork()
+                    await self._dispatch(outs, hold=True)
+                if self._holding and trio.current_time() >= self._flush_at:
+                    self._flush_held()
                 for conn_id, done in list(self._waiting.items()):
                     if not core.busy(conn_id):
                         del self._waiting[conn_id]
                         done.set()
                 await trio.sleep(0)
-            self._uncork()
+            self._flush_held()
 
-    def _uncork(self) -> None:
+    def _flush_held(self) -> None:
         """What the clients' connections held during slices of work goes (see _to_client)."""
-        corked, self._corked = self._corked, set()
-        for conn in corked:
+        holding, self._holding = self._holding, set()
+        for conn in holding:
             conn.flush_held()
 
     async def _wait_for_work(self, conn_id: int) -> None:
@@ -395,7 +395,7 @@ class BrokerServer:
 
     # -- outputs -----------------------------------------------------------------------------
 
-    async def _dispatch(self, outs: list, *, cork: bool = False) -> None:
+    async def _dispatch(self, outs: list, *, hold: bool = False) -> None:
         """Perform a core's outputs: messages joined per destination (ges.core.coalesce), each
         destination's frames in one write, in their order."""
         outs = coalesce(outs)  # a session's own answers lead to more, added on the way
@@ -433,7 +433,7 @@ class BrokerServer:
             elif kind is DropPeer:
                 conn = self._peers.get(out.peer)
                 if conn is not None:
-                    self._uncork()
+                    self._flush_held()
                     await self._to_peer(out.peer, to_peers.pop(out.peer, ()), now)
                     self.log.warning("link %s suspected: %s", out.peer, out.reason)
                     conn.close(out.reason)
@@ -450,43 +450,43 @@ class BrokerServer:
                     frames = encoded[id(msg)] = []
             pending += frames
         for conn_id, frames in to_clients.items():
-            self._to_client(conn_id, frames, cork=cork)
+            self._to_client(conn_id, frames, hold=hold)
         for conn_id, msgs in to_messages.items():
-            self._to_client(conn_id, msgs, messages=True, cork=cork)
+            self._to_client(conn_id, msgs, messages=True, hold=hold)
         if self.core.has_work:  # (e.g. the rest of a session's window: ges.core.replicator)
             self._work_wakeup.set()
-        if self._corked and any(  # what the clients were sent does not wait for a link
+        if self._holding and any(  # what the clients were sent does not wait for a link
             peer in self._peers and self._peers[peer].would_wait(sum(map(len, frames)))
             for peer, frames in to_peers.items()
         ):
-            self._uncork()
+            self._flush_held()
         for peer, frames in to_peers.items():
             await self._to_peer(peer, frames, now)
         if recorder is not None:
             recorder.flush()
 
     def _to_client(
-        self, conn_id: int, frames: list, *, messages: bool = False, cork: bool = False
+        self, conn_id: int, frames: list, *, messages: bool = False, hold: bool = False
     ) -> None:
         """Queue ``frames`` (encoded; ``messages``: the messages themselves, for a connection
         that takes them as they are — an MQTT client's) towards a client, cutting it as a slow
-        consumer when they do not fit. ``cork``: a slice of the core's work (a fan-out's
+        consumer when they do not fit. ``hold``: a slice of the core's work (a fan-out's
         hand-on, a session's window): the connection holds what it is sent until the work is
-        done or CORK_SECONDS have passed, so the deliveries of several slices go in one write
+        done or HOLD_SECONDS have passed, so the deliveries of several slices go in one write
         where each slice would take one per client."""
         conn = self._clients.get(conn_id)
         if conn is None or not frames:
             return
-        if cork and not self._corked:
-            self._uncork_at = trio.current_time() + CORK_SECONDS
+        if hold and not self._holding:
+            self._flush_at = trio.current_time() + HOLD_SECONDS
         try:
             if messages:
-                fits = conn.send_messages(frames, hold=cork)
+                fits = conn.send_messages(frames, hold=hold)
             else:
                 data = frames[0] if len(frames) == 1 else b"".join(frames)
-                fits = conn.send_nowait(data, hold=cork)
-            if cork and conn.holding:
-                self._corked.add(conn)
+                fits = conn.send_nowait(data, hold=hold)
+            if hold and conn.holding:
+                self._holding.add(conn)
             if not fits:
                 self._slow_consumer(conn, f"over {conn.max_queued} bytes queued")
             elif self._client_budget.used > MAX_CLIENT_QUEUES_BYTES:

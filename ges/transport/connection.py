@@ -46,7 +46,7 @@ WRITE_BATCH_BYTES = 1 << 20
 #: makes progress within it, one that reads nothing does not.
 PROGRESS_PIECE = 64 * 1024
 #: Bytes a connection holds at most to write together (:meth:`Connection.send_nowait`).
-CORK_BYTES = 64 * 1024
+HOLD_BYTES = 64 * 1024
 #: Bytes asked of the kernel per read.
 READ_SIZE = 1 << 18
 #: Seconds a new connection has to complete its handshake.
@@ -274,7 +274,7 @@ class Connection:
         """Send one frame if the queue has room for it; False if it would go over its bound.
 
         ``hold``: the frame is held with those held before it, to go in one write (one system
-        call, one TLS record) at :meth:`flush_held` — or at once when CORK_BYTES would be
+        call, one TLS record) at :meth:`flush_held` — or at once when HOLD_BYTES would be
         held: a burst of small frames (a fan-out's slices) where each would take a write.
         Without it, what is held goes first. Held bytes count as queued (the bound, the
         budget)."""
@@ -284,10 +284,10 @@ class Connection:
             return False
         held = self._held
         if hold:
-            if held and len(held) + len(data) > CORK_BYTES:
+            if held and len(held) + len(data) > HOLD_BYTES:
                 self.flush_held()
                 held = None
-            if len(data) < CORK_BYTES:
+            if len(data) < HOLD_BYTES:
                 if held is None:
                     held = self._held = bytearray()
                 held += data

@@ -131,7 +131,7 @@ async def test_a_fan_out_handed_on_in_slices_goes_to_each_client_in_few_writes(
             for sub in subs:
                 got = await receive(sub, n, within=30)
                 assert [d.event.attributes["i"] for d in got] == list(range(n))
-            assert server._corked == set()
+            assert server._holding == set()
             assert not any(conn.holding for conn in server._clients.values())
             slices = n * clients // 64
             # the subscribers' connections: not one write a slice each (~625), a few

@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from ges.transport.connection import CORK_BYTES, Budget, Connection
+from ges.transport.connection import HOLD_BYTES, Budget, Connection
 from ges.wire import FrameDecoder, FrameError, decode, encode
 from ges.wire import messages as m
 
@@ -106,7 +106,7 @@ async def test_on_a_stream_that_is_not_a_socket_the_frame_deadline_restarts_with
 
 async def test_frames_held_go_in_one_write_in_order_and_count_as_queued():
     """What slices of a fan-out send a client is held and goes in one write (one system call
-    for many small frames), counted as queued meanwhile; over CORK_BYTES held, what is held
+    for many small frames), counted as queued meanwhile; over HOLD_BYTES held, what is held
     goes first; a frame not held, a send that waits for room or a last frame goes after what
     was held; closing after a last frame writes what was held, and keeps the rest of a frame
     partly written (else the peer reads the last frame as the end of that one)."""
@@ -121,7 +121,7 @@ async def test_frames_held_go_in_one_write_in_order_and_count_as_queued():
     b.setblocking(False)
     budget = Budget()
     conn = Connection(trio.SocketStream(trio.socket.from_stdlib_socket(a)), label="c",
-                      max_queued=CORK_BYTES * 4, budget=budget)  # fmt: skip
+                      max_queued=HOLD_BYTES * 4, budget=budget)  # fmt: skip
     frames = [encode(m.Bye(f"frame {i}")) for i in range(50)]
     for frame in frames:
         assert conn.send_nowait(frame, hold=True)
@@ -134,11 +134,11 @@ async def test_frames_held_go_in_one_write_in_order_and_count_as_queued():
     conn.flush_held()  # (nothing held: nothing)
 
     assert conn.send_nowait(b"x" * 100, hold=True)
-    assert conn.send_nowait(b"y" * (CORK_BYTES - 50), hold=True)  # over CORK_BYTES: x goes
+    assert conn.send_nowait(b"y" * (HOLD_BYTES - 50), hold=True)  # over HOLD_BYTES: x goes
     assert readable(b) == b"x" * 100
-    assert not conn.send_nowait(b"w" * CORK_BYTES * 4, hold=True)  # the bound counts y
+    assert not conn.send_nowait(b"w" * HOLD_BYTES * 4, hold=True)  # the bound counts y
     assert conn.send_nowait(b"now")  # not held: what was held goes first
-    assert readable(b) == b"y" * (CORK_BYTES - 50) + b"now" and conn.queued == 0
+    assert readable(b) == b"y" * (HOLD_BYTES - 50) + b"now" and conn.queued == 0
     assert conn.send_nowait(b"z", hold=True)
     await conn.send(b"after")  # likewise
     assert readable(b) == b"zafter" and conn.queued == 0
