@@ -34,15 +34,12 @@ class Retaining:
     """The retained messages of :class:`ges.core.replicator.Replicator` (``self.retained``)."""
 
     def _retained_start(self) -> list:
-        """Read the kept messages back and enter the standing subscription (in a network
-        that serves MQTT: some broker of the topology has an ``mqtt_port``); the outputs. A
+        """Read the kept messages back and enter the standing subscription; the outputs. A
         replicator that ran before (it kept something, or its broker acknowledged ticks)
         catches up once the subscription is in place (the module docstring)."""
         self.retained = RetainedSet()
         for kept in self.store.retained():
             self.retained.load(kept)
-        if not any(spec.mqtt_port for spec in self.topology.brokers.values()):
-            return []
         self.subscriptions.client_open(RETAINED_CONN, "retained messages")
         self._reqs += 1
         if self.log is not None and (len(self.retained) or self._top or self.log.promised()):

@@ -11,7 +11,7 @@ from ges.mqtt import packets as p
 from ges.mqtt.frames import PacketReader
 from ges.runtime import BrokerServer
 from ges.runtime.up import wait_ready
-from tests.conftest import DIAMOND, receive, topology_on_free_ports
+from tests.conftest import DIAMOND, free_ports, receive, topology_on_free_ports
 
 #: the diamond, broker a with an MQTT port; its one replicator (the default) is a
 WITH_MQTT = {**DIAMOND, "brokers": {**DIAMOND["brokers"], "a": {**DIAMOND["brokers"]["a"], "mqtt_port": 1}}}  # fmt: skip
@@ -54,6 +54,42 @@ async def test_publishes_sent_with_the_connect_are_published_when_the_answer_com
             got = await receive(sub, 5)
             assert [d.event.payload for d in got] == [str(i).encode() for i in range(5)]
             await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_retained_messages_are_kept_when_only_the_command_line_names_an_mqtt_port(
+    tmp_path,
+):
+    """``ges broker --mqtt-port`` serves MQTT at a broker whose topology entry names no port:
+    the replicator (a, the diamond's default) is told of it by nobody, and must keep what is
+    retained all the same, for a later subscriber to get with RETAIN set."""
+    topology = topology_on_free_ports(DIAMOND)
+    assert not any(spec.mqtt_port for spec in topology.brokers.values())
+    (port,) = free_ports(1)
+    async with trio.open_nursery() as nursery:
+        for bid in topology.brokers:
+            server = BrokerServer(
+                topology, bid, data_dir=tmp_path / bid, mqtt_port=port if bid == "d" else None
+            )
+            await nursery.start(server.run)
+        await wait_ready(topology, timeout=10)
+        host = topology.brokers["d"].host
+        publisher = await trio.open_tcp_stream(host, port)
+        kept = p.Publish("config/d", b"on", 1, retain=True, packet_id=1)
+        await publisher.send_all(p.encode(p.Connect("pub", keepalive=30)) + p.encode(kept))
+        assert await packets(publisher, 2) == [p.ConnAck(p.ACCEPTED, False), p.PubAck(1)]
+        with trio.fail_after(10):
+            while True:  # until the retained event has reached the replicator at a
+                later = await trio.open_tcp_stream(host, port)
+                hello = p.encode(p.Connect("later", keepalive=30))
+                await later.send_all(hello + p.encode(p.Subscribe(1, (("config/#", 1),))))
+                got = await packets(later, 2)
+                assert [type(x) for x in got] == [p.ConnAck, p.SubAck]
+                with trio.move_on_after(0.5):
+                    (retained,) = await packets(later, 1)
+                    break
+                await later.aclose()
+        assert (retained.topic, retained.payload, retained.retain) == ("config/d", b"on", True)
         nursery.cancel_scope.cancel()
 
 
