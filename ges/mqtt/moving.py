@@ -52,6 +52,10 @@ class Moving:
         to one): opened there (``reopen``), the client connected as it was. Else the client
         is told (CONNACK 3 if it waits for one) and disconnected."""
         moving = msg.retry and not msg.ended and bool(msg.replicator or self._moving)
+        if self._resume_only and not self.connected and not moving:  # none found to resume
+            self._opening = 0
+            self._without_session()
+            return
         if msg.ended:  # a will goes now: the session it would wait in is no more
             self.session_ended = True
         elif not (msg.retry or msg.to):  # taken over: its client is back

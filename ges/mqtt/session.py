@@ -162,7 +162,9 @@ class MqttSession(Filtering, Moving, Delivering):
         #: connection by that many seconds, at most ``max_expiry`` (the topology's
         #: ``sessions.expire_after``; the CONNACK says so when it is less, §3.2.2.3.2):
         #: ``expiry``, 0 for as the topology says (3.1.1, and 5.0's 0xFFFFFFFF when it says
-        #: never). Clean Start discards the old one first
+        #: never). Clean Start discards the old one first. Without Clean Start and with an
+        #: interval of 0, the session the client id has is resumed, if there is one, and ends
+        #: as this connection closes (§3.1.2.4, §3.1.2.11.2): ``_resume_only``; none is made
         self.expiry = 0
         self._max_expiry = max_expiry
         #: what a DISCONNECT said of the session's expiry, when it goes with the will
@@ -175,12 +177,16 @@ class MqttSession(Filtering, Moving, Delivering):
         self._granted: int | None = None
         if self.v5:
             interval = p.prop(connect.props, p.SESSION_EXPIRY, 0)
-            self.persistent = interval > 0
+            self._resume_only = (
+                interval == 0 and not connect.clean_session and bool(connect.client_id)
+            )
+            self.persistent = interval > 0 or self._resume_only
             self._keep(interval)
             if self.persistent and self._max_expiry < _seconds(interval):
                 self._granted = max(1, int(self._max_expiry))
             self._discard = connect.clean_session and bool(connect.client_id) and not assigned
         else:
+            self._resume_only = False
             self.persistent = not connect.clean_session
             self._discard = not self.persistent and bool(connect.client_id) and not assigned
         self.name = session_name(connect.client_id) if self.persistent else ""
@@ -247,14 +253,16 @@ class MqttSession(Filtering, Moving, Delivering):
         if self._discard:
             name = session_name(self.connect.client_id)
             return [m.SessionControl("discard", name, req=self._req)]
+        if self._resume_only:
+            return [self._open(None, create=False)]
         return [self._open(None, fallback=self._session_subs())]
 
     def _open(self, subs: list | None, req: int = 0, **more) -> m.SessionOpen:
         """The persistent session's open (request ``req``, else the last one numbered), with
-        its expiry as this connection has it."""
-        return m.SessionOpen(
-            self.name, subs, req=req or self._req, expiry=float(self.expiry), **more
-        )
+        its expiry as this connection has it (one it only resumes: as it was, for it ends as
+        the connection closes)."""
+        more.setdefault("expiry", None if self._resume_only else float(self.expiry))
+        return m.SessionOpen(self.name, subs, req=req or self._req, **more)
 
     def take_pending(self) -> list:
         """GES messages that arose from the broker's answers (see ``_pending``)."""
@@ -346,22 +354,23 @@ class MqttSession(Filtering, Moving, Delivering):
         over 0 when the CONNECT's was 0 is a protocol error, not a DISCONNECT (its will goes).
         With a ``will`` to go, it leaves with the will (:meth:`will`)."""
         interval = p.prop(pkt.props, p.SESSION_EXPIRY)
-        if interval is None:
+        if interval and (not self.persistent or self._resume_only):
+            raise Malformed(
+                "a DISCONNECT's Session Expiry Interval over 0 after a CONNECT's 0",
+                p.PROTOCOL_ERROR,
+            )
+        if self._resume_only:  # it ends as the connection closes (``_leave`` says so)
+            pass
+        elif interval is None or not self.persistent:
             return
-        if not self.persistent:
-            if interval > 0:
-                raise Malformed(
-                    "a DISCONNECT's Session Expiry Interval over 0 after a CONNECT's 0",
-                    p.PROTOCOL_ERROR,
-                )
-            return
-        if interval == 0:
+        elif interval == 0:
             self._leave = m.SessionLeave(self.name, end=True)
         else:
             self._keep(interval)
             self._leave = m.SessionLeave(self.name, expiry=float(self.expiry))
-        if not will:
+        if not will and self._leave is not None:
             out.append(self._leave)
+            self._leave = None  # (said: not again as the connection ends)
 
     def _keep(self, interval: int) -> None:
         """A Session Expiry Interval (CONNECT's or DISCONNECT's) as kept: at most the
@@ -421,8 +430,9 @@ class MqttSession(Filtering, Moving, Delivering):
         opened again first, or once the session ends if that comes first (§3.1.3.2.2). A
         session that ends as its client goes (a Session Expiry Interval of 0) has it go now."""
         will = self.connect.will
-        if will is None:
-            return []
+        if will is None:  # a resumed session that ends with the connection: it ends now
+            leave, self._leave = self._leave, None
+            return [] if leave is None else [leave]
         self.connect = msgspec.structs.replace(self.connect, will=None)
         self._req += 1
         attributes = {TOPIC_ATTR: will.topic, QOS_ATTR: will.qos}
@@ -542,6 +552,8 @@ class MqttSession(Filtering, Moving, Delivering):
             self._had = {e for e in msg.rel if e > 0}  # replayed, they are not sent again
             self._kept_filters(msg)
             self._acked = self._sent_epoch = msg.start
+            if self._resume_only:
+                self._leave = m.SessionLeave(self.name, end=True)
             self._connected(not msg.created)
             for packet_id in self._owed:
                 self._send(p.PubRel(packet_id))
@@ -560,6 +572,13 @@ class MqttSession(Filtering, Moving, Delivering):
         self._req += 1
         self._opening = self._req
         self._pending.append(self._open(None, fallback=self._session_subs()))
+
+    def _without_session(self) -> None:
+        """5.0, no Clean Start and a Session Expiry Interval of 0, and no session to resume
+        (or none that can be found now): connected without one, as a clean session is."""
+        self._resume_only = self.persistent = False
+        self.name = ""
+        self._connected(False)
 
     def _connected(self, present: bool) -> None:
         props = v5.connack_props(self.max_packet, self.assigned, self._granted) if self.v5 else ()
@@ -599,6 +618,9 @@ class MqttSession(Filtering, Moving, Delivering):
                 self._discarded()
                 return
             self._opening = 0
+            if self._resume_only and not msg.denied:  # none to resume: a clean one
+                self._without_session()
+                return
             if msg.denied:
                 self._send(self._connack(p.NOT_AUTHORIZED))
                 self.closed = f"durable session {self.name}: {msg.reason}"

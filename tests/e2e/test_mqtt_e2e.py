@@ -823,6 +823,18 @@ def test_mqtt5_clients_properties_options_sessions_and_reasons(tmp_path):
         clients.append(again)
         kind, rc, props = back.events.get(timeout=30)
         assert kind == "disconnect" and rc.value == 0x8E, (kind, rc)
+        # paho's reconnect by default (no Clean Start, no interval), at a broker of another
+        # super-super-cluster: the session resumes, and ends as that connection closes
+        again.stop()
+        a.publish("news/y", b"missed", 1)
+        once = Paho5("five-s", ports["b11"], clean_start=False)
+        assert once.session_present
+        assert once.messages.get(timeout=30).payload == b"missed"
+        once.stop()
+        time.sleep(0.5)
+        after = Paho5("five-s", ports["b11"], clean_start=False)
+        clients.append(after)
+        assert not after.session_present
         # a Session Expiry Interval of 2 s: kept when its client comes back at once, gone
         # once it has been away for longer (§3.1.2.11.2)
         e = Paho5("five-e", ports["b4"], expiry=2, clean_start=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import msgspec
 import pytest
 
 from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR, conjunction_from_wire
@@ -791,6 +792,59 @@ def test_mqtt5_a_disconnects_session_expiry_is_the_sessions_from_then_on():
     assert err.value.code == p.PROTOCOL_ERROR and clean.closed is None  # not a DISCONNECT
 
 
+def test_mqtt5_without_clean_start_or_expiry_a_session_is_resumed_if_it_exists_and_ends_after():
+    """§3.1.2.4, §3.1.2.11.2: Clean Start 0 resumes the session the client id has, and an
+    absent Session Expiry Interval (0) ends it as the connection closes — the reconnect paho
+    makes by default after a first Clean Start. No session is made when there is none."""
+    resumed = MqttSession(p.Connect("car", False, 30, level=5))
+    (opening,) = resumed.start()
+    assert (opening.name, opening.create, opening.expiry, opening.fallback) == (
+        "mqtt.car", False, None, None
+    )  # fmt: skip
+    assert packets5(resumed) == []  # the CONNACK waits for the answer
+    stored_before = m.SessionOpened("mqtt.car", "b1", "s", False, 4, 2, [(2, "mqtt-qos1")], opening.req)  # fmt: skip
+    resumed.from_broker(stored_before)
+    (ack,) = packets5(resumed)
+    assert ack.session_present and resumed.persistent
+    assert resumed.will(7) == [m.SessionLeave("mqtt.car", end=True)]  # the connection ended
+    assert resumed.will(7) == []  # once
+    # a DISCONNECT ends it too, with or without an interval of 0; one over 0 is an error
+    for props in ((), ((p.SESSION_EXPIRY, 0),)):
+        s = MqttSession(p.Connect("car", False, 30, level=5))
+        (opening,) = s.start()
+        s.from_broker(m.SessionOpened("mqtt.car", "b1", "s", False, 0, 0, [], opening.req))
+        assert send5(s, p.Disconnect(p.SUCCESS, props)) == [m.SessionLeave("mqtt.car", end=True)]
+        assert s.will(7) == []
+    s = MqttSession(p.Connect("car", False, 30, level=5))
+    (opening,) = s.start()
+    s.from_broker(m.SessionOpened("mqtt.car", "b1", "s", False, 0, 0, [], opening.req))
+    with pytest.raises(Malformed) as err:
+        send5(s, p.Disconnect(p.SUCCESS, ((p.SESSION_EXPIRY, 10),)))
+    assert err.value.code == p.PROTOCOL_ERROR
+    # none to resume, or none that can be found now: connected without one, as a clean one
+    for answer in (
+        m.Error("no durable session 'mqtt.car' here", req=opening.req),
+        m.SessionClosed("mqtt.car", "cannot tell whether durable session exists", retry=True),
+    ):
+        s = MqttSession(p.Connect("car", False, 30, level=5))
+        (opening,) = s.start()
+        if type(answer) is m.Error:
+            answer = msgspec.structs.replace(answer, req=opening.req)
+        s.from_broker(answer)
+        (ack,) = packets5(s)
+        assert ack.code == 0 and not ack.session_present, answer
+        assert not s.persistent and s.name == "" and s.closed is None
+        assert s.will(7) == []
+        (sub,) = send5(s, p.Subscribe(1, (("t/#", 1),)))
+        assert type(sub) is m.Subscribe  # a plain subscription, no session
+    # one the client may not have (another's) is refused, as a persistent one is
+    s = MqttSession(p.Connect("car", False, 30, level=5))
+    (opening,) = s.start()
+    s.from_broker(m.Error("not yours", denied=True, req=opening.req))
+    (ack,) = packets5(s)
+    assert ack.code == p.CONNACK_5[p.NOT_AUTHORIZED] and s.closed
+
+
 def test_mqtt5_user_properties_are_attributes_both_ways():
     s = opened5()
     props = ((p.USER_PROPERTY, ("site", "north")), (p.USER_PROPERTY, ("bad name", "x")),
@@ -968,10 +1022,11 @@ def test_mqtt5_a_will_with_a_delay_is_left_with_the_persistent_sessions_replicat
 
     def connected(props=lasting, client_id: str = "car") -> MqttSession:
         s = MqttSession(p.Connect(client_id, False, 30, will=will, level=5, props=props))
-        started = s.start()
+        (opening,) = s.start()
         if props:
-            (opening,) = started
             s.from_broker(m.SessionOpened("mqtt.car", "b1", "s", True, 0, 0, [], opening.req))
+        else:  # no session to resume
+            s.from_broker(m.Error("no durable session 'mqtt.car' here", req=opening.req))
         assert s.connected
         return s
 
