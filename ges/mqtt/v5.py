@@ -10,7 +10,8 @@ value is kept). The request-response properties travel as reserved attributes:
 ``@content_type``, ``@response_topic`` and ``@correlation`` (the correlation data in hex). Going
 out, an event's attributes that are not reserved become User Properties again (a GES client's
 typed values as text: ``true``, ``3``, ``2.5``), so MQTT 5.0 subscribers see what GES
-publishers attach. ``@origin`` names the connection that published (No Local, §3.8.3.1).
+publishers attach. A Payload Format Indicator of 1 (UTF-8) travels as ``@payload_format`` (1)
+and goes to every subscriber unaltered (§3.3.2.3.2); the payload is not checked. ``@origin`` names the connection that published (No Local, §3.8.3.1).
 
 A Message Expiry Interval travels as ``@expiry`` (seconds from the publish: the event's
 ``published_at``, which the broker that took the PUBLISH stamped): a delivery whose interval
@@ -39,6 +40,8 @@ from ges.mqtt.frames import Malformed
 CONTENT_TYPE_ATTR = "@content_type"
 RESPONSE_TOPIC_ATTR = "@response_topic"
 CORRELATION_ATTR = "@correlation"
+#: A PUBLISH's Payload Format Indicator when it says UTF-8 (1; 0, unspecified, is not kept).
+PAYLOAD_FORMAT_ATTR = "@payload_format"
 #: The connection that published an event (a token the runtime gives each MQTT 5.0 connection).
 ORIGIN_ATTR = "@origin"
 #: A PUBLISH's Message Expiry Interval, in seconds from the event's ``published_at``.
@@ -65,6 +68,9 @@ def attributes_of(props: tuple, attributes: dict) -> None:
                 attributes[name] = text
         elif pid == p.CONTENT_TYPE:
             attributes[CONTENT_TYPE_ATTR] = value
+        elif pid == p.PAYLOAD_FORMAT:
+            if value:
+                attributes[PAYLOAD_FORMAT_ATTR] = 1
         elif pid == p.RESPONSE_TOPIC:
             why = check_topic(value)
             if why is not None:
@@ -89,6 +95,9 @@ def props_of(attributes: dict) -> tuple:
             text = str(value)
             if len(text) <= _FITS or len(text.encode()) <= 65535:
                 out.append((p.USER_PROPERTY, (name, text)))
+        elif name == PAYLOAD_FORMAT_ATTR:
+            if value == 1:
+                out.append((p.PAYLOAD_FORMAT, 1))
         elif type(value) is not str or len(value) > 2 * 65535:
             continue
         elif name == CONTENT_TYPE_ATTR and len(value.encode()) <= 65535:

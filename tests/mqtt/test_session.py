@@ -849,21 +849,26 @@ def test_mqtt5_user_properties_are_attributes_both_ways():
     s = opened5()
     props = ((p.USER_PROPERTY, ("site", "north")), (p.USER_PROPERTY, ("bad name", "x")),
              (p.CONTENT_TYPE, "text/plain"), (p.CORRELATION_DATA, b"\x01\x02"),
-             (p.RESPONSE_TOPIC, "replies/1"))  # fmt: skip
+             (p.RESPONSE_TOPIC, "replies/1"), (p.PAYLOAD_FORMAT, 1))  # fmt: skip
     (msg,) = send5(s, p.Publish("a", b"x", 0, props=props))
     assert msg.events[0].attributes == {
         TOPIC_ATTR: "a", QOS_ATTR: 0, "site": "north", "@content_type": "text/plain",
-        "@correlation": "0102", "@response_topic": "replies/1", "@origin": "me",
+        "@correlation": "0102", "@response_topic": "replies/1", "@payload_format": 1,
+        "@origin": "me",
     }  # fmt: skip
+    (msg,) = send5(s, p.Publish("a", b"x", 0, props=((p.PAYLOAD_FORMAT, 0),)))
+    assert "@payload_format" not in msg.events[0].attributes  # unspecified: the default
     (sub,) = send5(s, p.Subscribe(1, (("a", 1),)))
     s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
     packets5(s)
-    event = m.Event({TOPIC_ATTR: "a", "n": 3, "ok": True, "@correlation": "0102"}, b"y")
+    event = m.Event(
+        {TOPIC_ATTR: "a", "n": 3, "ok": True, "@correlation": "0102", "@payload_format": 1}, b"y"
+    )
     s.from_broker(m.Deliver(SUB_ID, "b", [m.EventItem(1, 0, 0, event)]))
     (out,) = packets5(s)
     assert out.props == (
         (p.USER_PROPERTY, ("n", "3")), (p.USER_PROPERTY, ("ok", "true")),
-        (p.CORRELATION_DATA, b"\x01\x02"),
+        (p.CORRELATION_DATA, b"\x01\x02"), (p.PAYLOAD_FORMAT, 1),
     )  # fmt: skip
 
 
