@@ -303,10 +303,9 @@ class BrokerCore:
     def client_closed(self, conn: int, now: float) -> list[Output]:
         """A client connection ended: its subscriptions go (a job, see :meth:`work`); durable
         sessions it followed stay."""
-        if self.replicator is not None:
-            self.replicator.follower_closed(conn, now)
+        out = [] if self.replicator is None else self.replicator.follower_closed(conn, now)
         self.watching.unwatch(conn)
-        return self.subscriptions.client_closed(conn, now)
+        return out + self.subscriptions.client_closed(conn, now)
 
     def client_name(self, conn: int) -> str:
         """The id a connected client gave (its connection number if it has gone)."""

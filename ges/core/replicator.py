@@ -83,6 +83,8 @@ class Live:
     #: when the will it holds (``state.will``) was left with it, and is due to go
     will_left: float = 0.0
     will_due: float = float("inf")
+    #: it ends as the client it streams to leaves (``SessionOpen.ends``)
+    ends: bool = False
 
 
 class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Part):
@@ -351,6 +353,7 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         was = live.at or live.last_at
         sent_before = max(live.sent, start)
         live.follower = conn
+        live.ends = msg.ends
         live.at = msg.at or self.id
         live.since = now
         live.sent = start
@@ -442,7 +445,9 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         if msg.will is not None:
             live.state.will, live.state.will_delay = msg.will, msg.will_delay
             self._arm_will(live, now)
-        if msg.end:
+        if msg.back:  # its client is back on another connection of that broker: not ended
+            live.ends = False
+        if msg.end or (live.ends and live.follower == conn):
             why = "its client left saying it ends (Session Expiry Interval 0)"
             return [Notice("info", f"durable session {name} ended: {why}"), *self._end(live, now)]
         if msg.expiry is not None and msg.expiry >= 0:  # (not NaN)
@@ -454,15 +459,24 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             return self._publish_will(live, now)
         return []
 
-    def follower_closed(self, conn: int, now: float) -> None:
-        """Connection ``conn`` ended: every session following it is disconnected."""
-        for live in self.sessions.values():
+    def follower_closed(self, conn: int, now: float) -> list:
+        """Connection ``conn`` ended: every session following it is disconnected, and those
+        opened to end as their client leaves end (its broker can tell this replicator no
+        more: the client is cut); the outputs."""
+        out: list = []
+        for live in list(self.sessions.values()):
+            if live.follower == conn and live.ends:
+                why = "the connection its client was followed on was lost (it was to end then)"
+                out += [Notice("info", f"durable session {live.state.name} ended: {why}")]
+                out += self._end(live, now)
+                continue
             if live.follower == conn:
                 self._detach(live, now)
             if live.opening is not None and live.opening[0] == conn:
                 live.opening = None
                 if live.follower is None:
                     self._away(live, now)
+        return out
 
     def _detach(self, live: Live, now: float) -> None:
         live.follower = None

@@ -154,7 +154,10 @@ class Moving:
     def open_timed_out(self) -> None:
         """The session's open went unanswered for too long (its replicator was lost while it
         was asked, say): CONNACK 3, server unavailable — the client connects again."""
-        if not self.connected and self.closed is None:
+        if self._resume_only and not self.connected:  # none it could resume: without one
+            self._opening = 0
+            self._without_session()
+        elif not self.connected and self.closed is None:
             self._lost("not opened in time (its replicator did not answer)", True)
 
     def _lost(self, reason: str, retry: bool) -> None:

@@ -178,7 +178,10 @@ class MqttSession(Filtering, Moving, Delivering):
         if self.v5:
             interval = p.prop(connect.props, p.SESSION_EXPIRY, 0)
             self._resume_only = (
-                interval == 0 and not connect.clean_session and bool(connect.client_id)
+                interval == 0
+                and not connect.clean_session
+                and bool(connect.client_id)
+                and not assigned
             )
             self.persistent = interval > 0 or self._resume_only
             self._keep(interval)
@@ -254,7 +257,7 @@ class MqttSession(Filtering, Moving, Delivering):
             name = session_name(self.connect.client_id)
             return [m.SessionControl("discard", name, req=self._req)]
         if self._resume_only:
-            return [self._open(None, create=False)]
+            return [self._open(None)]
         return [self._open(None, fallback=self._session_subs())]
 
     def _open(self, subs: list | None, req: int = 0, **more) -> m.SessionOpen:
@@ -262,6 +265,8 @@ class MqttSession(Filtering, Moving, Delivering):
         its expiry as this connection has it (one it only resumes: as it was, for it ends as
         the connection closes)."""
         more.setdefault("expiry", None if self._resume_only else float(self.expiry))
+        if self._resume_only:  # (a reopen after a move too: never made, and it ends with us)
+            more.update(create=False, ends=True)
         return m.SessionOpen(self.name, subs, req=req or self._req, **more)
 
     def take_pending(self) -> list:
@@ -359,16 +364,14 @@ class MqttSession(Filtering, Moving, Delivering):
                 "a DISCONNECT's Session Expiry Interval over 0 after a CONNECT's 0",
                 p.PROTOCOL_ERROR,
             )
-        if self._resume_only:  # it ends as the connection closes (``_leave`` says so)
-            pass
-        elif interval is None or not self.persistent:
-            return
-        elif interval == 0:
+        if self._resume_only or interval is None or not self.persistent:
+            return  # (one it only resumed ends as its client leaves: its replicator knows)
+        if interval == 0:
             self._leave = m.SessionLeave(self.name, end=True)
         else:
             self._keep(interval)
             self._leave = m.SessionLeave(self.name, expiry=float(self.expiry))
-        if not will and self._leave is not None:
+        if not will:
             out.append(self._leave)
             self._leave = None  # (said: not again as the connection ends)
 
@@ -430,9 +433,8 @@ class MqttSession(Filtering, Moving, Delivering):
         opened again first, or once the session ends if that comes first (§3.1.3.2.2). A
         session that ends as its client goes (a Session Expiry Interval of 0) has it go now."""
         will = self.connect.will
-        if will is None:  # a resumed session that ends with the connection: it ends now
-            leave, self._leave = self._leave, None
-            return [] if leave is None else [leave]
+        if will is None:
+            return []
         self.connect = msgspec.structs.replace(self.connect, will=None)
         self._req += 1
         attributes = {TOPIC_ATTR: will.topic, QOS_ATTR: will.qos}
@@ -528,6 +530,8 @@ class MqttSession(Filtering, Moving, Delivering):
             self._send(p.PubRec(packet_id))
 
     def _opened(self, msg: m.SessionOpened) -> None:
+        if msg.name != self.name:  # answered after it connected without it (``_resume_only``)
+            return
         self._exists = True
         whole = False
         if self.connected and self._store and msg.store != self._store:
@@ -552,8 +556,6 @@ class MqttSession(Filtering, Moving, Delivering):
             self._had = {e for e in msg.rel if e > 0}  # replayed, they are not sent again
             self._kept_filters(msg)
             self._acked = self._sent_epoch = msg.start
-            if self._resume_only:
-                self._leave = m.SessionLeave(self.name, end=True)
             self._connected(not msg.created)
             for packet_id in self._owed:
                 self._send(p.PubRel(packet_id))

@@ -205,6 +205,13 @@ class MqttListener:
             return
         if old is not None:  # §3.1.4: the new connection takes over
             server.log.info("MQTT client %s connected again: closing its old connection", client_id)
+            old_id = getattr(old, "conn_id", None)
+            if not connect.clean_session and old_id is not None and old.session.name:
+                # its client is back in the session (Clean Start ends it: the old one's will
+                # goes then): a will with a delay never goes, and the session does not end
+                old.session.taken_over = True
+                now = trio.current_time()
+                await server._dispatch(server.sessions.taken_over(old_id, old.session.name, now))
             old.close_after(b"", "taken over by a new connection with the same client id", 1.0)
         session = MqttSession(
             connect,

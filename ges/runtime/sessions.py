@@ -46,6 +46,10 @@ ASK_WAIT = 5.0
 #: Seconds an MQTT clean session's CONNACK waits at most for the persistent session its client
 #: id had to be found (then it connects, and the broker logs that it could not tell).
 DISCARD_WAIT = 2.0
+#: What an open's client becomes once it has gone before the answer (a leave follows the
+#: answer), or once it was taken over here by a new connection (nothing follows: the new one's
+#: open, on the same follow connection, takes the session).
+_LEFT, _TAKEN = -1, -2
 #: Seconds to wait for a follow connection to a replicator to open.
 FOLLOW_CONNECT_WAIT = 5.0
 #: Seconds between keepalives on a follow connection (as a client library's).
@@ -222,7 +226,10 @@ class SessionDesk:
         if msg.replicator in reps:
             rep = msg.replicator
         else:
-            rep, why = await self._find(msg.name)
+            rep, why = None, f"the replicators did not answer within {DISCARD_WAIT:g}s"
+            # one it would only resume (never make) waits no longer than a discard would
+            with trio.move_on_after(DISCARD_WAIT if not msg.create else float("inf")):
+                rep, why = await self._find(msg.name)
             if why is not None:  # the client may try again
                 return [ToClient(conn_id, m.SessionClosed(msg.name, why, retry=True))]
             if rep is None:
@@ -290,14 +297,28 @@ class SessionDesk:
         """A client of this broker went: its sessions stay, and go on storing."""
         held = self._held.pop(conn_id, {})
         out: list = []
-        for follow in self._follows.values():  # opens it was waiting for: nobody waits now
+        for follow in self._follows.values():  # asks it was waiting for: nobody waits now
             for req in [r for r, ask in follow.asks.items() if ask[0] == conn_id]:
-                del follow.asks[req]
+                if follow.asks[req][3] is None:
+                    del follow.asks[req]
+                else:  # an open: a session it opens is left as soon as it is open
+                    follow.asks[req][0] = _LEFT
         for name, rep in held.items():
             out += self._leave(conn_id, rep, m.SessionLeave(name), now)
         if self.server.is_follower(conn_id) and self.core.replicator is not None:
-            self.core.replicator.follower_closed(conn_id, now)
+            out += self.core.replicator.follower_closed(conn_id, now)
         return out
+
+    def taken_over(self, conn_id: int, name: str, now: float) -> list:
+        """Client ``conn_id`` of this broker is taken over by a new connection of its client
+        here (MQTT, §3.1.4), before that one asks for session ``name``: the session is left
+        as its client being back (``SessionLeave.back``: not ended, whatever it was opened
+        for), and nothing of the old connection's leaving reaches its replicator later."""
+        for follow in self._follows.values():  # an open not answered yet: nothing follows it
+            for ask in follow.asks.values():
+                if ask[0] == conn_id and ask[3] == name:
+                    ask[0] = _TAKEN
+        return self.leave(conn_id, m.SessionLeave(name, back=True), now)
 
     def reaches(self, conn_id: int, name: str) -> bool:
         """Client ``conn_id`` holds session ``name`` (it streams to it) and its replicator can
@@ -450,7 +471,8 @@ class SessionDesk:
             del follow.asks[msg.req]
             if kind is m.SessionOpened:  # streams to this client from now on
                 if not self.server.is_client(client):  # it left before the answer
-                    self._send(follow, m.SessionLeave(msg.name))
+                    if client != _TAKEN:
+                        self._send(follow, m.SessionLeave(msg.name))
                     return []
                 follow.sessions[msg.name] = client
                 self._held.setdefault(client, {})[msg.name] = follow.replicator

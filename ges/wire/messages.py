@@ -630,6 +630,10 @@ class SessionOpen(_Msg):
     #: ``sessions.expire_after`` says; None: as it was) — an MQTT 5.0 client's Session Expiry
     #: Interval
     expiry: float | None = None
+    #: it ends as this client leaves, however that comes about: its connection closed, its
+    #: broker's follow connection lost (an MQTT 5.0 client that resumed it without Clean Start
+    #: and with no Session Expiry Interval, §3.1.2.11.2)
+    ends: bool = False
 
 
 class SessionOpened(_Msg):
@@ -727,6 +731,9 @@ class SessionLeave(_Msg):
     end: bool = False
     will: Event | None = None
     will_delay: float = 0.0
+    #: its client is back on another connection of the same broker (an MQTT takeover): the
+    #: session outlives this one, even if it was opened to end with it (``SessionOpen.ends``)
+    back: bool = False
 
 
 class SessionClosed(_Msg):

@@ -296,6 +296,32 @@ def test_a_second_open_takes_the_session_over_and_tells_the_first(rig):
     assert [o.conn for o in outs][:2] == [1, 2]
 
 
+def test_a_resumed_session_opened_to_end_with_its_client_ends_however_it_leaves(rig):
+    """``SessionOpen.ends`` (an MQTT 5.0 client resuming without Clean Start or an interval,
+    §3.1.2.11.2): any leave of its follower ends it, and so does the loss of the connection
+    it follows on; a leave saying the client is back here (``back``, a takeover on the same
+    follow connection) does not, nor does a later open without it, nor anyone else's leave."""
+    for how in ("leave", "lost"):
+        rig.open(1)
+        outs = rig.open(1, subs=None, create=False, ends=True)
+        assert opened(outs, 1).created is False
+        if how == "leave":
+            rig.feed(rig.rep.leave(1, m.SessionLeave("alice"), rig.now))
+        else:
+            rig.feed(rig.rep.follower_closed(1, rig.now))
+        assert "alice" not in rig.rep.sessions and not rig.store.sessions(), how
+        assert "durable session alice ended" in rig.notices[-1]
+    rig.open(1, subs=None if "alice" in rig.rep.sessions else (SUB,))
+    rig.open(1, subs=None, create=False, ends=True)
+    rig.feed(rig.rep.leave(2, m.SessionLeave("alice"), rig.now))  # not its follower
+    rig.feed(rig.rep.leave(1, m.SessionLeave("alice", back=True), rig.now))
+    assert "alice" in rig.rep.sessions  # its client is back on another connection
+    rig.open(1, subs=None, create=False, ends=True)
+    rig.open(1, subs=None)  # a persistent open after it: it outlives its client again
+    rig.feed(rig.rep.follower_closed(1, rig.now))
+    assert "alice" in rig.rep.sessions and rig.rep.sessions["alice"].follower is None
+
+
 def test_after_a_takeover_events_go_only_to_the_new_follower(rig):
     rig.open(1)
     rig.open(2)

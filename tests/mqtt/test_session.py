@@ -798,23 +798,23 @@ def test_mqtt5_without_clean_start_or_expiry_a_session_is_resumed_if_it_exists_a
     makes by default after a first Clean Start. No session is made when there is none."""
     resumed = MqttSession(p.Connect("car", False, 30, level=5))
     (opening,) = resumed.start()
-    assert (opening.name, opening.create, opening.expiry, opening.fallback) == (
-        "mqtt.car", False, None, None
+    assert (opening.name, opening.create, opening.ends, opening.expiry, opening.fallback) == (
+        "mqtt.car", False, True, None, None
     )  # fmt: skip
     assert packets5(resumed) == []  # the CONNACK waits for the answer
     stored_before = m.SessionOpened("mqtt.car", "b1", "s", False, 4, 2, [(2, "mqtt-qos1")], opening.req)  # fmt: skip
     resumed.from_broker(stored_before)
     (ack,) = packets5(resumed)
     assert ack.session_present and resumed.persistent
-    assert resumed.will(7) == [m.SessionLeave("mqtt.car", end=True)]  # the connection ended
-    assert resumed.will(7) == []  # once
-    # a DISCONNECT ends it too, with or without an interval of 0; one over 0 is an error
+    # it ends as the client leaves, however it leaves: its replicator was told so at the open
+    # (test_a_resumed_session_opened_to_end_with_its_client_ends_however_it_leaves), and a
+    # DISCONNECT's interval of 0 says nothing more; one over 0 is a protocol error
+    assert opening.ends and resumed.will(7) == []
     for props in ((), ((p.SESSION_EXPIRY, 0),)):
         s = MqttSession(p.Connect("car", False, 30, level=5))
         (opening,) = s.start()
         s.from_broker(m.SessionOpened("mqtt.car", "b1", "s", False, 0, 0, [], opening.req))
-        assert send5(s, p.Disconnect(p.SUCCESS, props)) == [m.SessionLeave("mqtt.car", end=True)]
-        assert s.will(7) == []
+        assert send5(s, p.Disconnect(p.SUCCESS, props)) == [] and s.closed == "disconnected"
     s = MqttSession(p.Connect("car", False, 30, level=5))
     (opening,) = s.start()
     s.from_broker(m.SessionOpened("mqtt.car", "b1", "s", False, 0, 0, [], opening.req))
@@ -843,6 +843,26 @@ def test_mqtt5_without_clean_start_or_expiry_a_session_is_resumed_if_it_exists_a
     s.from_broker(m.Error("not yours", denied=True, req=opening.req))
     (ack,) = packets5(s)
     assert ack.code == p.CONNACK_5[p.NOT_AUTHORIZED] and s.closed
+
+
+def test_mqtt5_an_assigned_client_id_has_no_session_to_resume():
+    """§3.2.2.3.7: a client id the server made up just now names no session: Clean Start 0
+    with no interval connects at once, with no lookup across the replicators."""
+    cid = "mqtt-b1-0123456789abcdef"
+    s = MqttSession(p.Connect(cid, False, 30, level=5), assigned=cid)
+    assert s.start() == [] and s.connected
+
+
+def test_mqtt5_a_session_only_resumed_is_never_made_by_a_reopen_after_a_move():
+    """Handed over while connected, with a SUBSCRIBE unanswered: the reopen at the replicator it
+    went to carries the filters, and still makes no session if it is gone there."""
+    s = MqttSession(p.Connect("car", False, 30, level=5))
+    (opening,) = s.start()
+    s.from_broker(m.SessionOpened("mqtt.car", "b1", "s", False, 0, 0, [], opening.req))
+    s.receive_data(p.encode(p.Subscribe(1, (("t/#", 1),)), 5))  # unanswered
+    s.from_broker(m.SessionClosed("mqtt.car", "handed over", retry=True, replicator="b2"))
+    (reopen,) = s.reopen()
+    assert reopen.subs and (reopen.create, reopen.ends) == (False, True)
 
 
 def test_mqtt5_user_properties_are_attributes_both_ways():
