@@ -41,6 +41,7 @@ from ges.core.publishing import Publishing
 from ges.core.release import ReleaseRounds
 from ges.core.repair import NackRepair
 from ges.core.replicator import Replicator
+from ges.core.retaining import RETAINED_CONN
 from ges.core.subends import Subends
 from ges.core.subscriptions import Subscriptions
 from ges.core.unicast import Unicast
@@ -461,7 +462,10 @@ class BrokerCore:
             broker=self.id,
             incarnation=str(self.incarnation),
             clients=sum(1 for conn in self.subscriptions.clients if conn >= 0),
-            subscriptions=self.subscriptions.count,
+            # a replicator's own subscription to retained events is no one's (its sessions'
+            # are their clients')
+            subscriptions=self.subscriptions.count
+            - len(self.subscriptions.clients.get(RETAINED_CONN, ())),
             links_up=sorted(self.links_up),
             links_expected=len(self.neighbours),
             events_in=c["events_in"],
