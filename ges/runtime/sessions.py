@@ -48,8 +48,9 @@ ASK_WAIT = 5.0
 DISCARD_WAIT = 2.0
 #: What an open's client becomes once it has gone before the answer (a leave follows the
 #: answer), or once it was taken over here by a new connection (nothing follows: the new one's
-#: open, on the same follow connection, takes the session).
-_LEFT, _TAKEN = -1, -2
+#: open, on the same follow connection, takes the session). Not connection numbers: nothing
+#: is sent to them (``_told``).
+_LEFT, _TAKEN = "left", "taken"
 #: Seconds to wait for a follow connection to a replicator to open.
 FOLLOW_CONNECT_WAIT = 5.0
 #: Seconds between keepalives on a follow connection (as a client library's).
@@ -425,12 +426,12 @@ class SessionDesk:
                     ask[2].set()
                 elif ask[3] is None:  # an ask of what is retained, or an end
                     note = m.Error(f"replicator {rep} unreachable: {why}", req=ask[1])
-                    outs.append(ToClient(ask[0], note))
+                    outs += _told(ask[0], note)
                 else:  # an open waiting for its answer: open it again later
                     note = m.SessionClosed(
                         ask[3], f"replicator {rep} unreachable: {why}", retry=True
                     )
-                    outs.append(ToClient(ask[0], note))
+                    outs += _told(ask[0], note)
             follow.asks.clear()
             with trio.CancelScope(shield=True):
                 await conn.aclose()
@@ -476,7 +477,7 @@ class SessionDesk:
                     return []
                 follow.sessions[msg.name] = client
                 self._held.setdefault(client, {})[msg.name] = follow.replicator
-            return [ToClient(client, msgspec.structs.replace(msg, req=req))]
+            return _told(client, msgspec.structs.replace(msg, req=req))
         if kind is m.SessionClosed:
             client = follow.sessions.pop(msg.name, None)
             if client is not None:
@@ -486,8 +487,14 @@ class SessionDesk:
             for req, ask in list(follow.asks.items()):
                 if ask[2] is None and ask[3] == msg.name:
                     del follow.asks[req]
-                    return [ToClient(ask[0], msg)]
+                    return _told(ask[0], msg)
         return []
+
+
+def _told(client, msg) -> list:
+    """``msg`` for the client an open was asked for; nothing once it has gone (``_LEFT``,
+    ``_TAKEN``)."""
+    return [ToClient(client, msg)] if type(client) is int else []
 
 
 #: What a session's client sends about its stream, taken from its follower only.
