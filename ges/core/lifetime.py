@@ -71,8 +71,7 @@ class Lifetime:
                 due = min(due, away + expiry)
                 continue
             why = f"its client was away for longer than its expiry of {expiry:,.0f} s"
-            out.append(Notice("info", f"durable session {state.name} ended: {why}"))
-            out += self._end(live, now)
+            out += self._end(live, now, why)
         self._expiry_due = due
         return out
 

@@ -448,8 +448,9 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         if msg.back:  # its client is back on another connection of that broker: not ended
             live.ends = False
         if msg.end or (live.ends and live.follower == conn):
-            why = "its client left saying it ends (Session Expiry Interval 0)"
-            return [Notice("info", f"durable session {name} ended: {why}"), *self._end(live, now)]
+            return self._end(
+                live, now, "its client left saying it ends (Session Expiry Interval 0)"
+            )
         if msg.expiry is not None and msg.expiry >= 0:  # (not NaN)
             live.state.expiry = msg.expiry
         self.store.save_session(live.state)
@@ -467,8 +468,7 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         for live in list(self.sessions.values()):
             if live.follower == conn and live.ends:
                 why = "the connection its client was followed on was lost (it was to end then)"
-                out += [Notice("info", f"durable session {live.state.name} ended: {why}")]
-                out += self._end(live, now)
+                out += self._end(live, now, why)
                 continue
             if live.follower == conn:
                 self._detach(live, now)
@@ -526,8 +526,10 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             out += self._end(live, now)
         return [*out, ToClient(conn, m.SessionList([info], req=msg.req))]
 
-    def _end(self, live: Live, now: float) -> list:
-        out = self._publish_will(live, now)  # the session ends before its will's delay
+    def _end(self, live: Live, now: float, why: str = "") -> list:
+        """The session ends (logged with ``why``, if given) and frees what it holds."""
+        out = [Notice("info", f"durable session {live.state.name} ended: {why}")] if why else []
+        out += self._publish_will(live, now)  # the session ends before its will's delay
         state = live.state
         del self.sessions[state.name]
         del self._by_key[state.key]

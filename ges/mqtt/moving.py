@@ -53,7 +53,6 @@ class Moving:
         is told (CONNACK 3 if it waits for one) and disconnected."""
         moving = msg.retry and not msg.ended and bool(msg.replicator or self._moving)
         if self._resume_only and not self.connected and not moving:  # none found to resume
-            self._opening = 0
             self._without_session()
             return
         if msg.ended:  # a will goes now: the session it would wait in is no more
@@ -155,7 +154,6 @@ class Moving:
         """The session's open went unanswered for too long (its replicator was lost while it
         was asked, say): CONNACK 3, server unavailable — the client connects again."""
         if self._resume_only and not self.connected:  # none it could resume: without one
-            self._opening = 0
             self._without_session()
         elif not self.connected and self.closed is None:
             self._lost("not opened in time (its replicator did not answer)", True)

@@ -578,6 +578,7 @@ class MqttSession(Filtering, Moving, Delivering):
     def _without_session(self) -> None:
         """5.0, no Clean Start and a Session Expiry Interval of 0, and no session to resume
         (or none that can be found now): connected without one, as a clean session is."""
+        self._opening = 0
         self._resume_only = self.persistent = False
         self.name = ""
         self._connected(False)
@@ -619,10 +620,10 @@ class MqttSession(Filtering, Moving, Delivering):
             if self._discard:  # not discarded (another's, say): not this one's to end
                 self._discarded()
                 return
-            self._opening = 0
             if self._resume_only and not msg.denied:  # none to resume: a clean one
                 self._without_session()
                 return
+            self._opening = 0
             if msg.denied:
                 self._send(self._connack(p.NOT_AUTHORIZED))
                 self.closed = f"durable session {self.name}: {msg.reason}"

@@ -178,9 +178,7 @@ class SessionDesk:
         nothing = [ToClient(conn_id, m.SessionList([], req=msg.req))]
         if session_name_problem(msg.name) or self._anonymous(conn_id):
             return nothing  # it could not have one
-        rep, why = None, f"the replicators did not answer within {DISCARD_WAIT:g}s"
-        with trio.move_on_after(DISCARD_WAIT):  # a clean session's CONNACK waits no longer
-            rep, why = await self._find(msg.name)
+        rep, why = await self._find(msg.name, DISCARD_WAIT)  # a CONNACK waits no longer
         if rep is None:
             if why is not None:
                 self.log.warning("client %s: session %s not discarded: %s", conn_id, msg.name, why)
@@ -227,10 +225,8 @@ class SessionDesk:
         if msg.replicator in reps:
             rep = msg.replicator
         else:
-            rep, why = None, f"the replicators did not answer within {DISCARD_WAIT:g}s"
             # one it would only resume (never make) waits no longer than a discard would
-            with trio.move_on_after(DISCARD_WAIT if not msg.create else float("inf")):
-                rep, why = await self._find(msg.name)
+            rep, why = await self._find(msg.name, float("inf") if msg.create else DISCARD_WAIT)
             if why is not None:  # the client may try again
                 return [ToClient(conn_id, m.SessionClosed(msg.name, why, retry=True))]
             if rep is None:
@@ -262,9 +258,14 @@ class SessionDesk:
         there, and the holder keeps it)."""
         return msg.operator or self._who(holder)[0] == msg.owner
 
-    async def _find(self, name: str) -> tuple[str | None, str | None]:
+    async def _find(self, name: str, within: float = float("inf")) -> tuple[str | None, str | None]:
         """The replicator holding session ``name`` (None: none does), or why that cannot be
-        told."""
+        told (``within`` seconds have passed, say)."""
+        with trio.move_on_after(within):
+            return await self._lookup(name)
+        return None, f"the replicators did not answer within {within:g}s"
+
+    async def _lookup(self, name: str) -> tuple[str | None, str | None]:
         missing = []
         for rep in replicator_brokers(self.topology, self.id):
             if rep == self.id:
