@@ -54,6 +54,9 @@ HANDSHAKE_TIMEOUT = 5.0
 #: Seconds a frame may take to arrive whole once its first bytes have (a slow sender of one
 #: large frame would otherwise hold its buffer forever).
 FRAME_DEADLINE = 30.0
+#: Seconds the reader has, once a write failed, to read what the peer sent before it went
+#: (:meth:`Connection._write_failed`) before the connection's tasks are cancelled.
+LAST_READ_SECONDS = 1.0
 
 log = logging.getLogger("ges.runtime")
 
@@ -221,7 +224,7 @@ class Connection:
         except BlockingIOError:
             return data
         except OSError as exc:
-            self.close(f"write failed: {exc.strerror or exc}")
+            self._write_failed(f"write failed: {exc.strerror or exc}")
             raise ConnectionClosed(self.label) from None
         return data[written:]
 
@@ -410,7 +413,7 @@ class Connection:
                     self.close(self.close_reason or "closed")
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self.close(f"write failed: {exc or type(exc).__name__}")
+            self._write_failed(f"write failed: {exc or type(exc).__name__}")
 
     # -- receiving ---------------------------------------------------------------------------
 
@@ -557,6 +560,25 @@ class Connection:
     def close(self, reason: str) -> None:
         """Ask the task running this connection to stop; idempotent, the first reason wins.
         What it still had queued is dropped (and given back to its budget)."""
+        self._shut(reason)
+        self.cancel_scope.cancel()
+
+    def _write_failed(self, reason: str) -> None:
+        """The peer is gone (a write failed: it reset the connection, closing it with what we
+        sent unread): nothing more is sent, but what it sent before it went is still read and
+        handled — its last frames, such as the acknowledgement of what it has had, precede its
+        reset in the kernel's buffer, and the reader reaches the end right after them. The
+        connection's tasks are cancelled once the reader has (:meth:`close`), or at most
+        :data:`LAST_READ_SECONDS` later."""
+        if self._closed:
+            return
+        self._shut(reason)
+        scope = self.cancel_scope
+        scope.deadline = min(scope.deadline, trio.current_time() + LAST_READ_SECONDS)
+
+    def _shut(self, reason: str) -> None:
+        """Nothing more is sent: what is queued or held is dropped, and senders that wait are
+        woken (they find it closed)."""
         if self.close_reason is None:
             self.close_reason = reason
         self._release()
@@ -564,7 +586,6 @@ class Connection:
         self._closed = True
         self._ready.set()
         self._room.set()
-        self.cancel_scope.cancel()
 
     def _release(self) -> None:
         if self.budget is not None and not self._closed:

@@ -151,7 +151,7 @@ class TLSStream(trio.abc.Stream):
                 data = read(want)
                 break
             except ssl.SSLWantReadError:
-                if self._outgoing.pending:
+                if self._outgoing.pending and self._broken is None:
                     await self._flush()
                 if self._eof:
                     return b""
@@ -180,8 +180,8 @@ class TLSStream(trio.abc.Stream):
                 chunks.append(more)
                 size += len(more)
             data = b"".join(chunks)
-        if self._outgoing.pending:
-            await self._flush()
+        if self._outgoing.pending and self._broken is None:  # (broken: what the peer sent
+            await self._flush()  # before it went is still read)
         return data
 
     async def aclose(self) -> None:

@@ -4,12 +4,20 @@ among the senders that wait for room, and a write deadline that measures progres
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 import trio
 import trio.testing
 
-from ges.transport.connection import HOLD_BYTES, Budget, Connection
+from ges.transport.connection import (
+    HOLD_BYTES,
+    LAST_READ_SECONDS,
+    Budget,
+    Connection,
+    ConnectionClosed,
+    Watchdog,
+)
 from ges.wire import FrameDecoder, FrameError, decode, encode
 from ges.wire import messages as m
 
@@ -173,3 +181,68 @@ async def test_closing_after_a_last_frame_keeps_the_rest_of_a_frame_partly_writt
         nursery.cancel_scope.cancel()
     assert got == ["x" * 7, "the end"]
     a.close()
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    """Two ends of a real TCP connection on the loopback (a reset is TCP's)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        theirs = socket.create_connection(listener.getsockname())
+        ours, _ = listener.accept()
+    return ours, theirs
+
+
+def _reset_after(theirs: socket.socket, last: bytes) -> None:
+    """The peer sends its last frame and closes with what it was sent unread: a reset, which
+    has reached our end when this returns."""
+    theirs.sendall(last)
+    theirs.close()
+    time.sleep(0.05)
+
+
+@pytest.mark.parametrize("writer", [False, True], ids=["direct-write", "writer-task"])
+async def test_what_a_peer_sent_before_it_reset_is_read_though_a_write_failed_first(writer):
+    """A subscriber acknowledges what it has had and exits with deliveries unread (its kernel
+    resets the connection): the broker's next write fails before its reader has run, and the
+    acknowledgement is still read — a write failure used to cancel the reader, and the
+    subscriber's next resume repeated what it had printed. Nothing is sent after the failure,
+    and the reader ends at the reset."""
+    ours, theirs = _tcp_pair()
+    watchdog = Watchdog()
+    conn = Connection(
+        trio.SocketStream(trio.socket.from_stdlib_socket(ours)), label="c", watchdog=watchdog
+    )
+    assert conn.send_nowait(encode(m.Bye("a delivery the peer never reads")))
+    _reset_after(theirs, encode(m.SessionAck("alice", 41)))
+    got = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watchdog.run)
+        with conn.cancel_scope:
+            if writer:  # a frame queued behind a write that the kernel has not finished
+                conn._enqueue(encode(m.Bye("queued")))
+                await conn.writer()
+            else:
+                with pytest.raises(ConnectionClosed):
+                    conn.send_nowait(encode(m.Bye("another delivery")))
+            assert conn.close_reason.startswith("write failed")
+            with pytest.raises(ConnectionClosed):
+                conn.send_nowait(encode(m.Bye("after the failure")))
+            with trio.fail_after(2):
+                async for batch in conn.read_messages():
+                    got += batch
+        nursery.cancel_scope.cancel()
+    assert got == [m.SessionAck("alice", 41)]
+    assert conn.close_reason.startswith("write failed")
+
+
+async def test_after_a_write_failed_a_reader_that_does_not_end_is_cancelled_within_a_second(
+    autojump_clock,
+):
+    """Past LAST_READ_SECONDS after a write failed, the connection's tasks are cancelled, as a
+    close cancels them at once: a peer cannot keep a dead connection's reader going."""
+    a, _ = trio.testing.memory_stream_pair()
+    conn = Connection(a, label="c")
+    with conn.cancel_scope:
+        conn._write_failed("write failed: reset")
+        await trio.sleep_forever()
+    assert conn.cancel_scope.cancelled_caught
+    assert trio.current_time() == pytest.approx(LAST_READ_SECONDS)

@@ -4,12 +4,17 @@ of what write_nowait encrypted, and ends cleanly either way a peer closes."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 import trio
 
 from ges.security.certs import CertDir, Identity
 from ges.security.tls import context
+from ges.transport.connection import Connection
 from ges.transport.tls import TLSStream
+from ges.wire import encode
+from ges.wire import messages as m
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +117,29 @@ async def test_an_unclean_close_ends_the_stream_and_a_foreign_ca_fails_the_hands
         with pytest.raises(trio.BrokenResourceError) as info:
             await stranger.do_handshake()
     assert info.value.__cause__.reason == "CERTIFICATE_VERIFY_FAILED"
+
+
+async def test_what_a_peer_sent_before_it_reset_is_read_though_a_write_failed_first(contexts):
+    """Over TLS as over a plain socket (tests/transport/test_connection.py): a peer's last
+    frame before it reset the connection is read after the write that found the reset."""
+    server_ctx, client_ctx, _ = contexts
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        theirs = trio.socket.from_stdlib_socket(socket.create_connection(listener.getsockname()))
+        ours = trio.socket.from_stdlib_socket(listener.accept()[0])
+    server = TLSStream(trio.SocketStream(ours), server_ctx, server_side=True)
+    client = TLSStream(trio.SocketStream(theirs), client_ctx, server_side=False)
+    await handshake(server, client)
+    conn = Connection(server, label="c")
+    await server.send_all(b"x" * 1000)  # never read by the peer
+    await client.send_all(encode(m.SessionAck("alice", 41)))
+    theirs.close()  # a reset: what it was sent is unread
+    await trio.sleep(0.05)
+    got = []
+    with conn.cancel_scope:
+        conn._enqueue(encode(m.Bye("a delivery")))
+        await conn.writer()
+        assert conn.close_reason.startswith("write failed")
+        with trio.fail_after(2):
+            async for batch in conn.read_messages():
+                got += batch
+    assert got == [m.SessionAck("alice", 41)]
