@@ -28,6 +28,7 @@ from ges.security.tls import peer_identity
 from ges.transport.connection import (
     Connection,
     ConnectionClosed,
+    probe_when_silent,
 )
 from ges.transport.tls import TLSStream
 from ges.wire import DEFAULT_MAX_FRAME, FrameError, encode
@@ -124,6 +125,7 @@ class Admission:
                     )
                     continue
                 self.server._opening += 1
+                probe_when_silent(stream.socket, self.server.tcp_keepalive)
                 if self.server.tls_accept is not None:  # the handshake runs with the first read
                     stream = TLSStream(stream, self.server.tls_accept, server_side=True)
                 self.server._nursery.start_soon(handle, stream)

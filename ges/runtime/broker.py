@@ -57,6 +57,7 @@ from ges.topology import Topology, broker_order_key
 from ges.transport.connection import (
     FRAME_DEADLINE,
     MAX_QUEUED_BYTES,
+    TCP_KEEPALIVE,
     Budget,
     Connection,
     ConnectionClosed,
@@ -221,6 +222,8 @@ class BrokerServer:
         self.backoff = (BACKOFF_FIRST, BACKOFF_MAX)
         self.client_write_deadline = CLIENT_WRITE_DEADLINE
         self.frame_deadline = FRAME_DEADLINE
+        #: TCP keepalive of accepted connections: seconds silent, between probes, and probes
+        self.tcp_keepalive = TCP_KEEPALIVE
         #: flow control and slow consumers (the constants above)
         self.pause_publishing_bytes = PAUSE_PUBLISHING_BYTES
         self.resume_publishing_bytes = RESUME_PUBLISHING_BYTES

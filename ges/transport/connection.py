@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 from collections import deque
 
 import trio
@@ -58,7 +59,25 @@ FRAME_DEADLINE = 30.0
 #: (:meth:`Connection._write_failed`) before the connection's tasks are cancelled.
 LAST_READ_SECONDS = 1.0
 
+#: TCP keepalive on accepted connections (:func:`probe_when_silent`): after this many seconds
+#: of silence the kernel probes the peer, every interval seconds, and fails the connection
+#: after count probes unanswered — about two minutes for a peer whose host vanished (powered
+#: off, or behind a NAT that forgot it), even one whose protocol asks for no keepalive (MQTT's
+#: 0), whose slot would otherwise be held until a write to it failed.
+TCP_KEEPALIVE = (60, 10, 6)
+
 log = logging.getLogger("ges.runtime")
+
+
+def probe_when_silent(sock, keepalive: tuple[int, int, int] = TCP_KEEPALIVE) -> None:
+    """Have the kernel probe ``sock``'s peer when it is silent (:data:`TCP_KEEPALIVE`); where
+    the platform lacks the per-socket settings, its defaults apply."""
+    idle, interval, count = keepalive
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, count)
 
 
 class Budget:

@@ -3,6 +3,9 @@ sends is what the network gets, whatever the order of the answers inside the bro
 
 from __future__ import annotations
 
+import socket
+
+import pytest
 import trio
 
 from ges.client import connect
@@ -350,4 +353,38 @@ async def test_a_takeover_keeps_a_delayed_will_back_unless_it_ends_the_session(t
         with trio.move_on_after(2.5):  # x1's and x2's would have come by now
             more = await packets(watcher, 1)
             raise AssertionError(f"a will after its client came back: {more}")
+        nursery.cancel_scope.cancel()
+
+
+#: Linux's TCP_REPAIR: a socket closed in repair mode goes without a FIN or a reset
+TCP_REPAIR = 19
+
+
+async def test_a_client_whose_host_vanished_is_closed_by_tcp_keepalive_though_it_asked_for_none(
+    tmp_path,
+):
+    """A client with keepalive 0 (no MQTT keepalive: §3.1.2.10) whose host vanishes without a
+    word — powered off, or behind a NAT that forgot it — is found gone by the kernel's keepalive
+    probes on every accepted connection, and its will goes; before, it held its slot until a
+    write to it failed, which for a subscriber to nothing is never."""
+    async with trio.open_nursery() as nursery:
+        topology = topology_on_free_ports(ONE_MQTT)
+        server = BrokerServer(topology, "b1", data_dir=tmp_path / "b1")
+        server.tcp_keepalive = (1, 1, 2)  # silent 1 s, then 2 probes a second apart
+        await nursery.start(server.run)
+        spec = topology.brokers["b1"]
+        watcher = await watching(spec, "w/#")
+        gone = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        will = p.Will("w/gone", b"vanished")
+        await gone.send_all(p.encode(p.Connect("gone", keepalive=0, will=will)))
+        assert await packets(gone, 1) == [p.ConnAck(p.ACCEPTED, False)]
+        try:
+            gone.socket.setsockopt(socket.IPPROTO_TCP, TCP_REPAIR, 1)
+        except PermissionError:
+            pytest.skip("vanishing without a FIN needs CAP_NET_ADMIN (TCP_REPAIR)")
+        gone.socket.close()  # nothing reaches the broker: only its probes find it gone
+        started = trio.current_time()
+        assert await packets(watcher, 1) == [p.Publish("w/gone", b"vanished")]
+        assert 1 <= trio.current_time() - started < 8
+        assert "gone" not in server.mqtt.connected
         nursery.cancel_scope.cancel()
