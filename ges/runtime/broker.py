@@ -517,7 +517,10 @@ class BrokerServer:
 
     def _over_budget(self) -> None:
         """The clients' queues together are over MAX_CLIENT_QUEUES_BYTES: the largest goes."""
-        largest = max(self._clients.values(), key=lambda c: c.queued)
+        open_ = [c for c in self._clients.values() if not c.closing]  # (gone: gave theirs back)
+        if not open_:
+            return
+        largest = max(open_, key=lambda c: c.queued)
         self._slow_consumer(
             largest,
             f"{largest.queued} bytes queued, the most of any client while all of them had over "

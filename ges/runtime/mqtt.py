@@ -373,8 +373,8 @@ class MqttConnection(Connection):
                     break
         if self.close_reason is not None and session.closed is None:
             return  # the peer closed, the read failed, or the keepalive passed
-        if self.closing:  # the broker ends it after a last answer: wait until that is written
-            await trio.sleep_forever()
+        if self._closing and not self._closed:  # the broker ends it after a last answer:
+            await trio.sleep_forever()  # wait until that is written (not if a write failed)
         self.close(session.closed)
 
     def _late(self) -> Exception:

@@ -584,10 +584,12 @@ class Connection:
 
     def _write_failed(self, reason: str) -> None:
         """The peer is gone (a write failed: it reset the connection, closing it with what we
-        sent unread): nothing more is sent, but what it sent before it went is still read and
-        handled — its last frames, such as the acknowledgement of what it has had, precede its
-        reset in the kernel's buffer, and the reader reaches the end right after them. The
-        connection's tasks are cancelled once the reader has (:meth:`close`), or at most
+        sent unread): nothing more is sent, but what it sent before it went is still read — its
+        last frames, such as the acknowledgement of what it has had, precede its reset in the
+        kernel's buffer, and the reader reaches the end right after them. (The broker handles a
+        closing connection's session requests, acknowledgements and leaves among them, and
+        drops its publishes and subscriptions, as for a slow consumer's.) The connection's
+        tasks are cancelled once the reader has ended (:meth:`close`), or at most
         :data:`LAST_READ_SECONDS` later."""
         if self._closed:
             return

@@ -152,7 +152,7 @@ class TLSStream(trio.abc.Stream):
                 break
             except ssl.SSLWantReadError:
                 if self._outgoing.pending and self._broken is None:
-                    await self._flush()
+                    await self._flush_for_reader()
                 if self._eof:
                     return b""
                 raw = await self._receive_raw()
@@ -180,9 +180,15 @@ class TLSStream(trio.abc.Stream):
                 chunks.append(more)
                 size += len(more)
             data = b"".join(chunks)
-        if self._outgoing.pending and self._broken is None:  # (broken: what the peer sent
-            await self._flush()  # before it went is still read)
+        if self._outgoing.pending and self._broken is None:
+            await self._flush_for_reader()
         return data
+
+    async def _flush_for_reader(self) -> None:
+        """What reading made (a TLS 1.3 key update's answer, say) goes out; if the peer is gone,
+        what it sent before it went is still read (the writer finds the stream broken)."""
+        with contextlib.suppress(trio.BrokenResourceError):
+            await self._flush()
 
     async def aclose(self) -> None:
         if self._closed:

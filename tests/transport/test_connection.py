@@ -3,8 +3,8 @@ among the senders that wait for room, and a write deadline that measures progres
 
 from __future__ import annotations
 
+import select
 import socket
-import time
 
 import pytest
 import trio
@@ -191,12 +191,14 @@ def _tcp_pair() -> tuple[socket.socket, socket.socket]:
     return ours, theirs
 
 
-def _reset_after(theirs: socket.socket, last: bytes) -> None:
+def _reset_after(theirs: socket.socket, last: bytes, ours: socket.socket) -> None:
     """The peer sends its last frame and closes with what it was sent unread: a reset, which
-    has reached our end when this returns."""
+    has reached ``ours`` when this returns."""
     theirs.sendall(last)
     theirs.close()
-    time.sleep(0.05)
+    poller = select.poll()
+    poller.register(ours, select.POLLERR)
+    assert poller.poll(2000), "no reset within 2 s"
 
 
 @pytest.mark.parametrize("writer", [False, True], ids=["direct-write", "writer-task"])
@@ -212,7 +214,7 @@ async def test_what_a_peer_sent_before_it_reset_is_read_though_a_write_failed_fi
         trio.SocketStream(trio.socket.from_stdlib_socket(ours)), label="c", watchdog=watchdog
     )
     assert conn.send_nowait(encode(m.Bye("a delivery the peer never reads")))
-    _reset_after(theirs, encode(m.SessionAck("alice", 41)))
+    _reset_after(theirs, encode(m.SessionAck("alice", 41)), ours)
     got = []
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watchdog.run)
@@ -232,6 +234,7 @@ async def test_what_a_peer_sent_before_it_reset_is_read_though_a_write_failed_fi
         nursery.cancel_scope.cancel()
     assert got == [m.SessionAck("alice", 41)]
     assert conn.close_reason.startswith("write failed")
+    ours.close()
 
 
 async def test_after_a_write_failed_a_reader_that_does_not_end_is_cancelled_within_a_second(

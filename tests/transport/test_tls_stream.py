@@ -4,6 +4,7 @@ of what write_nowait encrypted, and ends cleanly either way a peer closes."""
 
 from __future__ import annotations
 
+import select
 import socket
 
 import pytest
@@ -119,9 +120,10 @@ async def test_an_unclean_close_ends_the_stream_and_a_foreign_ca_fails_the_hands
     assert info.value.__cause__.reason == "CERTIFICATE_VERIFY_FAILED"
 
 
-async def test_what_a_peer_sent_before_it_reset_is_read_though_a_write_failed_first(contexts):
-    """Over TLS as over a plain socket (tests/transport/test_connection.py): a peer's last
-    frame before it reset the connection is read after the write that found the reset."""
+async def _reset_pair(contexts):
+    """Our TLS end and the peer's, over real TCP; and a function that makes the peer send its
+    last bytes and vanish with a reset (what it was sent unread), returning once the reset
+    has reached our end."""
     server_ctx, client_ctx, _ = contexts
     with socket.create_server(("127.0.0.1", 0)) as listener:
         theirs = trio.socket.from_stdlib_socket(socket.create_connection(listener.getsockname()))
@@ -129,11 +131,24 @@ async def test_what_a_peer_sent_before_it_reset_is_read_though_a_write_failed_fi
     server = TLSStream(trio.SocketStream(ours), server_ctx, server_side=True)
     client = TLSStream(trio.SocketStream(theirs), client_ctx, server_side=False)
     await handshake(server, client)
-    conn = Connection(server, label="c")
     await server.send_all(b"x" * 1000)  # never read by the peer
-    await client.send_all(encode(m.SessionAck("alice", 41)))
-    theirs.close()  # a reset: what it was sent is unread
-    await trio.sleep(0.05)
+
+    async def reset_after(last: bytes) -> None:
+        await client.send_all(last)
+        theirs.close()
+        poller = select.poll()
+        poller.register(ours.fileno(), select.POLLERR)
+        assert poller.poll(2000), "no reset within 2 s"
+
+    return server, reset_after
+
+
+async def test_what_a_peer_sent_before_it_reset_is_read_though_a_write_failed_first(contexts):
+    """Over TLS as over a plain socket (tests/transport/test_connection.py): a peer's last
+    frame before it reset the connection is read after the write that found the reset."""
+    server, reset_after = await _reset_pair(contexts)
+    conn = Connection(server, label="c")
+    await reset_after(encode(m.SessionAck("alice", 41)))
     got = []
     with conn.cancel_scope:
         conn._enqueue(encode(m.Bye("a delivery")))
@@ -143,3 +158,21 @@ async def test_what_a_peer_sent_before_it_reset_is_read_though_a_write_failed_fi
             async for batch in conn.read_messages():
                 got += batch
     assert got == [m.SessionAck("alice", 41)]
+    await server.aclose()
+
+
+async def test_a_read_that_has_something_to_write_to_a_peer_gone_still_returns_what_it_sent(
+    contexts,
+):
+    """Reading can make TLS data to send (a TLS 1.3 key update's answer, say); when the peer
+    has reset the connection, that write fails — and the read still returns what the peer
+    sent before it went, the stream then broken for the writer."""
+    server, reset_after = await _reset_pair(contexts)
+    await reset_after(b"last words")
+    server._ssl.write(b"made while reading")  # ciphertext waiting for a write
+    assert server._outgoing.pending
+    with trio.fail_after(2):
+        assert await server.receive_some(100) == b"last words"
+    with pytest.raises(trio.BrokenResourceError):
+        await server.send_all(b"more")
+    await server.aclose()
