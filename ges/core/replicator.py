@@ -136,6 +136,8 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         self._catching: dict[str, Replay] | None = None
         self._caught: set[str] = set()
         self._retaining: dict[str, deque] = {}
+        #: asks of what is retained begun (each is a job of the core's work: its key)
+        self._asks_begun = 0
 
     # -- starting ---------------------------------------------------------------------------
 

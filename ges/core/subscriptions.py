@@ -130,6 +130,11 @@ class Subscriptions(Part):
         if key not in self._jobs:
             self._jobs.start(Job(key, body, out, keeps=keeps), 0)
 
+    def begin(self, key: Hashable, body: JobBody, out: list) -> list:
+        """A job of the core's own whose first slice runs now (a small one is done in it):
+        that slice's outputs; the rest in the driver's next slices. ``key`` must be new."""
+        return self._jobs.start(Job(key, body, out, keeps=False), self.work_slice)
+
     @property
     def work_kept(self) -> bool:
         """The last slice of work made objects that stay alive (a profile entered)."""

@@ -32,6 +32,8 @@ replicator reads them back (ges.core.retaining).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import attrs
 
 from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
@@ -162,19 +164,48 @@ class RetainedSet:
     ) -> tuple[list, bool]:
         """The retained events on the topics ``filters`` match, each once, at most
         ``max_bytes`` of them; and whether that is all of them."""
+        answer: list = []
+        for _ in self.finding(filters, answer, max_bytes, max_visits):
+            pass
+        return answer[0], answer[1]
+
+    def finding(
+        self,
+        filters: list[str],
+        answer: list,
+        max_bytes: int = MAX_ANSWER_BYTES,
+        max_visits: int = MAX_VISITS,
+        pause: int = 0,
+    ) -> Iterator[int]:
+        """:meth:`find` in pieces of about ``pause`` levels walked each (a message found counts
+        its bytes too, 8 a level), yielding each piece's; once done, ``answer`` holds the
+        events and whether that is all of them."""
         out: list[m.Event] = []
         seen: set[str] = set()
         size = 0
         budget = [max_visits]
+        piece = 0  # what the piece in progress cost, beyond the levels walked in it
+        walked = max_visits  # the budget when it began
         for f in dict.fromkeys(filters):
-            for kept in self._index.find(f, budget):
-                if kept.event is None or kept.topic in seen:
-                    continue
-                size += event_size(kept.event)
-                if size > max_bytes:
-                    return out, False
-                seen.add(kept.topic)
-                out.append(kept.event)
+            for kept in self._index.find(f, budget, pause):
+                if kept is not None:
+                    if kept.event is None or kept.topic in seen:
+                        continue
+                    grows = event_size(kept.event)
+                    size += grows
+                    if size > max_bytes:
+                        answer[:] = [out, False]
+                        return
+                    seen.add(kept.topic)
+                    out.append(kept.event)
+                    piece += grows >> 3
+                if pause and walked - budget[0] + piece >= pause:
+                    yield walked - budget[0] + piece
+                    walked, piece = budget[0], 0
             if budget[0] <= 0:
-                return out, False
-        return out, True
+                answer[:] = [out, False]
+                return
+            if pause and walked - budget[0] + piece >= pause:  # (many filters that match little)
+                yield walked - budget[0] + piece
+                walked, piece = budget[0], 0
+        answer[:] = [out, True]

@@ -336,19 +336,25 @@ class TopicIndex(_Levels):
         self._prune(path, levels)
         return value
 
-    def find(self, topic_filter: str, budget: list[int] | None = None) -> Iterator:
+    def find(self, topic_filter: str, budget: list[int] | None = None, pause: int = 0) -> Iterator:
         """The values of the topics ``topic_filter`` (a valid filter) matches, depth first;
-        ``budget``: ``[levels]`` the walk may visit, counted down (it stops at 0)."""
+        ``budget``: ``[levels]`` the walk may visit, counted down (it stops at 0). ``pause``:
+        it also yields None each time about that many levels were visited, so that a caller
+        can do a long walk in pieces (one that matches little yields nothing else)."""
         f = topic_filter.split(SEPARATOR)
         n = len(f)
         root = self._root
         stack = [(0, root)]
         if budget is None:
             budget = [1 << 62]
+        due = budget[0] - pause if pause else -(1 << 62)
         while stack:
             budget[0] -= 1
             if budget[0] < 0:
                 return
+            if budget[0] <= due:
+                yield None
+                due = budget[0] - pause
             i, node = stack.pop()
             if i == n:
                 if node.end is not None:
@@ -370,6 +376,9 @@ class TopicIndex(_Levels):
                     budget[0] -= 1
                     if budget[0] < 0:
                         return
+                    if budget[0] <= due:
+                        yield None
+                        due = budget[0] - pause
                     sub = below.pop()
                     if sub.end is not None:
                         yield sub.end
