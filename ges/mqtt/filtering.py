@@ -8,7 +8,8 @@ granted and 5.0 options: option bits and Subscription Identifier (``sub_id_of``)
 ``SessionOpen``, at most ``MAX_SESSION_SUBS`` of them whatever the broker refuses. The changes of one batch of packets are one request;
 the SUBACK or UNSUBACK goes once the broker has the change, and a refused change is undone
 (only what it did). A granted filter then gets what is retained on it (§3.3.1.3), asked of the
-broker one ``RetainedAsk`` at a time (an answer may be megabytes).
+broker one ``RetainedAsk`` at a time (an answer may be megabytes); an answer's messages become
+PUBLISHes ``RETAINED_STEP`` at a time, one step per turn of the driver (``retained_more``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from ges.wire import messages as m
 
 #: The GES subscription holding a clean session's filters.
 SUB_ID = 1
+#: Retained messages of an answer turned into PUBLISHes in one step (~1 ms).
+RETAINED_STEP = 256
 
 
 def _profile_name(sub_id: int) -> str:
@@ -292,12 +295,36 @@ class Filtering:
             qos = self.filters.get(f)
             if qos is not None:
                 tree.add(f, qos | self._options.get(f, 0))
-        for event in msg.events:
-            topic = event.attributes.get(TOPIC_ATTR)
-            if type(topic) is not str:
-                continue
-            found: list = []
-            tree.match(topic, found)
-            if found:
-                granted, _, ids = matched(found, False, False)
-                self._out_publish(topic, event, granted, None, retain=True, ids=ids)
+        self._answering.append([tree, msg.events, 0])
+        self.retained_step()
+
+    @property
+    def retained_more(self) -> bool:
+        """Retained messages of an answer are still to be sent: :meth:`retained_step` sends
+        the next of them (the driver calls it at its next turn)."""
+        return bool(self._answering)
+
+    def retained_step(self) -> None:
+        """Up to RETAINED_STEP more retained messages of the answers in hand become PUBLISHes
+        (an answer may hold thousands: turned into packets at once, one held a broker for
+        tens of milliseconds)."""
+        budget = RETAINED_STEP
+        answering = self._answering
+        while answering and budget > 0:
+            entry = answering[0]
+            tree, events, i = entry
+            j = min(len(events), i + budget)
+            budget -= j - i
+            for event in events[i:j]:
+                topic = event.attributes.get(TOPIC_ATTR)
+                if type(topic) is not str:
+                    continue
+                found: list = []
+                tree.match(topic, found)
+                if found:
+                    granted, _, ids = matched(found, False, False)
+                    self._out_publish(topic, event, granted, None, retain=True, ids=ids)
+            if j < len(events):
+                entry[2] = j
+            else:
+                answering.popleft()

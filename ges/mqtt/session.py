@@ -231,6 +231,8 @@ class MqttSession(Filtering, Moving, Delivering):
         #: one at a time), and the filters the next one is to ask about
         self._retained_asks: dict[int, list[str]] = {}
         self._ask_next: dict[str, None] = {}
+        #: answers whose messages are still to be sent: [their filters' tree, events, next]
+        self._answering: deque[list] = deque()
         #: session acks that arose from the broker's own answers (QoS 0 deliveries taken):
         #: ``take_pending``
         self._pending: list = []

@@ -235,6 +235,7 @@ class MqttListener:
         )
         conn.on_acks = self._acks
         conn.on_move = self._moving
+        conn.on_retained = self._retained_steps
         conn.identity = identity
         self.connected[client_id] = conn
         server._admitted += 1
@@ -265,8 +266,30 @@ class MqttListener:
             return
         for ack in acks:  # each answer goes before the next may wait (the stream's order)
             outs = await self.server.sessions.request(conn_id, ack)
-            if outs:
-                await self.server._dispatch(outs)
+            # (none: an answer may still be in the making, a job of the core's: its worker
+            # wakes here for it)
+            await self.server._dispatch(outs)
+
+    def _retained_steps(self, conn: MqttConnection) -> None:
+        self.server._nursery.start_soon(self._send_retained, conn)
+
+    async def _send_retained(self, conn: MqttConnection) -> None:
+        """The rest of an answer's retained messages, a step at each turn of the loop
+        (ges.mqtt.filtering's ``retained_step``), so that thousands do not hold the broker."""
+        session = conn.session
+        try:
+            while True:
+                await trio.lowlevel.checkpoint()
+                if conn.closing or not session.retained_more:
+                    return
+                session.retained_step()
+                if not conn.send_messages([]):
+                    self.server._slow_consumer(conn, f"over {conn.max_queued} bytes queued")
+                    return
+        except ConnectionClosed:
+            pass
+        finally:
+            conn.retained_stepping = False
 
     def _moving(self, conn: MqttConnection, pause: float) -> None:
         session = conn.session
@@ -322,6 +345,10 @@ class MqttConnection(Connection):
         #: session's move to another replicator goes (``MqttListener._moving``)
         self.on_acks = None
         self.on_move = None
+        #: where the rest of a retained answer goes to be sent a step a turn
+        #: (``MqttListener._send_retained``), and whether that is under way
+        self.on_retained = None
+        self.retained_stepping = False
         self.move_watched = 0  # the last move of its session given a deadline
         #: who the client proved to be (None: --insecure): only they may take its id over
         self.identity = None
@@ -419,6 +446,9 @@ class MqttConnection(Connection):
         acks = session.take_pending()  # QoS 0 deliveries taken: the replicator hears now
         if acks and self.on_acks is not None:
             self.on_acks(self, acks)
+        if session.retained_more and not self.retained_stepping and self.on_retained is not None:
+            self.retained_stepping = True
+            self.on_retained(self)
         return self.send_nowait(out, hold=hold) if out else True
 
     def close_after(self, data: bytes, reason: str, within: float) -> None:

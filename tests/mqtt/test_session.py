@@ -11,7 +11,7 @@ import pytest
 from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR, conjunction_from_wire
 from ges.mqtt import packets as p
 from ges.mqtt.delivering import NO_SUB
-from ges.mqtt.filtering import SUB_ID
+from ges.mqtt.filtering import RETAINED_STEP, SUB_ID
 from ges.mqtt.frames import Malformed, PacketReader
 from ges.mqtt.session import QOS_ATTR, MqttSession, session_name
 from ges.wire import messages as m
@@ -428,6 +428,28 @@ def test_a_retained_publish_carries_retain_and_what_is_retained_follows_a_suback
     s.from_broker(deliver(("a/b", 1)))  # live: RETAIN 0 whatever it was published with
     (live,) = packets_of(s)
     assert not live.retain
+
+
+def test_a_large_retained_answer_becomes_publishes_a_step_at_a_time_in_order():
+    """An answer of thousands of retained messages: RETAINED_STEP of them become PUBLISHes at
+    once, the rest a step per call of the driver (``retained_more``), in the answer's order."""
+    s = opened(p.Connect("c"))
+    (sub,) = send(s, p.Subscribe(1, (("r/#", 0),)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    (ask,) = s.take_pending()
+    s.data_to_send()
+    n = RETAINED_STEP * 3 + 5
+    kept = [m.Event({TOPIC_ATTR: f"r/{i}", RETAIN_ATTR: 1}, b"%d" % i) for i in range(n)]
+    s.from_broker(m.Retained(kept, req=ask.req))
+    got = packets_of(s)
+    assert len(got) == RETAINED_STEP and s.retained_more
+    steps = 0
+    while s.retained_more:
+        s.retained_step()
+        steps += 1
+        got += packets_of(s)
+    assert steps == 3 and [x.payload for x in got] == [b"%d" % i for i in range(n)]
+    assert all(x.retain for x in got)
 
 
 def test_a_resubscribe_asks_again_and_an_unanswerable_ask_sends_nothing():

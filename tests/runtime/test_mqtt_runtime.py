@@ -388,3 +388,37 @@ async def test_a_client_whose_host_vanished_is_closed_by_tcp_keepalive_though_it
         assert 1 <= trio.current_time() - started < 8
         assert "gone" not in server.mqtt.connected
         nursery.cancel_scope.cancel()
+
+
+async def test_thousands_retained_on_a_subscribe_all_arrive_sent_a_step_a_turn(tmp_path):
+    """A SUBSCRIBE whose filter has 1,000 retained messages: the answer's PUBLISHes go a step
+    a turn of the loop (ges.mqtt.filtering's RETAINED_STEP), every one of them once, with
+    RETAIN set."""
+    n = 1000
+    async with trio.open_nursery() as nursery:
+        spec = await one_broker(nursery, tmp_path)
+        publisher = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        kept = b"".join(
+            p.encode(p.Publish(f"r/{i}", b"%d" % i, 1, retain=True, packet_id=i + 1))
+            for i in range(n)
+        )
+        await publisher.send_all(p.encode(p.Connect("pub", keepalive=30)) + kept)
+        assert len(await packets(publisher, n + 1)) == n + 1  # the CONNACK, a PUBACK each
+        with trio.fail_after(20):
+            while True:  # until every one has reached the replicator
+                later = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+                hello = p.encode(p.Connect("later", keepalive=30))
+                await later.send_all(hello + p.encode(p.Subscribe(1, (("r/#", 0),))))
+                reader, got = PacketReader(), []
+                with trio.move_on_after(1):
+                    while len(got) < n + 2:
+                        reader.feed(await later.receive_some(65536))
+                        got += [p.decode(x) for x in reader.packets()]
+                await later.aclose()
+                if len(got) == n + 2:
+                    break
+        assert [type(x) for x in got[:2]] == [p.ConnAck, p.SubAck]
+        assert sorted((x.payload, x.retain) for x in got[2:]) == sorted(
+            (b"%d" % i, True) for i in range(n)
+        )
+        nursery.cancel_scope.cancel()
