@@ -102,6 +102,8 @@ class Delivering:
             granted = max(found, default=-1)
             if granted < 0:
                 return  # a filter just removed
+        if self._live is not None:
+            self._live_topic(topic)
         self._out_publish(topic, event, granted, None)
 
     def _filter_tree(self) -> TopicTree:
@@ -133,6 +135,8 @@ class Delivering:
             # a gap notice MQTT cannot say, nothing for MQTT, or what the client has (PUBREC)
             self._done(epoch)
             return
+        if self._live is not None:
+            self._live_topic(topic)
         self._out_publish(topic, event, granted, epoch)
 
     def _out_publish(

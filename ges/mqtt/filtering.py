@@ -29,6 +29,9 @@ from ges.wire import messages as m
 SUB_ID = 1
 #: Retained messages of an answer turned into PUBLISHes in one step (~1 ms).
 RETAINED_STEP = 256
+#: Topics remembered as delivered live while what is retained is asked or sent (the answer's
+#: older messages for them are skipped); past this many, no more are.
+MAX_LIVE_TOPICS = 65_536
 
 
 def _profile_name(sub_id: int) -> str:
@@ -212,6 +215,9 @@ class Filtering:
                     _less(self._kinds, sub_id_of(*undo[f]))
                 if back is not False:
                     back.add(sub_id_of(*undo[f]))
+        if undo and self._answering:  # §3.10.4: what is retained on them goes no more
+            for entry in self._answering:
+                entry[0] = self._answer_tree(entry[3])
         codes = ()
         if self.v5:  # §3.11.3: whether each was there
             codes = tuple(p.SUCCESS if f in undo else p.NO_SUBSCRIPTION for f in pkt.filters)
@@ -273,6 +279,8 @@ class Filtering:
         self._req += 1
         self._retained_asks[self._req] = filters
         self._pending.append(m.RetainedAsk(filters, req=self._req))
+        if self._live is None:
+            self._live = set()
 
     def _asked_retained(self, req: int) -> list[str] | None:
         """The filters ask ``req`` was for (None: not one); the next ask goes."""
@@ -290,13 +298,24 @@ class Filtering:
         asked = self._asked_retained(msg.req)
         if not asked:
             return
+        self._answering.append([self._answer_tree(asked), msg.events, 0, asked])
+        self.retained_step()
+
+    def _answer_tree(self, asked: list[str]) -> TopicTree:
+        """The filters of an answer's ask that the client still holds, for its messages."""
         tree = TopicTree(remember=False)  # for this answer only
         for f in asked:
             qos = self.filters.get(f)
             if qos is not None:
                 tree.add(f, qos | self._options.get(f, 0))
-        self._answering.append([tree, msg.events, 0])
-        self.retained_step()
+        return tree
+
+    def _live_topic(self, topic: str) -> None:
+        """A live message on ``topic`` goes to the client while what is retained is asked or
+        sent: the answer's for it, older, must not follow it (the client would keep that)."""
+        live = self._live
+        if live is not None and len(live) < MAX_LIVE_TOPICS:
+            live.add(topic)
 
     @property
     def retained_more(self) -> bool:
@@ -310,14 +329,15 @@ class Filtering:
         tens of milliseconds)."""
         budget = RETAINED_STEP
         answering = self._answering
+        live = self._live or ()
         while answering and budget > 0:
             entry = answering[0]
-            tree, events, i = entry
+            tree, events, i, _ = entry
             j = min(len(events), i + budget)
             budget -= j - i
             for event in events[i:j]:
                 topic = event.attributes.get(TOPIC_ATTR)
-                if type(topic) is not str:
+                if type(topic) is not str or topic in live:
                     continue
                 found: list = []
                 tree.match(topic, found)
@@ -328,3 +348,5 @@ class Filtering:
                 entry[2] = j
             else:
                 answering.popleft()
+        if not answering and not self._retained_asks:
+            self._live = None

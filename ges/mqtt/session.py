@@ -231,8 +231,11 @@ class MqttSession(Filtering, Moving, Delivering):
         #: one at a time), and the filters the next one is to ask about
         self._retained_asks: dict[int, list[str]] = {}
         self._ask_next: dict[str, None] = {}
-        #: answers whose messages are still to be sent: [their filters' tree, events, next]
+        #: answers whose messages are still to be sent: [the tree of the filters asked that
+        #: the client holds, events, the next, the filters asked]; the topics delivered live
+        #: while an ask or an answer is in hand (None: none is)
         self._answering: deque[list] = deque()
+        self._live: set[str] | None = None
         #: session acks that arose from the broker's own answers (QoS 0 deliveries taken):
         #: ``take_pending``
         self._pending: list = []
@@ -633,6 +636,8 @@ class MqttSession(Filtering, Moving, Delivering):
                 self._connected(False)
             return
         if self._asked_retained(msg.req) is not None:
+            if not self._answering and not self._retained_asks:
+                self._live = None
             return  # nothing retained is sent (its replicator is unreachable, say)
         if msg.req in self._acks:
             # MQTT 3.1.1 cannot refuse a PUBLISH: it is acknowledged and dropped (the broker

@@ -490,12 +490,17 @@ class BrokerServer:
                 fits = conn.send_nowait(data, hold=hold)
             if hold and conn.holding:
                 self._holding.add(conn)
-            if not fits:
-                self._slow_consumer(conn, f"over {conn.max_queued} bytes queued")
-            elif self._client_budget.used > MAX_CLIENT_QUEUES_BYTES:
-                self._over_budget()
+            self._queued(conn, fits)
         except ConnectionClosed:
             pass
+
+    def _queued(self, conn: Connection, fits: bool) -> None:
+        """What was sent ``conn`` is queued (``fits``: within its bound): a client over its
+        bound is a slow consumer, and over the bound of all clients' the largest is."""
+        if not fits:
+            self._slow_consumer(conn, f"over {conn.max_queued} bytes queued")
+        elif self._client_budget.used > MAX_CLIENT_QUEUES_BYTES:
+            self._over_budget()
 
     async def _to_peer(self, peer: str, frames, now: float) -> None:
         conn = self._peers.get(peer)

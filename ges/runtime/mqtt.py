@@ -283,8 +283,9 @@ class MqttListener:
                 if conn.closing or not session.retained_more:
                     return
                 session.retained_step()
-                if not conn.send_messages([]):
-                    self.server._slow_consumer(conn, f"over {conn.max_queued} bytes queued")
+                fits = conn.send_messages([])
+                self.server._queued(conn, fits)
+                if not fits:
                     return
         except ConnectionClosed:
             pass

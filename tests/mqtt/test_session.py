@@ -452,6 +452,34 @@ def test_a_large_retained_answer_becomes_publishes_a_step_at_a_time_in_order():
     assert all(x.retain for x in got)
 
 
+def test_a_live_message_is_not_followed_by_the_older_retained_one_nor_an_unsubscribed_filter():
+    """While what is retained is asked or sent, a live message on a topic makes the answer's
+    (older) message for it go no more — the client would keep the older; after an UNSUBACK
+    nothing retained goes on the filters it removed (§3.10.4)."""
+    s = opened(p.Connect("c"))
+    (sub,) = send(s, p.Subscribe(1, (("r/#", 0), ("q/#", 0))))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    (ask,) = s.take_pending()
+    s.from_broker(deliver(("r/0", 0)))  # live before the answer came
+    s.data_to_send()
+    n = RETAINED_STEP + 10
+    kept = [m.Event({TOPIC_ATTR: f"r/{i}", RETAIN_ATTR: 1}, b"old") for i in range(n)]
+    kept += [m.Event({TOPIC_ATTR: f"q/{i}", RETAIN_ATTR: 1}, b"old") for i in range(n)]
+    s.from_broker(m.Retained(kept, req=ask.req))
+    first = packets_of(s)
+    assert [x.topic for x in first] == [f"r/{i}" for i in range(1, RETAINED_STEP)]  # not r/0
+    s.from_broker(deliver(("r/300", 0)))  # live while the answer is being sent
+    (unsub,) = send(s, p.Unsubscribe(2, ("q/#",)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=unsub.req))
+    assert [type(x) for x in packets_of(s)] == [p.Publish, p.UnsubAck]
+    while s.retained_more:
+        s.retained_step()
+    rest = [x.topic for x in packets_of(s)]
+    assert rest == [f"r/{i}" for i in range(RETAINED_STEP, n) if i != 300]  # no q/
+    s.from_broker(deliver(("r/5", 0)))  # nothing in hand: nothing to remember
+    assert s._live is None
+
+
 def test_a_resubscribe_asks_again_and_an_unanswerable_ask_sends_nothing():
     s = opened(p.Connect("c"))
     (sub,) = send(s, p.Subscribe(1, (("t", 0),)))
