@@ -25,7 +25,7 @@ one, whichever is later — nothing that either connection acknowledged is deliv
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 
 import attrs
 import msgspec
@@ -136,8 +136,11 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         self._catching: dict[str, Replay] | None = None
         self._caught: set[str] = set()
         self._retaining: dict[str, deque] = {}
-        #: asks of what is retained begun (each is a job of the core's work: its key)
-        self._asks_begun = 0
+        #: asks of what is retained waiting, per connection (round robin), and the bytes of
+        #: their filters each and in all; whether the job answering them is under way
+        self._asks: OrderedDict[int, list] = OrderedDict()
+        self._asks_bytes = 0
+        self._asking = False
 
     # -- starting ---------------------------------------------------------------------------
 
@@ -467,6 +470,7 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         opened to end as their client leaves end (its broker can tell this replicator no
         more: the client is cut); the outputs."""
         out: list = []
+        self._drop_asks(conn)
         for live in list(self.sessions.values()):
             if live.follower == conn and live.ends:
                 why = "the connection its client was followed on was lost (it was to end then)"

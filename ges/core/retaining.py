@@ -35,6 +35,12 @@ MAX_ASK_FILTERS = 1024
 #: broker ~30 ms, and ~100 ms with the PUBLISHes of its answer (ges.mqtt.filtering).
 LEVELS_PER_UNIT = 8
 ASK_PIECE = WORK_SLICE * LEVELS_PER_UNIT
+#: Bytes of filters one connection's asks waiting to be answered may hold (a follow
+#: connection carries one ask at a time for each MQTT client of its broker), and all
+#: connections' together; what a waiting ask costs beyond its filters.
+MAX_WAITING_BYTES = 1 << 20
+MAX_ALL_WAITING_BYTES = 16 << 20
+ASK_OVERHEAD = 64
 
 
 class Retaining:
@@ -198,14 +204,50 @@ class Retaining:
                 break
         if why is not None:
             return [ToClient(conn, m.Error(f"retained messages: {why}", req=msg.req))]
-        answer: list = []
+        size = ASK_OVERHEAD + sum(len(f) for f in msg.filters)
+        waiting = self._asks.get(conn)
+        held = 0 if waiting is None else waiting[1]
+        if held + size > MAX_WAITING_BYTES or self._asks_bytes + size > MAX_ALL_WAITING_BYTES:
+            why = "retained messages: too many asks waiting to be answered; ask again later"
+            return [ToClient(conn, m.Error(why, req=msg.req))]
+        if waiting is None:
+            waiting = self._asks[conn] = [deque(), 0]
+        waiting[0].append(msg)
+        waiting[1] += size
+        self._asks_bytes += size
+        if self._asking:
+            return []  # the job under way answers it in its turn
+        self._asking = True
         out: list = []
+        return self.subscriptions.begin(("retained asks",), self._answering(out), out)
 
-        def body():
-            for levels in self.retained.finding(msg.filters, answer, pause=ASK_PIECE):
-                yield max(1, levels // LEVELS_PER_UNIT)
-            events, complete = answer
-            out.append(ToClient(conn, m.Retained(events, complete, req=msg.req)))
+    def _answering(self, out: list):
+        """The job answering the asks waiting: one at a time, each connection's next in turn,
+        its walk of the index in pieces (``ASK_PIECE`` levels a slice). One walk at a time
+        holds what a walk holds (the nodes still to visit) once; a connection's asks wait
+        within MAX_WAITING_BYTES."""
+        try:
+            while self._asks:
+                conn, waiting = next(iter(self._asks.items()))
+                msg = waiting[0].popleft()
+                size = ASK_OVERHEAD + sum(len(f) for f in msg.filters)
+                waiting[1] -= size
+                self._asks_bytes -= size
+                if waiting[0]:
+                    self._asks.move_to_end(conn)
+                else:
+                    del self._asks[conn]
+                answer: list = []
+                for levels in self.retained.finding(msg.filters, answer, pause=ASK_PIECE):
+                    yield max(1, levels // LEVELS_PER_UNIT)
+                out.append(ToClient(conn, m.Retained(answer[0], answer[1], req=msg.req)))
+                yield 1
+        finally:
+            self._asking = False
 
-        self._asks_begun += 1
-        return self.subscriptions.begin(("retained ask", self._asks_begun), body(), out)
+    def _drop_asks(self, conn: int) -> None:
+        """Connection ``conn`` is gone: its asks waiting go (one being answered is finished; the
+        driver drops its answer)."""
+        waiting = self._asks.pop(conn, None)
+        if waiting is not None:
+            self._asks_bytes -= waiting[1]

@@ -340,55 +340,57 @@ class TopicIndex(_Levels):
         """The values of the topics ``topic_filter`` (a valid filter) matches, depth first;
         ``budget``: ``[levels]`` the walk may visit, counted down (it stops at 0). ``pause``:
         it also yields None each time about that many levels were visited, so that a caller
-        can do a long walk in pieces (one that matches little yields nothing else)."""
+        can do a long walk in pieces (one that matches little yields nothing else).
+
+        The walk keeps, per level it is in, the list of nodes it has still to visit there
+        (their parent's children as it found them), one at a time: a node of 100,000 children
+        is walked in pieces too. The index may change between pieces: a node added since is
+        not seen, one removed is (its value gone: nothing)."""
         f = topic_filter.split(SEPARATOR)
         n = len(f)
         root = self._root
-        stack = [(0, root)]
+        stack: list[list] = [[0, [root], 0]]  # [level of f (-1: below a '#'), nodes, next]
         if budget is None:
             budget = [1 << 62]
         due = budget[0] - pause if pause else -(1 << 62)
         while stack:
+            top = stack[-1]
+            i, nodes, at = top
+            if at == len(nodes):
+                stack.pop()
+                continue
+            top[2] = at + 1
+            node = nodes[at]
             budget[0] -= 1
             if budget[0] < 0:
                 return
             if budget[0] <= due:
                 yield None
                 due = budget[0] - pause
-            i, node = stack.pop()
+            if i < 0:  # below a '#': every topic
+                if node.end is not None:
+                    yield node.end
+                if node.children:
+                    stack.append([-1, list(node.children.values()), 0])
+                continue
             if i == n:
                 if node.end is not None:
                     yield node.end
                 continue
             level = f[i]
-            if level == MANY:
-                if i and node.end is not None:  # 'a/#' matches 'a'
+            if level in (MANY, ONE):
+                if level == MANY and i and node.end is not None:  # 'a/#' matches 'a'
                     yield node.end
                 budget[0] -= len(node.children)
                 if budget[0] < 0:
                     return
-                below = [
-                    child
-                    for name, child in node.children.items()
-                    if not (node is root and name.startswith("$"))
-                ]
-                while below:
-                    budget[0] -= 1
-                    if budget[0] < 0:
-                        return
-                    if budget[0] <= due:
-                        yield None
-                        due = budget[0] - pause
-                    sub = below.pop()
-                    if sub.end is not None:
-                        yield sub.end
-                    below.extend(sub.children.values())
-            elif level == ONE:
-                budget[0] -= len(node.children)
-                for name, child in node.children.items():
-                    if not (node is root and name.startswith("$")):
-                        stack.append((i + 1, child))
+                if node is root:  # '$' topics are not matched by wildcards there
+                    children = [c for k, c in node.children.items() if not k.startswith("$")]
+                else:
+                    children = list(node.children.values())
+                if children:
+                    stack.append([-1 if level == MANY else i + 1, children, 0])
             else:
                 child = node.children.get(level)
                 if child is not None:
-                    stack.append((i + 1, child))
+                    stack.append([i + 1, [child], 0])

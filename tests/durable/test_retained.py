@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import random
 
-from ges.core.retaining import RETAINED_CONN
+from ges.core.retaining import MAX_WAITING_BYTES, RETAINED_CONN
 from ges.durable.retained import OVERHEAD, Kept, RetainedSet
 from ges.durable.store import MemorySessionStore
 from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR
@@ -197,25 +197,38 @@ def test_a_replicator_keeps_what_is_retained_and_answers_asks_for_it():
     assert payloads(answer.events) == [b"21"]
 
 
-def test_a_large_ask_is_answered_in_slices_of_the_cores_work_and_a_small_one_at_once():
-    """Walking 200,000 levels of the index for one SUBSCRIBE held a broker ~30 ms: an ask goes
-    in slices of the core's work (ges.core.work), small ones done in their first."""
+def test_asks_are_answered_in_slices_of_the_cores_work_one_walk_at_a_time_in_turn():
+    """Walking 200,000 levels of the index for one SUBSCRIBE held a broker ~30 ms: asks go in
+    slices of the core's work (ges.core.work) — a small one when nothing waits is done in its
+    first —, one walk at a time, each connection's next in turn; a connection's asks waiting
+    are bounded in bytes (past them: an Error), and go with it."""
     rig = Rig(SOLO_MQTT)
     rig.feed(rig.rep.restore(rig.now))
     for i in range(20_000):
         rig.rep.retained.offer("p", i + 1, ev(f"s/{i % 100}/d/{i}", at=i))
+    (small,) = to(rig.rep.retained_ask(6, m.RetainedAsk(["s/3/d/3"], req=1)), 6)
+    assert payloads(small.events) == [b"x"] and small.complete  # nothing waits: at once
     whole = rig.rep.retained.find(["#"])
     assert to(rig.rep.retained_ask(5, m.RetainedAsk(["#"], req=1)), 5) == []  # not yet
-    assert rig.core.has_work
-    (small,) = to(rig.rep.retained_ask(6, m.RetainedAsk(["s/3/d/3"], req=2)), 6)
-    assert payloads(small.events) == [b"x"] and small.complete  # at once, not behind it
-    slices, answer = 0, []
+    assert rig.rep.retained_ask(5, m.RetainedAsk(["s/+/d/7"], req=2)) == []
+    assert rig.rep.retained_ask(6, m.RetainedAsk(["s/3/d/3"], req=2)) == []
+    assert rig.rep.retained_ask(5, m.RetainedAsk(["s/+/d/8"], req=3)) == []
+    assert rig.rep.retained_ask(7, m.RetainedAsk(["s/4/d/4"], req=1)) == []
+    rig.core.client_closed(7, rig.now)  # its ask waiting goes with it
+    big = "s/+/d/" + "x" * (MAX_WAITING_BYTES - 100)
+    (refused,) = to(rig.rep.retained_ask(6, m.RetainedAsk([big], req=3)), 6)
+    assert type(refused) is m.Error and "too many asks waiting" in refused.reason
+    slices, answers = 0, []
     while rig.core.has_work:
         slices += 1
-        answer += to(rig.core.work(rig.now), 5)
-    (answer,) = answer
-    assert answer.req == 1 and (answer.events, answer.complete) == whole
+        outs = rig.core.work(rig.now)
+        got = [(o.conn, o.msg) for o in outs if type(o.msg) is m.Retained]
+        answers += [(conn, msg.req) for conn, msg in got]
+        for conn, msg in got:
+            if (conn, msg.req) == (5, 1):
+                assert (msg.events, msg.complete) == whole
     assert slices >= 10
+    assert answers == [(5, 1), (5, 2), (6, 2), (5, 3)]  # each connection's next in turn; 7: none
 
 
 def test_a_topology_that_names_no_mqtt_port_keeps_retained_messages_too():
