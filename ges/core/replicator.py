@@ -141,6 +141,7 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         self._asks: OrderedDict[int, list] = OrderedDict()
         self._asks_bytes = 0
         self._asking = False
+        self._walking: int | None = None  # the connection whose ask is being walked
 
     # -- starting ---------------------------------------------------------------------------
 

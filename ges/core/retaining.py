@@ -38,7 +38,7 @@ ASK_PIECE = WORK_SLICE * LEVELS_PER_UNIT
 #: Bytes of filters one connection's asks waiting to be answered may hold (a follow
 #: connection carries one ask at a time for each MQTT client of its broker), and all
 #: connections' together; what a waiting ask costs beyond its filters.
-MAX_WAITING_BYTES = 1 << 20
+MAX_WAITING_BYTES = 4 << 20
 MAX_ALL_WAITING_BYTES = 16 << 20
 ASK_OVERHEAD = 64
 
@@ -238,16 +238,22 @@ class Retaining:
                 else:
                     del self._asks[conn]
                 answer: list = []
+                self._walking = conn
                 for levels in self.retained.finding(msg.filters, answer, pause=ASK_PIECE):
                     yield max(1, levels // LEVELS_PER_UNIT)
-                out.append(ToClient(conn, m.Retained(answer[0], answer[1], req=msg.req)))
-                yield 1
+                    if self._walking is None:  # its connection went
+                        break
+                else:
+                    out.append(ToClient(conn, m.Retained(answer[0], answer[1], req=msg.req)))
+                    yield 1
         finally:
             self._asking = False
+            self._walking = None
 
     def _drop_asks(self, conn: int) -> None:
-        """Connection ``conn`` is gone: its asks waiting go (one being answered is finished; the
-        driver drops its answer)."""
+        """Connection ``conn`` is gone: its asks waiting go, and the walk for one of them ends."""
+        if self._walking == conn:
+            self._walking = None
         waiting = self._asks.pop(conn, None)
         if waiting is not None:
             self._asks_bytes -= waiting[1]

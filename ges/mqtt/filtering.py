@@ -30,8 +30,10 @@ SUB_ID = 1
 #: Retained messages of an answer turned into PUBLISHes in one step (~1 ms).
 RETAINED_STEP = 256
 #: Topics remembered as delivered live while what is retained is asked or sent (the answer's
-#: older messages for them are skipped); past this many, no more are.
-MAX_LIVE_TOPICS = 65_536
+#: older messages for them are skipped); past this many, or these bytes, no more are.
+MAX_LIVE_TOPICS = 16_384
+MAX_LIVE_BYTES = 1 << 20
+LIVE_OVERHEAD = 100
 
 
 def _profile_name(sub_id: int) -> str:
@@ -280,7 +282,7 @@ class Filtering:
         self._retained_asks[self._req] = filters
         self._pending.append(m.RetainedAsk(filters, req=self._req))
         if self._live is None:
-            self._live = set()
+            self._live, self._live_bytes = {}, 0
 
     def _asked_retained(self, req: int) -> list[str] | None:
         """The filters ask ``req`` was for (None: not one); the next ask goes."""
@@ -298,7 +300,7 @@ class Filtering:
         asked = self._asked_retained(msg.req)
         if not asked:
             return
-        self._answering.append([self._answer_tree(asked), msg.events, 0, asked])
+        self._answering.append([self._answer_tree(asked), msg.events, 0, asked, msg.req])
         self.retained_step()
 
     def _answer_tree(self, asked: list[str]) -> TopicTree:
@@ -312,10 +314,16 @@ class Filtering:
 
     def _live_topic(self, topic: str) -> None:
         """A live message on ``topic`` goes to the client while what is retained is asked or
-        sent: the answer's for it, older, must not follow it (the client would keep that)."""
+        sent: the answers to the asks sent so far must not follow it with theirs for it, older
+        (the client would keep that); a later ask's answer may (it was asked after)."""
         live = self._live
-        if live is not None and len(live) < MAX_LIVE_TOPICS:
-            live.add(topic)
+        if live is None:
+            return
+        if topic not in live:
+            if len(live) >= MAX_LIVE_TOPICS or self._live_bytes >= MAX_LIVE_BYTES:
+                return
+            self._live_bytes += len(topic) + LIVE_OVERHEAD
+        live[topic] = self._req
 
     @property
     def retained_more(self) -> bool:
@@ -329,15 +337,15 @@ class Filtering:
         tens of milliseconds)."""
         budget = RETAINED_STEP
         answering = self._answering
-        live = self._live or ()
+        live = self._live or {}
         while answering and budget > 0:
             entry = answering[0]
-            tree, events, i, _ = entry
+            tree, events, i, _, req = entry
             j = min(len(events), i + budget)
             budget -= j - i
             for event in events[i:j]:
                 topic = event.attributes.get(TOPIC_ATTR)
-                if type(topic) is not str or topic in live:
+                if type(topic) is not str or live.get(topic, 0) >= req:
                     continue
                 found: list = []
                 tree.match(topic, found)

@@ -232,10 +232,11 @@ class MqttSession(Filtering, Moving, Delivering):
         self._retained_asks: dict[int, list[str]] = {}
         self._ask_next: dict[str, None] = {}
         #: answers whose messages are still to be sent: [the tree of the filters asked that
-        #: the client holds, events, the next, the filters asked]; the topics delivered live
+        #: the client holds, events, the next, the filters asked, the ask]; the topics delivered live
         #: while an ask or an answer is in hand (None: none is)
         self._answering: deque[list] = deque()
-        self._live: set[str] | None = None
+        self._live: dict[str, int] | None = None  # topic -> the last ask sent then
+        self._live_bytes = 0
         #: session acks that arose from the broker's own answers (QoS 0 deliveries taken):
         #: ``take_pending``
         self._pending: list = []

@@ -229,6 +229,11 @@ def test_asks_are_answered_in_slices_of_the_cores_work_one_walk_at_a_time_in_tur
                 assert (msg.events, msg.complete) == whole
     assert slices >= 10
     assert answers == [(5, 1), (5, 2), (6, 2), (5, 3)]  # each connection's next in turn; 7: none
+    assert to(rig.rep.retained_ask(8, m.RetainedAsk(["#"], req=1)), 8) == []
+    rig.core.work(rig.now)
+    rig.core.client_closed(8, rig.now)  # its walk ends at its next piece, unanswered
+    assert [o for o in rig.core.work(rig.now) if type(o.msg) is m.Retained] == []
+    assert not rig.core.has_work
 
 
 def test_a_topology_that_names_no_mqtt_port_keeps_retained_messages_too():

@@ -480,6 +480,33 @@ def test_a_live_message_is_not_followed_by_the_older_retained_one_nor_an_unsubsc
     assert s._live is None
 
 
+def test_a_live_message_keeps_the_older_retained_one_from_earlier_asks_only():
+    """A live message suppresses the retained message of the asks sent before it, not of one
+    sent after it (a later SUBSCRIBE is owed what is retained on its filters: §3.3.1.3)."""
+    s = opened(p.Connect("c"))
+    (sub,) = send(s, p.Subscribe(1, (("a/#", 0),)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    (first,) = s.take_pending()
+    s.from_broker(m.Retained([], req=first.req))
+    (sub2,) = send(s, p.Subscribe(2, (("r/#", 0),)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub2.req))
+    (second,) = s.take_pending()
+    s.from_broker(deliver(("a/1", 0)))  # live, while the ask for r/# is in hand
+    (sub3,) = send(s, p.Subscribe(3, (("a/+", 0),)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub3.req))
+    assert s.take_pending() == []  # one ask at a time
+    s.from_broker(
+        m.Retained([m.Event({TOPIC_ATTR: "a/1", RETAIN_ATTR: 1}, b"old")], req=second.req)
+    )
+    (third,) = s.take_pending()
+    assert third.filters == ["a/+"]
+    s.data_to_send()
+    s.from_broker(
+        m.Retained([m.Event({TOPIC_ATTR: "a/1", RETAIN_ATTR: 1}, b"kept")], req=third.req)
+    )
+    assert [(x.topic, x.payload, x.retain) for x in packets_of(s)] == [("a/1", b"kept", True)]
+
+
 def test_a_resubscribe_asks_again_and_an_unanswerable_ask_sends_nothing():
     s = opened(p.Connect("c"))
     (sub,) = send(s, p.Subscribe(1, (("t", 0),)))
