@@ -60,8 +60,11 @@ class Subscriptions(Part):
         super().__init__(core)
         #: the time of the slice running now (a job's slices run at different times)
         self.now = 0.0
-        #: (event, subscription) pairs the last :meth:`deliver` matched
+        #: (event, subscription) pairs the last :meth:`deliver` matched, each counted as its
+        #: connection's weight if it has one (what handing it on costs against an ordinary
+        #: delivery: a replicator's retained messages, ges.core.retaining)
         self.pairs = 0
+        self.weights: dict[int, int] = {}
         # conn_id -> {sub_id: Profile}
         self.clients: dict[int, dict[int, Profile]] = {}
         self._client_names: dict[int, str] = {}
@@ -441,6 +444,9 @@ class Subscriptions(Part):
                 if durable is None:
                     durable = []
                 durable.append(((conn, sub_id), matched))
+                weight = self.weights.get(conn)
+                if weight is not None:
+                    self.pairs += (weight - 1) * len(matched)
                 continue
             key = (sub_id, id(matched))
             msg = shared.get(key)

@@ -415,8 +415,8 @@ async def test_thousands_retained_on_a_subscribe_all_arrive_sent_a_step_a_turn(t
                         reader.feed(await later.receive_some(65536))
                         got += [p.decode(x) for x in reader.packets()]
                 await later.aclose()
-                if len(got) == n + 2:
-                    break
+                if len(got) == n + 2 and all(x.retain for x in got[2:]):
+                    break  # (else some came live: the hand-on of the burst was not done)
         assert [type(x) for x in got[:2]] == [p.ConnAck, p.SubAck]
         assert sorted((x.payload, x.retain) for x in got[2:]) == sorted(
             (b"%d" % i, True) for i in range(n)
