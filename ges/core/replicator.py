@@ -136,8 +136,8 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         self._catching: dict[str, Replay] | None = None
         self._caught: set[str] = set()
         self._retaining: dict[str, deque] = {}
-        #: asks of what is retained waiting, per connection (round robin), and the bytes of
-        #: their filters each and in all; whether the job answering them is under way
+        #: asks of what is retained waiting, per connection (round robin: [(ask, bytes), …],
+        #: bytes in all), and in all; whether the job answering them is under way
         self._asks: OrderedDict[int, list] = OrderedDict()
         self._asks_bytes = 0
         self._asking = False

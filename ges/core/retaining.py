@@ -217,7 +217,7 @@ class Retaining:
             return [ToClient(conn, m.Error(why, req=msg.req))]
         if waiting is None:
             waiting = self._asks[conn] = [deque(), 0]
-        waiting[0].append(msg)
+        waiting[0].append((msg, size))
         waiting[1] += size
         self._asks_bytes += size
         if self._asking:
@@ -234,8 +234,7 @@ class Retaining:
         try:
             while self._asks:
                 conn, waiting = next(iter(self._asks.items()))
-                msg = waiting[0].popleft()
-                size = ASK_OVERHEAD + sum(len(f) for f in msg.filters)
+                msg, size = waiting[0].popleft()
                 waiting[1] -= size
                 self._asks_bytes -= size
                 if waiting[0]:

@@ -33,6 +33,7 @@ replicator reads them back (ges.core.retaining).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import chain
 
 import attrs
 
@@ -187,7 +188,8 @@ class RetainedSet:
         piece = 0  # what the piece in progress cost, beyond the levels walked in it
         walked = max_visits  # the budget when it began
         for f in dict.fromkeys(filters):
-            for kept in self._index.find(f, budget, pause):
+            # (None after each filter too: many filters that match little make a piece)
+            for kept in chain(self._index.find(f, budget, pause), (None,)):
                 if kept is not None:
                     if kept.event is None or kept.topic in seen:
                         continue
@@ -205,7 +207,4 @@ class RetainedSet:
             if budget[0] <= 0:
                 answer[:] = [out, False]
                 return
-            if pause and walked - budget[0] + piece >= pause:  # (many filters that match little)
-                yield walked - budget[0] + piece
-                walked, piece = budget[0], 0
         answer[:] = [out, True]

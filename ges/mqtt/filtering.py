@@ -316,9 +316,7 @@ class Filtering:
         """A live message on ``topic`` goes to the client while what is retained is asked or
         sent: the answers to the asks sent so far must not follow it with theirs for it, older
         (the client would keep that); a later ask's answer may (it was asked after)."""
-        live = self._live
-        if live is None:
-            return
+        live = self._live  # (not None: the callers look first, on every delivery)
         if topic not in live:
             if len(live) >= MAX_LIVE_TOPICS or self._live_bytes >= MAX_LIVE_BYTES:
                 return
