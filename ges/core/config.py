@@ -54,6 +54,10 @@ class BrokerConfig:
     #: committed that one step hands on (about 2 ms); the rest follow a slice at a time as the
     #: core's own job (ges.core.publishing), so no commit holds the event loop for long.
     logged_slice: int = 1024
+    #: ... and at most about this many bytes of events (each counted once per destination, as
+    #: ges.wire.messages.event_size counts it): a slice of large events appends no more than
+    #: this to the session store, whose commits the hand-on waits for (ges.runtime.broker).
+    logged_slice_bytes: int = 1 << 20
     #: Seconds a SubAck waits for the keepers' acknowledgements before it is sent anyway.
     suback_wait: float = 5.0
     #: Broker-to-broker hops after which a routed event is dropped (only views that disagree

@@ -225,10 +225,11 @@ class Publishing(Part):
                 out.append(ToClient(h.conn, ack))
             self.counters["duplicates_published"] += h.duplicates
         budget = self.config.logged_slice
+        budget_bytes = self.config.logged_slice_bytes
         n = 0
         passed = 0
         subscriptions = self.subscriptions
-        while n < self._acked and budget > 0:
+        while n < self._acked and budget > 0 and budget_bytes > 0:
             h = held[n]
             events = h.events
             if not events:
@@ -237,6 +238,11 @@ class Publishing(Part):
             left = len(events) - h.sent
             fanout = self._fanout
             k = min(left, CHUNK, max(1, budget // (1 + fanout))) if fanout else 1
+            for i in range(h.sent, h.sent + k):  # ... and of at most the bytes left
+                budget_bytes -= m.event_size(events[i]) * (1 + fanout)
+                if budget_bytes <= 0:
+                    k = i - h.sent + 1
+                    break
             first = h.first + h.sent
             chunk = events if k == len(events) else events[h.sent : h.sent + k]
             items = [m.EventItem(first + i, 0, 0, ev) for i, ev in enumerate(chunk)]

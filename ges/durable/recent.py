@@ -59,9 +59,9 @@ class Recent:
         gap_to: int,
         why: str,
         size: int,
-    ) -> None:
+    ) -> int:
         """The store appended ``item`` as ``epoch`` for ``wants`` ((key, subs) pairs), ``size``
-        bytes encoded."""
+        bytes encoded; returns what holding it counts (whether it is held or not)."""
         size += (
             EVENT_OVERHEAD
             + ATTRIBUTE_OVERHEAD * len(item.event.attributes)
@@ -70,7 +70,7 @@ class Recent:
         if size > self.limit:  # never held: the sessions it is for read it from the file
             for key, _ in wants:
                 self._lose(epoch, key)
-            return
+            return size
         keys = []
         for key, subs in wants:
             held = self._items.get(key)
@@ -90,6 +90,7 @@ class Recent:
                     if not held:
                         del self._items[key]
                     self._lose(old, key)
+        return size
 
     def _lose(self, epoch: int, key: int) -> None:
         """Session ``key`` wants ``epoch``, which is not held (any more)."""

@@ -49,7 +49,7 @@ from ges.runtime.mqtt import MqttListener
 from ges.runtime.notes import RateLimitedLog
 from ges.runtime.pubend_log import LogBounds, SqliteLog, size_on_disk
 from ges.runtime.recording import BrokerRecorder
-from ges.runtime.session_store import SqliteSessionStore
+from ges.runtime.session_store import RECENT_BYTES, SqliteSessionStore
 from ges.runtime.sessions import SESSION_REQUESTS, SessionDesk
 from ges.security.certs import CertDir, Identity
 from ges.security.tls import context
@@ -89,6 +89,14 @@ RESUME_PUBLISHING_BYTES = 128 * 1024 * 1024
 #: commit, the broker reads no more publishes (a publisher that pipelines without a window
 #: goes at the pace of the disk, instead of piling events up in memory behind a slow commit).
 PAUSE_LOG_BYTES = 16 * 1024 * 1024
+#: ... and for the replicator's session store: while this many bytes of events appended for
+#: durable sessions wait for their commit (counted as the store's memory of what it appended
+#: last counts them, ges.durable.recent: encoded, and the objects holding them), the broker
+#: reads no more publishes from clients, nor events from its links. Half that memory, so that
+#: a session that keeps up is streamed from it: unbounded, the groups grew while each was
+#: written (to 74,000 events in bench/peers.py's reliable row), the subscriber fell that far
+#: behind, and each delivery was read back from the file.
+PAUSE_SESSIONS_BYTES = RECENT_BYTES // 2
 #: Seconds a client cut as a slow consumer has to take the Error saying so (after what the
 #: writer is writing), with nothing written meanwhile, before its connection closes anyway.
 LAST_FRAME_WAIT = 2.0
@@ -330,10 +338,25 @@ class BrokerServer:
     def _log_full(self, log) -> bool:
         """No more publishes are read while the log has PAUSE_LOG_BYTES to commit, or has
         committed publishes not yet handed on (a slice at a time: a fan-out's backlog) — the
-        core's log in memory too (reliable delivery with no data directory)."""
+        core's log in memory too (reliable delivery with no data directory) — or while the
+        session store has PAUSE_SESSIONS_BYTES to commit."""
         if log is not None and log.uncommitted > PAUSE_LOG_BYTES:
             return True
+        if self._sessions_full():
+            return True
         return self.core.reliable and self.core.logged_pending
+
+    def _sessions_full(self) -> bool:
+        """The session store has PAUSE_SESSIONS_BYTES of events to commit."""
+        return self._session_commits and self.session_store.uncommitted > PAUSE_SESSIONS_BYTES
+
+    async def _room_for(self, full) -> None:
+        """Wait until ``full()`` is false (a commit, or a hand-on slice, wakes it)."""
+        while full():
+            self._logged_later()  # (what is to be committed has its task awake)
+            if self._log_room.is_set():
+                self._log_room = trio.Event()
+            await self._log_room.wait()
 
     async def _worker(self) -> None:
         """Large requests in slices (ges.core.work): one slice, then everything else that is
@@ -343,6 +366,10 @@ class BrokerServer:
             await self._work_wakeup.wait()
             self._work_wakeup = trio.Event()
             while core.has_work:
+                if core.logged_pending and self._sessions_full():
+                    # the hand-on of publishes appends to the session store: it waits for
+                    # its commits as the reading of publishes does
+                    await self._room_for(self._sessions_full)
                 outs = core.work(trio.current_time())
                 if core.work_kept:
                     freeze_heap()
@@ -593,10 +620,13 @@ class BrokerServer:
                 ):  # flow control: the clients' queues, the log's commits and their hand-on
                     if over_budget:
                         await budget.below(self.resume_publishing_bytes)
-                    while self._log_full(log):
-                        if self._log_room.is_set():
-                            self._log_room = trio.Event()
-                        await self._log_room.wait()
+                    await self._room_for(functools.partial(self._log_full, log))
+                elif (
+                    client is None
+                    and self._sessions_full()
+                    and any(type(msg) is m.Events for msg in batch)
+                ):  # a link's events wait for the session store's commits as publishes do
+                    await self._room_for(self._sessions_full)
                 started = trio.current_time()
                 outs: list = []
                 run: list = []  # a client's publishes read together: handled together

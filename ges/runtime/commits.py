@@ -97,6 +97,7 @@ async def sessions_task(server) -> None:
             server._sessions_wakeup = trio.Event()
             while store.pending:
                 await _commit_group(store)
+                server._log_room.set()  # publishes paused for the store may go on
                 outs = server.core.replicator.on_committed()
                 if outs:
                     await server._dispatch(outs)

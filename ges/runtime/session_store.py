@@ -110,6 +110,11 @@ class SqliteSessionStore:
         self._pending_events: list[tuple] = []
         self._pending_wants: list[tuple] = []
         self._pending_bytes = 0
+        #: the events appended and not yet committed (to come, or in the group being written),
+        #: in bytes as the memory of them counts them (Recent.add): the broker pauses what
+        #: appends while it is large (ges.runtime.broker.PAUSE_SESSIONS_BYTES)
+        self.uncommitted = 0
+        self._pending_held = self._taken_held = 0  # ... of them to come, and being written
         self._saves: dict[str, SessionState | None] = {}
         self._releases: dict[int, int] = {}
         #: per session, the epoch up to which the groups so far release what it held (the
@@ -184,8 +189,10 @@ class SqliteSessionStore:
         body = _encode(item)
         self._pending_events.append((epoch, pubend, body, gap_to, why, item.tick, self.clock()))
         self._pending_wants += [(key, epoch, _encode(subs)) for key, subs in wants]
+        size = self._recent.add(epoch, pubend, item, wants, gap_to, why, len(body))
         self._pending_bytes += len(body)
-        self._recent.add(epoch, pubend, item, wants, gap_to, why, len(body))
+        self._pending_held += size
+        self.uncommitted += size
         return epoch
 
     def read(self, key: int, after: int, limit: int = MAX_READ, max_bytes: int = 1 << 20) -> list:
@@ -303,7 +310,8 @@ class SqliteSessionStore:
         )
         self._pending_events, self._pending_wants, self._saves, self._releases = [], [], {}, {}
         self._tops, self._retains = {}, {}
-        self._pending_bytes = 0
+        self._taken_held += self._pending_held
+        self._pending_bytes = self._pending_held = 0
         self._saved_taken = self._saved
         return group
 
@@ -393,6 +401,8 @@ class SqliteSessionStore:
     def committed_to(self, epoch: int) -> None:
         self._committed = max(self._committed, epoch)
         self._saved_durable = self._saved_taken
+        self.uncommitted -= self._taken_held
+        self._taken_held = 0
 
     @property
     def saved(self) -> int:
