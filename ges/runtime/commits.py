@@ -89,13 +89,17 @@ async def log_task(server) -> None:
 
 async def sessions_task(server) -> None:
     """Group commit of the replicator's store, as :func:`log_task` does for the log; then
-    the core streams what was committed."""
+    the core streams what was committed. Its WAL is checkpointed here too, from a worker
+    thread, between groups (SqliteSessionStore.checkpoint_due)."""
     store = server.session_store
     try:
         while True:
             await server._sessions_wakeup.wait()
             server._sessions_wakeup = trio.Event()
-            while store.pending:
+            while store.pending or store.checkpoint_due:
+                if store.checkpoint_due:  # as the log task does
+                    await trio.to_thread.run_sync(store.checkpoint)
+                    continue
                 await _commit_group(store)
                 server._log_room.set()  # publishes paused for the store may go on
                 outs = server.core.replicator.on_committed()

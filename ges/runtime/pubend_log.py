@@ -112,6 +112,22 @@ def transaction(w: sqlite3.Connection, work, what: str):
     return got
 
 
+def checkpoint(w: sqlite3.Connection, what: str) -> bool:
+    """Copy the WAL of connection ``w`` into its database (PASSIVE: no reader waits for it);
+    whether it copied all of it. After a complete one, a small write to ``w``'s ``meta`` table
+    starts the WAL over: that restart fsyncs the WAL's new header even with
+    ``synchronous=NORMAL``, and whatever wrote next — a commit on the event loop's thread —
+    would pay for it. An SQLite error is an OperationError naming ``what``."""
+    try:
+        busy, frames, done = w.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if busy or frames != done:
+            return False
+        w.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('checkpoint', ?)", (done,))
+    except sqlite3.Error as exc:
+        raise OperationError(f"{what}: {exc}") from None
+    return True
+
+
 class SqliteLog:
     """One pubend's durable log (see the module docstring)."""
 
@@ -365,22 +381,15 @@ class SqliteLog:
         return self._wal >= self.bounds.checkpoint_bytes
 
     def checkpoint(self) -> None:
-        """Copy the WAL into the database (runs in a worker thread). After a complete one, a
-        small write here starts the WAL over: that restart fsyncs the WAL's new header even
-        with ``synchronous=NORMAL``, and the next commit, on the event loop's thread, would pay
-        for it. An incomplete one (a reader in the way) is tried again later."""
+        """Copy the WAL into the database (runs in a worker thread; :func:`checkpoint`). An
+        incomplete one (a reader in the way) is tried again later."""
         try:
             if self._writer is None:
                 self._writer = self._connect()
-            w = self._writer
-            busy, frames, done = w.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            if busy or frames != done:
-                self._wal = self.bounds.checkpoint_bytes // 2
-                return
-            w.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('checkpoint', ?)", (done,))
         except sqlite3.Error as exc:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
-        self._wal = 0
+        done = checkpoint(self._writer, f"pubend log {self.path}")
+        self._wal = 0 if done else self.bounds.checkpoint_bytes // 2
 
     def write_group(self, group: list[tuple]) -> int:
         """Write one group in one transaction (from a worker thread, or on the event loop's

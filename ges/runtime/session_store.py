@@ -29,7 +29,7 @@ from ges.durable.recent import Recent
 from ges.durable.retained import Kept
 from ges.durable.store import MAX_READ, SessionState, page
 from ges.errors import OperationError
-from ges.runtime.pubend_log import transaction
+from ges.runtime.pubend_log import CHECKPOINT_BYTES, COMMIT_OVERHEAD, checkpoint, transaction
 from ges.wire import messages as m
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -50,6 +50,14 @@ INLINE_MAX_BYTES = 256 * 1024
 #: broker more CPU, its hand-off and the GIL shared: a bound of 256 rows cost the persistent
 #: QoS 1 row of bench/peers.py 10-20 % more broker CPU per delivery)
 INLINE_MAX_ROWS = 1024
+
+#: What the WAL is counted to grow by (ges.runtime.pubend_log's estimate, for its checkpoints):
+#: an event row, or a session's want of one, beyond its bytes (rows in epoch order share pages);
+#: a deleted one; and a row written where its key falls (a retained topic, a session), a page
+#: each. Counted high: the WAL's bound holds.
+ROW_WAL = 64
+DELETE_WAL = 128
+PAGE_WAL = 4096
 
 #: The events appended last are kept in memory too, this many bytes of them (as
 #: ges.durable.recent counts them: encoded, and the objects that hold them); a client that
@@ -122,6 +130,9 @@ class SqliteSessionStore:
         self._released_to: dict[int, int] = {}
         self._tops: dict[str, int] = {}
         self._retains: dict[str, Kept | None] = {}  # None: forget it
+        self._retains_bytes = 0  # ... the bytes of those kept
+        #: bytes written to the WAL since the last checkpoint (estimated: ROW_WAL, PAGE_WAL)
+        self._wal = 0
         #: sessions saved so far, up to which the group being written saves them, and up to
         #: which the file has them
         self._saved = self._saved_taken = self._saved_durable = 0
@@ -130,6 +141,10 @@ class SqliteSessionStore:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
+        # SQLite's own checkpoint (an fsync, inside whichever commit crosses its threshold:
+        # 4-7 ms on the event loop's thread, once every dozen commits of retained messages)
+        # is off; the sessions task checkpoints from a worker thread (checkpoint())
+        conn.execute("PRAGMA wal_autocheckpoint=0")
         return conn
 
     # -- the SessionStore interface -------------------------------------------------------------
@@ -262,10 +277,20 @@ class SqliteSessionStore:
 
     def retain(self, kept: Kept) -> None:
         self._saved += 1  # a mark for durable() (the replicator's floor waits for it)
-        self._retains[kept.topic] = kept
+        self._retain_change(kept.topic, kept)
 
     def forget(self, topic: str) -> None:
-        self._retains[topic] = None
+        self._retain_change(topic, None)
+
+    def _retain_change(self, topic: str, kept: Kept | None) -> None:
+        """The next group keeps ``kept`` for ``topic`` (None: forgets it); the bytes of
+        those it keeps are counted as they come (a group may hold thousands)."""
+        old = self._retains.get(topic)
+        if old is not None:
+            self._retains_bytes -= old.size
+        if kept is not None:
+            self._retains_bytes += kept.size
+        self._retains[topic] = kept
 
     def retained(self) -> list[Kept]:
         rows = self._query("SELECT topic, wall_ns, pubend, tick, event FROM retained", ())
@@ -288,28 +313,37 @@ class SqliteSessionStore:
         )
 
     def take_group(self) -> tuple:
-        rows = len(self._pending_events) + len(self._pending_wants) + len(self._saves)
+        added = len(self._pending_events) + len(self._pending_wants)
+        placed = len(self._saves) + len(self._retains)
+        size = self._pending_bytes + self._retains_bytes
+        rows = added + placed
+        deleted = 0
         for key, upto in self._releases.items():
+            before = self._released_to.get(key, 0)
             if upto < 0:  # the whole session: its rows are unknown here
                 rows += INLINE_MAX_ROWS + 1
+                deleted += 2 * max(0, self._last - before)
                 self._released_to.pop(key, None)
             else:  # an event row and a wants row an epoch, at most
-                before = self._released_to.get(key, 0)
-                rows += 2 * max(0, upto - before)
+                deleted += 2 * max(0, upto - before)
                 self._released_to[key] = max(upto, before)
+        rows += deleted
+        wal = COMMIT_OVERHEAD + size + ROW_WAL * added + PAGE_WAL * placed + DELETE_WAL * deleted
         group = (
             self._pending_events,
             self._pending_wants,
             self._saves,
             self._releases,
             self._last,
-            self._pending_bytes,
+            size,
             self._tops,
             self._retains,
             rows,
+            wal,
         )
         self._pending_events, self._pending_wants, self._saves, self._releases = [], [], {}, {}
         self._tops, self._retains = {}, {}
+        self._retains_bytes = 0
         self._taken_held += self._pending_held
         self._pending_bytes = self._pending_held = 0
         self._saved_taken = self._saved
@@ -321,7 +355,7 @@ class SqliteSessionStore:
 
     def write_group(self, group: tuple) -> int:
         """Write one group in one transaction; returns the last epoch it covers."""
-        events, wants, saves, releases, last, _, tops, retains, _ = group
+        events, wants, saves, releases, last, _, tops, retains, _, wal = group
         retained = [
             (k.topic, k.wall_ns, k.pubend, k.tick, None if k.event is None else _encode(k.event))
             for k in retains.values()
@@ -396,7 +430,19 @@ class SqliteSessionStore:
             w.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('last', ?)", (str(last),))
 
         self._transaction(work)
+        self._wal += wal
         return last
+
+    @property
+    def checkpoint_due(self) -> bool:
+        return self._wal >= CHECKPOINT_BYTES
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database (the sessions task, from a worker thread, between
+        groups: ges.runtime.pubend_log.checkpoint). An incomplete one (a reader in the way)
+        is tried again later."""
+        done = checkpoint(self._writer, f"session store {self.path}")
+        self._wal = 0 if done else CHECKPOINT_BYTES // 2
 
     def committed_to(self, epoch: int) -> None:
         self._committed = max(self._committed, epoch)

@@ -230,6 +230,55 @@ def test_sqlite_writes_a_group_on_the_event_loop_only_when_it_is_small(tmp_path)
     s.close()
 
 
+def test_sqlite_writes_many_retained_changes_from_a_worker_thread(tmp_path):
+    """Retained messages kept or cleared are rows too (and their bytes count)."""
+    from ges.runtime.session_store import INLINE_MAX_BYTES, INLINE_MAX_ROWS
+
+    s = SqliteSessionStore(tmp_path / "s.db")
+    for i in range(INLINE_MAX_ROWS + 1):
+        s.retain(Kept(f"t/{i}", i, "p", i, m.Event({"@topic": f"t/{i}", "@retain": 1}, b"x")))
+    assert not s.inline(s.take_group())
+    s.retain(Kept("big", 1, "p", 1, m.Event({"@topic": "big"}, b"x" * INLINE_MAX_BYTES)))
+    assert not s.inline(s.take_group())
+    s.retain(Kept("small", 1, "p", 1, m.Event({"@topic": "small"}, b"x")))
+    assert s.inline(s.take_group())
+    s.close()
+
+
+def test_the_sessions_wal_is_checkpointed_by_its_task_not_inside_a_commit(tmp_path):
+    """SQLite's own checkpoint would fsync inside the commit that crosses its threshold, and a
+    small group commits on the event loop's thread: it is off, the store counts what it
+    wrote to the WAL, and the sessions task checkpoints from a worker thread when that is
+    due — retained messages on random topics counted a page each."""
+    from ges.runtime.pubend_log import CHECKPOINT_BYTES
+
+    path = tmp_path / "s.db"
+    wal = tmp_path / "s.db-wal"
+    s = SqliteSessionStore(path)
+    assert s._writer.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    n = 0
+    while not s.checkpoint_due:
+        for _ in range(64):  # as bench/retained.py's filling: topics all over the index
+            topic = f"home/{n * 7919 % 100_000}/t"
+            s.retain(Kept(topic, n, "p", n, m.Event({"@topic": topic, "@retain": 1}, b"x" * 99)))
+            n += 1
+        s.committed_to(s.write_group(s.take_group()))
+    # counted high: the WAL (everything since the start) is not over what was counted
+    assert wal.stat().st_size <= s._wal and s._wal >= CHECKPOINT_BYTES
+
+    def restarts() -> int:  # the WAL header's checkpoint sequence: +1 each time it starts over
+        return int.from_bytes(wal.read_bytes()[12:16], "big")
+
+    before, grown = restarts(), wal.stat().st_size
+    s.checkpoint()
+    assert not s.checkpoint_due and restarts() == before + 1  # started over in checkpoint()
+    s.retain(Kept("last", n, "p", n, None))
+    s.committed_to(s.write_group(s.take_group()))
+    assert restarts() == before + 1 and wal.stat().st_size == grown  # reused, not grown
+    s.close()
+    assert len(SqliteSessionStore(path).retained()) == n + 1
+
+
 def test_release_drops_that_sessions_records_up_to_the_epoch(store):
     got = [store.append("p~1", item(i, tick=i), [(A, [1])]) for i in range(1, 5)]
     commit(store)
