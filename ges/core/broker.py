@@ -357,6 +357,13 @@ class BrokerCore:
         them out of the garbage collector's full passes)."""
         return self.subscriptions.work_kept
 
+    @property
+    def kept(self) -> int:
+        """Changes so far that keep objects alive outside the core's jobs — the retained
+        messages its replicator took — where :attr:`work_kept` tells of a job's slice."""
+        replicator = self.replicator
+        return 0 if replicator is None else replicator.retained.kept
+
     def work(self, now: float) -> list[Output]:
         """One slice (``config.work_slice`` units) of what is in progress; the outputs."""
         return self.subscriptions.work(now)

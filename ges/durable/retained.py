@@ -101,6 +101,8 @@ class RetainedSet:
         self._cleared: dict[str, None] = {}
         #: clearings let go of to make room, for the store to forget (the caller empties it)
         self.forgotten: list[str] = []
+        #: changes taken so far (each keeps objects alive while its topic's message stands)
+        self.kept = 0
 
     def __len__(self) -> int:
         return len(self._index)
@@ -129,6 +131,7 @@ class RetainedSet:
             kept = attrs.evolve(kept, event=None)
             grows = kept.size - old.size
         self._index.set(topic, kept)
+        self.kept += 1
         self.bytes += grows
         self._cleared.pop(topic, None)
         if kept.event is None:

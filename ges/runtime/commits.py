@@ -50,6 +50,7 @@ def _logged(server) -> list:
     sent on; the rest is the core's own job, ``BrokerServer._worker``), and publishes paused
     for the log may go on."""
     outs = server.core.on_logged(trio.current_time())
+    server._freeze_kept()  # (retained messages it took)
     server._log_room.set()
     if server.core.has_work:  # the rest of a large group, a slice at a time
         server._work_wakeup.set()
