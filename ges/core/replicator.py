@@ -35,7 +35,7 @@ from ges.core.lifetime import RETENTION_EVERY, Lifetime
 from ges.core.outputs import Notice, ToClient
 from ges.core.part import Part
 from ges.core.readback import ReadBack, Replay
-from ges.core.retaining import RETAINED_CONN, Retaining
+from ges.core.retaining import RETAINED_CONN, Retaining, Undurable
 from ges.core.streaming import Streaming
 from ges.core.taking import Taking
 from ges.durable import session_name_problem
@@ -135,7 +135,7 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         self._retained_req = 0
         self._catching: dict[str, Replay] | None = None
         self._caught: set[str] = set()
-        self._retaining: dict[str, deque] = {}
+        self._retaining: dict[str, Undurable] = {}
         #: asks of what is retained waiting, per connection (round robin: [(ask, bytes), …],
         #: bytes in all), and in all; whether the job answering them is under way
         self._asks: OrderedDict[int, list] = OrderedDict()
