@@ -95,7 +95,8 @@ PAUSE_LOG_BYTES = 16 * 1024 * 1024
 #: reads no more publishes from clients, nor events from its links. Half that memory, so that
 #: a session that keeps up is streamed from it: unbounded, the groups grew while each was
 #: written (to 74,000 events in bench/peers.py's reliable row), the subscriber fell that far
-#: behind, and each delivery was read back from the file.
+#: behind, and each delivery was read back from the file. (A link waits at most a quarter of
+#: the failure detector's suspicion time for it, then is read anyway.)
 PAUSE_SESSIONS_BYTES = RECENT_BYTES // 2
 #: Retained messages the replicator takes (ges.core.BrokerCore.kept) after which the broker
 #: freezes its heap (freeze_heap): they live as long as their topics' messages stand, and with
@@ -374,7 +375,9 @@ class BrokerServer:
             while core.has_work:
                 if core.logged_pending and self._sessions_full():
                     # the hand-on of publishes appends to the session store: it waits for
-                    # its commits as the reading of publishes does
+                    # its commits as the reading of publishes does (what it held back for
+                    # clients goes first)
+                    self._flush_held()
                     await self._room_for(self._sessions_full)
                 outs = core.work(trio.current_time())
                 if core.work_kept:
@@ -632,8 +635,12 @@ class BrokerServer:
                     client is None
                     and self._sessions_full()
                     and any(type(msg) is m.Events for msg in batch)
-                ):  # a link's events wait for the session store's commits as publishes do
-                    await self._room_for(self._sessions_full)
+                ):  # a link's events wait for the session store's commits as publishes do,
+                    # for a while: a link not read is a neighbour that seems gone (its
+                    # heartbeats unread), and the store's commit may itself be waiting to
+                    # write to that neighbour
+                    with trio.move_on_after(self.core.config.suspect_after / 4):
+                        await self._room_for(self._sessions_full)
                 started = trio.current_time()
                 outs: list = []
                 run: list = []  # a client's publishes read together: handled together

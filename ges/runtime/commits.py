@@ -98,13 +98,13 @@ async def sessions_task(server) -> None:
             await server._sessions_wakeup.wait()
             server._sessions_wakeup = trio.Event()
             while store.pending or store.checkpoint_due:
-                if store.checkpoint_due:  # as the log task does
-                    await trio.to_thread.run_sync(store.checkpoint)
-                    continue
-                await _commit_group(store)
-                server._log_room.set()  # publishes paused for the store may go on
-                outs = server.core.replicator.on_committed()
-                if outs:
-                    await server._dispatch(outs)
+                if store.pending:  # (what is paused for it waits for no checkpoint first)
+                    await _commit_group(store)
+                    server._log_room.set()  # publishes paused for the store may go on
+                    outs = server.core.replicator.on_committed()
+                    if outs:
+                        await server._dispatch(outs)
+                if store.checkpoint_due:  # one after each group: a steady stream of groups
+                    await trio.to_thread.run_sync(store.checkpoint)  # does not starve it
     finally:
         store.close()

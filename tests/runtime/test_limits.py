@@ -484,3 +484,69 @@ async def test_publishes_wait_for_the_session_store_s_commits(tmp_path, monkeypa
         bound = runtime_broker.PAUSE_SESSIONS_BYTES
         assert bound // 2 < most[0] <= bound + (3 << 20), most[0]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_link_read_waits_for_the_session_store_only_a_while(tmp_path, monkeypatch, caplog):
+    """Events a link brings for a durable session wait while the session store has too much
+    to commit, but a link not read is a neighbour whose heartbeats go unread: with the
+    store's commit stalled for 3 s, the link is read again every quarter of the suspicion
+    time, the neighbour is not suspected, and the session gets every event in order."""
+    import threading
+    import time
+
+    from ges.client import DurableSession
+    from ges.runtime import broker as runtime_broker
+    from ges.runtime.session_store import SqliteSessionStore
+
+    write_group, stalled = SqliteSessionStore.write_group, []
+
+    def stalling_write_group(store, group):
+        if group[0] and not stalled and threading.current_thread() is not threading.main_thread():
+            stalled.append(1)
+            time.sleep(3.0)  # a disk that stops for a while (in the store's worker thread)
+        return write_group(store, group)
+
+    monkeypatch.setattr(SqliteSessionStore, "write_group", stalling_write_group)
+    monkeypatch.setattr(SqliteSessionStore, "inline", staticmethod(lambda group: False))
+    monkeypatch.setattr(runtime_broker, "PAUSE_SESSIONS_BYTES", 1)  # anything waiting: full
+    topology = topology_on_free_ports(
+        {
+            "name": "two",
+            "brokers": {"a": {"unit": "S/c1", "port": 1}, "b": {"unit": "S/c1", "port": 2}},
+            "links": [["a", "b"]],
+            "replicators": [{"unit": "S/c1", "broker": "b"}],
+        }
+    )
+    events = 300
+    async with trio.open_nursery() as nursery:
+        for b in ("a", "b"):
+            await nursery.start(BrokerServer(topology, b, data_dir=tmp_path / b).run)
+        opened = trio.Event()
+        session = DurableSession(
+            topology,
+            "watcher",
+            "b",
+            [m.SessionSub(1, "all", [[m.Constraint("n", "exists")]])],
+            on_move=lambda move: opened.set(),
+        )
+        got = []
+
+        async def take():
+            async with session.running():
+                async for batch in session.batches():
+                    got.extend(d.event.attributes["n"] for d in batch)
+                    if len(got) >= events:
+                        return
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as inner:
+                inner.start_soon(take)
+                await opened.wait()
+                spec = topology.brokers["a"]
+                async with connect(spec.host, spec.port, topology=topology) as pub:
+                    for i in range(0, events, 10):  # through the stall, a publish at a time
+                        await pub.publish([m.Event({"n": i + j}) for j in range(10)])
+                        await trio.sleep(0.015)
+        assert stalled and got == list(range(events))
+        assert not [r for r in caplog.records if "suspected" in r.getMessage()]
+        nursery.cancel_scope.cancel()
