@@ -29,7 +29,7 @@ from ges.durable.recent import Recent
 from ges.durable.retained import Kept
 from ges.durable.store import MAX_READ, SessionState, page
 from ges.errors import OperationError
-from ges.runtime.pubend_log import CHECKPOINT_BYTES, COMMIT_OVERHEAD, checkpoint, transaction
+from ges.runtime.pubend_log import CHECKPOINT_BYTES, checkpoint, transaction
 from ges.wire import messages as m
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -51,13 +51,18 @@ INLINE_MAX_BYTES = 256 * 1024
 #: QoS 1 row of bench/peers.py 10-20 % more broker CPU per delivery)
 INLINE_MAX_ROWS = 1024
 
-#: What the WAL is counted to grow by (ges.runtime.pubend_log's estimate, for its checkpoints):
-#: an event row, or a session's want of one, beyond its bytes (rows in epoch order share pages);
-#: a deleted one; and a row written where its key falls (a retained topic, a session), a page
-#: each. Counted high: the WAL's bound holds.
+#: What the WAL is counted to grow by (as ges.runtime.pubend_log counts it, for checkpoints):
+#: a commit (the pages of the tables and indexes every group touches: 11 for one event), an
+#: event row or a session's want of one beyond its bytes (rows in epoch order share pages), a
+#: deleted one (its pages are written again), a retained topic's row (two pages: where its
+#: key falls in the table and its index) and a session's (three, and its encoded state).
+#: Counted high, against the frames SQLite wrote: the WAL's bound holds.
+PAGE_WAL = 4096
+COMMIT_WAL = 12 * PAGE_WAL
 ROW_WAL = 64
 DELETE_WAL = 128
-PAGE_WAL = 4096
+RETAINED_WAL = 2 * PAGE_WAL
+SESSION_WAL = 3 * PAGE_WAL
 
 #: The events appended last are kept in memory too, this many bytes of them (as
 #: ges.durable.recent counts them: encoded, and the objects that hold them); a client that
@@ -156,6 +161,8 @@ class SqliteSessionStore:
         out = {}
         for name, owner, key, subs, created, acked, retention, handover in rows:
             state = SessionState(name, owner, key, _decode_subs(subs), created, acked)
+            # what it acknowledged was let go of: its first release here counts from there
+            self._released_to.setdefault(key, acked)
             if handover:
                 kept = _decode_handover(handover)
                 state.handover, state.floors = kept.get("handover"), kept.get("floors", {})
@@ -175,6 +182,8 @@ class SqliteSessionStore:
 
     def save_session(self, state: SessionState) -> None:
         self._saved += 1
+        # a session new here wants nothing appended before it (one read back holds its own)
+        self._released_to.setdefault(state.key, self._last)
         self._saves[state.name] = state.copy()
 
     def drop_session(self, state: SessionState) -> None:
@@ -314,9 +323,8 @@ class SqliteSessionStore:
 
     def take_group(self) -> tuple:
         added = len(self._pending_events) + len(self._pending_wants)
-        placed = len(self._saves) + len(self._retains)
         size = self._pending_bytes + self._retains_bytes
-        rows = added + placed
+        rows = added + len(self._saves) + len(self._retains)
         deleted = 0
         for key, upto in self._releases.items():
             before = self._released_to.get(key, 0)
@@ -328,7 +336,9 @@ class SqliteSessionStore:
                 deleted += 2 * max(0, upto - before)
                 self._released_to[key] = max(upto, before)
         rows += deleted
-        wal = COMMIT_OVERHEAD + size + ROW_WAL * added + PAGE_WAL * placed + DELETE_WAL * deleted
+        # (the sessions saved are counted once encoded: write_group)
+        wal = COMMIT_WAL + size + ROW_WAL * added + RETAINED_WAL * len(self._retains)
+        wal += DELETE_WAL * deleted
         group = (
             self._pending_events,
             self._pending_wants,
@@ -362,6 +372,11 @@ class SqliteSessionStore:
             if k is not None
         ]
         forgotten = [(topic,) for topic, k in retains.items() if k is None]
+        dropped = [(name,) for name, state in saves.items() if state is None]
+        saved = [_session_row(state) for state in saves.values() if state is not None]
+        wal += SESSION_WAL * len(saves) + sum(
+            len(r[3]) + len(r[6]) + len(r[7] or b"") for r in saved
+        )
 
         def work(w: sqlite3.Connection) -> None:
             w.executemany(
@@ -373,50 +388,13 @@ class SqliteSessionStore:
             w.executemany("INSERT INTO wants (key, epoch, subs) VALUES (?, ?, ?)", wants)
             w.executemany("INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?)", retained)
             w.executemany("DELETE FROM retained WHERE topic = ?", forgotten)
-            for name, state in saves.items():
-                if state is None:
-                    w.execute("DELETE FROM sessions WHERE name = ?", (name,))
-                else:
-                    retention = (
-                        state.max_events,
-                        state.max_age,
-                        state.trimmed,
-                        state.gaps,
-                        state.dropped,
-                        state.gap_why,
-                    )
-                    w.execute(
-                        "INSERT OR REPLACE INTO sessions"
-                        " (name, key, owner, subs, created, acked, retention, handover)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            name,
-                            state.key,
-                            state.owner,
-                            _encode(state.subs),
-                            state.created,
-                            state.acked,
-                            _encode(retention),
-                            _encode(
-                                {
-                                    "handover": state.handover,
-                                    "floors": state.floors,
-                                    "qos2": sorted(state.qos2),
-                                    "rel": sorted(state.rel),
-                                    "expiry": state.expiry,
-                                    "will": None if state.will is None else _encode(state.will),
-                                    "will_delay": state.will_delay,
-                                }
-                            )
-                            if state.handover
-                            or state.floors
-                            or state.qos2
-                            or state.rel
-                            or state.expiry
-                            or state.will is not None
-                            else None,
-                        ),
-                    )
+            w.executemany("DELETE FROM sessions WHERE name = ?", dropped)
+            w.executemany(
+                "INSERT OR REPLACE INTO sessions"
+                " (name, key, owner, subs, created, acked, retention, handover)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                saved,
+            )
             for key, upto in releases.items():
                 upto = last if upto < 0 else upto
                 # the events only this session still wanted go with its matching records
@@ -469,3 +447,47 @@ class SqliteSessionStore:
     def close(self) -> None:
         for conn in (self._reader, self._writer):
             conn.close()
+
+
+def _session_row(state: SessionState) -> tuple:
+    """The ``sessions`` row of ``state``: name, key, owner, subs, created, acked, retention,
+    handover (the hand-over, floors, QoS 2 marks, expiry and will, if it has any)."""
+    retention = (
+        state.max_events,
+        state.max_age,
+        state.trimmed,
+        state.gaps,
+        state.dropped,
+        state.gap_why,
+    )
+    kept = (
+        state.handover
+        or state.floors
+        or state.qos2
+        or state.rel
+        or state.expiry
+        or state.will is not None
+    )
+    handover = None
+    if kept:
+        handover = _encode(
+            {
+                "handover": state.handover,
+                "floors": state.floors,
+                "qos2": sorted(state.qos2),
+                "rel": sorted(state.rel),
+                "expiry": state.expiry,
+                "will": None if state.will is None else _encode(state.will),
+                "will_delay": state.will_delay,
+            }
+        )
+    return (
+        state.name,
+        state.key,
+        state.owner,
+        _encode(state.subs),
+        state.created,
+        state.acked,
+        _encode(retention),
+        handover,
+    )

@@ -279,6 +279,54 @@ def test_the_sessions_wal_is_checkpointed_by_its_task_not_inside_a_commit(tmp_pa
     assert len(SqliteSessionStore(path).retained()) == n + 1
 
 
+def test_what_a_session_that_keeps_up_writes_to_the_wal_is_counted_high(tmp_path):
+    """Groups of a few events, the release of what was acknowledged and the session saved
+    again (a persistent subscriber keeping up), and now and then a session with many
+    subscriptions saved: the WAL (no checkpoint ran, so it holds every frame written) is not
+    over what the store counted when its checkpoint falls due."""
+    from ges.runtime.pubend_log import CHECKPOINT_BYTES
+
+    s = SqliteSessionStore(tmp_path / "s.db")
+    s.save_session(state("alice", A))
+    groups = 0
+    while not s.checkpoint_due:
+        got = [s.append("p~1", item(i, tick=i, payload=b"x" * 100), [(A, [1])]) for i in range(4)]
+        s.release(A, got[0] - 1)
+        s.save_session(state("alice", A, acked=got[0] - 1))
+        if groups % 50 == 0:
+            big = state("bob", B)
+            big.subs = {i: (f"p{i}", [[m.Constraint("n", "gt", i)]]) for i in range(2000)}
+            s.save_session(big)
+        s.committed_to(s.write_group(s.take_group()))
+        groups += 1
+    assert (tmp_path / "s.db-wal").stat().st_size <= s._wal, groups
+    assert s._wal < 2 * CHECKPOINT_BYTES  # (and not due at the first group)
+    assert groups > 10
+    s.close()
+
+
+def test_a_session_s_first_release_after_a_restart_counts_only_what_it_held(tmp_path):
+    """Its floor is what it had acknowledged: one more acknowledged event is a few rows (on
+    the event loop's thread, no checkpoint due), not every epoch since the store began."""
+    s = SqliteSessionStore(tmp_path / "s.db")
+    s.save_session(state("alice", A))
+    for i in range(3000):
+        s.append("p~1", item(i, tick=i + 1), [(A, [1])])
+    s.release(A, 2998)
+    s.save_session(state("alice", A, acked=2998))
+    s.committed_to(s.write_group(s.take_group()))
+    s.close()
+    s = SqliteSessionStore(tmp_path / "s.db")
+    s.sessions()
+    s.release(A, 2999)
+    group = s.take_group()
+    assert s.inline(group) and not s.checkpoint_due
+    s.committed_to(s.write_group(group))
+    assert not s.checkpoint_due
+    assert epochs(s.read(A, 0)) == [3000]
+    s.close()
+
+
 def test_release_drops_that_sessions_records_up_to_the_epoch(store):
     got = [store.append("p~1", item(i, tick=i), [(A, [1])]) for i in range(1, 5)]
     commit(store)
