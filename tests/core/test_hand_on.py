@@ -33,7 +33,7 @@ class LazyLog(MemoryLog):
         return self.upto
 
 
-def core_with_lazy_log() -> tuple[LazyLog, BrokerCore]:
+def core_with_lazy_log(config: BrokerConfig | None = None) -> tuple[LazyLog, BrokerCore]:
     log = LazyLog()
     core = BrokerCore(
         Topology.from_dict(ONE, source="<t>"),
@@ -41,7 +41,7 @@ def core_with_lazy_log() -> tuple[LazyLog, BrokerCore]:
         incarnation=1,
         reliable=True,
         log=log,
-        config=BrokerConfig(logged_slice=BUDGET),
+        config=config or BrokerConfig(logged_slice=BUDGET),
     )
     return log, core
 
@@ -117,15 +117,7 @@ def test_a_slice_of_large_events_is_bounded_in_bytes_too():
     """Events of 100 KiB, few enough for the deliveries' bound to take them all in one step:
     each step hands on about ``logged_slice_bytes`` of them (an event's bytes once per
     destination), all of them in the end, in order."""
-    log = LazyLog()
-    core = BrokerCore(
-        Topology.from_dict(ONE, source="<t>"),
-        "b1",
-        incarnation=1,
-        reliable=True,
-        log=log,
-        config=BrokerConfig(logged_slice=1024, logged_slice_bytes=1 << 20),
-    )
+    log, core = core_with_lazy_log(BrokerConfig(logged_slice=1024, logged_slice_bytes=1 << 20))
     core.client_open(PUB, "pub")
     core.client_open(1, "sub")
     core.client_message(1, m.Subscribe(1, [[]], "all"), 0.0)

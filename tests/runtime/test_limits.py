@@ -425,13 +425,36 @@ async def test_a_fast_publisher_goes_at_the_pace_of_a_slow_subscriber(one):
         nursery.cancel_scope.cancel()
 
 
+def watcher(topology, broker: str, events: int):
+    """A durable session at ``broker`` subscribed to every event with an ``n``: the list its
+    events' ``n`` go to, an Event set once it is open, and the task that takes ``events``."""
+    from ges.client import DurableSession
+
+    opened, got = trio.Event(), []
+    session = DurableSession(
+        topology,
+        "watcher",
+        broker,
+        [m.SessionSub(1, "all", [[m.Constraint("n", "exists")]])],
+        on_move=lambda move: opened.set(),
+    )
+
+    async def take():
+        async with session.running():
+            async for batch in session.batches():
+                got.extend(d.event.attributes["n"] for d in batch)
+                if len(got) >= events:
+                    return
+
+    return got, opened, take
+
+
 async def test_publishes_wait_for_the_session_store_s_commits(tmp_path, monkeypatch):
     """A durable session kept up with by its replicator, a publisher that pipelines 24 MiB of
     events without waiting for acknowledgements, and a session store that commits slowly: the
     broker stops reading publishes while PAUSE_SESSIONS_BYTES of events wait for the store's
     commit (instead of appending them all, the session falling behind its store's memory of
     what it appended last), and the session gets every event in order."""
-    from ges.client import DurableSession
     from ges.runtime import broker as runtime_broker
     from ges.runtime.session_store import SqliteSessionStore
 
@@ -450,23 +473,7 @@ async def test_publishes_wait_for_the_session_store_s_commits(tmp_path, monkeypa
     events = 24 * 64
     async with trio.open_nursery() as nursery:
         await nursery.start(BrokerServer(topology, "b1", data_dir=tmp_path).run)
-        opened = trio.Event()
-        session = DurableSession(
-            topology,
-            "watcher",
-            "b1",
-            [m.SessionSub(1, "all", [[m.Constraint("n", "exists")]])],
-            on_move=lambda move: opened.set(),
-        )
-        got = []
-
-        async def take():
-            async with session.running():
-                async for batch in session.batches():
-                    got.extend(d.event.attributes["n"] for d in batch)
-                    if len(got) >= events:
-                        return
-
+        got, opened, take = watcher(topology, "b1", events)
         with trio.fail_after(60):
             async with trio.open_nursery() as inner:
                 inner.start_soon(take)
@@ -494,7 +501,6 @@ async def test_a_link_read_waits_for_the_session_store_only_a_while(tmp_path, mo
     import threading
     import time
 
-    from ges.client import DurableSession
     from ges.runtime import broker as runtime_broker
     from ges.runtime.session_store import SqliteSessionStore
 
@@ -521,23 +527,7 @@ async def test_a_link_read_waits_for_the_session_store_only_a_while(tmp_path, mo
     async with trio.open_nursery() as nursery:
         for b in ("a", "b"):
             await nursery.start(BrokerServer(topology, b, data_dir=tmp_path / b).run)
-        opened = trio.Event()
-        session = DurableSession(
-            topology,
-            "watcher",
-            "b",
-            [m.SessionSub(1, "all", [[m.Constraint("n", "exists")]])],
-            on_move=lambda move: opened.set(),
-        )
-        got = []
-
-        async def take():
-            async with session.running():
-                async for batch in session.batches():
-                    got.extend(d.event.attributes["n"] for d in batch)
-                    if len(got) >= events:
-                        return
-
+        got, opened, take = watcher(topology, "b", events)
         with trio.fail_after(30):
             async with trio.open_nursery() as inner:
                 inner.start_soon(take)

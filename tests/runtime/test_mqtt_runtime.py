@@ -390,6 +390,17 @@ async def test_a_client_whose_host_vanished_is_closed_by_tcp_keepalive_though_it
         nursery.cancel_scope.cancel()
 
 
+async def publish_retained(spec, n: int) -> None:
+    """``n`` retained QoS 1 messages on ``r/0`` … (payload the number), each acknowledged."""
+    publisher = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+    kept = b"".join(
+        p.encode(p.Publish(f"r/{i}", b"%d" % i, 1, retain=True, packet_id=i + 1)) for i in range(n)
+    )
+    await publisher.send_all(p.encode(p.Connect("pub", keepalive=30)) + kept)
+    assert len(await packets(publisher, n + 1)) == n + 1  # the CONNACK, a PUBACK each
+    await publisher.aclose()
+
+
 async def test_the_heap_is_frozen_as_retained_messages_are_kept(tmp_path, monkeypatch):
     """Retained messages live as long as their topics' messages stand: the broker takes them
     out of the garbage collector's full passes (freeze_heap) every FREEZE_KEPT kept, as it
@@ -403,13 +414,7 @@ async def test_the_heap_is_frozen_as_retained_messages_are_kept(tmp_path, monkey
     async with trio.open_nursery() as nursery:
         spec = await one_broker(nursery, tmp_path)
         before = len(frozen)  # (a subscription's job may freeze too: not this test's)
-        publisher = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
-        kept = b"".join(
-            p.encode(p.Publish(f"r/{i}", b"%d" % i, 1, retain=True, packet_id=i + 1))
-            for i in range(n)
-        )
-        await publisher.send_all(p.encode(p.Connect("pub", keepalive=30)) + kept)
-        assert len(await packets(publisher, n + 1)) == n + 1  # the CONNACK, a PUBACK each
+        await publish_retained(spec, n)
         with trio.fail_after(10):
             while len(frozen) - before < 3:  # once the replicator has kept them
                 await trio.sleep(0.01)
@@ -426,13 +431,7 @@ async def test_thousands_retained_on_a_subscribe_all_arrive_sent_a_step_a_turn(t
     n = 1000
     async with trio.open_nursery() as nursery:
         spec = await one_broker(nursery, tmp_path)
-        publisher = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
-        kept = b"".join(
-            p.encode(p.Publish(f"r/{i}", b"%d" % i, 1, retain=True, packet_id=i + 1))
-            for i in range(n)
-        )
-        await publisher.send_all(p.encode(p.Connect("pub", keepalive=30)) + kept)
-        assert len(await packets(publisher, n + 1)) == n + 1  # the CONNACK, a PUBACK each
+        await publish_retained(spec, n)
         with trio.fail_after(20):
             while True:  # until every one has reached the replicator
                 later = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
