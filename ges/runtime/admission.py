@@ -256,6 +256,8 @@ class Admission:
 def peer_of(stream) -> str:
     """``host:port`` of a socket stream's peer (for the log)."""
     if isinstance(stream, TLSStream):
+        if stream.peer is not None:
+            return stream.peer
         stream = stream.transport_stream
     try:
         host, port, *_ = stream.socket.getpeername()

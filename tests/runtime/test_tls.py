@@ -164,3 +164,39 @@ async def test_a_handshake_that_never_comes_or_is_garbage_is_bounded_in_time(cha
         async with connect(spec.host, spec.port, topology=chain3, tls=alice) as client:
             assert (await client.stats()).broker == "b1"
         nursery.cancel_scope.cancel()
+
+
+async def test_a_failed_tls_handshake_on_the_mqtt_port_is_logged_with_its_address(tmp_path, caplog):
+    """A client that gives up in the middle of its handshake, resetting the connection (as
+    one that refuses the broker's certificate may): the socket no longer says who it was,
+    and the address logged is the one it had when the connection came."""
+    import socket
+    import struct
+
+    from tests.conftest import topology_on_free_ports
+    from tests.runtime.test_mqtt_runtime import ONE_MQTT
+
+    caplog.set_level(logging.WARNING)
+    topology = topology_on_free_ports(ONE_MQTT)
+    where = CertDir(tmp_path / "certs")
+    where.init(topology.name, {"b1": ()})
+    async with trio.open_nursery() as nursery:
+        await nursery.start(BrokerServer(topology, "b1", certs=where).run)
+        spec = topology.brokers["b1"]
+        quitter = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        host, port, *_ = quitter.socket.getsockname()
+        await quitter.send_all(b"\x16\x03\x01\x02\x00")  # a record header, its body to come
+        await trio.sleep(0.2)
+        quitter.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        quitter.socket.close()  # a reset
+        with trio.fail_after(5):
+            while not (
+                said := [
+                    r.getMessage()
+                    for r in caplog.records
+                    if "refused an MQTT connection" in r.getMessage()
+                ]
+            ):
+                await trio.sleep(0.02)
+        assert f"from {host}:{port}:" in said[0], said
+        nursery.cancel_scope.cancel()
