@@ -48,6 +48,11 @@ MAX_ALL_WAITING_BYTES = 16 << 20
 ASK_OVERHEAD = 64
 
 
+def ask_size(msg: m.RetainedAsk) -> int:
+    """What an ask counts against the bounds on asks waiting (MAX_WAITING_BYTES)."""
+    return ASK_OVERHEAD + sum(len(f) for f in msg.filters)
+
+
 class Undurable:
     """A pubend's retained changes not yet durable, in the order made — (the store's save
     mark, tick) each — and the lowest of their ticks at any time (the ticks of live events
@@ -258,7 +263,7 @@ class Retaining:
                 break
         if why is not None:
             return [ToClient(conn, m.Error(f"retained messages: {why}", req=msg.req))]
-        size = ASK_OVERHEAD + sum(len(f) for f in msg.filters)
+        size = ask_size(msg)
         waiting = self._asks.get(conn)
         held = 0 if waiting is None else waiting[1]
         if held + size > MAX_WAITING_BYTES or self._asks_bytes + size > MAX_ALL_WAITING_BYTES:

@@ -27,11 +27,13 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import deque
 
 import msgspec
 import trio
 
 from ges.core import ToClient
+from ges.core.retaining import MAX_WAITING_BYTES, ask_size
 from ges.durable import home_replicator, replicator_brokers, session_name_problem
 from ges.runtime.admission import MAX_HELLO_FRAME
 from ges.security.access import ANONYMOUS
@@ -55,6 +57,10 @@ _LEFT, _TAKEN = "left", "taken"
 FOLLOW_CONNECT_WAIT = 5.0
 #: Seconds between keepalives on a follow connection (as a client library's).
 KEEPALIVE = 10.0
+#: Bytes of asks of what is retained (as ges.core.retaining counts them) a follow connection
+#: holds back, beyond those sent (ges.core.retaining.MAX_WAITING_BYTES): past this, an ask is
+#: answered an Error here. Each MQTT client has one ask at a time.
+MAX_HELD_ASKS_BYTES = 16 << 20
 
 #: What a client may send about durable sessions (the runtime hands them here).
 SESSION_REQUESTS = frozenset(
@@ -72,6 +78,13 @@ class Follow:
         self.failed: str | None = None
         #: our req -> (client conn, the client's req, a waiter or None)
         self.asks: dict[int, list] = {}
+        #: asks of what is retained sent and not answered (our req -> bytes, as the
+        #: replicator counts them), their bytes; those not sent yet, (req, ask, bytes) in
+        #: order, and their bytes (SessionDesk._send_asks)
+        self.ask_sizes: dict[int, int] = {}
+        self.ask_bytes = 0
+        self.waiting: deque[tuple[int, m.RetainedAsk, int]] = deque()
+        self.waiting_bytes = 0
         #: sessions it serves: name -> client conn
         self.sessions: dict[str, int] = {}
 
@@ -165,10 +178,38 @@ class SessionDesk:
         if follow.conn is None:
             reason = f"retained messages: replicator {self.home} is unreachable: {follow.failed}"
             return [ToClient(conn_id, m.Error(reason, req=msg.req))]
+        size = ask_size(msg)
+        if follow.waiting_bytes + size > MAX_HELD_ASKS_BYTES:
+            reason = (
+                f"retained messages: {follow.waiting_bytes} bytes of topic filters already wait "
+                f"at broker {self.id} to be asked of replicator {self.home}"
+            )
+            return [ToClient(conn_id, m.Error(reason, req=msg.req))]
         req = next(self._reqs)
         follow.asks[req] = [conn_id, msg.req, None, None]
-        self._send(follow, msgspec.structs.replace(msg, req=req))
+        follow.waiting.append((req, msgspec.structs.replace(msg, req=req), size))
+        follow.waiting_bytes += size
+        self._send_asks(follow)
         return []
+
+    def _send_asks(self, follow: Follow) -> None:
+        """Send the asks of what is retained waiting for ``follow``'s replicator, in order,
+        while those unanswered stay within what it lets one connection have waiting
+        (MAX_WAITING_BYTES; one at least): a follow connection carries the asks of every MQTT
+        client of this broker, and an ask past that bound would be refused — its SUBSCRIBE
+        would get nothing retained."""
+        waiting = follow.waiting
+        while waiting:
+            req, ask, size = waiting[0]
+            if follow.ask_bytes and follow.ask_bytes + size > MAX_WAITING_BYTES:
+                return
+            waiting.popleft()
+            follow.waiting_bytes -= size
+            if req not in follow.asks:
+                continue  # its client went meanwhile
+            follow.ask_sizes[req] = size
+            follow.ask_bytes += size
+            self._send(follow, ask)
 
     async def _discard(
         self, conn_id: int, msg: m.SessionControl, who: str, operator: bool, now: float
@@ -434,6 +475,9 @@ class SessionDesk:
                     )
                     outs += _told(ask[0], note)
             follow.asks.clear()
+            follow.ask_sizes.clear()
+            follow.waiting.clear()
+            follow.ask_bytes = follow.waiting_bytes = 0
             with trio.CancelScope(shield=True):
                 await conn.aclose()
                 if outs:
@@ -462,6 +506,10 @@ class SessionDesk:
             client = follow.sessions.get(msg.name)
             return [] if client is None else [ToClient(client, msg)]
         if kind in _ANSWERS:
+            size = follow.ask_sizes.pop(msg.req, None)
+            if size is not None:  # an ask of what is retained answered: room for the next
+                follow.ask_bytes -= size
+                self._send_asks(follow)
             ask = follow.asks.get(msg.req)
             if ask is None:
                 return []

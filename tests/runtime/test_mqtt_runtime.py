@@ -450,3 +450,62 @@ async def test_thousands_retained_on_a_subscribe_all_arrive_sent_a_step_a_turn(t
             (b"%d" % i, True) for i in range(n)
         )
         nursery.cancel_scope.cancel()
+
+
+async def test_asks_of_what_is_retained_from_a_following_broker_all_get_their_answer(
+    tmp_path, monkeypatch
+):
+    """A follow connection carries the asks of every MQTT client of its broker, and the
+    replicator lets one connection have only so many bytes of asks waiting
+    (MAX_WAITING_BYTES, made small here: one ask's worth): six clients at d subscribing at
+    once each get every retained message — d sends the asks in turn, one answered before the
+    next, instead of some being refused and their SUBSCRIBEs getting nothing retained. 3,000
+    topics: each walk takes more than one slice of the replicator's work, so asks wait."""
+    import ges.core.retaining as retaining
+    import ges.runtime.sessions as sessions
+
+    monkeypatch.setattr(retaining, "MAX_WAITING_BYTES", 300)
+    monkeypatch.setattr(sessions, "MAX_WAITING_BYTES", 300)
+    topology = topology_on_free_ports(A_AND_D_MQTT)
+    filters = (("r/#", 0), ("x/" + "y" * 200, 0))  # 269 bytes as an ask
+    async with trio.open_nursery() as nursery:
+        for bid in topology.brokers:
+            await nursery.start(BrokerServer(topology, bid, data_dir=tmp_path / bid).run)
+        await wait_ready(topology, timeout=10)
+        n = 3000
+        await publish_retained(topology.brokers["a"], n)
+        spec = topology.brokers["d"]
+        with trio.fail_after(10):  # the replicator has them all (asked alone, one at a time)
+            while len(await retained_at(spec, "probe", filters)) < n:
+                await trio.sleep(0.05)
+        clients = []
+        for i in range(6):
+            stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+            await stream.send_all(p.encode(p.Connect(f"c{i}", keepalive=30)))
+            assert [type(x) for x in await packets(stream, 1)] == [p.ConnAck]
+            clients.append(stream)
+        for stream in clients:  # all at once
+            await stream.send_all(p.encode(p.Subscribe(1, filters)))
+        for stream in clients:
+            got = await packets(stream, 1 + n)
+            assert type(got[0]) is p.SubAck
+            assert sorted(x.payload for x in got[1:]) == sorted(b"%d" % i for i in range(n))
+        nursery.cancel_scope.cancel()
+
+
+async def retained_at(spec, client_id: str, filters) -> list:
+    """The retained PUBLISHes a new client subscribing to ``filters`` gets within 1 s."""
+    stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+    await stream.send_all(
+        p.encode(p.Connect(client_id, keepalive=30)) + p.encode(p.Subscribe(1, filters))
+    )
+    reader, got = PacketReader(), []
+    with trio.move_on_after(1):
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                break
+            reader.feed(data)
+            got += [p.decode(x) for x in reader.packets()]
+    await stream.aclose()
+    return [x for x in got if type(x) is p.Publish]
