@@ -125,6 +125,7 @@ class Admission:
                     )
                     continue
                 self.server._opening += 1
+                stream.peer = peer_of(stream)  # (a socket reset later no longer says)
                 probe_when_silent(stream.socket, self.server.tcp_keepalive)
                 if self.server.tls_accept is not None:  # the handshake runs with the first read
                     stream = TLSStream(stream, self.server.tls_accept, server_side=True)
@@ -254,10 +255,12 @@ class Admission:
 
 
 def peer_of(stream) -> str:
-    """``host:port`` of a socket stream's peer (for the log)."""
+    """``host:port`` of a socket stream's peer (for the log): as the connection came, if its
+    listener noted it (``peer``), else as its socket says now."""
+    known = getattr(stream, "peer", None)
+    if known is not None:
+        return known
     if isinstance(stream, TLSStream):
-        if stream.peer is not None:
-            return stream.peer
         stream = stream.transport_stream
     try:
         host, port, *_ = stream.socket.getpeername()

@@ -56,14 +56,9 @@ class TLSStream(trio.abc.Stream):
         self._pending = b""
         sock = getattr(transport_stream, "socket", None)
         self._fd = sock.fileno() if sock is not None else None
-        #: the peer's ``host:port`` as the stream began (None: not known), for the log: a
-        #: socket whose handshake failed may no longer say
-        self.peer: str | None = None
-        try:
-            host, port, *_ = sock.getpeername()
-            self.peer = f"{host}:{port}"
-        except (OSError, AttributeError, TypeError, ValueError):
-            pass
+        #: the peer's ``host:port`` as the connection came (for the log: a socket reset
+        #: during its handshake no longer says), if its listener noted it
+        self.peer: str | None = getattr(transport_stream, "peer", None)
 
     # -- what trio.SSLStream also offers ---------------------------------------------------------
 

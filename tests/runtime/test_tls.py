@@ -166,10 +166,13 @@ async def test_a_handshake_that_never_comes_or_is_garbage_is_bounded_in_time(cha
         nursery.cancel_scope.cancel()
 
 
-async def test_a_failed_tls_handshake_on_the_mqtt_port_is_logged_with_its_address(tmp_path, caplog):
+@pytest.mark.parametrize("tls", [True, False], ids=["tls", "plain"])
+async def test_a_connection_reset_before_its_connect_is_logged_with_its_address(
+    tmp_path, caplog, tls
+):
     """A client that gives up in the middle of its handshake, resetting the connection (as
-    one that refuses the broker's certificate may): the socket no longer says who it was,
-    and the address logged is the one it had when the connection came."""
+    one that refuses the broker's certificate may), or before its CONNECT: the socket no
+    longer says who it was, and the address logged is the one it had when it came."""
     import socket
     import struct
 
@@ -178,15 +181,21 @@ async def test_a_failed_tls_handshake_on_the_mqtt_port_is_logged_with_its_addres
 
     caplog.set_level(logging.WARNING)
     topology = topology_on_free_ports(ONE_MQTT)
-    where = CertDir(tmp_path / "certs")
-    where.init(topology.name, {"b1": ()})
+    where = None
+    if tls:
+        where = CertDir(tmp_path / "certs")
+        where.init(topology.name, {"b1": ()})
     async with trio.open_nursery() as nursery:
-        await nursery.start(BrokerServer(topology, "b1", certs=where).run)
+        server = BrokerServer(topology, "b1", certs=where)
+        await nursery.start(server.run)
         spec = topology.brokers["b1"]
         quitter = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
         host, port, *_ = quitter.socket.getsockname()
-        await quitter.send_all(b"\x16\x03\x01\x02\x00")  # a record header, its body to come
-        await trio.sleep(0.2)
+        # a TLS record header, or a CONNECT's first byte: the rest to come
+        await quitter.send_all(b"\x16\x03\x01\x02\x00" if tls else b"\x10")
+        with trio.fail_after(5):
+            while not server._opening:  # accepted, and reading what came
+                await trio.sleep(0.01)
         quitter.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         quitter.socket.close()  # a reset
         with trio.fail_after(5):
