@@ -78,9 +78,11 @@ class Follow:
         self.failed: str | None = None
         #: our req -> (client conn, the client's req, a waiter or None)
         self.asks: dict[int, list] = {}
-        #: asks of what is retained sent and not answered (our req -> bytes, as the
-        #: replicator counts them), their bytes; those not sent yet, (req, ask, bytes) in
+        #: asks of what is retained: those not answered yet (our req -> their entry in
+        #: ``asks``: one per client at a time); those sent (our req -> bytes, as the
+        #: replicator counts them), and their bytes; those not sent yet, (req, ask, bytes) in
         #: order, and their bytes (SessionDesk._send_asks)
+        self.asking: dict[int, list] = {}
         self.ask_sizes: dict[int, int] = {}
         self.ask_bytes = 0
         self.waiting: deque[tuple[int, m.RetainedAsk, int]] = deque()
@@ -179,6 +181,9 @@ class SessionDesk:
             reason = f"retained messages: replicator {self.home} is unreachable: {follow.failed}"
             return [ToClient(conn_id, m.Error(reason, req=msg.req))]
         size = ask_size(msg)
+        if any(ask[0] == conn_id for ask in follow.asking.values()):
+            reason = "retained messages: one ask at a time (the last is not answered yet)"
+            return [ToClient(conn_id, m.Error(reason, req=msg.req))]
         if follow.waiting_bytes + size > MAX_HELD_ASKS_BYTES:
             reason = (
                 f"retained messages: {follow.waiting_bytes} bytes of topic filters already wait "
@@ -186,7 +191,7 @@ class SessionDesk:
             )
             return [ToClient(conn_id, m.Error(reason, req=msg.req))]
         req = next(self._reqs)
-        follow.asks[req] = [conn_id, msg.req, None, None]
+        follow.asks[req] = follow.asking[req] = [conn_id, msg.req, None, None]
         follow.waiting.append((req, msgspec.structs.replace(msg, req=req), size))
         follow.waiting_bytes += size
         self._send_asks(follow)
@@ -346,6 +351,14 @@ class SessionDesk:
                     del follow.asks[req]
                 else:  # an open: a session it opens is left as soon as it is open
                     follow.asks[req][0] = _LEFT
+            for req in [r for r, ask in follow.asking.items() if ask[0] == conn_id]:
+                del follow.asking[req]  # (one sent still counts its bytes until answered)
+                if req not in follow.ask_sizes:  # not sent: it is not asked
+                    for i, (waiting, _, size) in enumerate(follow.waiting):
+                        if waiting == req:
+                            del follow.waiting[i]
+                            follow.waiting_bytes -= size
+                            break
         for name, rep in held.items():
             out += self._leave(conn_id, rep, m.SessionLeave(name), now)
         if self.server.is_follower(conn_id) and self.core.replicator is not None:
@@ -475,6 +488,7 @@ class SessionDesk:
                     )
                     outs += _told(ask[0], note)
             follow.asks.clear()
+            follow.asking.clear()
             follow.ask_sizes.clear()
             follow.waiting.clear()
             follow.ask_bytes = follow.waiting_bytes = 0
@@ -506,6 +520,7 @@ class SessionDesk:
             client = follow.sessions.get(msg.name)
             return [] if client is None else [ToClient(client, msg)]
         if kind in _ANSWERS:
+            follow.asking.pop(msg.req, None)
             size = follow.ask_sizes.pop(msg.req, None)
             if size is not None:  # an ask of what is retained answered: room for the next
                 follow.ask_bytes -= size

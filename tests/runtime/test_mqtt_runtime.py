@@ -14,6 +14,8 @@ from ges.mqtt import packets as p
 from ges.mqtt.frames import PacketReader
 from ges.runtime import BrokerServer
 from ges.runtime.up import wait_ready
+from ges.wire import encode
+from ges.wire import messages as m
 from tests.conftest import DIAMOND, free_ports, receive, topology_on_free_ports
 
 #: the diamond, broker a with an MQTT port; its one replicator (the default) is a
@@ -475,8 +477,8 @@ async def test_asks_of_what_is_retained_from_a_following_broker_all_get_their_an
         n = 3000
         await publish_retained(topology.brokers["a"], n)
         spec = topology.brokers["d"]
-        with trio.fail_after(10):  # the replicator has them all (asked alone, one at a time)
-            while len(await retained_at(spec, "probe", filters)) < n:
+        with trio.fail_after(20):  # the replicator has them all (asked alone, one at a time)
+            while len(await retained_at(spec, "probe", filters, n)) < n:
                 await trio.sleep(0.05)
         clients = []
         for i in range(6):
@@ -490,18 +492,34 @@ async def test_asks_of_what_is_retained_from_a_following_broker_all_get_their_an
             got = await packets(stream, 1 + n)
             assert type(got[0]) is p.SubAck
             assert sorted(x.payload for x in got[1:]) == sorted(b"%d" % i for i in range(n))
+        # a client of d's own protocol asks twice at once: the second waits its turn no more
+        # than an MQTT client's would (one ask at a time a client), it is refused
+        from tests.runtime.test_limits import raw, read_one
+
+        ges_client, _ = await raw(spec, topology, "asker")
+        await ges_client.send_all(
+            encode(m.RetainedAsk(["r/#"], req=1)) + encode(m.RetainedAsk(["r/#"], req=2))
+        )
+        answers = {}
+        with trio.fail_after(10):
+            while len(answers) < 2:
+                got = await read_one(ges_client)
+                answers[got.req] = got
+        assert type(answers[1]) is m.Retained and len(answers[1].events) == n
+        assert type(answers[2]) is m.Error and "one ask at a time" in answers[2].reason
         nursery.cancel_scope.cancel()
 
 
-async def retained_at(spec, client_id: str, filters) -> list:
-    """The retained PUBLISHes a new client subscribing to ``filters`` gets within 1 s."""
+async def retained_at(spec, client_id: str, filters, n: int) -> list:
+    """The retained PUBLISHes a new client subscribing to ``filters`` gets: ``n``, or what
+    came within 3 s."""
     stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
     await stream.send_all(
         p.encode(p.Connect(client_id, keepalive=30)) + p.encode(p.Subscribe(1, filters))
     )
     reader, got = PacketReader(), []
-    with trio.move_on_after(1):
-        while True:
+    with trio.move_on_after(3):
+        while sum(type(x) is p.Publish for x in got) < n:
             data = await stream.receive_some(65536)
             if not data:
                 break
