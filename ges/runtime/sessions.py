@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import time
 from collections import deque
 
@@ -61,6 +62,8 @@ KEEPALIVE = 10.0
 #: holds back, beyond those sent (ges.core.retaining.MAX_WAITING_BYTES): past this, an ask is
 #: answered an Error here. Each MQTT client has one ask at a time.
 MAX_HELD_ASKS_BYTES = 16 << 20
+
+_DIGITS = re.compile(r"\d+")
 
 #: What a client may send about durable sessions (the runtime hands them here).
 SESSION_REQUESTS = frozenset(
@@ -174,28 +177,43 @@ class SessionDesk:
             replicator = self.core.replicator
             if replicator is None:
                 reason = f"broker {self.id} keeps no retained messages (it is not a replicator)"
-                return [ToClient(conn_id, m.Error(reason, req=msg.req))]
-            return replicator.retained_ask(conn_id, msg)
+                return self._not_retained(conn_id, msg.req, reason)
+            outs = replicator.retained_ask(conn_id, msg)
+            for out in outs:
+                if type(out.msg) is m.Error and not self.server.is_follower(conn_id):
+                    self._not_retained(conn_id, msg.req, out.msg.reason)
+            return outs
         follow = await self._follow(self.home)
         if follow.conn is None:
             reason = f"retained messages: replicator {self.home} is unreachable: {follow.failed}"
-            return [ToClient(conn_id, m.Error(reason, req=msg.req))]
+            return self._not_retained(conn_id, msg.req, reason)
         size = ask_size(msg)
         if any(ask[0] == conn_id for ask in follow.asking.values()):
             reason = "retained messages: one ask at a time (the last is not answered yet)"
-            return [ToClient(conn_id, m.Error(reason, req=msg.req))]
+            return self._not_retained(conn_id, msg.req, reason)
         if follow.waiting_bytes + size > MAX_HELD_ASKS_BYTES:
             reason = (
                 f"retained messages: {follow.waiting_bytes} bytes of topic filters already wait "
                 f"at broker {self.id} to be asked of replicator {self.home}"
             )
-            return [ToClient(conn_id, m.Error(reason, req=msg.req))]
+            return self._not_retained(conn_id, msg.req, reason)
         req = next(self._reqs)
         follow.asks[req] = follow.asking[req] = [conn_id, msg.req, None, None]
         follow.waiting.append((req, msgspec.structs.replace(msg, req=req), size))
         follow.waiting_bytes += size
         self._send_asks(follow)
         return []
+
+    def _not_retained(self, conn_id: int, req: int, reason: str) -> list:
+        """A client's ask of what is retained refused: logged (an MQTT client's SUBSCRIBE gets
+        nothing retained, and MQTT has no way to tell it), and answered."""
+        self.server.notes.warning(
+            "retained refused " + _DIGITS.sub("N", reason)[:80],
+            "client %s: nothing retained sent for its SUBSCRIBE: %s",
+            self.core.client_name(conn_id),
+            reason,
+        )
+        return [ToClient(conn_id, m.Error(reason, req=req))]
 
     def _send_asks(self, follow: Follow) -> None:
         """Send the asks of what is retained waiting for ``follow``'s replicator, in order,
@@ -526,6 +544,9 @@ class SessionDesk:
                 follow.ask_bytes -= size
                 self._send_asks(follow)
             ask = follow.asks.get(msg.req)
+            if size is not None and kind is m.Error and ask is not None:
+                del follow.asks[msg.req]
+                return self._not_retained(ask[0], ask[1], msg.reason)
             if ask is None:
                 return []
             client, req, done = ask[:3]

@@ -455,7 +455,7 @@ async def test_thousands_retained_on_a_subscribe_all_arrive_sent_a_step_a_turn(t
 
 
 async def test_asks_of_what_is_retained_from_a_following_broker_all_get_their_answer(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, caplog
 ):
     """A follow connection carries the asks of every MQTT client of its broker, and the
     replicator lets one connection have only so many bytes of asks waiting
@@ -507,6 +507,12 @@ async def test_asks_of_what_is_retained_from_a_following_broker_all_get_their_an
                 answers[got.req] = got
         assert type(answers[1]) is m.Retained and len(answers[1].events) == n
         assert type(answers[2]) is m.Error and "one ask at a time" in answers[2].reason
+        # (an MQTT client cannot be told: the broker logs it)
+        assert any(
+            "client asker: nothing retained sent for its SUBSCRIBE: retained messages: one ask"
+            in r.getMessage()
+            for r in caplog.records
+        )
         nursery.cancel_scope.cancel()
 
 
@@ -527,3 +533,47 @@ async def retained_at(spec, client_id: str, filters, n: int) -> list:
             got += [p.decode(x) for x in reader.packets()]
     await stream.aclose()
     return [x for x in got if type(x) is p.Publish]
+
+
+async def test_a_refused_ask_of_what_is_retained_is_logged_at_the_subscriber_s_broker(
+    tmp_path, monkeypatch, caplog
+):
+    """MQTT cannot tell a client that its SUBSCRIBE got nothing retained: the broker it is
+    at (d, following the replicator at a) logs the replicator's refusal, and leaves no ask
+    of it in progress (its next is asked, not refused as one too many)."""
+    import ges.core.retaining as retaining
+
+    monkeypatch.setattr(retaining, "MAX_ALL_WAITING_BYTES", 10)  # every ask refused
+    topology = topology_on_free_ports(A_AND_D_MQTT)
+    async with trio.open_nursery() as nursery:
+        servers = {}
+        for bid in topology.brokers:
+            servers[bid] = BrokerServer(topology, bid, data_dir=tmp_path / bid)
+            await nursery.start(servers[bid].run)
+        await wait_ready(topology, timeout=10)
+        await publish_retained(topology.brokers["a"], 3)
+        spec = topology.brokers["d"]
+        stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        await stream.send_all(p.encode(p.Connect("sub", keepalive=30)))
+        assert [type(x) for x in await packets(stream, 1)] == [p.ConnAck]
+
+        def refusals() -> list[str]:
+            return [
+                r.getMessage()
+                for r in caplog.records
+                if "client sub: nothing retained sent" in r.getMessage()
+            ]
+
+        await stream.send_all(p.encode(p.Subscribe(1, (("r/#", 0),))))
+        assert [type(x) for x in await packets(stream, 1)] == [p.SubAck]
+        with trio.fail_after(5):
+            while not refusals():
+                await trio.sleep(0.02)
+        assert "too many asks waiting" in refusals()[0], refusals()
+        follows = servers["d"].sessions._follows.values()
+        assert not any(f.asking or f.ask_sizes or f.waiting for f in follows)
+        await stream.send_all(p.encode(p.Subscribe(2, (("r/+", 0),))))
+        assert [type(x) for x in await packets(stream, 1)] == [p.SubAck]
+        await trio.sleep(0.5)
+        assert not any("one ask at a time" in said for said in refusals()), refusals()
+        nursery.cancel_scope.cancel()
