@@ -257,11 +257,11 @@ class Admission:
 def peer_of(stream) -> str:
     """``host:port`` of a socket stream's peer (for the log): as the connection came, if its
     listener noted it (``peer``), else as its socket says now."""
+    if isinstance(stream, TLSStream):
+        stream = stream.transport_stream
     known = getattr(stream, "peer", None)
     if known is not None:
         return known
-    if isinstance(stream, TLSStream):
-        stream = stream.transport_stream
     try:
         host, port, *_ = stream.socket.getpeername()
     except (OSError, AttributeError, ValueError):

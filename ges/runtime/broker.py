@@ -380,9 +380,7 @@ class BrokerServer:
                     self._flush_held()
                     await self._room_for(self._sessions_full)
                 outs = core.work(trio.current_time())
-                if core.work_kept:
-                    freeze_heap()
-                self._freeze_kept()
+                self._freeze_kept(core.work_kept)
                 self._log_room.set()  # (a hand-on slice: publishes paused may go on)
                 self._logged_later()
                 if outs:
@@ -746,11 +744,12 @@ class BrokerServer:
         )
         return why
 
-    def _freeze_kept(self) -> None:
-        """Freeze the heap (:func:`freeze_heap`) once the core has kept FREEZE_KEPT more
-        retained messages since it last did."""
+    def _freeze_kept(self, job_kept: bool = False) -> None:
+        """Freeze the heap (:func:`freeze_heap`) after a job's slice that kept objects
+        (``job_kept``: ``core.work_kept``), or once the core has kept FREEZE_KEPT more retained
+        messages since it last did."""
         kept = self.core.kept
-        if kept - self._kept_frozen >= FREEZE_KEPT:
+        if job_kept or kept - self._kept_frozen >= FREEZE_KEPT:
             self._kept_frozen = kept
             freeze_heap()
 

@@ -112,20 +112,22 @@ def transaction(w: sqlite3.Connection, work, what: str):
     return got
 
 
-def checkpoint(w: sqlite3.Connection, what: str) -> bool:
-    """Copy the WAL of connection ``w`` into its database (PASSIVE: no reader waits for it);
-    whether it copied all of it. After a complete one, a small write to ``w``'s ``meta`` table
-    starts the WAL over: that restart fsyncs the WAL's new header even with
-    ``synchronous=NORMAL``, and whatever wrote next — a commit on the event loop's thread —
-    would pay for it. An SQLite error is an OperationError naming ``what``."""
+def checkpoint(w: sqlite3.Connection, what: str, bound: int) -> int:
+    """Copy the WAL of connection ``w`` into its database (PASSIVE: no reader waits for it),
+    where it is counted to have reached ``bound`` bytes; the bytes to count it at from now: 0
+    after a complete one, half the bound after one a reader kept from completing (it is tried
+    again sooner). After a complete one, a small write to ``w``'s ``meta`` table starts the WAL
+    over: that restart fsyncs the WAL's new header even with ``synchronous=NORMAL``, and
+    whatever wrote next — a commit on the event loop's thread — would pay for it. An SQLite
+    error is an OperationError naming ``what``."""
     try:
         busy, frames, done = w.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         if busy or frames != done:
-            return False
+            return bound // 2
         w.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('checkpoint', ?)", (done,))
     except sqlite3.Error as exc:
         raise OperationError(f"{what}: {exc}") from None
-    return True
+    return 0
 
 
 class SqliteLog:
@@ -388,8 +390,9 @@ class SqliteLog:
                 self._writer = self._connect()
         except sqlite3.Error as exc:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
-        done = checkpoint(self._writer, f"pubend log {self.path}")
-        self._wal = 0 if done else self.bounds.checkpoint_bytes // 2
+        self._wal = checkpoint(
+            self._writer, f"pubend log {self.path}", self.bounds.checkpoint_bytes
+        )
 
     def write_group(self, group: list[tuple]) -> int:
         """Write one group in one transaction (from a worker thread, or on the event loop's

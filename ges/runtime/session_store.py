@@ -419,8 +419,7 @@ class SqliteSessionStore:
         """Copy the WAL into the database (the sessions task, from a worker thread, between
         groups: ges.runtime.pubend_log.checkpoint). An incomplete one (a reader in the way)
         is tried again later."""
-        done = checkpoint(self._writer, f"session store {self.path}")
-        self._wal = 0 if done else CHECKPOINT_BYTES // 2
+        self._wal = checkpoint(self._writer, f"session store {self.path}", CHECKPOINT_BYTES)
 
     def committed_to(self, epoch: int) -> None:
         self._committed = max(self._committed, epoch)

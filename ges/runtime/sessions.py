@@ -181,7 +181,7 @@ class SessionDesk:
             outs = replicator.retained_ask(conn_id, msg)
             for out in outs:
                 if type(out.msg) is m.Error and not self.server.is_follower(conn_id):
-                    self._not_retained(conn_id, msg.req, out.msg.reason)
+                    self._log_not_retained(conn_id, out.msg.reason)
             return outs
         follow = await self._follow(self.home)
         if follow.conn is None:
@@ -205,15 +205,19 @@ class SessionDesk:
         return []
 
     def _not_retained(self, conn_id: int, req: int, reason: str) -> list:
-        """A client's ask of what is retained refused: logged (an MQTT client's SUBSCRIBE gets
-        nothing retained, and MQTT has no way to tell it), and answered."""
+        """A client's ask of what is retained refused: logged, and answered."""
+        self._log_not_retained(conn_id, reason)
+        return [ToClient(conn_id, m.Error(reason, req=req))]
+
+    def _log_not_retained(self, conn_id: int, reason: str) -> None:
+        """An MQTT client's SUBSCRIBE gets nothing retained, and MQTT has no way to tell it:
+        the log says why (once per cause, then summarised)."""
         self.server.notes.warning(
             "retained refused " + _DIGITS.sub("N", reason)[:80],
             "client %s: nothing retained sent for its SUBSCRIBE: %s",
             self.core.client_name(conn_id),
             reason,
         )
-        return [ToClient(conn_id, m.Error(reason, req=req))]
 
     def _send_asks(self, follow: Follow) -> None:
         """Send the asks of what is retained waiting for ``follow``'s replicator, in order,

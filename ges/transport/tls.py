@@ -56,9 +56,6 @@ class TLSStream(trio.abc.Stream):
         self._pending = b""
         sock = getattr(transport_stream, "socket", None)
         self._fd = sock.fileno() if sock is not None else None
-        #: the peer's ``host:port`` as the connection came (for the log: a socket reset
-        #: during its handshake no longer says), if its listener noted it
-        self.peer: str | None = getattr(transport_stream, "peer", None)
 
     # -- what trio.SSLStream also offers ---------------------------------------------------------
 
