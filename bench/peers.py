@@ -1,6 +1,7 @@
 """GES beside mosquitto and nats-server: one load generator, three protocols, one table.
 
-    python bench/peers.py [--quick] [--json] [--only ges,ges-mqtt,mosquitto,nats]
+    python bench/peers.py [--quick] [--json]
+                          [--only ges,ges-mqtt,mosquitto,nats,relay-py,relay-trio]
                           [--scenarios ...] [--window W] [--batch B] [--no-ges-window]
                           [--repeats N]
 
@@ -34,6 +35,13 @@ rows (scenario keys of ``--scenarios`` and the JSON):
    publishes unacknowledged;
 6. broker CPU µs per event during ``1to1`` (utime + stime of the broker process from
    /proc/<pid>/stat, before and after, ÷ events).
+
+The floor, in a second table: ``relay-py`` and ``relay-trio`` ("Python relay", "trio relay")
+are ``_mqtt_relay.py``, an MQTT relay doing no broker work (CONNACK, SUBACK, PINGRESP, every
+PUBLISH copied unchanged to every subscriber), on a ``selectors`` loop and on trio, measured by
+the same MQTT clients in the QoS 0 rows. In the latency rows they show what a broker in Python
+(on trio, as GES's runtime) costs before it does any work: ratios relay/mosquitto and
+GES (MQTT)/trio relay.
 
 GES's own batched figures (``--batch`` events per Publish frame) are in separate rows
 (``1to1_batched``, ``reliable_batched``), never in the per-event ones; GES (MQTT) has none (an
@@ -107,10 +115,29 @@ from ges.runtime.ports import free_ports
 LOAD = BENCH / "_peers_load.py"
 GES = [sys.executable, "-m", "cli.main"]
 BROKERS = ("ges", "ges-mqtt", "mosquitto", "nats")
+#: the floor: the least a broker in Python does per message, MQTT relays with no broker work
+#: (``_mqtt_relay.py``) on a plain ``selectors`` loop and on trio; QoS 0 rows only
+FLOORS = ("relay-py", "relay-trio")
+FLOOR_SCENARIOS = ("1to1", "1to100", "latency_1", "latency_2")
+ALL = BROKERS + FLOORS
 #: GES's columns: its own protocol, and MQTT 3.1.1 at its MQTT port (``--mqtt-port``)
 GES_COLUMNS = ("ges", "ges-mqtt")
-PROTOCOL = {"ges": "ges", "ges-mqtt": "mqtt", "mosquitto": "mqtt", "nats": "nats"}
-LABEL = {"ges": "GES", "ges-mqtt": "GES (MQTT)", "mosquitto": "mosquitto", "nats": "nats-server"}
+PROTOCOL = {
+    "ges": "ges",
+    "ges-mqtt": "mqtt",
+    "mosquitto": "mqtt",
+    "nats": "nats",
+    "relay-py": "mqtt",
+    "relay-trio": "mqtt",
+}
+LABEL = {
+    "ges": "GES",
+    "ges-mqtt": "GES (MQTT)",
+    "mosquitto": "mosquitto",
+    "nats": "nats-server",
+    "relay-py": "Python relay",
+    "relay-trio": "trio relay",
+}
 #: the ratios of the JSON: (broker, against)
 RATIOS = (
     ("ges", "mosquitto"),
@@ -118,12 +145,22 @@ RATIOS = (
     ("ges-mqtt", "mosquitto"),
     ("ges-mqtt", "nats"),
     ("ges-mqtt", "ges"),
+    ("relay-py", "mosquitto"),
+    ("relay-trio", "mosquitto"),
+    ("ges-mqtt", "relay-trio"),
 )
 #: the ratio columns of the table and their headings (the last on two lines: the table's width)
 SHOWN_RATIOS = {
     ("ges", "mosquitto"): "GES/mosquitto",
     ("ges", "nats"): "GES/nats",
     ("ges-mqtt", "mosquitto"): "GES (MQTT)/\nmosquitto",
+}
+#: the floor table's columns and ratio columns
+FLOOR_COLUMNS = ("mosquitto", "ges-mqtt", "relay-py", "relay-trio")
+SHOWN_FLOOR_RATIOS = {
+    ("relay-py", "mosquitto"): "Python relay/\nmosquitto",
+    ("relay-trio", "mosquitto"): "trio relay/\nmosquitto",
+    ("ges-mqtt", "relay-trio"): "GES (MQTT)/\ntrio relay",
 }
 BASELINE = "mosquitto"
 FANOUT = 100
@@ -241,6 +278,8 @@ class Brokers:
             "ges-mqtt": self.ges_mqtt,
             "mosquitto": self.mosquitto,
             "nats": self.nats,
+            "relay-py": self.relay_py,
+            "relay-trio": self.relay_trio,
         }[broker]
         before = list(self.kids.children)
         try:
@@ -346,6 +385,30 @@ class Brokers:
             wait_listening(child, port)
             children.append(child)
         return Setup("mosquitto", children, ports[0], ports[-1])
+
+    # the floor: MQTT relays in Python ---------------------------------------------------------
+
+    def relay(self, brokers: int, loop: str, name: str) -> Setup:
+        """``_mqtt_relay.py --loop LOOP`` per broker; two: the second subscribes to ``#`` at
+        the first (``--upstream``), the publisher at the first, the subscriber at the second."""
+        ports = free_ports(brokers)
+        children = []
+        for i, port in enumerate(ports):
+            cmd = [sys.executable, BENCH / "_mqtt_relay.py", "--port", port, "--loop", loop]
+            child = self.kids.spawn(
+                f"{LABEL[name]} {i + 1}",
+                cmd + (["--upstream", ports[0]] if i else []),
+                stdout_pipe=False,
+            )
+            wait_listening(child, port)
+            children.append(child)
+        return Setup(name, children, ports[0], ports[-1])
+
+    def relay_py(self, brokers: int, reliable: bool) -> Setup:
+        return self.relay(brokers, "selectors", "relay-py")
+
+    def relay_trio(self, brokers: int, reliable: bool) -> Setup:
+        return self.relay(brokers, "trio", "relay-trio")
 
     # nats-server -------------------------------------------------------------------------
 
@@ -529,8 +592,8 @@ def run_one(kids: Children, brokers: Brokers, broker: str, sc: Scenario) -> dict
 FIELDS = {
     "1to1": ("deliveries_per_s", "broker_cpu_us_per_delivery"),
     "1to100": ("deliveries_per_s", "broker_cpu_us_per_delivery"),
-    "latency_1": ("p50_us", "p99_us"),
-    "latency_2": ("p50_us", "p99_us"),
+    "latency_1": ("p50_us", "p99_us", "broker_cpu_us_per_delivery"),
+    "latency_2": ("p50_us", "p99_us", "broker_cpu_us_per_delivery"),
     "reliable": ("deliveries_per_s", "broker_cpu_us_per_delivery"),
     "1to1_batched": ("deliveries_per_s", "broker_cpu_us_per_delivery"),
     "reliable_batched": ("deliveries_per_s", "broker_cpu_us_per_delivery"),
@@ -596,7 +659,7 @@ def busy_warnings(results: dict) -> list[str]:
     """One line naming the runs during which other processes used over BUSY_OTHER % of a core."""
     busy, total = [], 0
     for key, res in results.items():
-        for broker in BROKERS:
+        for broker in ALL:
             for i, run in enumerate(res.get(broker, {}).get("runs", [])):
                 total += 1
                 other = run.get("cpu_percent", {}).get("other")
@@ -619,7 +682,7 @@ def busy_warnings(results: dict) -> list[str]:
 def failures(results: dict) -> list[str]:
     out = []
     for key, res in results.items():
-        for broker in BROKERS:
+        for broker in ALL:
             for i, run in enumerate(res.get(broker, {}).get("runs", [])):
                 where = f"{key} {LABEL[broker]} run {i + 1}"
                 if "error" in run:
@@ -634,9 +697,114 @@ def failures(results: dict) -> list[str]:
 # -- the table -------------------------------------------------------------------------------------
 
 
+class Rows:
+    """Rows of one table: a measure per row, a column per broker of ``columns`` (the median of
+    its runs), then the ratio columns ``shown`` (``{(one, other): heading}``)."""
+
+    def __init__(self, table: Table, report: dict, columns: tuple, shown: dict) -> None:
+        self.table, self.columns, self.shown = table, columns, shown
+        self.res, self.cfg = report["results"], report["config"]
+        self.present = [b for b in columns if b not in report["skipped"]]
+        table.add_column("measure", no_wrap=True)
+        for b in columns:
+            table.add_column(LABEL[b], justify="right", style="bold" if b in GES_COLUMNS else None)
+        for heading in shown.values():
+            table.add_column(heading, justify="right")
+        self.blank = [""] * len(shown)
+
+    def cell(self, key, broker, field, unit=""):
+        if broker not in self.present:
+            return "skipped"
+        r = self.res.get(key, {}).get(broker)
+        if r is None:
+            return "—"
+        value = r.get(field)
+        if value is None:
+            return "failed" if r.get("failed_runs") else "—"
+        return (
+            _fmt(value, unit)
+            if unit == "µs"
+            else (f"{value:,.1f}" if unit == "cpu" else _fmt(value))
+        )
+
+    def ratios(self, key, field):
+        rs = self.res.get(key, {}).get("ratios", {})
+        out = []
+        for one, other in self.shown:
+            value = rs.get(f"{one}/{other}", {}).get(field)
+            out.append("—" if value is None else f"{value:.2f}×")
+        return out
+
+    def row(self, label, key, field, unit="", *, end=False):
+        if key not in self.res:
+            return
+        self.table.add_row(
+            label,
+            *[self.cell(key, b, field, unit) for b in self.columns],
+            *self.ratios(key, field),
+            end_section=end,
+        )
+
+    def spread(self, label, key, field, unit=""):
+        if key not in self.res or self.cfg["repeats"] < 2:
+            return
+        cells = []
+        for b in self.columns:
+            runs = self.res[key].get(b, {}).get("runs", [])
+            cells.append(
+                " ".join(
+                    "✗" if r.get("failed") or "error" in r else _short(r.get(field), unit)
+                    for r in runs
+                )
+                or ("skipped" if b not in self.present else "—")
+            )
+        self.table.add_row(f"[dim]{label}[/dim]", *cells, *self.blank, style="dim")
+
+    def other(self, key, *, end=True):
+        """CPU (% of a core, medians): broker(s) · subscriber process (max of other
+        processes); for throughput, events per subscriber socket read."""
+        if key not in self.res:
+            return
+        cells, reads = [], []
+        for b in self.columns:
+            r = self.res[key].get(b)
+            if r is None:
+                cells.append("")
+                reads.append("")
+                continue
+            cells.append(
+                f"{_fmt(r.get('broker_cpu_percent'))}·{_fmt(r.get('subscriber_cpu_percent'))}"
+                f" ({_fmt(r.get('other_cpu_percent_max'))})"
+            )
+            reads.append(_fmt(r.get("events_per_read")))
+        label = "  CPU %: broker·subscriber (other)"
+        if not key.startswith("latency"):
+            self.table.add_row(
+                "[dim]  events per subscriber read[/dim]", *reads, *self.blank, style="dim"
+            )
+        self.table.add_row(f"[dim]{label}[/dim]", *cells, *self.blank, style="dim", end_section=end)
+
+    def shared(self) -> None:
+        """The rows both tables have: the QoS 0 scenarios."""
+        self.row("1→1 events/s (one event per frame)", "1to1", "deliveries_per_s")
+        self.spread("  runs", "1to1", "deliveries_per_s")
+        self.other("1to1")
+        label = f"1→{FANOUT} deliveries/s ({FANOUT} subscriber connections)"
+        self.row(label, "1to100", "deliveries_per_s")
+        self.spread("  runs", "1to100", "deliveries_per_s")
+        self.other("1to100")
+        self.row("latency, one broker, p50", "latency_1", "p50_us", "µs")
+        self.row("latency, one broker, p99", "latency_1", "p99_us", "µs")
+        self.spread("  runs p50", "latency_1", "p50_us", "µs")
+        self.other("latency_1")
+        self.row("latency, two brokers (one link), p50", "latency_2", "p50_us", "µs")
+        self.row("latency, two brokers (one link), p99", "latency_2", "p99_us", "µs")
+        self.spread("  runs p50", "latency_2", "p50_us", "µs")
+        self.other("latency_2")
+
+
 def render(report: dict, out: Console) -> None:
-    res, cfg, versions = report["results"], report["config"], report["versions"]
-    present = [b for b in BROKERS if b not in report["skipped"]]
+    cfg, versions = report["config"], report["versions"]
     table = Table(
         title=f"GES beside mosquitto and nats-server ({report['mode']} run, "
         f"{report['seconds']:.0f} s, median of {cfg['repeats']})",
@@ -656,118 +824,60 @@ def render(report: dict, out: Console) -> None:
             " + persistence, JetStream file store.\nCPU %: medians of the runs, % of"
             " one core (2 cores here); (other) = processes outside the run, the most in any run."
             " A subscriber near 100 % bounds that figure: it is the load generator's limit."
-            + "".join(f"\n{LABEL[b]}: {why}, skipped." for b, why in report["skipped"].items())
+            + "".join(
+                f"\n{LABEL[b]}: {why}, skipped."
+                for b, why in report["skipped"].items()
+                if b in BROKERS
+            )
         ),
         caption_justify="left",
     )
-    table.add_column("measure")
-    for b in BROKERS:
-        table.add_column(LABEL[b], justify="right", style="bold" if b in GES_COLUMNS else None)
-    for heading in SHOWN_RATIOS.values():
-        table.add_column(heading, justify="right")
-
-    def cell(key, broker, field, unit=""):
-        if broker not in present:
-            return "skipped"
-        r = res.get(key, {}).get(broker)
-        if r is None:
-            return "—"
-        value = r.get(field)
-        if value is None:
-            return "failed" if r.get("failed_runs") else "—"
-        return (
-            _fmt(value, unit)
-            if unit == "µs"
-            else (f"{value:,.1f}" if unit == "cpu" else _fmt(value))
-        )
-
-    def ratios(key, field):
-        rs = res.get(key, {}).get("ratios", {})
-        out = []
-        for one, other in SHOWN_RATIOS:
-            value = rs.get(f"{one}/{other}", {}).get(field)
-            out.append("—" if value is None else f"{value:.2f}×")
-        return out
-
-    blank = [""] * len(SHOWN_RATIOS)
-
-    def row(label, key, field, unit="", *, end=False):
-        if key not in res:
-            return
-        table.add_row(
-            label,
-            *[cell(key, b, field, unit) for b in BROKERS],
-            *ratios(key, field),
-            end_section=end,
-        )
-
-    def spread(label, key, field, unit=""):
-        if key not in res or cfg["repeats"] < 2:
-            return
-        cells = []
-        for b in BROKERS:
-            runs = res[key].get(b, {}).get("runs", [])
-            cells.append(
-                " ".join(
-                    "✗" if r.get("failed") or "error" in r else _short(r.get(field), unit)
-                    for r in runs
-                )
-                or ("skipped" if b not in present else "—")
-            )
-        table.add_row(f"[dim]{label}[/dim]", *cells, *blank, style="dim")
-
-    def other(key, *, end=True):
-        """CPU (% of a core, medians): broker(s) · subscriber process (max of other
-        processes); for throughput, events per subscriber socket read."""
-        if key not in res:
-            return
-        cells, reads = [], []
-        for b in BROKERS:
-            r = res[key].get(b)
-            if r is None:
-                cells.append("")
-                reads.append("")
-                continue
-            cells.append(
-                f"{_fmt(r.get('broker_cpu_percent'))}·{_fmt(r.get('subscriber_cpu_percent'))}"
-                f" ({_fmt(r.get('other_cpu_percent_max'))})"
-            )
-            reads.append(_fmt(r.get("events_per_read")))
-        label = "  CPU %: broker·subscriber (other)"
-        if not key.startswith("latency"):
-            table.add_row("[dim]  events per subscriber read[/dim]", *reads, *blank, style="dim")
-        table.add_row(f"[dim]{label}[/dim]", *cells, *blank, style="dim", end_section=end)
-
-    row("1→1 events/s (one event per frame)", "1to1", "deliveries_per_s")
-    spread("  runs", "1to1", "deliveries_per_s")
-    other("1to1")
-    row(f"1→{FANOUT} deliveries/s ({FANOUT} subscriber connections)", "1to100", "deliveries_per_s")
-    spread("  runs", "1to100", "deliveries_per_s")
-    other("1to100")
-    row("latency, one broker, p50", "latency_1", "p50_us", "µs")
-    row("latency, one broker, p99", "latency_1", "p99_us", "µs")
-    spread("  runs p50", "latency_1", "p50_us", "µs")
-    other("latency_1")
-    row("latency, two brokers (one link), p50", "latency_2", "p50_us", "µs")
-    row("latency, two brokers (one link), p99", "latency_2", "p99_us", "µs")
-    spread("  runs p50", "latency_2", "p50_us", "µs")
-    other("latency_2")
-    row("reliable 1→1 events/s (stored, acknowledged)", "reliable", "deliveries_per_s")
-    spread("  runs", "reliable", "deliveries_per_s")
-    other("reliable")
-    row("broker CPU µs per event (1→1 run)", "1to1", "broker_cpu_us_per_delivery", "cpu", end=True)
+    rows = Rows(table, report, BROKERS, SHOWN_RATIOS)
+    rows.shared()
+    rows.row("reliable 1→1 events/s (stored, acknowledged)", "reliable", "deliveries_per_s")
+    rows.spread("  runs", "reliable", "deliveries_per_s")
+    rows.other("reliable")
+    label = "broker CPU µs per event (1→1 run)"
+    rows.row(label, "1to1", "broker_cpu_us_per_delivery", "cpu", end=True)
     b = cfg["ges_batch"]
-    row(f"GES batched: 1→1 events/s, {b} events per Publish", "1to1_batched", "deliveries_per_s")
-    spread("  runs", "1to1_batched", "deliveries_per_s")
-    other("1to1_batched")
-    row(
+    rows.row(
+        f"GES batched: 1→1 events/s, {b} events per Publish", "1to1_batched", "deliveries_per_s"
+    )
+    rows.spread("  runs", "1to1_batched", "deliveries_per_s")
+    rows.other("1to1_batched")
+    rows.row(
         f"GES batched: reliable 1→1 events/s, {b} per Publish",
         "reliable_batched",
         "deliveries_per_s",
     )
-    spread("  runs", "reliable_batched", "deliveries_per_s")
-    other("reliable_batched")
+    rows.spread("  runs", "reliable_batched", "deliveries_per_s")
+    rows.other("reliable_batched")
     out.print(table)
+    if any(f not in report["skipped"] for f in FLOORS):
+        floor = Table(
+            title="The floor: MQTT relays in Python that do no broker work (same run)",
+            caption=(
+                "Python relay and trio relay: bench/_mqtt_relay.py on a selectors loop and on"
+                " trio — CONNACK, SUBACK, PINGRESP, and every PUBLISH read copied unchanged to"
+                " every subscriber: no matching, sessions, QoS, bounds or logging. Two brokers:"
+                " the second subscribes to # at the first.\nWhat a relay spends above mosquitto"
+                " is the interpreter's and the loop's, not a broker's; what GES (MQTT) spends"
+                " above the trio relay is GES's own work."
+            ),
+            caption_justify="left",
+        )
+        floor_rows = Rows(floor, report, FLOOR_COLUMNS, SHOWN_FLOOR_RATIOS)
+        floor_rows.shared()
+        label = "broker CPU µs per event (1→1 run)"
+        floor_rows.row(label, "1to1", "broker_cpu_us_per_delivery", "cpu")
+        floor_rows.row(
+            "broker CPU µs per event (latency, one broker)",
+            "latency_1",
+            "broker_cpu_us_per_delivery",
+            "cpu",
+            end=True,
+        )
+        out.print(floor)
     for warning in report["warnings"]:
         out.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)
 
@@ -789,9 +899,7 @@ def main() -> int:
         "--quick", action="store_true", help="one run each, fewer events (~1.5 min)"
     )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    parser.add_argument(
-        "--only", default=",".join(BROKERS), help=f"brokers, of {','.join(BROKERS)} [all]"
-    )
+    parser.add_argument("--only", default=",".join(ALL), help=f"brokers, of {','.join(ALL)} [all]")
     parser.add_argument(
         "--scenarios", default=",".join(SCENARIOS), help=f"of {','.join(SCENARIOS)} [all]"
     )
@@ -810,8 +918,8 @@ def main() -> int:
     args = parser.parse_args()
     only = [b.strip() for b in args.only.split(",") if b.strip()]
     keys = [k.strip() for k in args.scenarios.split(",") if k.strip()]
-    if not only or set(only) - set(BROKERS):
-        parser.error(f"--only: brokers are {', '.join(BROKERS)}")
+    if not only or set(only) - set(ALL):
+        parser.error(f"--only: brokers are {', '.join(ALL)}")
     if not keys or set(keys) - set(SCENARIOS):
         parser.error(f"--scenarios: of {', '.join(SCENARIOS)}")
     if args.window < 1 or args.batch < 1 or (args.repeats is not None and args.repeats < 1):
@@ -838,10 +946,10 @@ def main() -> int:
             continue
         binaries[broker] = binary
         versions[broker] = version_of(broker, binary)
-    for broker in GES_COLUMNS:
+    for broker in GES_COLUMNS + FLOORS:
         if broker not in only:
             skipped[broker] = "not selected (--only)"
-    present = [b for b in BROKERS if b not in skipped]
+    present = [b for b in ALL if b not in skipped]
     log(
         "brokers: "
         + ", ".join(f"{LABEL[b]} {versions.get(b, '')}".strip() for b in present)
@@ -861,7 +969,12 @@ def main() -> int:
         for r in range(sizes["repeats"]):
             for key in [k for k in SCENARIOS if k in keys]:
                 sc = Scenario(key, sizes, args)
-                order = [b for b in present if b == "ges" or key not in GES_ONLY]
+                order = [
+                    b
+                    for b in present
+                    if (b == "ges" or key not in GES_ONLY)
+                    and (b not in FLOORS or key in FLOOR_SCENARIOS)
+                ]
                 if not order:
                     continue
                 shift = r % len(order)  # a different broker first in each repeat
