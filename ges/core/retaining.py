@@ -268,7 +268,7 @@ class Retaining:
         held = 0 if waiting is None else waiting[1]
         if held + size > MAX_WAITING_BYTES or self._asks_bytes + size > MAX_ALL_WAITING_BYTES:
             why = "retained messages: too many asks waiting to be answered; ask again later"
-            return [ToClient(conn, m.Error(why, req=msg.req))]
+            return [ToClient(conn, m.Error(why, req=msg.req, retry=True))]
         if waiting is None:
             waiting = self._asks[conn] = [deque(), 0]
         waiting[0].append((msg, size))

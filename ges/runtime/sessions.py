@@ -62,6 +62,12 @@ KEEPALIVE = 10.0
 #: holds back, beyond those sent (ges.core.retaining.MAX_WAITING_BYTES): past this, an ask is
 #: answered an Error here. Each MQTT client has one ask at a time.
 MAX_HELD_ASKS_BYTES = 16 << 20
+#: An ask the replicator refused for now (``Error.retry``: over its bound on all connections'
+#: asks, ges.core.retaining.MAX_ALL_WAITING_BYTES — many brokers' clients subscribing at once,
+#: as after a restart) is asked again after this many seconds, first of those held back, for
+#: at most ASK_AGAIN_FOR seconds; then its client's SUBSCRIBE gets nothing retained (logged).
+ASK_AGAIN_AFTER = 0.5
+ASK_AGAIN_FOR = 30.0
 
 _DIGITS = re.compile(r"\d+")
 
@@ -82,14 +88,17 @@ class Follow:
         #: our req -> (client conn, the client's req, a waiter or None)
         self.asks: dict[int, list] = {}
         #: asks of what is retained: those not answered yet (our req -> their entry in
-        #: ``asks``: one per client at a time); those sent (our req -> bytes, as the
-        #: replicator counts them), and their bytes; those not sent yet, (req, ask, bytes) in
-        #: order, and their bytes (SessionDesk._send_asks)
+        #: ``asks``: one per client at a time); those sent (our req -> (ask, bytes as the
+        #: replicator counts them)), and their bytes; those not sent yet, (req, ask, bytes) in
+        #: order, and their bytes (SessionDesk._send_asks); when those refused for now were
+        #: first refused (our req -> loop time), and whether the next try waits
         self.asking: dict[int, list] = {}
-        self.ask_sizes: dict[int, int] = {}
+        self.sent: dict[int, tuple[m.RetainedAsk, int]] = {}
         self.ask_bytes = 0
         self.waiting: deque[tuple[int, m.RetainedAsk, int]] = deque()
         self.waiting_bytes = 0
+        self.refused_since: dict[int, float] = {}
+        self.pausing = False
         #: sessions it serves: name -> client conn
         self.sessions: dict[str, int] = {}
 
@@ -226,7 +235,7 @@ class SessionDesk:
         client of this broker, and an ask past that bound would be refused — its SUBSCRIBE
         would get nothing retained."""
         waiting = follow.waiting
-        while waiting:
+        while waiting and not follow.pausing:
             req, ask, size = waiting[0]
             if follow.ask_bytes and follow.ask_bytes + size > MAX_WAITING_BYTES:
                 return
@@ -234,9 +243,32 @@ class SessionDesk:
             follow.waiting_bytes -= size
             if req not in follow.asks:
                 continue  # its client went meanwhile
-            follow.ask_sizes[req] = size
+            follow.sent[req] = (ask, size)
             follow.ask_bytes += size
             self._send(follow, ask)
+
+    def _ask_again(self, follow: Follow, req: int, ask: m.RetainedAsk, size: int, why: str):
+        """The replicator refused ask ``req`` for now (``Error.retry``): it goes back first in
+        line and the asks wait ASK_AGAIN_AFTER; after ASK_AGAIN_FOR of that, it is refused."""
+        now = trio.current_time()
+        since = follow.refused_since.setdefault(req, now)
+        if now - since >= ASK_AGAIN_FOR:
+            del follow.refused_since[req]
+            del follow.asking[req]
+            client, client_req = follow.asks.pop(req)[:2]
+            self._send_asks(follow)
+            return self._not_retained(client, client_req, f"{why} (refused for {ASK_AGAIN_FOR:g}s)")
+        follow.waiting.appendleft((req, ask, size))
+        follow.waiting_bytes += size
+        if not follow.pausing:
+            follow.pausing = True
+            self.server._nursery.start_soon(self._ask_later, follow)
+        return []
+
+    async def _ask_later(self, follow: Follow) -> None:
+        await trio.sleep(ASK_AGAIN_AFTER)
+        follow.pausing = False
+        self._send_asks(follow)
 
     async def _discard(
         self, conn_id: int, msg: m.SessionControl, who: str, operator: bool, now: float
@@ -375,7 +407,8 @@ class SessionDesk:
                     follow.asks[req][0] = _LEFT
             for req in [r for r, ask in follow.asking.items() if ask[0] == conn_id]:
                 del follow.asking[req]  # (one sent still counts its bytes until answered)
-                if req not in follow.ask_sizes:  # not sent: it is not asked
+                follow.refused_since.pop(req, None)
+                if req not in follow.sent:  # not sent: it is not asked
                     for i, (waiting, _, size) in enumerate(follow.waiting):
                         if waiting == req:
                             del follow.waiting[i]
@@ -511,7 +544,8 @@ class SessionDesk:
                     outs += _told(ask[0], note)
             follow.asks.clear()
             follow.asking.clear()
-            follow.ask_sizes.clear()
+            follow.sent.clear()
+            follow.refused_since.clear()
             follow.waiting.clear()
             follow.ask_bytes = follow.waiting_bytes = 0
             with trio.CancelScope(shield=True):
@@ -542,10 +576,15 @@ class SessionDesk:
             client = follow.sessions.get(msg.name)
             return [] if client is None else [ToClient(client, msg)]
         if kind in _ANSWERS:
-            follow.asking.pop(msg.req, None)
-            size = follow.ask_sizes.pop(msg.req, None)
+            sent = follow.sent.pop(msg.req, None)
+            size = None if sent is None else sent[1]
             if size is not None:  # an ask of what is retained answered: room for the next
                 follow.ask_bytes -= size
+                if kind is m.Error and msg.retry and msg.req in follow.asking:
+                    return self._ask_again(follow, msg.req, sent[0], size, msg.reason)
+                follow.refused_since.pop(msg.req, None)
+            follow.asking.pop(msg.req, None)
+            if size is not None:
                 self._send_asks(follow)
             ask = follow.asks.get(msg.req)
             if size is not None and kind is m.Error and ask is not None:

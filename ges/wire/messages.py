@@ -475,6 +475,9 @@ class Error(_Msg):
     denied: bool = False
     #: the ``req`` of the request refused (durable sessions' requests carry one; 0: none)
     req: int = 0
+    #: refused for now, for a bound on what the broker holds for everyone: ask again later
+    #: (a retained ask past ges.core.retaining's bounds)
+    retry: bool = False
 
 
 # -- watching a network (ges.core.watch; ``ges monitor``) ----------------------------------------

@@ -516,6 +516,62 @@ async def test_asks_of_what_is_retained_from_a_following_broker_all_get_their_an
         nursery.cancel_scope.cancel()
 
 
+async def test_an_ask_the_replicator_refused_for_now_is_asked_again(tmp_path, monkeypatch, caplog):
+    """The replicator bounds the asks of what is retained waiting from all connections
+    together (MAX_ALL_WAITING_BYTES: many brokers' clients subscribing at once, as after a
+    restart), and refuses one past it for now (``Error.retry``): the following broker asks it
+    again a little later, and every client's SUBSCRIBE gets everything retained — the bound
+    made one ask's worth here, and d let send three at once. Before, such a refusal was final:
+    those SUBSCRIBEs got nothing retained (and the log said so)."""
+    import ges.core.retaining as retaining
+    import ges.runtime.sessions as sessions
+
+    monkeypatch.setattr(retaining, "MAX_ALL_WAITING_BYTES", 300)
+    monkeypatch.setattr(retaining, "MAX_WAITING_BYTES", 1000)
+    monkeypatch.setattr(sessions, "MAX_WAITING_BYTES", 1000)
+    monkeypatch.setattr(sessions, "ASK_AGAIN_AFTER", 0.05)
+    topology = topology_on_free_ports(A_AND_D_MQTT)
+    filters = (("r/#", 0), ("x/" + "y" * 200, 0))  # 269 bytes as an ask
+    async with trio.open_nursery() as nursery:
+        servers = {}
+        for bid in topology.brokers:
+            servers[bid] = BrokerServer(topology, bid, data_dir=tmp_path / bid)
+            await nursery.start(servers[bid].run)
+        await wait_ready(topology, timeout=10)
+        n = 2000
+        await publish_retained(topology.brokers["a"], n)
+        spec = topology.brokers["d"]
+        with trio.fail_after(20):  # the replicator has them all
+            while len(await retained_at(spec, "probe", filters, n)) < n:
+                await trio.sleep(0.05)
+        asked_again = []
+        ask_again = sessions.SessionDesk._ask_again
+
+        def counted(desk, follow, req, *rest):
+            asked_again.append(req)
+            return ask_again(desk, follow, req, *rest)
+
+        monkeypatch.setattr(sessions.SessionDesk, "_ask_again", counted)
+        clients = []
+        for i in range(6):
+            stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+            await stream.send_all(p.encode(p.Connect(f"c{i}", keepalive=30)))
+            assert [type(x) for x in await packets(stream, 1)] == [p.ConnAck]
+            clients.append(stream)
+        for stream in clients:  # all at once
+            await stream.send_all(p.encode(p.Subscribe(1, filters)))
+        for stream in clients:
+            got = await packets(stream, 1 + n)
+            assert type(got[0]) is p.SubAck
+            assert sorted(x.payload for x in got[1:]) == sorted(b"%d" % i for i in range(n))
+        assert asked_again  # the bound was met: some asks were refused for now
+        refused = [r for r in caplog.records if "nothing retained sent" in r.getMessage()]
+        assert not refused, refused[0].getMessage()
+        follows = servers["d"].sessions._follows.values()
+        assert not any(f.asking or f.sent or f.waiting or f.refused_since for f in follows)
+        nursery.cancel_scope.cancel()
+
+
 async def retained_at(spec, client_id: str, filters, n: int) -> list:
     """The retained PUBLISHes a new client subscribing to ``filters`` gets: ``n``, or what
     came within 3 s."""
@@ -539,11 +595,15 @@ async def test_a_refused_ask_of_what_is_retained_is_logged_at_the_subscriber_s_b
     tmp_path, monkeypatch, caplog
 ):
     """MQTT cannot tell a client that its SUBSCRIBE got nothing retained: the broker it is
-    at (d, following the replicator at a) logs the replicator's refusal, and leaves no ask
-    of it in progress (its next is asked, not refused as one too many)."""
+    at (d, following the replicator at a) asks again what the replicator refused for now,
+    for ASK_AGAIN_FOR, then logs the refusal, and leaves no ask of it in progress (its next
+    is asked, not refused as one too many)."""
     import ges.core.retaining as retaining
+    import ges.runtime.sessions as sessions
 
     monkeypatch.setattr(retaining, "MAX_ALL_WAITING_BYTES", 10)  # every ask refused
+    monkeypatch.setattr(sessions, "ASK_AGAIN_AFTER", 0.05)
+    monkeypatch.setattr(sessions, "ASK_AGAIN_FOR", 0.3)
     topology = topology_on_free_ports(A_AND_D_MQTT)
     async with trio.open_nursery() as nursery:
         servers = {}
@@ -570,8 +630,9 @@ async def test_a_refused_ask_of_what_is_retained_is_logged_at_the_subscriber_s_b
             while not refusals():
                 await trio.sleep(0.02)
         assert "too many asks waiting" in refusals()[0], refusals()
+        assert "(refused for 0.3s)" in refusals()[0], refusals()
         follows = servers["d"].sessions._follows.values()
-        assert not any(f.asking or f.ask_sizes or f.waiting for f in follows)
+        assert not any(f.asking or f.sent or f.waiting for f in follows)
         await stream.send_all(p.encode(p.Subscribe(2, (("r/+", 0),))))
         assert [type(x) for x in await packets(stream, 1)] == [p.SubAck]
         await trio.sleep(0.5)
