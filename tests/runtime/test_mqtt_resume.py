@@ -9,26 +9,17 @@ import trio
 from ges.mqtt import packets as p
 from ges.mqtt.frames import PacketReader
 from ges.runtime import BrokerServer
-from ges.runtime.up import wait_ready
 from tests.conftest import topology_on_free_ports
 from tests.runtime.test_mqtt_runtime import (
     A_AND_D_MQTT,
     connect5,
     packets,
+    start,
     until_closed,
     watching,
 )
 
 LASTING = ((p.SESSION_EXPIRY, 600),)
-
-
-async def start(nursery, topology, tmp_path):
-    servers = {}
-    for bid in topology.brokers:
-        servers[bid] = BrokerServer(topology, bid, data_dir=tmp_path / bid)
-        await nursery.start(servers[bid].run)
-    await wait_ready(topology, timeout=10)
-    return servers
 
 
 async def made(spec, cid: str) -> None:

@@ -475,23 +475,8 @@ async def test_asks_of_what_is_retained_from_a_following_broker_all_get_their_an
             await nursery.start(BrokerServer(topology, bid, data_dir=tmp_path / bid).run)
         await wait_ready(topology, timeout=10)
         n = 3000
-        await publish_retained(topology.brokers["a"], n)
-        spec = topology.brokers["d"]
-        with trio.fail_after(20):  # the replicator has them all (asked alone, one at a time)
-            while len(await retained_at(spec, "probe", filters, n)) < n:
-                await trio.sleep(0.05)
-        clients = []
-        for i in range(6):
-            stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
-            await stream.send_all(p.encode(p.Connect(f"c{i}", keepalive=30)))
-            assert [type(x) for x in await packets(stream, 1)] == [p.ConnAck]
-            clients.append(stream)
-        for stream in clients:  # all at once
-            await stream.send_all(p.encode(p.Subscribe(1, filters)))
-        for stream in clients:
-            got = await packets(stream, 1 + n)
-            assert type(got[0]) is p.SubAck
-            assert sorted(x.payload for x in got[1:]) == sorted(b"%d" % i for i in range(n))
+        spec = await retained_kept(topology, filters, n)
+        await six_subscribe_at_once(spec, filters, n)
         # a client of d's own protocol asks twice at once: the second waits its turn no more
         # than an MQTT client's would (one ask at a time a client), it is refused
         from tests.runtime.test_limits import raw, read_one
@@ -533,17 +518,9 @@ async def test_an_ask_the_replicator_refused_for_now_is_asked_again(tmp_path, mo
     topology = topology_on_free_ports(A_AND_D_MQTT)
     filters = (("r/#", 0), ("x/" + "y" * 200, 0))  # 269 bytes as an ask
     async with trio.open_nursery() as nursery:
-        servers = {}
-        for bid in topology.brokers:
-            servers[bid] = BrokerServer(topology, bid, data_dir=tmp_path / bid)
-            await nursery.start(servers[bid].run)
-        await wait_ready(topology, timeout=10)
+        servers = await start(nursery, topology, tmp_path)
         n = 2000
-        await publish_retained(topology.brokers["a"], n)
-        spec = topology.brokers["d"]
-        with trio.fail_after(20):  # the replicator has them all
-            while len(await retained_at(spec, "probe", filters, n)) < n:
-                await trio.sleep(0.05)
+        spec = await retained_kept(topology, filters, n)
         asked_again = []
         ask_again = sessions.SessionDesk._ask_again
 
@@ -552,24 +529,52 @@ async def test_an_ask_the_replicator_refused_for_now_is_asked_again(tmp_path, mo
             return ask_again(desk, follow, req, *rest)
 
         monkeypatch.setattr(sessions.SessionDesk, "_ask_again", counted)
-        clients = []
-        for i in range(6):
-            stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
-            await stream.send_all(p.encode(p.Connect(f"c{i}", keepalive=30)))
-            assert [type(x) for x in await packets(stream, 1)] == [p.ConnAck]
-            clients.append(stream)
-        for stream in clients:  # all at once
-            await stream.send_all(p.encode(p.Subscribe(1, filters)))
-        for stream in clients:
-            got = await packets(stream, 1 + n)
-            assert type(got[0]) is p.SubAck
-            assert sorted(x.payload for x in got[1:]) == sorted(b"%d" % i for i in range(n))
+        await six_subscribe_at_once(spec, filters, n)
         assert asked_again  # the bound was met: some asks were refused for now
         refused = [r for r in caplog.records if "nothing retained sent" in r.getMessage()]
         assert not refused, refused[0].getMessage()
         follows = servers["d"].sessions._follows.values()
         assert not any(f.asking or f.sent or f.waiting or f.refused_since for f in follows)
         nursery.cancel_scope.cancel()
+
+
+async def start(nursery, topology, tmp_path) -> dict[str, BrokerServer]:
+    """Every broker of ``topology``, each with its data directory under ``tmp_path``, once
+    all are ready."""
+    servers = {}
+    for bid in topology.brokers:
+        servers[bid] = BrokerServer(topology, bid, data_dir=tmp_path / bid)
+        await nursery.start(servers[bid].run)
+    await wait_ready(topology, timeout=10)
+    return servers
+
+
+async def retained_kept(topology, filters, n: int):
+    """``n`` retained messages published at a, once d's clients get them all (asked alone);
+    d's spec."""
+    await publish_retained(topology.brokers["a"], n)
+    spec = topology.brokers["d"]
+    with trio.fail_after(20):
+        while len(await retained_at(spec, "probe", filters, n)) < n:
+            await trio.sleep(0.05)
+    return spec
+
+
+async def six_subscribe_at_once(spec, filters, n: int) -> None:
+    """Six clients subscribe to ``filters`` at ``spec`` at once: each gets the ``n``
+    retained messages of :func:`publish_retained`."""
+    clients = []
+    for i in range(6):
+        stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        await stream.send_all(p.encode(p.Connect(f"c{i}", keepalive=30)))
+        assert [type(x) for x in await packets(stream, 1)] == [p.ConnAck]
+        clients.append(stream)
+    for stream in clients:  # all at once
+        await stream.send_all(p.encode(p.Subscribe(1, filters)))
+    for stream in clients:
+        got = await packets(stream, 1 + n)
+        assert type(got[0]) is p.SubAck
+        assert sorted(x.payload for x in got[1:]) == sorted(b"%d" % i for i in range(n))
 
 
 async def retained_at(spec, client_id: str, filters, n: int) -> list:
@@ -606,11 +611,7 @@ async def test_a_refused_ask_of_what_is_retained_is_logged_at_the_subscriber_s_b
     monkeypatch.setattr(sessions, "ASK_AGAIN_FOR", 0.3)
     topology = topology_on_free_ports(A_AND_D_MQTT)
     async with trio.open_nursery() as nursery:
-        servers = {}
-        for bid in topology.brokers:
-            servers[bid] = BrokerServer(topology, bid, data_dir=tmp_path / bid)
-            await nursery.start(servers[bid].run)
-        await wait_ready(topology, timeout=10)
+        servers = await start(nursery, topology, tmp_path)
         await publish_retained(topology.brokers["a"], 3)
         spec = topology.brokers["d"]
         stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
