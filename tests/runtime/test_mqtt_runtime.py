@@ -538,6 +538,71 @@ async def test_an_ask_the_replicator_refused_for_now_is_asked_again(tmp_path, mo
         nursery.cancel_scope.cancel()
 
 
+async def test_asks_of_what_is_retained_keep_their_books_as_clients_come_and_go(
+    tmp_path, monkeypatch
+):
+    """Clients at d (following the replicator at a) subscribe at once and some go at random
+    moments — while their asks wait at d, are in flight, or were refused for now — with the
+    replicator's bounds small: d's books of asks agree with themselves after every step (the
+    bytes sent and held back are those of the asks listed, every ask listed has its client's
+    entry), a client that stays gets everything retained, and once everyone has gone d holds
+    nothing for anyone."""
+    import random
+
+    import ges.core.retaining as retaining
+    import ges.runtime.sessions as sessions
+
+    monkeypatch.setattr(retaining, "MAX_ALL_WAITING_BYTES", 300)
+    monkeypatch.setattr(retaining, "MAX_WAITING_BYTES", 1000)
+    monkeypatch.setattr(sessions, "MAX_WAITING_BYTES", 1000)
+    monkeypatch.setattr(sessions, "ASK_AGAIN_AFTER", 0.02)
+    topology = topology_on_free_ports(A_AND_D_MQTT)
+    filters = (("r/#", 0), ("x/" + "y" * 200, 0))  # 269 bytes as an ask
+    rng = random.Random(23)
+    async with trio.open_nursery() as nursery:
+        servers = await start(nursery, topology, tmp_path)
+        n = 1500
+        spec = await retained_kept(topology, filters, n)
+        follows = servers["d"].sessions._follows.values()
+
+        def check() -> None:
+            for f in follows:
+                assert f.ask_bytes == sum(size for _, size in f.sent.values())
+                assert f.waiting_bytes == sum(size for _, _, size in f.waiting)
+                assert all(f.asks.get(req) is entry for req, entry in f.asking.items())
+                assert set(f.refused_since) <= set(f.asking)
+                assert not set(f.sent) & {req for req, _, _ in f.waiting}
+
+        for round_ in range(8):
+            streams = []
+            for i in range(8):
+                stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+                await stream.send_all(p.encode(p.Connect(f"c{round_}-{i}", keepalive=30)))
+                assert [type(x) for x in await packets(stream, 1)] == [p.ConnAck]
+                streams.append(stream)
+            for stream in streams:
+                await stream.send_all(p.encode(p.Subscribe(1, filters)))
+            staying = []
+            for stream in streams:
+                await trio.sleep(rng.random() * 0.01)
+                if rng.random() < 0.5:
+                    await stream.aclose()  # gone, its ask wherever it was
+                else:
+                    staying.append(stream)
+                check()
+            for stream in staying:
+                got = await packets(stream, 1 + n)
+                assert sorted(x.payload for x in got[1:]) == sorted(b"%d" % i for i in range(n))
+                await stream.aclose()
+                check()
+        with trio.fail_after(10):
+            while any(f.asking or f.sent or f.waiting or f.refused_since for f in follows):
+                await trio.sleep(0.02)
+        check()
+        assert all(f.ask_bytes == 0 and f.waiting_bytes == 0 for f in follows)
+        nursery.cancel_scope.cancel()
+
+
 async def start(nursery, topology, tmp_path) -> dict[str, BrokerServer]:
     """Every broker of ``topology``, each with its data directory under ``tmp_path``, once
     all are ready."""
