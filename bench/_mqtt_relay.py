@@ -131,7 +131,7 @@ def run_selectors(port: int, upstream: int | None) -> None:
                 drop(sock)
                 continue
             publishes, answers, subscribed, closed = readers[sock].feed(data)
-            if subscribed:
+            if subscribed and sock not in subscribers:
                 subscribers.append(sock)
             sends = (
                 [(sock, answers)] if answers and not (upstream is not None and sock is up) else []
@@ -157,14 +157,27 @@ def run_trio(port: int, upstream: int | None) -> None:
     listener = socket.create_server(("127.0.0.1", port))
     listener.setblocking(False)
     subscribers: list[socket.socket] = []
+    #: sockets a write waits on (full), and what the next writer to them waits for: one
+    #: writer at a time per socket, and no turn of the scheduler when the kernel takes it all
+    writing: dict[socket.socket, trio.Event] = {}
 
     async def send(sock: socket.socket, data: bytes) -> None:
+        while sock in writing:
+            await writing[sock].wait()
         view = memoryview(data)
-        while view:
-            try:
-                view = view[sock.send(view) :]
-            except BlockingIOError:
+        with contextlib.suppress(BlockingIOError):
+            view = view[sock.send(view) :]
+        if not view:
+            return
+        writing[sock] = done = trio.Event()
+        try:
+            while view:
                 await trio.lowlevel.wait_writable(sock)
+                with contextlib.suppress(BlockingIOError):
+                    view = view[sock.send(view) :]
+        finally:
+            del writing[sock]
+            done.set()
 
     async def serve(sock: socket.socket, answer: bool = True) -> None:
         sock.setblocking(False)
@@ -179,18 +192,19 @@ def run_trio(port: int, upstream: int | None) -> None:
                 publishes, answers, subscribed, closed = reader.feed(data)
                 if answers and answer:
                     await send(sock, answers)
-                if subscribed:
+                if subscribed and sock not in subscribers:
                     subscribers.append(sock)
                 for sub in list(subscribers) if publishes else ():
-                    with contextlib.suppress(OSError):  # gone: its own read sees the end
+                    with contextlib.suppress(OSError, trio.ClosedResourceError):  # gone
                         await send(sub, publishes)
                 if closed:
                     break
-        except OSError:
+        except (OSError, trio.ClosedResourceError):
             pass
         finally:
             if sock in subscribers:
                 subscribers.remove(sock)
+            trio.lowlevel.notify_closing(sock)  # a write waiting on it ends
             sock.close()
 
     async def main() -> None:

@@ -257,18 +257,21 @@ class Retaining:
         why = None
         if len(msg.filters) > MAX_ASK_FILTERS:
             why = f"{len(msg.filters)} topic filters, over {MAX_ASK_FILTERS}"
-        for f in msg.filters if why is None else ():
-            why = check_filter(f)
-            if why is not None:
-                break
-        if why is not None:
             return [ToClient(conn, m.Error(f"retained messages: {why}", req=msg.req))]
         size = ask_size(msg)
         waiting = self._asks.get(conn)
         held = 0 if waiting is None else waiting[1]
-        if held + size > MAX_WAITING_BYTES or self._asks_bytes + size > MAX_ALL_WAITING_BYTES:
+        if held + size > MAX_WAITING_BYTES:  # (this connection's own: final)
+            why = "retained messages: too many asks waiting to be answered from this connection"
+            return [ToClient(conn, m.Error(why, req=msg.req))]
+        if self._asks_bytes + size > MAX_ALL_WAITING_BYTES:  # everyone's: for now
             why = "retained messages: too many asks waiting to be answered; ask again later"
-            return [ToClient(conn, m.Error(why, req=msg.req, retry=True))]
+            retry = size <= MAX_ALL_WAITING_BYTES
+            return [ToClient(conn, m.Error(why, req=msg.req, retry=retry))]
+        for f in msg.filters:  # (after the bounds: a refusal for them checks no filter)
+            why = check_filter(f)
+            if why is not None:
+                return [ToClient(conn, m.Error(f"retained messages: {why}", req=msg.req))]
         if waiting is None:
             waiting = self._asks[conn] = [deque(), 0]
         waiting[0].append((msg, size))

@@ -188,15 +188,28 @@ class SessionDesk:
                 reason = f"broker {self.id} keeps no retained messages (it is not a replicator)"
                 return self._not_retained(conn_id, msg.req, reason)
             outs = replicator.retained_ask(conn_id, msg)
+            if self.server.is_follower(conn_id):
+                return outs
+            if self.server.is_mqtt(conn_id) and any(
+                type(out.msg) is m.Error and out.msg.retry for out in outs
+            ):  # an MQTT client here, refused for now: asked again (it cannot be told)
+                self.server._nursery.start_soon(self._ask_here_later, conn_id, msg)
+                return []
             for out in outs:
-                if type(out.msg) is m.Error and not self.server.is_follower(conn_id):
+                if type(out.msg) is m.Error:
                     self._log_not_retained(conn_id, out.msg.reason)
             return outs
+        size = ask_size(msg)
+        if size > MAX_WAITING_BYTES:  # the replicator takes no ask this large
+            reason = (
+                f"retained messages: an ask of {size} bytes of topic filters, over the "
+                f"{MAX_WAITING_BYTES} a replicator takes"
+            )
+            return self._not_retained(conn_id, msg.req, reason)
         follow = await self._follow(self.home)
         if follow.conn is None:
             reason = f"retained messages: replicator {self.home} is unreachable: {follow.failed}"
             return self._not_retained(conn_id, msg.req, reason)
-        size = ask_size(msg)
         if any(ask[0] == conn_id for ask in follow.asking.values()):
             reason = "retained messages: one ask at a time (the last is not answered yet)"
             return self._not_retained(conn_id, msg.req, reason)
@@ -237,7 +250,9 @@ class SessionDesk:
         waiting = follow.waiting
         while waiting and not follow.pausing:
             req, ask, size = waiting[0]
-            if follow.ask_bytes and follow.ask_bytes + size > MAX_WAITING_BYTES:
+            if follow.ask_bytes and (  # one at a time while the replicator refuses for now
+                follow.refused_since or follow.ask_bytes + size > MAX_WAITING_BYTES
+            ):
                 return
             waiting.popleft()
             follow.waiting_bytes -= size
@@ -258,7 +273,11 @@ class SessionDesk:
             client, client_req = follow.asks.pop(req)[:2]
             self._send_asks(follow)
             return self._not_retained(client, client_req, f"{why} (refused for {ASK_AGAIN_FOR:g}s)")
-        follow.waiting.appendleft((req, ask, size))
+        waiting = follow.waiting  # back in line by number (first come, first asked again)
+        at = 0
+        while at < len(waiting) and waiting[at][0] < req:
+            at += 1
+        waiting.insert(at, (req, ask, size))
         follow.waiting_bytes += size
         if not follow.pausing:
             follow.pausing = True
@@ -269,6 +288,25 @@ class SessionDesk:
         await trio.sleep(ASK_AGAIN_AFTER)
         follow.pausing = False
         self._send_asks(follow)
+
+    async def _ask_here_later(self, conn_id: int, msg: m.RetainedAsk) -> None:
+        """An MQTT client of the replicator's own broker, its ask refused for now: asked
+        again every ASK_AGAIN_AFTER while it stays, for at most ASK_AGAIN_FOR (as a
+        follower asks for its clients). Its session asks one at a time: one of these each."""
+        since = trio.current_time()
+        while True:
+            await trio.sleep(ASK_AGAIN_AFTER)
+            if not self.server.is_mqtt(conn_id):  # gone
+                return
+            outs = self.core.replicator.retained_ask(conn_id, msg)
+            refused = [out.msg for out in outs if type(out.msg) is m.Error]
+            if refused and refused[0].retry and trio.current_time() - since < ASK_AGAIN_FOR:
+                continue
+            for error in refused:
+                why = error.reason + (f" (refused for {ASK_AGAIN_FOR:g}s)" * error.retry)
+                self._log_not_retained(conn_id, why)
+            await self.server._dispatch(outs)
+            return
 
     async def _discard(
         self, conn_id: int, msg: m.SessionControl, who: str, operator: bool, now: float

@@ -505,18 +505,14 @@ async def test_an_ask_the_replicator_refused_for_now_is_asked_again(tmp_path, mo
     """The replicator bounds the asks of what is retained waiting from all connections
     together (MAX_ALL_WAITING_BYTES: many brokers' clients subscribing at once, as after a
     restart), and refuses one past it for now (``Error.retry``): the following broker asks it
-    again a little later, and every client's SUBSCRIBE gets everything retained — the bound
-    made one ask's worth here, and d let send three at once. Before, such a refusal was final:
+    again a little later, in the order asked, and every client's SUBSCRIBE gets everything
+    retained — the bound made one ask's worth here (and taken for a while at first), and d
+    let send three at once. Before, such a refusal was final:
     those SUBSCRIBEs got nothing retained (and the log said so)."""
-    import ges.core.retaining as retaining
     import ges.runtime.sessions as sessions
 
-    monkeypatch.setattr(retaining, "MAX_ALL_WAITING_BYTES", 300)
-    monkeypatch.setattr(retaining, "MAX_WAITING_BYTES", 1000)
-    monkeypatch.setattr(sessions, "MAX_WAITING_BYTES", 1000)
-    monkeypatch.setattr(sessions, "ASK_AGAIN_AFTER", 0.05)
+    filters = small_ask_bounds(monkeypatch, again_after=0.05)
     topology = topology_on_free_ports(A_AND_D_MQTT)
-    filters = (("r/#", 0), ("x/" + "y" * 200, 0))  # 269 bytes as an ask
     async with trio.open_nursery() as nursery:
         servers = await start(nursery, topology, tmp_path)
         n = 2000
@@ -528,9 +524,27 @@ async def test_an_ask_the_replicator_refused_for_now_is_asked_again(tmp_path, mo
             asked_again.append(req)
             return ask_again(desk, follow, req, *rest)
 
+        answered = []
+        from_replicator = sessions.SessionDesk._from_replicator
+
+        def seen(desk, follow, msg):
+            if type(msg) is m.Retained:
+                answered.append(msg.req)
+            return from_replicator(desk, follow, msg)
+
         monkeypatch.setattr(sessions.SessionDesk, "_ask_again", counted)
+        monkeypatch.setattr(sessions.SessionDesk, "_from_replicator", seen)
+        replicator = servers["a"].core.replicator
+        replicator._asks_bytes = 300  # no room at first: the asks d sent are all refused
+
+        async def room_later():
+            await trio.sleep(0.3)
+            replicator._asks_bytes = 0
+
+        nursery.start_soon(room_later)
         await six_subscribe_at_once(spec, filters, n)
-        assert asked_again  # the bound was met: some asks were refused for now
+        assert len(set(asked_again)) >= 3  # those d had sent at once, refused for now
+        assert answered == sorted(answered)  # and then asked again in the order asked
         refused = [r for r in caplog.records if "nothing retained sent" in r.getMessage()]
         assert not refused, refused[0].getMessage()
         follows = servers["d"].sessions._follows.values()
@@ -545,19 +559,12 @@ async def test_asks_of_what_is_retained_keep_their_books_as_clients_come_and_go(
     moments — while their asks wait at d, are in flight, or were refused for now — with the
     replicator's bounds small: d's books of asks agree with themselves after every step (the
     bytes sent and held back are those of the asks listed, every ask listed has its client's
-    entry), a client that stays gets everything retained, and once everyone has gone d holds
-    nothing for anyone."""
+    entry, those held back are in the order asked), a client that stays gets everything
+    retained, and once everyone has gone d holds nothing for anyone."""
     import random
 
-    import ges.core.retaining as retaining
-    import ges.runtime.sessions as sessions
-
-    monkeypatch.setattr(retaining, "MAX_ALL_WAITING_BYTES", 300)
-    monkeypatch.setattr(retaining, "MAX_WAITING_BYTES", 1000)
-    monkeypatch.setattr(sessions, "MAX_WAITING_BYTES", 1000)
-    monkeypatch.setattr(sessions, "ASK_AGAIN_AFTER", 0.02)
+    filters = small_ask_bounds(monkeypatch, again_after=0.02)
     topology = topology_on_free_ports(A_AND_D_MQTT)
-    filters = (("r/#", 0), ("x/" + "y" * 200, 0))  # 269 bytes as an ask
     rng = random.Random(23)
     async with trio.open_nursery() as nursery:
         servers = await start(nursery, topology, tmp_path)
@@ -572,16 +579,11 @@ async def test_asks_of_what_is_retained_keep_their_books_as_clients_come_and_go(
                 assert all(f.asks.get(req) is entry for req, entry in f.asking.items())
                 assert set(f.refused_since) <= set(f.asking)
                 assert not set(f.sent) & {req for req, _, _ in f.waiting}
+                reqs = [req for req, _, _ in f.waiting]  # in the order asked, refused or not
+                assert reqs == sorted(reqs)
 
         for round_ in range(8):
-            streams = []
-            for i in range(8):
-                stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
-                await stream.send_all(p.encode(p.Connect(f"c{round_}-{i}", keepalive=30)))
-                assert [type(x) for x in await packets(stream, 1)] == [p.ConnAck]
-                streams.append(stream)
-            for stream in streams:
-                await stream.send_all(p.encode(p.Subscribe(1, filters)))
+            streams = await subscribing_at_once(spec, filters, [f"c{round_}-{i}" for i in range(8)])
             staying = []
             for stream in streams:
                 await trio.sleep(rng.random() * 0.01)
@@ -596,11 +598,27 @@ async def test_asks_of_what_is_retained_keep_their_books_as_clients_come_and_go(
                 await stream.aclose()
                 check()
         with trio.fail_after(10):
-            while any(f.asking or f.sent or f.waiting or f.refused_since for f in follows):
+            while any(
+                f.asking or f.sent or f.waiting or f.refused_since or f.pausing for f in follows
+            ):
                 await trio.sleep(0.02)
         check()
         assert all(f.ask_bytes == 0 and f.waiting_bytes == 0 for f in follows)
         nursery.cancel_scope.cancel()
+
+
+def small_ask_bounds(monkeypatch, again_after: float) -> tuple:
+    """The replicator's bounds on retained asks waiting made small — one ask's worth from
+    everyone, three from one connection (a following broker sends three at once) — and
+    asks refused for now asked again after ``again_after``; the filters of such an ask."""
+    import ges.core.retaining as retaining
+    import ges.runtime.sessions as sessions
+
+    monkeypatch.setattr(retaining, "MAX_ALL_WAITING_BYTES", 300)
+    monkeypatch.setattr(retaining, "MAX_WAITING_BYTES", 1000)
+    monkeypatch.setattr(sessions, "MAX_WAITING_BYTES", 1000)
+    monkeypatch.setattr(sessions, "ASK_AGAIN_AFTER", again_after)
+    return (("r/#", 0), ("x/" + "y" * 200, 0))  # 269 bytes as an ask
 
 
 async def start(nursery, topology, tmp_path) -> dict[str, BrokerServer]:
@@ -625,17 +643,24 @@ async def retained_kept(topology, filters, n: int):
     return spec
 
 
+async def subscribing_at_once(spec, filters, client_ids: list[str]) -> list:
+    """A client at ``spec`` for each id, connected, then all subscribing to ``filters`` at
+    once; their streams, each with its SUBACK and what follows still to read."""
+    clients = []
+    for client_id in client_ids:
+        stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        await stream.send_all(p.encode(p.Connect(client_id, keepalive=30)))
+        assert [type(x) for x in await packets(stream, 1)] == [p.ConnAck]
+        clients.append(stream)
+    for stream in clients:
+        await stream.send_all(p.encode(p.Subscribe(1, filters)))
+    return clients
+
+
 async def six_subscribe_at_once(spec, filters, n: int) -> None:
     """Six clients subscribe to ``filters`` at ``spec`` at once: each gets the ``n``
     retained messages of :func:`publish_retained`."""
-    clients = []
-    for i in range(6):
-        stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
-        await stream.send_all(p.encode(p.Connect(f"c{i}", keepalive=30)))
-        assert [type(x) for x in await packets(stream, 1)] == [p.ConnAck]
-        clients.append(stream)
-    for stream in clients:  # all at once
-        await stream.send_all(p.encode(p.Subscribe(1, filters)))
+    clients = await subscribing_at_once(spec, filters, [f"c{i}" for i in range(6)])
     for stream in clients:
         got = await packets(stream, 1 + n)
         assert type(got[0]) is p.SubAck
@@ -665,19 +690,21 @@ async def test_a_refused_ask_of_what_is_retained_is_logged_at_the_subscriber_s_b
     tmp_path, monkeypatch, caplog
 ):
     """MQTT cannot tell a client that its SUBSCRIBE got nothing retained: the broker it is
-    at (d, following the replicator at a) asks again what the replicator refused for now,
-    for ASK_AGAIN_FOR, then logs the refusal, and leaves no ask of it in progress (its next
-    is asked, not refused as one too many)."""
+    at (d, following the replicator at a) asks again what the replicator refused for now
+    (its bound on everyone's asks taken, here by hand), for ASK_AGAIN_FOR, then logs the
+    refusal, and leaves no ask of it in progress: its next, once there is room, is answered."""
     import ges.core.retaining as retaining
     import ges.runtime.sessions as sessions
 
-    monkeypatch.setattr(retaining, "MAX_ALL_WAITING_BYTES", 10)  # every ask refused
+    monkeypatch.setattr(retaining, "MAX_ALL_WAITING_BYTES", 1000)
     monkeypatch.setattr(sessions, "ASK_AGAIN_AFTER", 0.05)
     monkeypatch.setattr(sessions, "ASK_AGAIN_FOR", 0.3)
     topology = topology_on_free_ports(A_AND_D_MQTT)
     async with trio.open_nursery() as nursery:
         servers = await start(nursery, topology, tmp_path)
         await publish_retained(topology.brokers["a"], 3)
+        replicator = servers["a"].core.replicator
+        replicator._asks_bytes = 1000  # everyone's asks: no room for now
         spec = topology.brokers["d"]
         stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
         await stream.send_all(p.encode(p.Connect("sub", keepalive=30)))
@@ -698,9 +725,66 @@ async def test_a_refused_ask_of_what_is_retained_is_logged_at_the_subscriber_s_b
         assert "too many asks waiting" in refusals()[0], refusals()
         assert "(refused for 0.3s)" in refusals()[0], refusals()
         follows = servers["d"].sessions._follows.values()
-        assert not any(f.asking or f.sent or f.waiting for f in follows)
+        assert not any(f.asking or f.sent or f.waiting or f.refused_since for f in follows)
+        replicator._asks_bytes = 0
         await stream.send_all(p.encode(p.Subscribe(2, (("r/+", 0),))))
-        assert [type(x) for x in await packets(stream, 1)] == [p.SubAck]
-        await trio.sleep(0.5)
-        assert not any("one ask at a time" in said for said in refusals()), refusals()
+        got = await packets(stream, 4)
+        assert [type(x) for x in got] == [p.SubAck] + [p.Publish] * 3
+        assert len(refusals()) == 1, refusals()
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_mqtt_client_at_the_replicator_s_own_broker_is_asked_for_again(
+    tmp_path, monkeypatch, caplog
+):
+    """An MQTT client of the replicator's own broker (a), its ask of what is retained
+    refused for now (the bound on everyone's asks taken, here by hand), is asked for again
+    until there is room: its SUBSCRIBE gets what is retained, a little later, and nothing is
+    logged. An ask larger than a replicator takes from one connection is refused at once,
+    at the broker the client is at (d), without holding anyone's back."""
+    import ges.core.retaining as retaining
+    import ges.runtime.sessions as sessions
+
+    monkeypatch.setattr(retaining, "MAX_ALL_WAITING_BYTES", 1000)
+    monkeypatch.setattr(sessions, "ASK_AGAIN_AFTER", 0.05)
+    topology = topology_on_free_ports(A_AND_D_MQTT)
+    async with trio.open_nursery() as nursery:
+        servers = await start(nursery, topology, tmp_path)
+        spec = topology.brokers["a"]
+        await publish_retained(spec, 3)
+        replicator = servers["a"].core.replicator
+        replicator._asks_bytes = 1000
+        stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        await stream.send_all(
+            p.encode(p.Connect("sub", keepalive=30)) + p.encode(p.Subscribe(1, (("r/#", 0),)))
+        )
+        assert [type(x) for x in await packets(stream, 2)] == [p.ConnAck, p.SubAck]
+        with trio.move_on_after(0.3):  # nothing while there is no room
+            got = await packets(stream, 1, within=1)
+            raise AssertionError(f"retained sent with no room: {got}")
+        replicator._asks_bytes = 0
+        got = await packets(stream, 3)
+        assert sorted(x.payload for x in got) == [b"0", b"1", b"2"]
+        assert not [r for r in caplog.records if "nothing retained sent" in r.getMessage()]
+        # at d: an ask over what a replicator takes from one connection, then a small one
+        monkeypatch.setattr(retaining, "MAX_WAITING_BYTES", 300)
+        monkeypatch.setattr(sessions, "MAX_WAITING_BYTES", 300)
+        spec = topology.brokers["d"]
+        big, small = await trio.open_tcp_stream(spec.host, spec.mqtt_port), None
+        await big.send_all(
+            p.encode(p.Connect("big", keepalive=30))
+            + p.encode(p.Subscribe(1, (("r/#", 0), ("x/" + "y" * 400, 0))))
+        )
+        assert [type(x) for x in await packets(big, 2)] == [p.ConnAck, p.SubAck]
+        small = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        await small.send_all(
+            p.encode(p.Connect("small", keepalive=30)) + p.encode(p.Subscribe(1, (("r/#", 0),)))
+        )
+        got = await packets(small, 5, within=2)  # (not after the big one's retries)
+        assert [type(x) for x in got] == [p.ConnAck, p.SubAck] + [p.Publish] * 3
+        assert any(
+            "client big: nothing retained sent" in r.getMessage()
+            and "over the 300 a replicator takes" in r.getMessage()
+            for r in caplog.records
+        )
         nursery.cancel_scope.cancel()
