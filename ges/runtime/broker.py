@@ -20,6 +20,7 @@ import gc
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -216,6 +217,8 @@ class BrokerServer:
         # neighbours whose link an operator cut -> set when it is restored (wakes the dialler);
         # only neighbours get in, so it is bounded by the topology
         self._cut: dict[str, trio.Event] = {}
+        #: the loop's clock (run() puts the clock's own method here)
+        self._now: Callable[[], float] = trio.current_time
         #: set when the core has large work in progress (ges.core.work): wakes the worker
         self._work_wakeup = trio.Event()
         #: clients whose next message waits for their request in progress -> set when done
@@ -272,6 +275,9 @@ class BrokerServer:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Listen, dial the links this broker owns, serve until cancelled."""
         self.loop_clock = installed()
+        # trio.current_time() without its two wrappers: the clock's own method (it is read
+        # a few times on the path of every message)
+        self._now = trio.lowlevel.current_clock().current_time
         self.admission.fit_descriptors()
         try:
             listeners = await trio.open_tcp_listeners(self.spec.port, host=self.listen_host)
@@ -441,7 +447,7 @@ class BrokerServer:
         to_peers: dict[str, list[bytes]] = {}
         to_clients: dict[int, list[bytes]] = {}
         to_messages: dict[int, list] = {}
-        now = trio.current_time()
+        now = None  # (read when first needed: most dispatches need no time)
         recorder = self.recorder
         # delivery records: the broker's clock before it hands anything on
         wall = time.time_ns() if recorder is not None else 0
@@ -454,6 +460,7 @@ class BrokerServer:
             elif kind is ToClient:
                 dest = out.conn
                 if dest < 0:  # to a durable session's own subscriptions (ges.core.replicator)
+                    now = self._now() if now is None else now
                     outs.extend(self.core.replicator.own(dest, out.msg, now))
                     continue
                 if recorder is not None and type(out.msg) is m.Deliver:
@@ -472,6 +479,7 @@ class BrokerServer:
                 conn = self._peers.get(out.peer)
                 if conn is not None:
                     self._flush_held()
+                    now = self._now() if now is None else now
                     await self._to_peer(out.peer, to_peers.pop(out.peer, ()), now)
                     self.log.warning("link %s suspected: %s", out.peer, out.reason)
                     conn.close(out.reason)
@@ -499,6 +507,7 @@ class BrokerServer:
         ):
             self._flush_held()
         for peer, frames in to_peers.items():
+            now = self._now() if now is None else now
             await self._to_peer(peer, frames, now)
         if recorder is not None:
             recorder.flush()
@@ -639,7 +648,7 @@ class BrokerServer:
                     # write to that neighbour
                     with trio.move_on_after(self.core.config.suspect_after / 4):
                         await self._room_for(self._sessions_full)
-                started = trio.current_time()
+                started = self._now()
                 outs: list = []
                 run: list = []  # a client's publishes read together: handled together
                 for msg in batch:
@@ -662,7 +671,7 @@ class BrokerServer:
                     if run:
                         outs += self._client_publishes(client, run)
                         run = []
-                    now = trio.current_time()
+                    now = self._now()
                     if client is not None and type(msg) in SESSION_REQUESTS:
                         await self._flush(outs)  # a lookup may wait for replicators
                         # its answer goes at once: a session's stream may go on from the
@@ -679,7 +688,7 @@ class BrokerServer:
                             await self._wait_for_work(client)
                         else:
                             await trio.lowlevel.checkpoint()
-                        started = trio.current_time()
+                        started = self._now()
                 if run:
                     outs += self._client_publishes(client, run)
                 await self._flush(outs)
@@ -691,7 +700,7 @@ class BrokerServer:
         conn = self._clients.get(conn_id)
         if conn is not None and conn.closing:  # cut (a slow consumer): what it sends goes unread
             return []
-        return self.core.client_publishes(conn_id, msgs, trio.current_time())
+        return self.core.client_publishes(conn_id, msgs, self._now())
 
     async def _refusal(self, conn_id: int, msg) -> str | None:
         """Why a client may not make this request (None: it may); a refusal is logged once per
@@ -754,17 +763,17 @@ class BrokerServer:
             freeze_heap()
 
     async def _flush(self, outs: list) -> None:
-        self._freeze_kept()  # (a retained catch-up's page, read back from a log)
         logged = commit_alone(self)  # a lone publish goes out now, not after a hop to log_task
         self._logged_later()
-        if self.core.has_work:
-            self._work_wakeup.set()
         if outs:
             self.core.counters["frames_out"] += len(outs)
         if logged:
             outs = outs + logged if outs else logged
         if outs:
-            await self._dispatch(outs)
+            await self._dispatch(outs)  # (which wakes the worker if the core has work)
+        elif self.core.has_work:
+            self._work_wakeup.set()
+        self._freeze_kept()  # (a retained catch-up's page, read back from a log)
 
     # -- clients -----------------------------------------------------------------------------
 
