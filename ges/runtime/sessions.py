@@ -64,8 +64,8 @@ KEEPALIVE = 10.0
 MAX_HELD_ASKS_BYTES = 16 << 20
 #: An ask the replicator refused for now (``Error.retry``: over its bound on all connections'
 #: asks, ges.core.retaining.MAX_ALL_WAITING_BYTES — many brokers' clients subscribing at once,
-#: as after a restart) is asked again after this many seconds, first of those held back, for
-#: at most ASK_AGAIN_FOR seconds; then its client's SUBSCRIBE gets nothing retained (logged).
+#: as after a restart) is asked again after this many seconds, in the order asked, for at
+#: most ASK_AGAIN_FOR seconds; then its client's SUBSCRIBE gets nothing retained (logged).
 ASK_AGAIN_AFTER = 0.5
 ASK_AGAIN_FOR = 30.0
 
@@ -263,8 +263,9 @@ class SessionDesk:
             self._send(follow, ask)
 
     def _ask_again(self, follow: Follow, req: int, ask: m.RetainedAsk, size: int, why: str):
-        """The replicator refused ask ``req`` for now (``Error.retry``): it goes back first in
-        line and the asks wait ASK_AGAIN_AFTER; after ASK_AGAIN_FOR of that, it is refused."""
+        """The replicator refused ask ``req`` for now (``Error.retry``): it goes back in line in
+        the order asked (ahead of those never sent), and the asks wait ASK_AGAIN_AFTER, then go
+        one at a time while refusals last; after ASK_AGAIN_FOR of that, it is refused."""
         now = trio.current_time()
         since = follow.refused_since.setdefault(req, now)
         if now - since >= ASK_AGAIN_FOR:
