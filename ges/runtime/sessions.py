@@ -207,6 +207,8 @@ class SessionDesk:
             )
             return self._not_retained(conn_id, msg.req, reason)
         follow = await self._follow(self.home)
+        if not self.server.is_client(conn_id):  # it went meanwhile (the follow may take 5 s)
+            return []
         if follow.conn is None:
             reason = f"retained messages: replicator {self.home} is unreachable: {follow.failed}"
             return self._not_retained(conn_id, msg.req, reason)

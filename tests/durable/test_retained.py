@@ -236,6 +236,30 @@ def test_asks_are_answered_in_slices_of_the_cores_work_one_walk_at_a_time_in_tur
     assert not rig.core.has_work
 
 
+def test_only_the_bound_on_everyone_s_asks_refuses_for_now(monkeypatch):
+    """An ask past the bytes of asks waiting from all connections together is refused for
+    now (``retry``: a following broker asks it again later); one past its connection's own
+    bound, or one that could never fit the bound on all, is refused for good — asked again,
+    it would only hold back the asks behind it."""
+    from ges.core import retaining
+
+    rig = Rig(SOLO_MQTT)
+    rig.feed(rig.rep.restore(rig.now))
+    monkeypatch.setattr(retaining, "MAX_WAITING_BYTES", 1000)
+    monkeypatch.setattr(retaining, "MAX_ALL_WAITING_BYTES", 2000)
+    rig.rep._asks_bytes = 1990  # (others' asks waiting)
+    (refused,) = to(rig.rep.retained_ask(5, m.RetainedAsk(["a/#"], req=1)), 5)
+    assert type(refused) is m.Error and refused.retry
+    rig.rep._asks_bytes = 0
+    over_own = "a/" + "x" * 1500
+    (refused,) = to(rig.rep.retained_ask(5, m.RetainedAsk([over_own], req=2)), 5)
+    assert type(refused) is m.Error and not refused.retry
+    monkeypatch.setattr(retaining, "MAX_WAITING_BYTES", 10_000)
+    over_all = "a/" + "x" * 2500
+    (refused,) = to(rig.rep.retained_ask(5, m.RetainedAsk([over_all], req=3)), 5)
+    assert type(refused) is m.Error and not refused.retry
+
+
 def test_keeping_retained_messages_weighs_on_the_hand_on_slices():
     """Keeping a retained message (kept, counted, stored) costs ~20 ordinary deliveries: a
     burst of them is handed on in slices sized by that weight (RETAINED_WEIGHT), so that one

@@ -734,6 +734,92 @@ async def test_a_refused_ask_of_what_is_retained_is_logged_at_the_subscriber_s_b
         nursery.cancel_scope.cancel()
 
 
+async def test_while_refusals_last_a_following_broker_asks_one_at_a_time_after_a_pause(
+    tmp_path, monkeypatch
+):
+    """Asked again, the asks the replicator refused for now go one at a time while refusals
+    last, and not before ASK_AGAIN_AFTER has passed (each round resent up to 4 MiB of asks,
+    and a refusal asked again at once makes a loop between the brokers)."""
+    import ges.runtime.sessions as sessions
+
+    after = 0.2
+    filters = small_ask_bounds(monkeypatch, again_after=after)
+    topology = topology_on_free_ports(A_AND_D_MQTT)
+    async with trio.open_nursery() as nursery:
+        servers = await start(nursery, topology, tmp_path)
+        n = 200
+        spec = await retained_kept(topology, filters, n)
+        sends, refusals = [], []
+        send, from_replicator = sessions.SessionDesk._send, sessions.SessionDesk._from_replicator
+
+        def sending(desk, follow, msg):
+            if type(msg) is m.RetainedAsk:
+                sends.append((trio.current_time(), len(follow.sent), bool(follow.refused_since)))
+            return send(desk, follow, msg)
+
+        def answered(desk, follow, msg):
+            if type(msg) is m.Error and msg.retry:
+                refusals.append(trio.current_time())
+            return from_replicator(desk, follow, msg)
+
+        monkeypatch.setattr(sessions.SessionDesk, "_send", sending)
+        monkeypatch.setattr(sessions.SessionDesk, "_from_replicator", answered)
+        replicator = servers["a"].core.replicator
+        replicator._asks_bytes = 300  # no room for a while
+
+        async def room_later():
+            await trio.sleep(1.0)
+            replicator._asks_bytes = 0
+
+        nursery.start_soon(room_later)
+        await six_subscribe_at_once(spec, filters, n)
+        assert refusals
+        assert all(in_flight == 1 for _, in_flight, refused in sends if refused), sends
+        later = [at for at, _, _ in sends if at > refusals[0]]
+        assert later and later[0] - refusals[0] >= after * 0.9, later[0] - refusals[0]
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_ask_whose_client_went_while_its_broker_opened_the_follow_is_not_asked(
+    tmp_path, monkeypatch
+):
+    """A client's ask waits while its broker opens its follow connection to the replicator
+    (up to FOLLOW_CONNECT_WAIT, as after a restart); a client gone meanwhile leaves no ask
+    in d's books — one left there was asked again for ASK_AGAIN_FOR while the replicator
+    refused for now, ahead of the asks of clients still there."""
+    import ges.runtime.sessions as sessions
+
+    monkeypatch.setattr(sessions, "ASK_AGAIN_AFTER", 0.05)
+    topology = topology_on_free_ports(A_AND_D_MQTT)
+    async with trio.open_nursery() as nursery:
+        servers = await start(nursery, topology, tmp_path)
+        await publish_retained(topology.brokers["a"], 3)
+        spec = topology.brokers["d"]
+        follow_, slow = sessions.SessionDesk._follow, []
+
+        async def follow(desk, rep):  # a follow connection being opened takes a while
+            if slow:
+                await trio.sleep(0.3)
+            return await follow_(desk, rep)
+
+        monkeypatch.setattr(sessions.SessionDesk, "_follow", follow)
+        stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        await stream.send_all(p.encode(p.Connect("sub", keepalive=30)))
+        await packets(stream, 1)
+        await stream.send_all(  # the second ask goes once the first is answered
+            p.encode(p.Subscribe(1, (("r/#", 0),))) + p.encode(p.Subscribe(2, (("r/+", 0),)))
+        )
+        await packets(stream, 2)
+        slow.append(1)
+        await trio.sleep(0.05)
+        await stream.aclose()
+        servers["a"].core.replicator._asks_bytes = 1 << 30  # refused for now from here on
+        await trio.sleep(1.0)
+        (f,) = servers["d"].sessions._follows.values()
+        assert not f.asking, f.asking
+        nursery.cancel_scope.cancel()
+
+
 async def test_an_mqtt_client_at_the_replicator_s_own_broker_is_asked_for_again(
     tmp_path, monkeypatch, caplog
 ):
@@ -766,6 +852,22 @@ async def test_an_mqtt_client_at_the_replicator_s_own_broker_is_asked_for_again(
         got = await packets(stream, 3)
         assert sorted(x.payload for x in got) == [b"0", b"1", b"2"]
         assert not [r for r in caplog.records if "nothing retained sent" in r.getMessage()]
+        # no room for longer than ASK_AGAIN_FOR: refused, and logged
+        monkeypatch.setattr(sessions, "ASK_AGAIN_FOR", 0.2)
+        replicator._asks_bytes = 1000
+        late = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        await late.send_all(
+            p.encode(p.Connect("late", keepalive=30)) + p.encode(p.Subscribe(1, (("r/#", 0),)))
+        )
+        assert [type(x) for x in await packets(late, 2)] == [p.ConnAck, p.SubAck]
+        with trio.fail_after(5):
+            while not any(
+                "client late: nothing retained sent" in r.getMessage()
+                and "(refused for 0.2s)" in r.getMessage()
+                for r in caplog.records
+            ):
+                await trio.sleep(0.02)
+        replicator._asks_bytes = 0
         # at d: an ask over what a replicator takes from one connection, then a small one
         monkeypatch.setattr(retaining, "MAX_WAITING_BYTES", 300)
         monkeypatch.setattr(sessions, "MAX_WAITING_BYTES", 300)
