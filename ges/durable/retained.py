@@ -14,7 +14,7 @@ so replicators that see two publishers' streams interleaved differently still ke
 message. An event with an empty payload clears its topic (§3.3.1.3); the clearing is kept,
 counted in the bounds, so that an older message that arrives after it does not come back.
 
-A subscriber's broker asks a replicator (its home replicator, ges.runtime.sessions) for what
+A subscriber's broker asks a replicator (its home replicator, ges.runtime.retained_asks) for what
 is retained on the filters of a SUBSCRIBE (``m.RetainedAsk``); :meth:`RetainedSet.find` walks
 each filter down a :class:`~ges.matching.topics.TopicIndex`, so an answer costs what it
 matches, and holds at most ``max_bytes`` of messages. The MQTT session sends them with RETAIN

@@ -12,7 +12,7 @@ from ges.client import connect
 from ges.matching.model import Constraint
 from ges.mqtt import packets as p
 from ges.mqtt.frames import PacketReader
-from ges.runtime import BrokerServer
+from ges.runtime import BrokerServer, retained_asks
 from ges.runtime.up import wait_ready
 from ges.wire import encode
 from ges.wire import messages as m
@@ -464,10 +464,9 @@ async def test_asks_of_what_is_retained_from_a_following_broker_all_get_their_an
     next, instead of some being refused and their SUBSCRIBEs getting nothing retained. 3,000
     topics: each walk takes more than one slice of the replicator's work, so asks wait."""
     import ges.core.retaining as retaining
-    import ges.runtime.sessions as sessions
 
     monkeypatch.setattr(retaining, "MAX_WAITING_BYTES", 300)
-    monkeypatch.setattr(sessions, "MAX_WAITING_BYTES", 300)
+    monkeypatch.setattr(retained_asks, "MAX_WAITING_BYTES", 300)
     topology = topology_on_free_ports(A_AND_D_MQTT)
     filters = (("r/#", 0), ("x/" + "y" * 200, 0))  # 269 bytes as an ask
     async with trio.open_nursery() as nursery:
@@ -612,12 +611,11 @@ def small_ask_bounds(monkeypatch, again_after: float) -> tuple:
     everyone, three from one connection (a following broker sends three at once) — and
     asks refused for now asked again after ``again_after``; the filters of such an ask."""
     import ges.core.retaining as retaining
-    import ges.runtime.sessions as sessions
 
     monkeypatch.setattr(retaining, "MAX_ALL_WAITING_BYTES", 300)
     monkeypatch.setattr(retaining, "MAX_WAITING_BYTES", 1000)
-    monkeypatch.setattr(sessions, "MAX_WAITING_BYTES", 1000)
-    monkeypatch.setattr(sessions, "ASK_AGAIN_AFTER", again_after)
+    monkeypatch.setattr(retained_asks, "MAX_WAITING_BYTES", 1000)
+    monkeypatch.setattr(retained_asks, "ASK_AGAIN_AFTER", again_after)
     return (("r/#", 0), ("x/" + "y" * 200, 0))  # 269 bytes as an ask
 
 
@@ -694,11 +692,10 @@ async def test_a_refused_ask_of_what_is_retained_is_logged_at_the_subscriber_s_b
     (its bound on everyone's asks taken, here by hand), for ASK_AGAIN_FOR, then logs the
     refusal, and leaves no ask of it in progress: its next, once there is room, is answered."""
     import ges.core.retaining as retaining
-    import ges.runtime.sessions as sessions
 
     monkeypatch.setattr(retaining, "MAX_ALL_WAITING_BYTES", 1000)
-    monkeypatch.setattr(sessions, "ASK_AGAIN_AFTER", 0.05)
-    monkeypatch.setattr(sessions, "ASK_AGAIN_FOR", 0.3)
+    monkeypatch.setattr(retained_asks, "ASK_AGAIN_AFTER", 0.05)
+    monkeypatch.setattr(retained_asks, "ASK_AGAIN_FOR", 0.3)
     topology = topology_on_free_ports(A_AND_D_MQTT)
     async with trio.open_nursery() as nursery:
         servers = await start(nursery, topology, tmp_path)
@@ -789,7 +786,7 @@ async def test_an_ask_whose_client_went_while_its_broker_opened_the_follow_is_no
     refused for now, ahead of the asks of clients still there."""
     import ges.runtime.sessions as sessions
 
-    monkeypatch.setattr(sessions, "ASK_AGAIN_AFTER", 0.05)
+    monkeypatch.setattr(retained_asks, "ASK_AGAIN_AFTER", 0.05)
     topology = topology_on_free_ports(A_AND_D_MQTT)
     async with trio.open_nursery() as nursery:
         servers = await start(nursery, topology, tmp_path)
@@ -829,10 +826,9 @@ async def test_an_mqtt_client_at_the_replicator_s_own_broker_is_asked_for_again(
     logged. An ask larger than a replicator takes from one connection is refused at once,
     at the broker the client is at (d), without holding anyone's back."""
     import ges.core.retaining as retaining
-    import ges.runtime.sessions as sessions
 
     monkeypatch.setattr(retaining, "MAX_ALL_WAITING_BYTES", 1000)
-    monkeypatch.setattr(sessions, "ASK_AGAIN_AFTER", 0.05)
+    monkeypatch.setattr(retained_asks, "ASK_AGAIN_AFTER", 0.05)
     topology = topology_on_free_ports(A_AND_D_MQTT)
     async with trio.open_nursery() as nursery:
         servers = await start(nursery, topology, tmp_path)
@@ -853,7 +849,7 @@ async def test_an_mqtt_client_at_the_replicator_s_own_broker_is_asked_for_again(
         assert sorted(x.payload for x in got) == [b"0", b"1", b"2"]
         assert not [r for r in caplog.records if "nothing retained sent" in r.getMessage()]
         # no room for longer than ASK_AGAIN_FOR: refused, and logged
-        monkeypatch.setattr(sessions, "ASK_AGAIN_FOR", 0.2)
+        monkeypatch.setattr(retained_asks, "ASK_AGAIN_FOR", 0.2)
         replicator._asks_bytes = 1000
         late = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
         await late.send_all(
@@ -870,7 +866,7 @@ async def test_an_mqtt_client_at_the_replicator_s_own_broker_is_asked_for_again(
         replicator._asks_bytes = 0
         # at d: an ask over what a replicator takes from one connection, then a small one
         monkeypatch.setattr(retaining, "MAX_WAITING_BYTES", 300)
-        monkeypatch.setattr(sessions, "MAX_WAITING_BYTES", 300)
+        monkeypatch.setattr(retained_asks, "MAX_WAITING_BYTES", 300)
         spec = topology.brokers["d"]
         big, small = await trio.open_tcp_stream(spec.host, spec.mqtt_port), None
         await big.send_all(
