@@ -254,10 +254,9 @@ class Retaining:
 
     def retained_ask(self, conn: int, msg: m.RetainedAsk) -> list:
         """What is retained on ``msg.filters``, answered to ``conn``."""
-        why = None
         if len(msg.filters) > MAX_ASK_FILTERS:
-            why = f"{len(msg.filters)} topic filters, over {MAX_ASK_FILTERS}"
-            return [ToClient(conn, m.Error(f"retained messages: {why}", req=msg.req))]
+            why = f"retained messages: {len(msg.filters)} topic filters, over {MAX_ASK_FILTERS}"
+            return [ToClient(conn, m.Error(why, req=msg.req))]
         size = ask_size(msg)
         waiting = self._asks.get(conn)
         held = 0 if waiting is None else waiting[1]

@@ -189,6 +189,36 @@ class RetainedAsking:
             await self.server._dispatch(outs)
             return
 
+    def _ask_answered(self, follow: Follow, msg) -> list | None:
+        """The replicator answered ``msg.req``: if it was an ask of what is retained, its
+        bytes make room for the next; one refused for now is asked again, one refused is
+        logged. The outputs then (a refusal's), or None: the answer goes on to its client as
+        any other does."""
+        sent = follow.sent.pop(msg.req, None)
+        if sent is None:
+            return None
+        ask, size = sent
+        follow.ask_bytes -= size
+        refused = type(msg) is m.Error
+        if refused and msg.retry and msg.req in follow.asking:
+            return self._ask_again(follow, msg.req, ask, size, msg.reason)
+        follow.refused_since.pop(msg.req, None)
+        follow.asking.pop(msg.req, None)
+        self._send_asks(follow)
+        if not refused:
+            return None
+        entry = follow.asks.pop(msg.req, None)
+        return [] if entry is None else self._not_retained(entry[0], entry[1], msg.reason)
+
+    def _forget_all_asks(self, follow: Follow) -> None:
+        """``follow``'s connection is gone: every ask of what is retained on it with it (their
+        clients were told, as those of any request on it)."""
+        follow.asking.clear()
+        follow.sent.clear()
+        follow.refused_since.clear()
+        follow.waiting.clear()
+        follow.ask_bytes = follow.waiting_bytes = 0
+
     def _forget_asks(self, follow: Follow, conn_id: int) -> None:
         """Client ``conn_id`` went: its ask of what is retained is no longer waited for (one
         sent still counts its bytes until answered; one not sent yet is not asked)."""

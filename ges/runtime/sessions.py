@@ -431,11 +431,7 @@ class SessionDesk(RetainedAsking):
                     )
                     outs += _told(ask[0], note)
             follow.asks.clear()
-            follow.asking.clear()
-            follow.sent.clear()
-            follow.refused_since.clear()
-            follow.waiting.clear()
-            follow.ask_bytes = follow.waiting_bytes = 0
+            self._forget_all_asks(follow)
             with trio.CancelScope(shield=True):
                 await conn.aclose()
                 if outs:
@@ -464,20 +460,10 @@ class SessionDesk(RetainedAsking):
             client = follow.sessions.get(msg.name)
             return [] if client is None else [ToClient(client, msg)]
         if kind in _ANSWERS:
-            sent = follow.sent.pop(msg.req, None)
-            size = None if sent is None else sent[1]
-            if size is not None:  # an ask of what is retained answered: room for the next
-                follow.ask_bytes -= size
-                if kind is m.Error and msg.retry and msg.req in follow.asking:
-                    return self._ask_again(follow, msg.req, sent[0], size, msg.reason)
-                follow.refused_since.pop(msg.req, None)
-            follow.asking.pop(msg.req, None)
-            if size is not None:
-                self._send_asks(follow)
+            done = self._ask_answered(follow, msg)  # (an ask of what is retained)
+            if done is not None:
+                return done
             ask = follow.asks.get(msg.req)
-            if size is not None and kind is m.Error and ask is not None:
-                del follow.asks[msg.req]
-                return self._not_retained(ask[0], ask[1], msg.reason)
             if ask is None:
                 return []
             client, req, done = ask[:3]
