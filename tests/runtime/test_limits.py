@@ -140,6 +140,24 @@ async def test_a_per_event_subscriber_that_keeps_up_survives_a_50000_event_burst
         nursery.cancel_scope.cancel()
 
 
+def slow_commits(monkeypatch, cls) -> list[int]:
+    """``cls`` (the pubend log's or the session store's) commits each group in 50 ms, in its
+    worker thread (never inline): a slow disk. The most it had uncommitted as a commit began,
+    in a list of one that grows as the test runs."""
+    import time
+
+    write_group, most = cls.write_group, [0]
+
+    def slow_write_group(target, group):
+        most[0] = max(most[0], target.uncommitted)
+        time.sleep(0.05)
+        return write_group(target, group)
+
+    monkeypatch.setattr(cls, "write_group", slow_write_group)
+    monkeypatch.setattr(cls, "inline", staticmethod(lambda group: False))
+    return most
+
+
 async def test_a_publisher_without_a_window_goes_at_the_pace_of_the_log(one, tmp_path, monkeypatch):
     """A publisher that pipelines 24 MiB of events without waiting for acknowledgements, to a
     broker whose log commits slowly: the broker stops reading publishes while 16 MiB wait for
@@ -147,17 +165,7 @@ async def test_a_publisher_without_a_window_goes_at_the_pace_of_the_log(one, tmp
     from ges.runtime import broker as runtime_broker
     from ges.runtime.pubend_log import SqliteLog
 
-    write_group, most = SqliteLog.write_group, [0]
-
-    def slow_write_group(log, group):
-        most[0] = max(most[0], log.uncommitted)
-        import time
-
-        time.sleep(0.05)  # a slow disk (in the log's worker thread)
-        return write_group(log, group)
-
-    monkeypatch.setattr(SqliteLog, "write_group", slow_write_group)
-    monkeypatch.setattr(SqliteLog, "inline", lambda log, group: False)
+    most = slow_commits(monkeypatch, SqliteLog)
     events = 24 * 16
     async with trio.open_nursery() as nursery:
         await nursery.start(BrokerServer(one, "b1", data_dir=tmp_path).run)
@@ -458,17 +466,7 @@ async def test_publishes_wait_for_the_session_store_s_commits(tmp_path, monkeypa
     from ges.runtime import broker as runtime_broker
     from ges.runtime.session_store import SqliteSessionStore
 
-    write_group, most = SqliteSessionStore.write_group, [0]
-
-    def slow_write_group(store, group):
-        most[0] = max(most[0], store.uncommitted)
-        import time
-
-        time.sleep(0.05)  # a slow disk (in the store's worker thread)
-        return write_group(store, group)
-
-    monkeypatch.setattr(SqliteSessionStore, "write_group", slow_write_group)
-    monkeypatch.setattr(SqliteSessionStore, "inline", staticmethod(lambda group: False))
+    most = slow_commits(monkeypatch, SqliteSessionStore)
     topology = topology_on_free_ports({**ONE, "replicators": [{"unit": "S/c1", "broker": "b1"}]})
     events = 24 * 64
     async with trio.open_nursery() as nursery:
