@@ -24,6 +24,8 @@ QOS_ATTR = "@qos"
 #: What a delivery waiting for an identifier costs beyond its topic and payload (its packet
 #: value, its place in the queue, the event it keeps alive).
 WAITING_OVERHEAD = 256
+#: A PUBLISH's topic name when its Topic Alias says it (5.0).
+NO_TOPIC = b"\x00\x00"
 #: A persistent session's subscription that matches nothing (it has no filters left).
 NO_SUB = 9
 #: A persistent session's subscriptions are one per QoS granted and 5.0 options (the option
@@ -255,9 +257,30 @@ class Delivering:
                         break
                 pid = self._next_id
             self._inflight[pid] = qos
+        if self._alias_max:
+            field, props = self._aliased(field, props)
         p.write_publish(self._out, field, payload, qos, retain, dup, pid, props, self.v5)
         if not qos and epoch is not None:
             self._done(epoch)
+
+    def _aliased(self, field: bytes, props: tuple) -> tuple[bytes, tuple]:
+        """5.0 §3.3.2.3.4: a delivery's topic as an alias the client was told of on this
+        connection (no topic name), or told of now (the name and the alias); the least
+        recently used alias is set to a new topic once all are taken. A topic over
+        ``v5.ALIASED_BYTES``, or one as short as an alias, goes as it is."""
+        aliases = self._aliases_out
+        alias = aliases.pop(field, None)
+        if alias is not None:
+            aliases[field] = alias  # (the most recently used now)
+            return NO_TOPIC, (*props, (p.TOPIC_ALIAS, alias))
+        if not 4 < len(field) <= v5.ALIASED_BYTES + 2:
+            return field, props
+        if len(aliases) < self._alias_max:
+            alias = len(aliases) + 1
+        else:
+            alias = aliases.pop(next(iter(aliases)))
+        aliases[field] = alias
+        return field, (*props, (p.TOPIC_ALIAS, alias))
 
     def _send_waiting(self) -> None:
         waiting = self._waiting

@@ -109,6 +109,11 @@ class MqttSession(Filtering, Moving, Delivering):
         #: earlier connections published stays its own), and its filters' options: No Local
         #: and Retain As Published bits, and Subscription Identifier (``v5.ID_SHIFT``)
         self.max_out = 0
+        #: 5.0: the topic aliases this server sets on its deliveries (at most the client's
+        #: Topic Alias Maximum): a topic's bytes as a PUBLISH carries them -> its alias, the
+        #: least recently used first (``Delivering._aliased``)
+        self._alias_max = 0
+        self._aliases_out: dict[bytes, int] = {}
         self.assigned = assigned
         self.origin = ""
         self._options: dict[str, int] = {}
@@ -120,6 +125,7 @@ class MqttSession(Filtering, Moving, Delivering):
             receive_max = p.prop(connect.props, p.RECEIVE_MAXIMUM, 65535)
             self.max_inflight = min(max_inflight, receive_max)
             self.max_out = p.prop(connect.props, p.MAXIMUM_PACKET_SIZE, 0)
+            self._alias_max = min(p.prop(connect.props, p.TOPIC_ALIAS_MAXIMUM, 0), v5.ALIASES_OUT)
         #: filter -> granted QoS, as the broker has it (or is about to)
         self.filters: dict[str, int] = {}
         #: 5.0: the topic aliases the client set on this connection (§3.3.2.3.4)
@@ -129,6 +135,10 @@ class MqttSession(Filtering, Moving, Delivering):
         #: count, so that a refusal's req names which)
         self._req = 0
         self._acks: dict[int, tuple[int, int]] = {}  # GES seq -> (QoS, packet id) to answer
+        #: 5.0's Receive Maximum counts what this connection's client published and has not
+        #: been answered: the QoS 1 ones of ``_acks``, the QoS 2 ones not released
+        self._qos1_unanswered = 0
+        self._received_here: set[int] = set()
         #: GES req -> the MQTT answers once the broker has the change, each with what undoes
         #: it if the broker refuses it (filter -> its QoS and options before, None: it had
         #: none) and the filters to send what is retained on once answered
@@ -341,6 +351,7 @@ class MqttSession(Filtering, Moving, Delivering):
                     self._to_paid.append(epoch)
             self._send_waiting()
         elif kind is p.PubRel:
+            self._received_here.discard(pkt.packet_id)
             if self._received.pop(pkt.packet_id, None) is not None and self._exists:
                 self._to_drop.append(pkt.packet_id)  # PUBCOMP once the session lets go of it
             else:
@@ -396,10 +407,18 @@ class MqttSession(Filtering, Moving, Delivering):
                 return
             if len(self._received) >= 65535:
                 raise Malformed("over 65,535 QoS 2 messages not released")
+        if pkt.qos and self.v5 and self._unanswered() >= v5.RECEIVE_MAX:
+            raise Malformed(
+                f"over {v5.RECEIVE_MAX:,} QoS 1 and 2 PUBLISHes unanswered (its Receive Maximum)",
+                p.RECEIVE_MAXIMUM_EXCEEDED,
+            )
+        if pkt.qos == 2:
             self._received[pkt.packet_id] = False
+            self._received_here.add(pkt.packet_id)
         self._req += 1
         if pkt.qos:
             self._acks[self._req] = (pkt.qos, pkt.packet_id)
+            self._qos1_unanswered += pkt.qos == 1
         topic = pkt.topic
         if self.v5 and pkt.props:
             topic = self._alias(pkt)
@@ -415,6 +434,10 @@ class MqttSession(Filtering, Moving, Delivering):
                 attributes[v5.ORIGIN_ATTR] = self.origin
         out.append(m.Publish(self._req, [m.Event(attributes, pkt.payload, wall_ns)]))
         self.published += 1
+
+    def _unanswered(self) -> int:
+        """What 5.0's Receive Maximum counts (``_qos1_unanswered``)."""
+        return len(self._received_here) + self._qos1_unanswered
 
     def _alias(self, pkt: p.Publish) -> str:
         """The topic of a 5.0 PUBLISH with its Topic Alias (§3.3.2.3.4): a name with an alias
@@ -522,8 +545,10 @@ class MqttSession(Filtering, Moving, Delivering):
         if answer is None:
             return
         qos, packet_id = answer
+        self._qos1_unanswered -= qos == 1
         if refused and self.v5:  # 5.0 can say so: not authorized, and no PUBREL follows
             self._received.pop(packet_id, None)
+            self._received_here.discard(packet_id)
             ack = p.PubAck if qos == 1 else p.PubRec
             self._send(ack(packet_id, p.NOT_AUTHORIZED_5))
         elif qos == 1:

@@ -114,6 +114,16 @@ def props_of(attributes: dict) -> tuple:
 #: Topic aliases a client may set on one connection (its CONNACK says so): each holds a topic
 #: of at most 65,535 bytes, so a connection's cost no more than 4 MiB, a quarter of a packet.
 TOPIC_ALIAS_MAX = 64
+#: Topic aliases this server sets on a connection's deliveries, at most (and at most the
+#: client's Topic Alias Maximum): each for a topic of at most ``ALIASED_BYTES`` bytes, the
+#: least recently used one given to the next topic once all are taken.
+ALIASES_OUT = 64
+ALIASED_BYTES = 256
+#: QoS 1 and 2 PUBLISHes a 5.0 client may have unanswered at once (its CONNACK's Receive
+#: Maximum, §3.2.2.3.3): a QoS 1 one until its PUBACK, a QoS 2 one until its PUBREL; one more
+#: closes the connection with 0x93 (§4.9). (3.1.1 has no such bound: its packet identifiers
+#: are the only one.)
+RECEIVE_MAX = 1024
 #: Characters that are surely within 65,535 bytes of UTF-8 (four bytes each at most).
 _FITS = 65535 // 4
 
@@ -122,6 +132,7 @@ def connack_props(max_packet: int, assigned: str, expiry: int | None = None) -> 
     """What this server says of itself in a CONNACK (and the client id it gave, if it did, and
     the Session Expiry Interval it keeps the session for if not the client's, §3.2.2.3.2)."""
     props = [
+        (p.RECEIVE_MAXIMUM, RECEIVE_MAX),
         (p.MAXIMUM_PACKET_SIZE, max_packet),
         (p.TOPIC_ALIAS_MAXIMUM, TOPIC_ALIAS_MAX),
         (p.SHARED_AVAILABLE, 0),

@@ -28,6 +28,7 @@ from ges.security.tls import peer_identity
 from ges.transport.connection import (
     Connection,
     ConnectionClosed,
+    linger,
     probe_when_silent,
 )
 from ges.transport.tls import TLSStream
@@ -142,6 +143,7 @@ class Admission:
         with trio.move_on_after(REFUSE_WAIT):
             with contextlib.suppress(trio.BrokenResourceError, OSError):
                 await stream.send_all(encode(m.Refuse(reason)))
+                await linger(stream)  # (what it sent after its Hello would reset it unread)
         with trio.CancelScope(shield=True), trio.move_on_after(REFUSE_WAIT):
             await stream.aclose()
 

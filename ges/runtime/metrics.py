@@ -24,6 +24,7 @@ from prometheus_client.utils import floatToGoString
 
 from ges.errors import OperationError
 from ges.topology import unit_name
+from ges.transport.connection import linger
 
 log = logging.getLogger("ges.runtime")
 
@@ -242,7 +243,7 @@ async def _answer(stream: trio.SocketStream, registry: Metrics) -> None:
     while b"\r\n\r\n" not in head and b"\n\n" not in head:
         if len(head) > MAX_REQUEST_BYTES:
             await stream.send_all(_response(431, b"request head too large\n"))
-            await _linger(stream)
+            await linger(stream, 8 * MAX_REQUEST_BYTES)  # (so that closing does not reset it)
             return
         data = await stream.receive_some(MAX_REQUEST_BYTES)
         if not data:
@@ -256,20 +257,6 @@ async def _answer(stream: trio.SocketStream, registry: Metrics) -> None:
         await stream.send_all(_response(404, b"not found: try /metrics\n"))
     else:
         await stream.send_all(_response(200, await registry.text()))
-
-
-async def _linger(stream: trio.SocketStream) -> None:
-    """After an answer to a request not read whole: no more to send, and a little of what
-    the scraper still sends read and dropped (at most :data:`MAX_REQUEST_BYTES` × 8, half a
-    second), so that closing does not reset the connection before it has read the answer."""
-    await stream.send_eof()
-    dropped = 0
-    with trio.move_on_after(0.5):
-        while dropped < 8 * MAX_REQUEST_BYTES:
-            data = await stream.receive_some(MAX_REQUEST_BYTES)
-            if not data:
-                return
-            dropped += len(data)
 
 
 def _response(status: int, body: bytes) -> bytes:

@@ -52,6 +52,7 @@ from ges.transport.connection import (
     READ_SIZE,
     Connection,
     ConnectionClosed,
+    linger,
 )
 from ges.transport.tls import TLSStream
 from ges.wire import MAX_EVENT_BYTES, FrameError
@@ -92,6 +93,7 @@ class MqttListener:
             contextlib.suppress(trio.BrokenResourceError, OSError),
         ):
             await stream.send_all(p.encode(p.ConnAck(code), level))
+            await linger(stream)  # (packets it sent after its CONNECT would reset it unread)
         await self.dismiss(stream, why)
 
     async def handle(self, stream) -> None:
@@ -248,6 +250,7 @@ class MqttListener:
             server._admitted -= 1
             if self.connected.get(client_id) is conn:
                 del self.connected[client_id]
+            await conn.aclose()  # (once what it still sent is read, if its end said why)
 
     def _acks(self, conn: MqttConnection, acks: list) -> None:
         """Session acks that arose from the broker's answers (not from a packet the client

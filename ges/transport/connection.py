@@ -58,6 +58,11 @@ FRAME_DEADLINE = 30.0
 #: Seconds the reader has, once a write failed, to read what the peer sent before it went
 #: (:meth:`Connection._write_failed`) before the connection's tasks are cancelled.
 LAST_READ_SECONDS = 1.0
+#: Once a connection's last frame saying why it closes is written (:meth:`Connection.
+#: close_after`), what the peer still sends is read and dropped for this long, at most
+#: ``LINGER_BYTES``, before the socket closes (:func:`linger`).
+LINGER_SECONDS = 0.5
+LINGER_BYTES = 1 << 20
 
 #: TCP keepalive on accepted connections (:func:`probe_when_silent`): after this many seconds
 #: of silence the kernel probes the peer, every interval seconds, and fails the connection
@@ -205,6 +210,7 @@ class Connection:
         self._closed = False
         #: closing after a last frame (:meth:`close_after`): nothing more is sent
         self._closing = False
+        self.said_why = False  # that last frame is written: the peer reads it (``aclose``)
         self.cancel_scope = trio.CancelScope()
         self.close_reason: str | None = None
         # frames read along with the handshake, handed out first by read_messages()
@@ -429,6 +435,7 @@ class Connection:
                 self._unwritten -= len(chunks)
                 self._room.set()
                 if self._closing and not queue:  # the last frame is out
+                    self.said_why = True
                     self.close(self.close_reason or "closed")
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
@@ -615,12 +622,37 @@ class Connection:
             self.budget = None
 
     async def aclose(self) -> None:
+        """Close the stream: at once, or once what the peer still sends has been read for a
+        while if its last frame said why (:func:`linger`)."""
         self._release()
         self._closed = True
         self._ready.set()
         self._room.set()
-        with trio.CancelScope(shield=True), trio.move_on_after(1):
+        with trio.CancelScope(shield=True), trio.move_on_after(1 + LINGER_SECONDS):
+            if self.said_why:
+                await linger(self.stream)
             await self.stream.aclose()
+
+
+async def linger(stream, max_bytes: int = LINGER_BYTES, seconds: float = LINGER_SECONDS) -> None:
+    """A lingering close's first half: nothing more is sent (a plain socket's FIN), and what
+    the peer sends meanwhile is read and dropped until it closes its side, ``max_bytes`` were
+    read or ``seconds`` passed. A socket closed with bytes unread resets the connection, and
+    a peer that was still sending (pipelined requests, PUBRELs for the PUBRECs before an MQTT
+    DISCONNECT) would have its reads fail before the last frame that said why."""
+    send_eof = getattr(stream, "send_eof", None)  # (TLS has none: its close_notify follows)
+    with (
+        contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError),
+        trio.move_on_after(seconds),
+    ):
+        if send_eof is not None:
+            await send_eof()
+        dropped = 0
+        while dropped < max_bytes:
+            data = await stream.receive_some(PROGRESS_PIECE)
+            if not data:
+                return
+            dropped += len(data)
 
 
 def frame_error_reason(exc: FrameError) -> str:

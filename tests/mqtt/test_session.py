@@ -10,6 +10,7 @@ import pytest
 
 from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR, conjunction_from_wire
 from ges.mqtt import packets as p
+from ges.mqtt import v5
 from ges.mqtt.delivering import NO_SUB
 from ges.mqtt.filtering import RETAINED_STEP, SUB_ID
 from ges.mqtt.frames import Malformed, PacketReader
@@ -990,6 +991,47 @@ def test_mqtt5_topic_aliases_are_set_and_used_per_connection():
     assert zero.value.code == 0x94
 
 
+def test_mqtt5_the_server_sets_topic_aliases_on_its_deliveries_as_the_client_allows():
+    """§3.3.2.3.4 the other way: with a Topic Alias Maximum in its CONNECT, the client's
+    deliveries carry aliases — a topic's first with its name and the alias, the next with the
+    alias alone; all taken, the least recently used one names the next topic. Each delivery
+    read as the client resolves aliases is the topic it was; none without a maximum, and
+    none for a topic as short as an alias."""
+
+    def deliveries(s, topics):
+        s.from_broker(m.Deliver(SUB_ID, "b", [
+            m.EventItem(i + 1, i, 0, m.Event({TOPIC_ATTR: t}, b"x")) for i, t in enumerate(topics)
+        ]))  # fmt: skip
+        return packets5(s)
+
+    s = opened5(props=((p.TOPIC_ALIAS_MAXIMUM, 2),))
+    (sub,) = send5(s, p.Subscribe(1, (("#", 0),)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    packets5(s)
+    topics = ["s/a", "s/b", "s/a", "s/c", "s/b", "x", "s/c"]
+    got = deliveries(s, topics)
+    said = [(x.topic, p.prop(x.props, p.TOPIC_ALIAS)) for x in got]
+    assert said == [("s/a", 1), ("s/b", 2), ("", 1), ("s/c", 2), ("s/b", 1), ("x", None), ("", 2)]
+    known: dict[int, str] = {}  # the client's side, in order
+    for x, topic in zip(got, topics, strict=True):
+        alias = p.prop(x.props, p.TOPIC_ALIAS)
+        if x.topic and alias:
+            known[alias] = x.topic
+        assert (x.topic or known[alias]) == topic
+
+    many = opened5(props=((p.TOPIC_ALIAS_MAXIMUM, 65535),))  # at most the server's own bound
+    (sub,) = send5(many, p.Subscribe(1, (("#", 0),)))
+    many.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    packets5(many)
+    got = deliveries(many, [f"t/{i}" for i in range(v5.ALIASES_OUT + 1)])
+    assert max(p.prop(x.props, p.TOPIC_ALIAS) for x in got) == v5.ALIASES_OUT
+    none = opened5()
+    (sub,) = send5(none, p.Subscribe(1, (("#", 0),)))
+    none.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    packets5(none)
+    assert all(not x.props for x in deliveries(none, ["s/a", "s/a"]))
+
+
 def test_mqtt5_what_the_connack_said_is_not_there_breaks_the_protocol():
     s = opened5()
     with pytest.raises(Malformed, match="topic alias of 65") as alias:
@@ -1037,6 +1079,42 @@ def test_mqtt5_refusals_and_the_client_limits():
     assert [x.payload for x in packets5(s)] == [b"ok"]  # over 64 bytes: not sent
     assert send5(s, p.Disconnect(p.DISCONNECT_WITH_WILL)) == []
     assert s.closed == "disconnected with its will"
+
+
+def test_mqtt5_a_client_over_the_server_s_receive_maximum_is_disconnected_with_0x93(monkeypatch):
+    """§3.2.2.3.3, §4.9: the CONNACK says how many QoS 1 and 2 PUBLISHes the client may have
+    unanswered — a QoS 1 one until its PUBACK, a QoS 2 one until its PUBREL — and one more
+    is a protocol error with 0x93. QoS 0 and a QoS 2 one sent again do not count; a 3.1.1
+    client, which has no such property, is not bound by it."""
+    monkeypatch.setattr(v5, "RECEIVE_MAX", 3)
+    s = MqttSession(p.Connect("c", True, 30, level=5))
+    (discard,) = s.start()
+    s.from_broker(m.SessionList([], req=discard.req))
+    (ack,) = packets5(s)
+    assert p.prop(ack.props, p.RECEIVE_MAXIMUM) == 3
+    one, two = send5(s, p.Publish("t", b"1", 1, packet_id=1), p.Publish("t", b"2", 2, packet_id=2))
+    assert send5(s, p.Publish("t", b"2", 2, dup=True, packet_id=2)) == []  # the same one
+    assert len(send5(s, *[p.Publish("t", b"0", 0)] * 5)) == 5  # QoS 0: not counted
+    (three,) = send5(s, p.Publish("t", b"3", 1, packet_id=3))
+    s.from_broker(m.PubAck(two.seq, "b", 1, 2))  # PUBREC: still unanswered until its PUBREL
+    assert packets5(s) == [p.PubRec(2)]
+    with pytest.raises(Malformed) as over:
+        send5(s, p.Publish("t", b"4", 1, packet_id=4))
+    assert over.value.code == p.RECEIVE_MAXIMUM_EXCEEDED and "Receive Maximum" in str(over.value)
+
+    s = opened5()  # again, with room made each way
+    one, two, three = send5(s, *(p.Publish("t", b"x", 2 - i % 2, packet_id=i) for i in (1, 2, 3)))
+    s.from_broker(m.PubAck(one.seq, "b", 1, 1))  # PUBACK: room for one
+    (four,) = send5(s, p.Publish("t", b"4", 2, packet_id=4))
+    s.from_broker(m.PubAck(two.seq, "b", 1, 2))
+    assert packets5(s) == [p.PubAck(1), p.PubRec(2)]
+    send5(s, p.PubRel(2))  # released: room for one
+    assert len(send5(s, p.Publish("t", b"5", 1, packet_id=5))) == 1
+    with pytest.raises(Malformed):
+        send5(s, p.Publish("t", b"6", 2, packet_id=6))
+
+    old = opened(p.Connect("c"))  # 3.1.1
+    assert len(send(old, *(p.Publish("t", b"x", 1 + i % 2, packet_id=i) for i in range(1, 9)))) == 8
 
 
 def expiring(topic: str, seconds: int, wall_ns: int, qos: int = 1) -> m.Event:

@@ -11,6 +11,7 @@ import trio
 from ges.client import connect
 from ges.matching.model import Constraint
 from ges.mqtt import packets as p
+from ges.mqtt import v5
 from ges.mqtt.frames import PacketReader
 from ges.runtime import BrokerServer, retained_asks
 from ges.runtime.up import wait_ready
@@ -191,6 +192,32 @@ async def test_a_packet_not_whole_within_the_frame_deadline_closes_its_connectio
         bye = got[1]
         assert type(bye) is p.Disconnect and bye.reason == 0x81, got
         assert "not complete 0.5s after it began" in p.prop(bye.props, p.REASON_STRING)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_client_over_the_receive_maximum_reads_why_though_it_went_on_sending(
+    tmp_path, monkeypatch
+):
+    """One QoS 2 PUBLISH over the CONNACK's Receive Maximum: DISCONNECT 0x93 saying so
+    (§4.9), and the client reads it though it went on sending after the broker closed —
+    PUBRELs, as a client answering PUBRECs does. The broker reads and drops what comes after
+    its last packet for a while before it closes its socket: closed with bytes unread, the
+    connection would be reset and the client's reads and writes fail before the DISCONNECT."""
+    monkeypatch.setattr(v5, "RECEIVE_MAX", 8)
+    async with trio.open_nursery() as nursery:
+        spec = await one_broker(nursery, tmp_path)
+        stream, connack = await connect5(spec, "eager", clean=True)
+        assert p.prop(connack.props, p.RECEIVE_MAXIMUM) == 8
+        pubs = [p.Publish("t/eager", b"x", 2, packet_id=i) for i in range(1, 10)]
+        await stream.send_all(b"".join(p.encode(x, 5) for x in pubs))
+        await trio.sleep(0.2)  # the broker has answered and closed by now
+        for _ in range(3):
+            await stream.send_all(b"".join(p.encode(p.PubRel(i), 5) for i in range(1, 9)))
+            await trio.sleep(0.05)
+        got = await until_closed(stream, [])
+        bye = got[-1]
+        assert type(bye) is p.Disconnect and bye.reason == p.RECEIVE_MAXIMUM_EXCEEDED, got
+        assert "Receive Maximum" in p.prop(bye.props, p.REASON_STRING)
         nursery.cancel_scope.cancel()
 
 
