@@ -258,16 +258,17 @@ class Delivering:
                 pid = self._next_id
             self._inflight[pid] = qos
         if self._alias_max:
-            field, props = self._aliased(field, props)
+            field, props = self._aliased(field, payload, qos, props)
         p.write_publish(self._out, field, payload, qos, retain, dup, pid, props, self.v5)
         if not qos and epoch is not None:
             self._done(epoch)
 
-    def _aliased(self, field: bytes, props: tuple) -> tuple[bytes, tuple]:
+    def _aliased(self, field: bytes, payload: bytes, qos: int, props: tuple) -> tuple[bytes, tuple]:
         """5.0 §3.3.2.3.4: a delivery's topic as an alias the client was told of on this
         connection (no topic name), or told of now (the name and the alias); the least
         recently used alias is set to a new topic once all are taken. A topic over
-        ``v5.ALIASED_BYTES``, or one as short as an alias, goes as it is."""
+        ``v5.ALIASED_BYTES``, or one as short as an alias, goes as it is, and so does one whose
+        packet would not fit the client's Maximum Packet Size with an alias property added."""
         aliases = self._aliases_out
         alias = aliases.pop(field, None)
         if alias is not None:
@@ -275,6 +276,12 @@ class Delivering:
             return NO_TOPIC, (*props, (p.TOPIC_ALIAS, alias))
         if not 4 < len(field) <= v5.ALIASED_BYTES + 2:
             return field, props
+        if self.max_out:  # (a new topic's: rare, so measured as it would go)
+            frame = bytearray()
+            told = (*props, (p.TOPIC_ALIAS, 65535))
+            p.write_publish(frame, field, payload, qos, False, False, 1, told, True)
+            if len(frame) > self.max_out:
+                return field, props
         if len(aliases) < self._alias_max:
             alias = len(aliases) + 1
         else:

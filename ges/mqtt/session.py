@@ -139,6 +139,7 @@ class MqttSession(Filtering, Moving, Delivering):
         #: been answered: the QoS 1 ones of ``_acks``, the QoS 2 ones not released
         self._qos1_unanswered = 0
         self._received_here: set[int] = set()
+        self._before_connack = False  # handling packets sent before the CONNACK said it
         #: GES req -> the MQTT answers once the broker has the change, each with what undoes
         #: it if the broker refuses it (filter -> its QoS and options before, None: it had
         #: none) and the filters to send what is retained on once answered
@@ -407,7 +408,12 @@ class MqttSession(Filtering, Moving, Delivering):
                 return
             if len(self._received) >= 65535:
                 raise Malformed("over 65,535 QoS 2 messages not released")
-        if pkt.qos and self.v5 and self._unanswered() >= v5.RECEIVE_MAX:
+        if (
+            pkt.qos
+            and self.v5
+            and self._unanswered() >= v5.RECEIVE_MAX
+            and not self._before_connack
+        ):
             raise Malformed(
                 f"over {v5.RECEIVE_MAX:,} QoS 1 and 2 PUBLISHes unanswered (its Receive Maximum)",
                 p.RECEIVE_MAXIMUM_EXCEEDED,
@@ -629,8 +635,12 @@ class MqttSession(Filtering, Moving, Delivering):
         out: list = []
         self._batch_change = self._back = None
         early, self._early = self._early, []
-        for pkt, wall_ns in early:
-            self._packet(pkt, wall_ns, out)
+        self._before_connack = True  # (its Receive Maximum was not said yet: not checked)
+        try:
+            for pkt, wall_ns in early:
+                self._packet(pkt, wall_ns, out)
+        finally:
+            self._before_connack = False
         return self._batch_done(out)
 
     def _batch_done(self, out: list) -> list:

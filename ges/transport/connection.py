@@ -211,6 +211,7 @@ class Connection:
         #: closing after a last frame (:meth:`close_after`): nothing more is sent
         self._closing = False
         self.said_why = False  # that last frame is written: the peer reads it (``aclose``)
+        self._last_words = False  # (that close_after had a last frame)
         self.cancel_scope = trio.CancelScope()
         self.close_reason: str | None = None
         # frames read along with the handshake, handed out first by read_messages()
@@ -393,6 +394,7 @@ class Connection:
             self.budget.give_back(dropped)
         if self.write_deadline is None or self.write_deadline > within:
             self.write_deadline = within
+        self._last_words = bool(data)
         self._enqueue(data)
 
     @property
@@ -435,7 +437,7 @@ class Connection:
                 self._unwritten -= len(chunks)
                 self._room.set()
                 if self._closing and not queue:  # the last frame is out
-                    self.said_why = True
+                    self.said_why = self._last_words
                     self.close(self.close_reason or "closed")
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
@@ -634,7 +636,7 @@ class Connection:
             await self.stream.aclose()
 
 
-async def linger(stream, max_bytes: int = LINGER_BYTES, seconds: float = LINGER_SECONDS) -> None:
+async def linger(stream, max_bytes: int = LINGER_BYTES, seconds: float | None = None) -> None:
     """A lingering close's first half: nothing more is sent (a plain socket's FIN), and what
     the peer sends meanwhile is read and dropped until it closes its side, ``max_bytes`` were
     read or ``seconds`` passed. A socket closed with bytes unread resets the connection, and
@@ -643,7 +645,7 @@ async def linger(stream, max_bytes: int = LINGER_BYTES, seconds: float = LINGER_
     send_eof = getattr(stream, "send_eof", None)  # (TLS has none: its close_notify follows)
     with (
         contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError),
-        trio.move_on_after(seconds),
+        trio.move_on_after(LINGER_SECONDS if seconds is None else seconds),
     ):
         if send_eof is not None:
             await send_eof()

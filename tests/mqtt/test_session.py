@@ -1025,6 +1025,16 @@ def test_mqtt5_the_server_sets_topic_aliases_on_its_deliveries_as_the_client_all
     packets5(many)
     got = deliveries(many, [f"t/{i}" for i in range(v5.ALIASES_OUT + 1)])
     assert max(p.prop(x.props, p.TOPIC_ALIAS) for x in got) == v5.ALIASES_OUT
+    # a new alias adds a property: not given where the packet would then be over the client's
+    # Maximum Packet Size (it goes by name, as it fits; 5.0 §3.1.2.11.4)
+    whole = bytearray()
+    p.write_publish(whole, p.topic_field("sensors/room/1"), b"x", 0, False, False, 0, (), True)
+    tight = opened5(props=((p.TOPIC_ALIAS_MAXIMUM, 10), (p.MAXIMUM_PACKET_SIZE, len(whole))))
+    (sub,) = send5(tight, p.Subscribe(1, (("#", 0),)))
+    tight.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    packets5(tight)
+    out = deliveries(tight, ["sensors/room/1"])
+    assert [(x.topic, x.props) for x in out] == [("sensors/room/1", ())]
     none = opened5()
     (sub,) = send5(none, p.Subscribe(1, (("#", 0),)))
     none.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
@@ -1113,8 +1123,29 @@ def test_mqtt5_a_client_over_the_server_s_receive_maximum_is_disconnected_with_0
     with pytest.raises(Malformed):
         send5(s, p.Publish("t", b"6", 2, packet_id=6))
 
+    s = opened5()  # a refused QoS 2 PUBLISH is answered (PUBREC 0x87): its room is back
+    refused, two = send5(
+        s, p.Publish("t", b"1", 2, packet_id=1), p.Publish("t", b"2", 2, packet_id=2)
+    )
+    s.from_broker(m.Error("not allowed", denied=True, req=refused.seq))
+    assert packets5(s) == [p.PubRec(1, p.NOT_AUTHORIZED_5)]
+    assert (
+        len(send5(s, p.Publish("t", b"3", 2, packet_id=3), p.Publish("t", b"4", 2, packet_id=4)))
+        == 2
+    )
+    with pytest.raises(Malformed):
+        send5(s, p.Publish("t", b"5", 2, packet_id=5))
+
     old = opened(p.Connect("c"))  # 3.1.1
     assert len(send(old, *(p.Publish("t", b"x", 1 + i % 2, packet_id=i) for i in range(1, 9)))) == 8
+
+    # sent before the CONNACK said it (§3.1.4: such a client does not know it yet): not counted
+    early = MqttSession(p.Connect("c", True, 30, level=5))
+    (discard,) = early.start()
+    ahead = b"".join(p.encode(p.Publish("t", b"x", 1, packet_id=i), 5) for i in range(1, 9))
+    assert early.receive_data(ahead, 0) == []  # held until the CONNACK
+    early.from_broker(m.SessionList([], req=discard.req))
+    assert len(early.release_early()) == 8
 
 
 def expiring(topic: str, seconds: int, wall_ns: int, qos: int = 1) -> m.Event:

@@ -15,6 +15,7 @@ from ges.mqtt import v5
 from ges.mqtt.frames import PacketReader
 from ges.runtime import BrokerServer, retained_asks
 from ges.runtime.up import wait_ready
+from ges.transport import connection
 from ges.wire import encode
 from ges.wire import messages as m
 from tests.conftest import DIAMOND, free_ports, receive, topology_on_free_ports
@@ -204,6 +205,7 @@ async def test_a_client_over_the_receive_maximum_reads_why_though_it_went_on_sen
     its last packet for a while before it closes its socket: closed with bytes unread, the
     connection would be reset and the client's reads and writes fail before the DISCONNECT."""
     monkeypatch.setattr(v5, "RECEIVE_MAX", 8)
+    monkeypatch.setattr(connection, "LINGER_SECONDS", 5.0)  # (a margin for a slow machine)
     async with trio.open_nursery() as nursery:
         spec = await one_broker(nursery, tmp_path)
         stream, connack = await connect5(spec, "eager", clean=True)
@@ -218,6 +220,28 @@ async def test_a_client_over_the_receive_maximum_reads_why_though_it_went_on_sen
         bye = got[-1]
         assert type(bye) is p.Disconnect and bye.reason == p.RECEIVE_MAXIMUM_EXCEEDED, got
         assert "Receive Maximum" in p.prop(bye.props, p.REASON_STRING)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_refused_client_that_went_on_sending_reads_its_connack(tmp_path, monkeypatch):
+    """A CONNECT the broker refuses, followed at once by packets (a client may send them
+    before the CONNACK), and more sent after the broker closed: the client reads the CONNACK
+    that says why (0x8C here), not a reset connection."""
+    monkeypatch.setattr(connection, "LINGER_SECONDS", 5.0)
+    async with trio.open_nursery() as nursery:
+        spec = await one_broker(nursery, tmp_path)
+        stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+        hello = p.Connect("auth", True, 60, props=((p.AUTH_METHOD, "SCRAM"),), level=5)
+        pubs = b"".join(
+            p.encode(p.Publish("t/auth", b"x" * 100, 1, packet_id=i), 5) for i in range(1, 200)
+        )
+        await stream.send_all(p.encode(hello, 5) + pubs)
+        await trio.sleep(0.2)  # refused and closed by now
+        for _ in range(3):
+            await stream.send_all(pubs)
+            await trio.sleep(0.05)
+        got = await until_closed(stream, [])
+        assert [(type(x), x.code) for x in got] == [(p.ConnAck, p.BAD_AUTH_METHOD)]
         nursery.cancel_scope.cancel()
 
 
