@@ -335,6 +335,12 @@ class MqttSession(Filtering, Moving, Delivering):
                 self._send_waiting()
         elif kind is p.PubRec:
             pid = pkt.packet_id
+            if pkt.reason >= 0x80:  # 5.0: refused, and so done with: no PUBREL (§4.3.3)
+                if self._inflight.get(pid) == 2:
+                    del self._inflight[pid]
+                    self._delivered(pid)
+                    self._send_waiting()
+                return
             if self._inflight.get(pid) == 2:
                 del self._inflight[pid]
                 self._released.add(pid)

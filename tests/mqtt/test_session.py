@@ -991,6 +991,23 @@ def test_mqtt5_topic_aliases_are_set_and_used_per_connection():
     assert zero.value.code == 0x94
 
 
+def test_mqtt5_a_pubrec_that_refuses_ends_the_delivery_without_a_pubrel():
+    """§4.3.3: the sender sends PUBREL for a PUBREC under 0x80; one of 0x80 or more ends the
+    exchange (the client will not have it): its identifier is free, and what waited goes."""
+    s = opened5(props=((p.RECEIVE_MAXIMUM, 1),))
+    (sub,) = send5(s, p.Subscribe(1, (("a", 2),)))
+    s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
+    packets5(s)
+    s.take_pending()
+    s.from_broker(deliver(("a", 2), ("a", 2)))
+    (first,) = packets5(s)  # the second waits: one at a time
+    assert send5(s, p.PubRec(first.packet_id, 0x80)) == []
+    (second,) = packets5(s)  # no PUBREL for the first; the second goes
+    assert type(second) is p.Publish and second.payload == b"e1"
+    send5(s, p.PubRec(second.packet_id))
+    assert packets5(s) == [p.PubRel(second.packet_id)]
+
+
 def test_mqtt5_the_server_sets_topic_aliases_on_its_deliveries_as_the_client_allows():
     """§3.3.2.3.4 the other way: with a Topic Alias Maximum in its CONNECT, the client's
     deliveries carry aliases — a topic's first with its name and the alias, the next with the
