@@ -306,6 +306,7 @@ class BrokerCore:
         sessions it followed stay."""
         out = [] if self.replicator is None else self.replicator.follower_closed(conn, now)
         self.watching.unwatch(conn)
+        self.publishing.forget(conn)
         return out + self.subscriptions.client_closed(conn, now)
 
     def client_name(self, conn: int) -> str:
@@ -342,6 +343,11 @@ class BrokerCore:
     def has_work(self) -> bool:
         """A job or a removal's steps are in progress: the driver calls :meth:`work`."""
         return self.subscriptions.has_work
+
+    def publishes_unsent(self, conn: int) -> bool:
+        """Client ``conn``'s publishes wait for the log or their hand-on: its next change of
+        subscriptions waits for them (ges.core.publishing)."""
+        return self.publishing.publishes_unsent(conn)
 
     def busy(self, conn: int) -> bool:
         """A request of client ``conn`` is still in progress: its next message must wait."""

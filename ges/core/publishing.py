@@ -50,6 +50,9 @@ class Publishing(Part):
         self._fanout = 0
         #: the leading entries of ``held`` acknowledged (committed; some still being handed on)
         self._acked = 0
+        #: per client, the last tick of its latest publish held for the log: until that is
+        #: handed on, its next change of subscriptions waits (:meth:`publishes_unsent`)
+        self._held_last: dict[int, int] = {}
         #: idempotent publishing: per publisher its last event number published (the log's,
         #: which keeps it across restarts; in memory with best-effort delivery)
         self._publishers: dict = self.log.publishers() if self.log is not None else {}
@@ -177,6 +180,8 @@ class Publishing(Part):
         last = self.next_tick - 1
         held = Held(conn, msg.seq, first, last, events, max(last, wait), duplicates, seqs)
         self.held.append(held)
+        if conn is not None:
+            self._held_last[conn] = last
         self._last_publish = now
         if held.wait > self.log.committed or self.held[0] is not held:
             return []  # the log task hands it on once committed, or the hand-on in progress
@@ -187,6 +192,23 @@ class Publishing(Part):
         """The log has committed publishes not yet sent on (each is acknowledged at once)."""
         held = self.held
         return bool(held) and held[0].wait <= self.log.committed
+
+    def publishes_unsent(self, conn: int) -> bool:
+        """Client ``conn`` has publishes waiting for the log or being handed on: a change of
+        its subscriptions must wait until they are matched, or an event it published before
+        subscribing would be matched against the subscription (reliable delivery matches
+        once the log has an event)."""
+        tick = self._held_last.get(conn)
+        if tick is None:
+            return False
+        if tick <= self.routed:
+            del self._held_last[conn]
+            return False
+        return True
+
+    def forget(self, conn: int) -> None:
+        """Client ``conn`` has gone."""
+        self._held_last.pop(conn, None)
 
     @property
     def handed_on(self) -> int:

@@ -515,6 +515,14 @@ class BrokerServer(Dispatching):
                     if run:
                         outs += self._client_publishes(client, run)
                         run = []
+                    if (
+                        client is not None
+                        and type(msg) in _AFTER_PUBLISHES
+                        and core.publishes_unsent(client)
+                    ):  # what it published before is matched first, as it sent them
+                        await self._flush(outs)
+                        outs = []
+                        await self._room_for(functools.partial(core.publishes_unsent, client))
                     now = self._now()
                     if client is not None and type(msg) in SESSION_REQUESTS:
                         await self._flush(outs)  # a lookup may wait for replicators
@@ -709,6 +717,10 @@ def _request_number(msg) -> int:
 
 
 #: Client requests held against the client's grant (ges.security.access).
+#: A client's changes of what it subscribes to: handled once its publishes sent before them
+#: are matched (the log's commit and hand-on), so that none matches a subscription it made
+#: after it.
+_AFTER_PUBLISHES = frozenset({m.Subscribe, m.Unsubscribe, m.SessionOpen})
 _CHECKED = frozenset({m.Publish, m.Subscribe, m.LinkControl, m.SessionOpen, m.Watch, m.RetainedAsk})
 
 

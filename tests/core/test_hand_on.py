@@ -139,3 +139,29 @@ def test_a_slice_of_large_events_is_bounded_in_bytes_too():
     # alone would hand all 32 on at once
     assert all(n <= 6 for n in per_step), per_step
     assert len(per_step) >= 5, per_step
+
+
+def test_a_client_s_publishes_count_as_unsent_until_handed_on_whole():
+    """What the driver holds a client's next change of subscriptions back for (its earlier
+    publishes are matched first): from the append to the log until the last slice of their
+    hand-on; no other client's, and nothing once it has gone."""
+    log, core = core_with_lazy_log()
+    for conn in (PUB, *SUBS):
+        core.client_open(conn, f"c{conn}")
+    for conn in SUBS:
+        core.client_message(conn, m.Subscribe(1, [[]], "all"), 0.0)
+    while core.has_work:
+        core.work(0.0)
+    assert not core.publishes_unsent(PUB)
+    core.client_message(PUB, m.Publish(1, [m.Event({"n": i}) for i in range(EVENTS)]), 0.0)
+    assert core.publishes_unsent(PUB) and not core.publishes_unsent(SUBS[0])
+    log.upto = log.last
+    core.on_logged(0.0)  # a slice of BUDGET deliveries: the rest still to go
+    assert core.publishes_unsent(PUB)
+    while core.has_work:
+        core.work(0.0)
+    assert not core.publishes_unsent(PUB)
+    core.client_message(PUB, m.Publish(2, [m.Event({"n": -1})]), 0.0)
+    assert core.publishes_unsent(PUB)
+    core.client_closed(PUB, 0.0)
+    assert not core.publishes_unsent(PUB)

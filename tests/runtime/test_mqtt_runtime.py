@@ -245,6 +245,40 @@ async def test_a_refused_client_that_went_on_sending_reads_its_connack(tmp_path,
         nursery.cancel_scope.cancel()
 
 
+async def test_what_a_client_published_before_it_subscribed_does_not_match_that_subscription(
+    tmp_path,
+):
+    """One connection's packets are handled in the order it sent them: PUBLISHes (each QoS)
+    and then a SUBSCRIBE to their topic in one write get no delivery of those messages —
+    the broker matches a publish once its log has it, so the SUBSCRIBE waits until they are
+    matched — while a PUBLISH after the SUBSCRIBE is delivered; a persistent session's
+    filters (its durable session's subscriptions) the same."""
+    async with trio.open_nursery() as nursery:
+        spec = await one_broker(nursery, tmp_path)
+        for level, clean in ((p.LEVEL_311, True), (p.LEVEL_5, True), (p.LEVEL_311, False)):
+            stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+            topic = f"order/{level}/{clean}"
+            hello = p.Connect(f"order{level}{clean}", clean, 60, level=level)
+            await stream.send_all(p.encode(hello, level))
+            before = [p.Publish(topic, b"before", q, packet_id=q) for q in (0, 1, 2)]
+            after = p.Publish(topic, b"after", 1, packet_id=9)
+            sub = p.Subscribe(5, ((topic, 1),))
+            await stream.send_all(b"".join(p.encode(x, level) for x in (*before, sub, after)))
+            reader, got = PacketReader(version=level), []
+            with trio.fail_after(10):  # CONNACK, PUBACK, PUBREC, SUBACK, PUBACK, a delivery
+                while len(got) < 6:
+                    reader.feed(await stream.receive_some(65536))
+                    got += [p.decode(x, level) for x in reader.packets()]
+            with trio.move_on_after(0.3):  # (and nothing more comes)
+                while data := await stream.receive_some(65536):
+                    reader.feed(data)
+                    got += [p.decode(x, level) for x in reader.packets()]
+            delivered = [x.payload for x in got if type(x) is p.Publish]
+            assert delivered == [b"after"], got
+            await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_persistent_publisher_without_filters_keeps_its_qos2_identifiers_across_reconnects(
     tmp_path,
 ):
