@@ -69,6 +69,8 @@ def attributes_of(props: tuple, attributes: dict) -> None:
         elif pid == p.CONTENT_TYPE:
             attributes[CONTENT_TYPE_ATTR] = value
         elif pid == p.PAYLOAD_FORMAT:
+            if value not in (0, 1):  # (0: bytes, 1: UTF-8 — nothing else, §3.3.2.3.2)
+                raise Malformed(f"a Payload Format Indicator of {value}", p.PROTOCOL_ERROR)
             if value:
                 attributes[PAYLOAD_FORMAT_ATTR] = 1
         elif pid == p.RESPONSE_TOPIC:

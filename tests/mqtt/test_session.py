@@ -956,6 +956,9 @@ def test_mqtt5_user_properties_are_attributes_both_ways():
     }  # fmt: skip
     (msg,) = send5(s, p.Publish("a", b"x", 0, props=((p.PAYLOAD_FORMAT, 0),)))
     assert "@payload_format" not in msg.events[0].attributes  # unspecified: the default
+    with pytest.raises(Malformed, match="Payload Format Indicator of 237") as bad:
+        send5(opened5(), p.Publish("a", b"x", 0, props=((p.PAYLOAD_FORMAT, 0xED),)))
+    assert bad.value.code == p.PROTOCOL_ERROR  # 0 and 1 are all there are (§3.3.2.3.2)
     (sub,) = send5(s, p.Subscribe(1, (("a", 1),)))
     s.from_broker(m.SubAck(SUB_ID, True, req=sub.req))
     packets5(s)
