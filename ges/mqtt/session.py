@@ -327,6 +327,9 @@ class MqttSession(Filtering, Moving, Delivering):
     def _packet(self, pkt, wall_ns: int, out: list) -> None:
         kind = type(pkt)
         if kind is p.Publish:
+            if self._batch_change is not None:  # the filters' change so far goes before it:
+                self._end_batch(out)  # (a later one is a request of its own, after it)
+                self._back = None
             self._publish(pkt, wall_ns, out)
         elif kind is p.PubAck:
             if self._inflight.get(pkt.packet_id) == 1:  # else not ours, or acked before: tolerated

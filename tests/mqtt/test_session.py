@@ -81,6 +81,22 @@ def test_qos2_is_published_once_however_often_it_is_sent():
     assert again.events[0].payload == b"y"
 
 
+def test_a_publish_between_two_subscribes_of_one_read_goes_between_their_requests():
+    """The filters' changes of one read are one request, but not across a PUBLISH: what the
+    client published before a SUBSCRIBE must not be matched against it (the broker handles
+    requests in order)."""
+    s = opened(p.Connect("c"))
+    out = send(s, p.Subscribe(1, (("x/a", 0),)), p.Publish("x/b", b"before", 0),
+               p.Subscribe(2, (("x/b", 0),)), p.Subscribe(3, (("x/c", 0),)))  # fmt: skip
+    assert [type(x) for x in out] == [m.Subscribe, m.Publish, m.Subscribe]
+    first, _, second = out
+    assert [c[0].value for c in first.conjunctions] == ["x/a"]
+    assert [c[0].value for c in second.conjunctions] == ["x/a", "x/b", "x/c"]
+    s.from_broker(m.SubAck(SUB_ID, True, req=first.req))
+    s.from_broker(m.SubAck(SUB_ID, True, req=second.req))
+    assert packets_of(s) == [p.SubAck(1, (0,)), p.SubAck(2, (0,)), p.SubAck(3, (0,))]
+
+
 def test_filters_are_one_subscription_replaced_as_a_whole():
     s = opened(p.Connect("c"))
     (sub,) = send(s, p.Subscribe(1, (("a/+", 1), ("b/#", 0))))

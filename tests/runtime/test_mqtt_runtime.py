@@ -263,10 +263,12 @@ async def test_what_a_client_published_before_it_subscribed_does_not_match_that_
             before = [p.Publish(topic, b"before", q, packet_id=q) for q in (0, 1, 2)]
             after = p.Publish(topic, b"after", 1, packet_id=9)
             sub = p.Subscribe(5, ((topic, 1),))
-            await stream.send_all(b"".join(p.encode(x, level) for x in (*before, sub, after)))
+            other = p.Subscribe(4, ((f"{topic}/other", 0),))  # (a change of the same read)
+            sent = (other, *before, sub, after)
+            await stream.send_all(b"".join(p.encode(x, level) for x in sent))
             reader, got = PacketReader(version=level), []
-            with trio.fail_after(10):  # CONNACK, PUBACK, PUBREC, SUBACK, PUBACK, a delivery
-                while len(got) < 6:
+            with trio.fail_after(10):  # CONNACK, 2 SUBACKs, PUBACK, PUBREC, PUBACK, a delivery
+                while len(got) < 7:
                     reader.feed(await stream.receive_some(65536))
                     got += [p.decode(x, level) for x in reader.packets()]
             with trio.move_on_after(0.3):  # (and nothing more comes)
