@@ -46,6 +46,18 @@ def core_with_lazy_log(config: BrokerConfig | None = None) -> tuple[LazyLog, Bro
     return log, core
 
 
+def subscribed_to_all() -> tuple[LazyLog, BrokerCore]:
+    """A core with a lazy log, the publisher PUB and SUBS subscribed to everything."""
+    log, core = core_with_lazy_log()
+    for conn in (PUB, *SUBS):
+        core.client_open(conn, f"c{conn}")
+    for conn in SUBS:
+        core.client_message(conn, m.Subscribe(1, [[]], "all"), 0.0)
+    while core.has_work:
+        core.work(0.0)
+    return log, core
+
+
 def delivered(outs: list) -> dict[int, list[int]]:
     got: dict[int, list[int]] = {}
     for o in outs:
@@ -55,13 +67,7 @@ def delivered(outs: list) -> dict[int, list[int]]:
 
 
 def test_a_committed_publish_goes_on_a_slice_at_a_time_in_order_once():
-    log, core = core_with_lazy_log()
-    for conn in (PUB, *SUBS):
-        core.client_open(conn, f"c{conn}")
-    for conn in SUBS:
-        core.client_message(conn, m.Subscribe(1, [[]], "all"), 0.0)
-    while core.has_work:
-        core.work(0.0)
+    log, core = subscribed_to_all()
     first_tick = core.publishing.next_tick
     outs = core.client_message(PUB, m.Publish(1, [m.Event({"n": i}) for i in range(EVENTS)]), 0.0)
     assert delivered(outs) == {} and not core.logged_pending  # appended, not committed
@@ -145,13 +151,7 @@ def test_a_client_s_publishes_count_as_unsent_until_handed_on_whole():
     """What the driver holds a client's next change of subscriptions back for (its earlier
     publishes are matched first): from the append to the log until the last slice of their
     hand-on; no other client's, and nothing once it has gone."""
-    log, core = core_with_lazy_log()
-    for conn in (PUB, *SUBS):
-        core.client_open(conn, f"c{conn}")
-    for conn in SUBS:
-        core.client_message(conn, m.Subscribe(1, [[]], "all"), 0.0)
-    while core.has_work:
-        core.work(0.0)
+    log, core = subscribed_to_all()
     assert not core.publishes_unsent(PUB)
     core.client_message(PUB, m.Publish(1, [m.Event({"n": i}) for i in range(EVENTS)]), 0.0)
     assert core.publishes_unsent(PUB) and not core.publishes_unsent(SUBS[0])
