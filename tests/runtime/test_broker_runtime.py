@@ -113,6 +113,40 @@ async def test_a_bad_frame_closes_only_that_connection(chain3, bad, caplog):
         nursery.cancel_scope.cancel()
 
 
+async def test_what_a_client_published_before_it_subscribed_does_not_reach_that_subscription(
+    tmp_path,
+):
+    """A client's requests are handled in the order it sent them: events it published just
+    before a Subscribe, in the same write, are matched before the subscription is there —
+    reliable delivery matches them only once the log has them, so the Subscribe waits; an
+    event published after it is delivered. (A broker alone: at b1 of chain3 the same write
+    did not reach the subscription even without the wait — a new subscription there starts
+    once its neighbours have it.)"""
+    alone = {"name": "alone", "brokers": {"b1": {"unit": "S/c1", "port": 1}}, "links": []}
+    topology = topology_on_free_ports(alone)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(BrokerServer(topology, "b1", data_dir=tmp_path / "b1").run)
+        spec = topology.brokers["b1"]
+        stream = await trio.open_tcp_stream(spec.host, spec.port)
+        await stream.send_all(encode(m.Hello(role="client", id="orderly", topology="alone")))
+        await stream.receive_some(1024)  # Welcome
+        before = m.Publish(1, [m.Event({"n": i}) for i in range(5)])
+        sub = m.Subscribe(1, [[m.Constraint("n", ">=", 0)]], "all", 3)
+        await stream.send_all(encode(before) + encode(sub))
+        decoder, got = FrameDecoder(), []
+        with trio.fail_after(5):
+            while not any(type(x) is m.SubAck for x in got):
+                decoder.feed(await stream.receive_some(65536))
+                got += [decode(body) for body in decoder.frames()]
+            await stream.send_all(encode(m.Publish(2, [m.Event({"n": 100})])))
+            while not any(type(x) is m.Deliver for x in got):
+                decoder.feed(await stream.receive_some(65536))
+                got += [decode(body) for body in decoder.frames()]
+        (first,) = [x for x in got if type(x) is m.Deliver][:1]
+        assert [it.event.attributes["n"] for it in first.items] == [100], got
+        nursery.cancel_scope.cancel()
+
+
 async def test_link_reconnects_after_the_peer_restarts(chain3):
     async with trio.open_nursery() as nursery:
         await start_all(nursery, chain3, only=["b1", "b2"])
