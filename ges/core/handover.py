@@ -258,6 +258,8 @@ class HandOver:
         self.store.save_session(state)
         self._hands.pop(state.name, None)
         out = self._subscribe(live, {}, state.subs, set())
+        # (restored after a restart mid-ask, they may not have started: not waited for now)
+        out += self._unwaited(state.key, now)
         return out + self._tail_done(live, now)
 
     def _tail_done(self, live, now: float) -> list:

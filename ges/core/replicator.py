@@ -211,12 +211,10 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         if taking is not None:
             return taking
         if type(msg) is m.Error:  # a subscription refused: the open fails, in one line
-            restoring = self._restoring_of.pop(live.state.key, set())
-            if restoring:  # a stored profile this broker no longer takes: said, not waited for
-                self._restoring -= restoring
+            if self._restoring_of.get(live.state.key):
+                # a stored profile this broker no longer takes: said, not waited for
                 text = f"durable session {live.state.name}: its stored profile is refused: {msg.reason}"
-                out = [Notice("warning", text)]
-                return out + ([] if self._restoring else self._replay_all(now))
+                return [Notice("warning", text), *self._unwaited(live.state.key, now)]
             if live.opening is None:
                 return []
             follower, open_msg, _, created, before = live.opening
@@ -543,12 +541,17 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         self._dirty.discard(state.key)
         self.store.drop_session(state)
         out += self.subscriptions.client_closed(-state.key, now)
-        restoring = self._restoring_of.pop(state.key, None)
-        if restoring:  # its restored subscriptions are not waited for any more
-            self._restoring -= restoring
-            if not self._restoring:
-                out += self._replay_all(now)
-        return out
+        return out + self._unwaited(state.key, now)
+
+    def _unwaited(self, key: int, now: float) -> list:
+        """Session ``key``'s restored subscriptions are not waited for any more (it ended, a
+        stored profile was refused, or it was given away and they were taken out): once no
+        other is, the logs are read back (ges.core.readback)."""
+        restoring = self._restoring_of.pop(key, None)
+        if not restoring:
+            return []
+        self._restoring -= restoring
+        return [] if self._restoring else self._replay_all(now)
 
     def _info(self, live: Live, now: float) -> m.SessionInfo:
         state = live.state

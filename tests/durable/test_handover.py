@@ -551,3 +551,47 @@ def test_a_will_left_soon_after_a_hand_over_is_held_for_its_delay():
     assert live.state.will == will and live.follower is None
     assert [o for o in rep.on_timer(run.sim.now + 299) if type(o) is not Notice] == []
     assert live.state.will == will
+
+
+def test_a_session_given_away_while_its_restored_subscription_starts_holds_up_no_other(
+    monkeypatch,
+):
+    """A source restarts with a hand-over still asking: the session's subscriptions are
+    entered again, and the logs are read back for every session once all are complete. If
+    the target's ``taken`` comes first, the source takes them out: they are not waited for
+    any more. (They were, for RESTORE_WAIT: every other session of that replicator got
+    nothing for a minute. The simulator found it with its logs committing 300 ms late.)"""
+    from ges.core.replicator import Replicator
+
+    seen: list = []
+
+    def hook(src, dst, msg):  # a1 crashes as its ask reaches the target: it stays asking
+        if type(msg) is m.Handover and dst == "b1" and not seen:
+            seen.append(msg)
+            run.sim.at(run.sim.now, run.sim.crash, "a1", 1.0)
+
+    run = Run(on_arrive=hook, publish_until=8.0)
+    alice = run.client
+    bob = Client(name="bob", sim=run.sim, conns=500)
+    run.sim.on_session = lambda *a: (alice.on_session(*a), bob.on_session(*a))
+    run.sim.on_crash = lambda b: (alice.on_crash(b), bob.on_crash(b))
+    real_own = Replicator.own
+    withheld: list = []
+
+    def own(self, conn, msg, now):  # alice's restored subscription never completes
+        live = self._by_key.get(-conn)
+        restored = self.id == "a1" and run.sim.stats["crashes"] and live is not None
+        if restored and live.state.name == "alice" and type(msg) is m.SubAck and msg.complete:
+            withheld.append(msg)
+            return []
+        return real_own(self, conn, msg, now)
+
+    monkeypatch.setattr(Replicator, "own", own)
+    run.sim.at(0.1, alice.open, "a1", "a2", True)
+    run.sim.at(0.1, bob.open, "a1", "a2", True)
+    run.sim.at(2.0, alice.move, "b2")
+    run.sim.run_until(14.0)
+    assert seen and withheld, "a1 crashed while asking, and restored alice's subscription"
+    assert alice.replicator == "b1" and bob.replicator == "a1"
+    run.check()  # alice, handed over
+    assert sorted(bob.got) == sorted(run.published)  # bob, at the restarted source
