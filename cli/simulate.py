@@ -21,6 +21,9 @@ from ges.sim.pool import default_jobs, run_seeds
 #: per seed would swamp the log of a thousand-seed run, none would leave it silent for minutes.
 #: The first seed, every failed seed and the last seed get a line regardless.
 PROGRESS_LINE_EVERY = 10.0
+#: The longest --commit-ms: a commit later than a second would outlast the failure detector's
+#: patience with the links, which a real log's commit does not hold up.
+MAX_COMMIT_MS = 1000.0
 
 
 def simulate(
@@ -46,6 +49,19 @@ def simulate(
         "replicators crashing with the rest.",
     ),
     roams: int = typer.Option(4, "--roams", help="Moves per durable client."),
+    commit_ms: float = typer.Option(
+        0.0,
+        "--commit-ms",
+        help="Each broker's log commits a group at a time, up to this many ms after its first "
+        "append, and only then acknowledges and matches it, as a running broker does "
+        "(0: at once).",
+    ),
+    own: int = typer.Option(
+        0,
+        "--own",
+        help="Times a publisher publishes and at once subscribes to everything: that "
+        "subscription must get nothing its own client published before it.",
+    ),
     no_sufficiency: bool = typer.Option(
         False,
         "--no-sufficiency",
@@ -89,6 +105,8 @@ def simulate(
         durable,
         roams,
         jobs,
+        commit_ms=commit_ms,
+        own=own,
     )
 
 
@@ -106,6 +124,9 @@ def _simulate(
     durable=0,
     roams=4,
     jobs=1,
+    *,
+    commit_ms=0.0,
+    own=0,
 ) -> None:
     for name, value, low in (
         ("--seeds", seeds, 1),
@@ -116,11 +137,14 @@ def _simulate(
         ("--durable", durable, 0),
         ("--roams", roams, 0),
         ("--jobs", jobs, 0),
+        ("--own", own, 0),
     ):
         if value < low:
             raise UserInputError(f"{name}: must be at least {low}, not {value}")
     if seed < 0:
         raise UserInputError(f"--seed: must not be negative, not {seed}")
+    if not 0 <= commit_ms <= MAX_COMMIT_MS:  # (NaN is neither)
+        raise UserInputError(f"--commit-ms: must be 0 to {MAX_COMMIT_MS:g}, not {commit_ms:g}")
     try:
         faults = Faults.parse(faults_spec)
     except ValueError as exc:
@@ -154,6 +178,8 @@ def _simulate(
             sufficiency=not no_sufficiency,
             durable=durable,
             roams=roams,
+            commit_ms=commit_ms,
+            own=own,
         ):
             outcomes.append(o)
             bad += not o.ok
@@ -164,6 +190,10 @@ def _simulate(
     extra = " --no-sufficiency" if no_sufficiency else ""
     if durable:
         extra += f" --durable {durable} --roams {roams}"
+    if commit_ms:
+        extra += f" --commit-ms {commit_ms:g}"
+    if own:
+        extra += f" --own {own}"
     replay = {
         o.seed: o.replay(str(topology_file), faults_spec, events, subscribers, publishers, churn)
         + extra
@@ -186,6 +216,8 @@ def _simulate(
         "faults": {k: sum(o.faults[k] for o in outcomes) for k in outcomes[0].faults},
         "sufficiency": not no_sufficiency,
         "durable": durable,
+        "commit_ms": commit_ms,
+        "own": own,
         "moves": sum(o.moves for o in outcomes),
         "handovers": sum(o.handovers for o in outcomes),
         "wall_seconds": round(time.perf_counter() - started, 3),

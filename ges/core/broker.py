@@ -56,6 +56,10 @@ from ges.topology import Topology
 from ges.wire import messages as m
 
 ROUTINGS = ("content", "flood")
+#: A client's changes of what it subscribes to: handled once its publishes sent before them
+#: are matched (the log's commit and hand-on), so that none matches a subscription it made
+#: after it (:meth:`BrokerCore.waits_for_publishes`).
+AFTER_PUBLISHES = frozenset({m.Subscribe, m.Unsubscribe, m.SessionOpen})
 
 
 class BrokerCore:
@@ -348,6 +352,13 @@ class BrokerCore:
         """Client ``conn``'s publishes wait for the log or their hand-on: its next change of
         subscriptions waits for them (ges.core.publishing)."""
         return self.publishing.publishes_unsent(conn)
+
+    def waits_for_publishes(self, conn: int, msg) -> bool:
+        """Client ``conn``'s ``msg`` changes what it subscribes to while publishes it sent
+        before are not yet matched: the driver holds it (and what the client sends after it)
+        until :meth:`publishes_unsent` is false, or an event published before a Subscribe
+        could match it (reliable delivery matches once the log commits an event)."""
+        return type(msg) in AFTER_PUBLISHES and self.publishing.publishes_unsent(conn)
 
     def busy(self, conn: int) -> bool:
         """A request of client ``conn`` is still in progress: its next message must wait."""

@@ -515,11 +515,8 @@ class BrokerServer(Dispatching):
                     if run:
                         outs += self._client_publishes(client, run)
                         run = []
-                    if (
-                        client is not None
-                        and type(msg) in _AFTER_PUBLISHES
-                        and core.publishes_unsent(client)
-                    ):  # what it published before is matched first, as it sent them
+                    if client is not None and core.waits_for_publishes(client, msg):
+                        # what it published before is matched first, as it sent them
                         await self._flush(outs)
                         outs = []
                         await self._room_for(functools.partial(core.publishes_unsent, client))
@@ -717,10 +714,6 @@ def _request_number(msg) -> int:
 
 
 #: Client requests held against the client's grant (ges.security.access).
-#: A client's changes of what it subscribes to: handled once its publishes sent before them
-#: are matched (the log's commit and hand-on), so that none matches a subscription it made
-#: after it.
-_AFTER_PUBLISHES = frozenset({m.Subscribe, m.Unsubscribe, m.SessionOpen})
 _CHECKED = frozenset({m.Publish, m.Subscribe, m.LinkControl, m.SessionOpen, m.Watch, m.RetainedAsk})
 
 

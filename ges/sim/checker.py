@@ -13,6 +13,9 @@ time, whichever is later.
 A changed profile (``Subscribe`` again with the same id) starts a new subscription under the
 same key; the old one ends when the change is sent. One that ends (unsubscribed, or its broker
 crashed) is checked no further.
+
+A subscription may also be given ticks it must never have (:meth:`Checker.not_for`): a
+publisher's own subscription, none of what that client published before it subscribed.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ class _Sub:
     alive: bool = True
     #: pubend -> ticks delivered, in order
     got: dict[str, list[int]] = attrs.Factory(dict)
+    #: pubend -> tick -> why it must never be delivered to this subscription
+    never: dict[str, dict[int, str]] = attrs.Factory(dict)
 
 
 class Checker:
@@ -89,6 +94,12 @@ class Checker:
             self.ended.append(old)
             sub.name = f"{old.name}'"
         self.subs[key] = sub
+
+    def not_for(self, key: tuple, pubend: str, ticks: list[int], why: str) -> None:
+        """Subscription ``key`` (as it is now) must never be delivered these ticks."""
+        sub = self.subs.get(key)
+        if sub is not None:
+            sub.never.setdefault(pubend, {}).update(dict.fromkeys(ticks, why))
 
     def subscribed(self, key: tuple, now: float, *, complete: bool = True) -> None:
         sub = self.subs.get(key)
@@ -133,7 +144,13 @@ class Checker:
 
     def finish(self, now: float, *, start_by: float = 0.0) -> None:
         """End-of-run checks; every subscription with a complete SubAck must have started by
-        the first matching event published after the later of its SubAck and ``start_by``."""
+        the first matching event published after the later of its SubAck and ``start_by``;
+        none, live or ended, may have a tick it was never to have (:meth:`not_for`)."""
+        for sub in [*self.ended, *self.subs.values()]:
+            for pubend, never in sub.never.items():
+                for tick in sub.got.get(pubend, []):
+                    if tick in never:
+                        self._violate(now, sub, pubend, f"tick {tick} delivered: {never[tick]}")
         for sub in self.subs.values():
             if not sub.alive:
                 continue

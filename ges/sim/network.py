@@ -45,6 +45,7 @@ from ges.durable import replicators
 from ges.durable.store import MemorySessionStore
 from ges.reliable.log import MemoryLog
 from ges.routing import Hierarchy
+from ges.sim.commits import GroupLog
 from ges.sim.faults import Faults
 from ges.sim.links import SimLinks, _key
 from ges.topology import Topology
@@ -82,6 +83,8 @@ class Sim(SimLinks):
         config: BrokerConfig | None = None,
         on_session: Callable | None = None,
         on_report: Callable | None = None,
+        commit_after: tuple[float, float] | None = None,
+        on_unacked: Callable | None = None,
     ):
         self.topology = topology
         self.hierarchy = Hierarchy(topology)
@@ -106,7 +109,16 @@ class Sim(SimLinks):
         self._inc = itertools.count(1)
         self.cores: dict[str, BrokerCore] = {}
         #: each broker's stable storage: its pubend log survives crashes
-        self.logs: dict[str, MemoryLog] = {b: MemoryLog(epoch=1) for b in topology.brokers}
+        #: with ``commit_after=(lo, hi)``, a log commits what was appended a group at a time,
+        #: ``lo``-``hi`` s after the group's first append, and only then is it acknowledged
+        #: and matched (ges.sim.commits), as the runtime's log task does; without it, at once
+        self.commit_after = commit_after
+        log = MemoryLog if commit_after is None else GroupLog
+        self.logs: dict[str, MemoryLog] = {b: log(epoch=1) for b in topology.brokers}
+        self._commit_at: dict[str, BrokerCore] = {}
+        #: ``on_unacked(broker, pubend, [(tick, event), …], now)``: a crash came between a
+        #: group's commit and its acknowledgement; these events are in the log for good
+        self.on_unacked = on_unacked
         #: ``on_session(broker, conn, msg, now)``: a durable-session message to a client; with
         #: it, the replicators keep their sessions, which survive crashes as the logs do
         self.on_session = on_session
@@ -171,7 +183,13 @@ class Sim(SimLinks):
             return
         for n in self.topology.neighbours[broker]:
             self._link_down(broker, n)
-        del self.cores[broker]
+        core = self.cores.pop(broker)
+        if self._commit_at.pop(broker, None) is not None:
+            log = self.logs[broker]  # the group in flight was written; its acks never went
+            written = log.read(log.committed + 1, log.last, limit=log.last)
+            log.commit()
+            if self.on_unacked:
+                self.on_unacked(broker, core.pubend, written, self.now)
         if self.on_crash:
             self.on_crash(broker)
 
@@ -194,14 +212,16 @@ class Sim(SimLinks):
 
     def client(self, broker: str, conn: int, msg) -> bool:
         """A client message to ``broker`` (False if it is down); one for a client whose request
-        is still in progress waits for it, as the runtime holds it back."""
+        is still in progress waits for it, as the runtime holds it back, and so does a change
+        of its subscriptions made before what it published is matched (with the messages
+        after either)."""
         core = self.cores.get(broker)
         if core is None:
             return False
         if not core.connected(conn):
             core.client_open(conn, f"client-{conn}")
         held = self._held_msgs.get((broker, conn))
-        if held is not None or core.busy(conn):
+        if held is not None or core.busy(conn) or core.waits_for_publishes(conn, msg):
             self._held_msgs.setdefault((broker, conn), []).append(msg)
             return True
         self._feed(broker, lambda c: self._client_message(c, conn, msg))
@@ -269,6 +289,10 @@ class Sim(SimLinks):
         elif core.has_work and self._work_at.get(broker) is not core:
             self._work_at[broker] = core
             self.at(self.now + SLICE_GAP, self._work, broker, core)
+        commit = self.commit_after
+        if commit is not None and broker not in self._commit_at and self.logs[broker].pending:
+            self._commit_at[broker] = core  # a group: what is appended until it commits
+            self.at(self.now + self.rng.uniform(*commit), self._commit, broker)
         deadline = core.next_deadline()
         if deadline < float("inf"):
             deadline = max(deadline, self.now)
@@ -285,13 +309,26 @@ class Sim(SimLinks):
             return  # it crashed meanwhile
         self.slices += 1
         self._feed(broker, lambda c: c.work(self.now))
+        self._release_held(broker, core)
+
+    def _commit(self, broker: str) -> None:
+        """``broker``'s log commits its group: the core acknowledges and matches it."""
+        core = self._commit_at.pop(broker, None)
+        if core is None or self.cores.get(broker) is not core:
+            return  # it crashed meanwhile (and the group was written then)
+        self.logs[broker].commit()
+        self._feed(broker, lambda c: c.on_logged(self.now))
+        self._release_held(broker, core)
+
+    def _release_held(self, broker: str, core: BrokerCore) -> None:
+        """The messages held back for clients of ``broker`` no longer waiting go in."""
         for key in [k for k in self._held_msgs if k[0] == broker]:
-            conn, queue = key[1], self._held_msgs[key]
-            while queue and not core.busy(conn):
+            conn, queue = key[1], self._held_msgs.get(key, [])
+            while queue and not core.busy(conn) and not core.waits_for_publishes(conn, queue[0]):
                 msg = queue.pop(0)
                 self._feed(broker, lambda c, m_=msg, c_=conn: self._client_message(c, c_, m_))
             if not queue:
-                del self._held_msgs[key]
+                self._held_msgs.pop(key, None)
 
     # -- outputs -----------------------------------------------------------------------------------
 

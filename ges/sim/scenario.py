@@ -107,7 +107,15 @@ def run_seed(
     config: BrokerConfig | None = None,
     durable: int = 0,
     roams: int = 4,
+    commit_ms: float = 0.0,
+    own: int = 0,
 ) -> Outcome:
+    """One run (the module's docstring). ``commit_ms`` > 0: each log commits a group at a
+    time, up to that many ms after its first append, and only then acknowledges and matches
+    it (ges.sim.commits), as the runtime does. ``own``: that many times a publisher publishes
+    and, in the same instant, subscribes to everything; that subscription must get none of the
+    events its own client published before it (their match waits for their commit; the
+    Subscribe waits for them: ``BrokerCore.waits_for_publishes``)."""
     started = time.perf_counter()
     rng = random.Random(seed)
     checker = Checker()
@@ -115,6 +123,10 @@ def run_seed(
     #: live subscriptions, and those that went with their broker's crash
     subs: dict[tuple, Profile] = {}
     crashed: dict[tuple, Profile] = {}
+    #: a publisher's own subscriptions: the publishes (broker, conn, seq) it sent before each,
+    #: and the ticks each publish was acknowledged with
+    own_before: dict[tuple, list[tuple]] = {}
+    acked: dict[tuple, tuple[str, list[int]]] = {}
 
     def on_deliver(broker, conn, msg: m.Deliver, now):
         key = (broker, conn, msg.sub_id)
@@ -134,7 +146,12 @@ def run_seed(
             if batch is None:  # its broker crashed meanwhile: the ticks are not told
                 break
             checker.publish(msg.pubend, tick, batch, now)
+            acked[(broker, conn, seq)] = (msg.pubend, list(range(tick, tick + len(batch))))
             tick += len(batch)
+
+    def on_unacked(broker, pubend, written, now):
+        for tick, event in written:
+            checker.publish(pubend, tick, [dict(event.attributes)], now)
 
     def on_suback(broker, conn, msg: m.SubAck, now):
         checker.subscribed((broker, conn, msg.sub_id), now, complete=msg.complete)
@@ -164,6 +181,8 @@ def run_seed(
         work_slice=work_slice,
         config=config,
         on_session=(lambda *a: roaming.on_session(*a)) if durable and reliable else None,
+        commit_after=(0.0, commit_ms / 1000) if commit_ms > 0 else None,
+        on_unacked=on_unacked,
     )
     roaming = None
     if durable and reliable:
@@ -181,6 +200,8 @@ def run_seed(
     sim.run_until(SETTLE)
 
     pubs = [rng.choice(brokers) for _ in range(publishers)]
+    #: per publisher, the seqs of the publishes it sent so far
+    sent: dict[tuple, list[int]] = {(pubs[w], 2000 + w): [] for w in range(publishers)}
     seqs = dict.fromkeys(range(publishers), 0)
     n = 0
     while n < events:
@@ -191,8 +212,15 @@ def run_seed(
             {"sym": rng.choice(SYMBOLS), "bucket": rng.randrange(100), "n": n + j} for j in range(k)
         ]
         seqs[who] += 1
-        sim.at(when, _publish, sim, pending, pubs[who], 2000 + who, seqs[who], batch)
+        sim.at(when, _publish, sim, pending, sent, pubs[who], 2000 + who, seqs[who], batch)
         n += k
+    for i in range(own):
+        who = rng.randrange(publishers)
+        when = SETTLE + rng.random() * PUBLISH_FOR
+        seqs[who] += 1
+        batch = [{"sym": rng.choice(SYMBOLS), "bucket": rng.randrange(100), "n": -1 - i}]
+        sim.at(when, _publish, sim, pending, sent, pubs[who], 2000 + who, seqs[who], batch)
+        sim.at(when, _own, sim, checker, subs, own_before, sent, pubs[who], 2000 + who, 100 + i)
     conns = itertools.count(1000 + subscribers)
     for i in range(churn):
         when = SETTLE + rng.random() * PUBLISH_FOR
@@ -204,6 +232,9 @@ def run_seed(
     sim.schedule_faults(SETTLE, SETTLE + PUBLISH_FOR)
     end = SETTLE + PUBLISH_FOR + max(faults.down_for[1], faults.silent_for[1]) + QUIET
     sim.run_until(end)
+    for key, before in own_before.items():
+        for pubend, ticks in filter(None, map(acked.get, before)):
+            checker.not_for(key, pubend, ticks, "its own client published it before subscribing")
     checker.finish(sim.now, start_by=SETTLE)
     _check_held(sim, checker)
     return Outcome(
@@ -243,7 +274,8 @@ def _check_held(sim: Sim, checker: Checker) -> None:
 def _churn(sim: Sim, rng, checker: Checker, subs: dict, crashed: dict, conns, i: int) -> None:
     """One change of the subscriptions: anew, changed, removed, or again after a crash."""
     kind = rng.choice(("subscribe", "change", "unsubscribe", "again"))
-    live = [k for k in sorted(subs) if k[0] in sim.cores]
+    # (a publisher's own subscriptions, made by _own, are left as they are)
+    live = [k for k in sorted(subs) if k[0] in sim.cores and k[1] < 2000]
     back = [k for k in sorted(crashed) if k[0] in sim.cores]
     if kind == "again" and back:
         old = rng.choice(back)
@@ -269,7 +301,23 @@ def _churn(sim: Sim, rng, checker: Checker, subs: dict, crashed: dict, conns, i:
     sim.client(key[0], key[1], m.Subscribe(key[2], profile_to_wire(profile), profile.id))
 
 
-def _publish(sim: Sim, pending: dict, broker: str, conn: int, seq: int, batch: list) -> None:
+def _own(sim, checker, subs, own_before, sent, broker: str, conn: int, sub_id: int) -> None:
+    """Publisher ``conn`` subscribes to everything, right after what it published (unless
+    its broker is down)."""
+    if broker not in sim.cores:
+        return
+    key = (broker, conn, sub_id)
+    profile = Profile(f"own{sub_id}", (Conjunction((parse_where("bucket >= 0"),)),))
+    subs[key] = profile
+    checker.subscribe(key, profile)
+    own_before[key] = [(broker, conn, seq) for seq in sent[(broker, conn)]]
+    sim.client(broker, conn, m.Subscribe(sub_id, profile_to_wire(profile), profile.id))
+
+
+def _publish(
+    sim: Sim, pending: dict, sent: dict, broker: str, conn: int, seq: int, batch: list
+) -> None:
     pending[(broker, conn, seq)] = batch
+    sent[(broker, conn)].append(seq)
     if not sim.client(broker, conn, m.Publish(seq, [m.Event(a) for a in batch])):
         pending.pop((broker, conn, seq), None)
