@@ -74,6 +74,10 @@ class Live:
     #: an open waiting for its subscriptions to start: (conn, the SessionOpen, the reqs left,
     #: whether it made the session, the subscriptions it had before)
     opening: tuple | None = None
+    #: the reqs of earlier opens on the same connection that this open took over while their
+    #: subscriptions went in (an MQTT client's SUBSCRIBEs in quick succession): answered with
+    #: it, first
+    also: list = attrs.Factory(list)
     #: events held for it after what its client acknowledged (kept up to date here, so
     #: retention needs no count of the store), and the last epoch stored for it
     held: int = 0
@@ -219,7 +223,8 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
                 return []
             follower, open_msg, _, created, before = live.opening
             live.opening = None
-            out = [ToClient(follower, m.Error(msg.reason, req=open_msg.req))]
+            reqs, live.also = [*live.also, open_msg.req], []
+            out = [ToClient(follower, m.Error(msg.reason, req=req)) for req in reqs]
             if created:
                 return out + self._end(live, now)
             live.state.subs = before  # the change is refused: the session keeps what it had
@@ -296,8 +301,12 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
                 why = f"being handed over to replicator {live.state.handover['to']}: try again"
                 return [ToClient(conn, m.SessionClosed(msg.name, why, retry=True))]
         elif live.opening is not None:  # taken over while its subscriptions go in: wait too
-            old_conn, _, waiting, created, before = live.opening
+            old_conn, old_msg, waiting, created, before = live.opening
             live.opening = None
+            if old_conn == conn:  # the same connection again: no takeover, answered together
+                live.also.append(old_msg.req)
+                return self._open(live, conn, msg, created, now, waiting, before)
+            live.also = []  # (the old connection is told it was taken over: that answers it)
             note = m.SessionClosed(msg.name, f"taken over at {msg.at or self.id}")
             out = [ToClient(old_conn, note)]
             return out + self._open(live, conn, msg, created, now, waiting, before)
@@ -386,7 +395,9 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         )
         moved = f"{was} -> {live.at}" if was else f"opened at {live.at}"
         text = f"durable session {state.name}: {moved}, {backlog:,} to replay"
-        return [ToClient(conn, opened), Notice("info", text), *self._pump(live)]
+        earlier, live.also = live.also, []
+        out = [ToClient(conn, msgspec.structs.replace(opened, req=req)) for req in earlier]
+        return [*out, ToClient(conn, opened), Notice("info", text), *self._pump(live)]
 
     def ack(self, conn: int, msg: m.SessionAck) -> list:
         live = self.sessions.get(msg.name)
@@ -479,6 +490,7 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
                 self._detach(live, now)
             if live.opening is not None and live.opening[0] == conn:
                 live.opening = None
+                live.also = []
                 if live.follower is None:
                     self._away(live, now)
         return out

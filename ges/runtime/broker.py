@@ -527,6 +527,8 @@ class BrokerServer(Dispatching):
                         # core's work (ges.core.replicator), which must not overtake it
                         await self._flush(await self.sessions.request(client, msg))
                         outs = []
+                        if type(msg) is m.SessionOpen:  # what it sends next waits for the answer
+                            await self.sessions.answered(client)
                         continue
                     outs += handle(msg, now)
                     busy = client is not None and core.busy(client)

@@ -103,6 +103,8 @@ class SessionDesk(RetainedAsking):
         self._reqs = itertools.count(1)
         #: client conn -> {session name: replicator} it holds here
         self._held: dict[int, dict[str, str]] = {}
+        #: set (and replaced) as an open sent on a follow connection is answered or dropped
+        self._answers = trio.Event()
 
     @property
     def core(self):
@@ -247,6 +249,28 @@ class SessionDesk(RetainedAsking):
         follow.asks[req] = [conn_id, msg.req, None, msg.name]
         self._send(follow, msgspec.structs.replace(msg, req=req))
         return out
+
+    def opening(self, conn_id: int) -> bool:
+        """Client ``conn_id`` has an open on its way to another broker's replicator."""
+        return any(
+            ask[0] == conn_id and ask[2] is None and ask[3] is not None
+            for follow in self._follows.values()
+            for ask in follow.asks.values()
+        )
+
+    async def answered(self, conn_id: int) -> None:
+        """Wait (at most ASK_WAIT) until client ``conn_id``'s opens sent on are answered. The
+        runtime reads nothing more of the client meanwhile, as it waits for its other
+        requests to go in: a publish after a change of its session's subscriptions is then
+        matched against them (the profile has reached this broker by the time the answer
+        has, in practice; the replicator answers once it entered it)."""
+        with trio.move_on_after(ASK_WAIT):
+            while self.opening(conn_id):
+                await self._answers.wait()
+
+    def _opens_done(self) -> None:
+        self._answers.set()
+        self._answers = trio.Event()
 
     def _may_take(self, holder: int, msg: m.SessionOpen) -> bool:
         """Whether ``msg``'s opener may take the session over from client ``holder`` here
@@ -431,6 +455,7 @@ class SessionDesk(RetainedAsking):
                     )
                     outs += _told(ask[0], note)
             follow.asks.clear()
+            self._opens_done()
             self._forget_all_asks(follow)
             with trio.CancelScope(shield=True):
                 await conn.aclose()
@@ -472,6 +497,8 @@ class SessionDesk(RetainedAsking):
                 done.set()
                 return []
             del follow.asks[msg.req]
+            if ask[3] is not None:
+                self._opens_done()
             if kind is m.SessionOpened:  # streams to this client from now on
                 if not self.server.is_client(client):  # it left before the answer
                     if client != _TAKEN:
@@ -489,6 +516,7 @@ class SessionDesk(RetainedAsking):
             for req, ask in list(follow.asks.items()):
                 if ask[2] is None and ask[3] == msg.name:
                     del follow.asks[req]
+                    self._opens_done()
                     return _told(ask[0], msg)
         return []
 

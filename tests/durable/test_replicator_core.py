@@ -296,6 +296,26 @@ def test_a_second_open_takes_the_session_over_and_tells_the_first(rig):
     assert [o.conn for o in outs][:2] == [1, 2]
 
 
+def test_opens_in_quick_succession_on_one_connection_take_nothing_over(rig):
+    """An MQTT client's SUBSCRIBEs one after another on a persistent session: each is an open
+    on the same connection, the next coming before the last one's subscriptions are in. No
+    takeover (it was told it was taken over, and cut); both are answered, in order."""
+    rig.open(1)
+    changed = [
+        m.SessionSub(1, "p", [[m.Constraint("n", "exists")], [m.Constraint("k", "exists")]]),
+        m.SessionSub(2, "q", [[m.Constraint("k", "exists")]]),
+    ]
+    outs = []
+    for req, subs in ((7, changed[:1]), (8, changed)):
+        ask = m.SessionOpen("alice", subs, owner="alice", at="r", req=req)
+        outs += rig.rep.open(1, ask, rig.now, WALL)  # (its SubAcks not handed back yet)
+    told = to(rig.feed(outs), 1)
+    assert [type(x) for x in told if type(x) is not m.SessionEvents] == [m.SessionOpened] * 2
+    assert [x.req for x in told if type(x) is m.SessionOpened] == [7, 8]
+    assert sorted(rig.rep.sessions["alice"].state.subs) == [1, 2]
+    assert rig.rep.sessions["alice"].follower == 1
+
+
 def test_a_resumed_session_opened_to_end_with_its_client_ends_however_it_leaves(rig):
     """``SessionOpen.ends`` (an MQTT 5.0 client resuming without Clean Start or an interval,
     §3.1.2.11.2): any leave of its follower ends it, and so does the loss of the connection
