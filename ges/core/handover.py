@@ -257,9 +257,8 @@ class HandOver:
         state.handover = {**state.handover, "phase": "tail"}
         self.store.save_session(state)
         self._hands.pop(state.name, None)
-        out = self._subscribe(live, {}, state.subs, set())
         # (restored after a restart mid-ask, they may not have started: not waited for now)
-        out += self._unwaited(state.key, now)
+        out = self._subscribe(live, {}, state.subs, set())
         return out + self._tail_done(live, now)
 
     def _tail_done(self, live, now: float) -> list:

@@ -114,7 +114,8 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         #: they are all in place, the pubends read back (or not needing it), and those being
         self._restarted = False
         self._restoring: set[int] = set()
-        self._restoring_of: dict[int, set[int]] = {}
+        #: per session key still restoring, the req waited for per subscription
+        self._restoring_of: dict[int, dict[int, int]] = {}
         self._restore_by = float("inf")
         self._retention_due = 0.0
         #: when the first session whose client is away is due to end (inf: none is)
@@ -165,9 +166,8 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
                 continue
             if not enter:  # given away: its subscriptions went
                 continue
-            waiting = self._restoring_of[state.key] = set()
-            out += self._subscribe(live, state.subs, {}, waiting)
-            self._restoring |= waiting
+            restoring = self._restoring_of[state.key] = {}
+            out += self._subscribe(live, state.subs, {}, set(), restoring)
         self._restarted = bool(self._restoring)
         self._restore_by = now + RESTORE_WAIT
         return out
@@ -180,26 +180,56 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         self.subscriptions.client_open(-state.key, f"session {state.name}")
         return live
 
-    def _subscribe(self, live: Live, subs: dict, old: dict, waiting: set[int]) -> list:
+    def _subscribe(
+        self, live: Live, subs: dict, old: dict, waiting: set[int], restoring: dict | None = None
+    ) -> list:
         """Enter ``subs`` (new or changed against ``old``) and take out what ``old`` has that
         ``subs`` does not, as the session's own subscriptions; the reqs to wait for go into
-        ``waiting``."""
+        ``waiting``. ``restoring``: a restarted replicator's, whose read-back waits for these
+        (their complete SubAcks) too. One whose read-back waits for a subscription changed
+        or taken out here waits for the change instead, or no more."""
         out: list = []
-        conn = -live.state.key
+        key = live.state.key
+        now = self.subscriptions.now
+        waits = self._restoring_of.get(key) if restoring is None else restoring
         for sub_id, (profile_id, conjunctions) in subs.items():
             if old.get(sub_id) == (profile_id, conjunctions):
                 continue
             self._reqs += 1
             waiting.add(self._reqs)
+            if waits is not None and (restoring is not None or sub_id in waits):
+                self._rewait(waits, sub_id, self._reqs)
             msg = m.Subscribe(sub_id, conjunctions, profile_id, req=self._reqs)
-            out += self.subscriptions.on_subscribe(conn, msg, self.subscriptions.now)
+            out += self.subscriptions.on_subscribe(-key, msg, now)
         for sub_id in old:
             if sub_id not in subs:
                 self._reqs += 1
                 waiting.add(self._reqs)
+                if waits is not None and sub_id in waits:
+                    out += self._waited(key, waits[sub_id], now)
                 msg = m.Unsubscribe(sub_id, req=self._reqs)
-                out += self.subscriptions.on_unsubscribe(conn, msg, self.subscriptions.now)
+                out += self.subscriptions.on_unsubscribe(-key, msg, now)
         return out
+
+    def _waited(self, key: int, req: int, now: float) -> list:
+        """A restarted replicator's read-back waits for ``req`` of session ``key`` no more
+        (complete, refused, or taken out); once it waits for none, the logs are read back."""
+        if req not in self._restoring:
+            return []
+        waits = self._restoring_of.get(key, {})
+        for sub_id in [s for s, r in waits.items() if r == req]:
+            self._rewait(waits, sub_id, None)
+        self._restoring.discard(req)
+        return [] if self._restoring else self._replay_all(now)
+
+    def _rewait(self, waits: dict, sub_id: int, req: int | None) -> None:
+        """The read-back waits for ``req`` for subscription ``sub_id`` (None: for nothing)."""
+        old = waits.pop(sub_id, None)
+        if old is not None:
+            self._restoring.discard(old)
+        if req is not None:
+            waits[sub_id] = req
+            self._restoring.add(req)
 
     # -- what the session's own subscriptions answer (the driver hands them over) ------------
 
@@ -214,17 +244,20 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         taking = self._taking_answered(live, msg, now) if self._hands else None
         if taking is not None:
             return taking
+        key = live.state.key
         if type(msg) is m.Error:  # a subscription refused: the open fails, in one line
-            if self._restoring_of.get(live.state.key):
+            restored = msg.req in self._restoring
+            out = self._waited(key, msg.req, now)  # (it never starts: not waited for)
+            if live.opening is None:
+                if not restored:
+                    return out
                 # a stored profile this broker no longer takes: said, not waited for
                 text = f"durable session {live.state.name}: its stored profile is refused: {msg.reason}"
-                return [Notice("warning", text), *self._unwaited(live.state.key, now)]
-            if live.opening is None:
-                return []
+                return [Notice("warning", text), *out]
             follower, open_msg, _, created, before = live.opening
             live.opening = None
             reqs, live.also = [*live.also, open_msg.req], []
-            out = [ToClient(follower, m.Error(msg.reason, req=req)) for req in reqs]
+            out += [ToClient(follower, m.Error(msg.reason, req=req)) for req in reqs]
             if created:
                 return out + self._end(live, now)
             live.state.subs = before  # the change is refused: the session keeps what it had
@@ -232,22 +265,17 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             return out + self._subscribe(live, before, {}, set())
         if type(msg) is not m.SubAck:
             return []
-        if msg.req in self._restoring:
-            if not msg.complete:
-                # a keeper not reached yet: the subscription starts only once it has it, maybe
-                # after what the logs hold now — the read-back waits for the complete SubAck
-                return []
-            self._restoring.discard(msg.req)
-            self._restoring_of.get(live.state.key, set()).discard(msg.req)
-            return [] if self._restoring else self._replay_all(now)
-        if live.opening is None:
-            return []
+        # (an incomplete one: a keeper not reached yet, the subscription starts only once it has
+        # it, maybe after what the logs hold now — a read-back waits for the complete one)
+        out = self._waited(key, msg.req, now) if msg.complete else []
+        if live.opening is None:  # (a change made while restoring is its open's too)
+            return out
         follower, open_msg, waiting, created, _ = live.opening
         waiting.discard(msg.req)
         if waiting:
-            return []
+            return out
         live.opening = None
-        return self._opened(live, follower, open_msg, created, now)
+        return out + self._opened(live, follower, open_msg, created, now)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -562,7 +590,7 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         restoring = self._restoring_of.pop(key, None)
         if not restoring:
             return []
-        self._restoring -= restoring
+        self._restoring.difference_update(restoring.values())
         return [] if self._restoring else self._replay_all(now)
 
     def _info(self, live: Live, now: float) -> m.SessionInfo:

@@ -1,0 +1,42 @@
+"""A restarted replicator reads the logs back for its sessions once their subscriptions are
+in place again (ges.core.readback), waiting for each one's complete SubAck; on the
+simulator, with the client driven by hand (tests.durable.test_handover's harness)."""
+
+from __future__ import annotations
+
+from ges.wire import messages as m
+from tests.durable.test_handover import Run
+
+#: the session's profile, changed: what it had, and events of another kind
+CHANGED = m.SessionSub(1, "all2", [[m.Constraint("n", "exists")], [m.Constraint("k", "exists")]])
+
+
+def test_a_subscription_changed_before_its_restored_one_completes_is_waited_for_instead():
+    """Its replicator restarts with its links down (the restored subscription's keepers
+    unreachable: no complete SubAck), and the client comes back at once with a changed
+    profile. The read-back waits for the change's complete SubAck, which comes once the
+    links are up — not for the restored one's, which never will: that held every session of
+    the replicator back until RESTORE_WAIT (60 s)."""
+    run = Run(handover_after=None, publish_until=10.0)
+    c, sim = run.client, run.sim
+    sim.at(0.1, c.open, "a1", "a2", True)
+    sim.run_until(2.0)
+    sim.crash("a1", 1.0)
+    for peer in ("a2", "b1"):  # down as a1 comes back, until 5 s
+        sim.at(2.999, sim.fail_link, "a1", peer, 2.0)
+    sim.run_until(3.2)
+    rep = run.rep("a1")
+    assert rep._restoring  # the restored subscription is not complete
+
+    def back():
+        c.leave()
+        c.conns += 1
+        c.conn = c.conns
+        ask = m.SessionOpen("alice", [CHANGED], replicator="a1", store=c.store, epoch=c.epoch)
+        sim.client("a1", c.conn, ask)
+
+    sim.at(3.3, back)
+    sim.run_until(8.0)
+    assert not run.rep("a1")._restoring and not run.rep("a1")._replays  # read back by 8 s
+    sim.run_until(14.0)
+    run.check()
