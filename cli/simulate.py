@@ -217,6 +217,7 @@ def _simulate(
         "sufficiency": not no_sufficiency,
         "durable": durable,
         "commit_ms": commit_ms,
+        "unacked_at_crash": sum(o.unacked for o in outcomes),
         "own": own,
         "moves": sum(o.moves for o in outcomes),
         "handovers": sum(o.handovers for o in outcomes),

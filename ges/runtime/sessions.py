@@ -237,14 +237,21 @@ class SessionDesk(RetainedAsking):
             reason = f"replicator {rep} of session {msg.name!r} is unreachable: {follow.failed}"
             return [ToClient(conn_id, m.SessionClosed(msg.name, reason, retry=True))]
         out = []
+        note = m.SessionClosed(msg.name, f"taken over at {self.id}")
         holder = follow.sessions.get(msg.name)
         if holder is not None and holder != conn_id and self._may_take(holder, msg):
             # taken over from another client of this broker: it is told now, and its leaving
             # later must not end the new one's stream (both share this follow connection)
             del follow.sessions[msg.name]
             self._held.get(holder, {}).pop(msg.name, None)
-            note = m.SessionClosed(msg.name, f"taken over at {self.id}")
             out.append(ToClient(holder, note))
+        for ask in follow.asks.values():  # another client's open not answered yet: the same
+            # (the replicator sees one follow connection, whose later open takes its place)
+            opener = ask[0]
+            mine = type(opener) is not int or opener == conn_id
+            if ask[2] is None and ask[3] == msg.name and not mine and self._may_take(opener, msg):
+                ask[0] = _TAKEN
+                out.append(ToClient(opener, note))
         req = next(self._reqs)
         follow.asks[req] = [conn_id, msg.req, None, msg.name]
         self._send(follow, msgspec.structs.replace(msg, req=req))
@@ -508,16 +515,21 @@ class SessionDesk(RetainedAsking):
                 self._held.setdefault(client, {})[msg.name] = follow.replicator
             return _told(client, msgspec.structs.replace(msg, req=req))
         if kind is m.SessionClosed:
+            told = []
             client = follow.sessions.pop(msg.name, None)
             if client is not None:
                 self._held.get(client, {}).pop(msg.name, None)
-                return [ToClient(client, msg)]
-            # an open still waiting (taken over or ended meanwhile): its opener is told
-            for req, ask in list(follow.asks.items()):
-                if ask[2] is None and ask[3] == msg.name:
-                    del follow.asks[req]
-                    self._opens_done()
-                    return _told(ask[0], msg)
+                told.append(client)
+            # opens still waiting (taken over or ended meanwhile, or this is their answer):
+            # every opener is told, once, and none waits for an answer any more
+            waiting = [r for r, ask in follow.asks.items() if ask[2] is None and ask[3] == msg.name]
+            for req in waiting:
+                opener = follow.asks.pop(req)[0]
+                if opener not in told:
+                    told.append(opener)
+            if waiting:
+                self._opens_done()
+            return [out for opener in told for out in _told(opener, msg)]
         return []
 
 

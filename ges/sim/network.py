@@ -119,6 +119,8 @@ class Sim(SimLinks):
         #: ``on_unacked(broker, pubend, [(tick, event), …], now)``: a crash came between a
         #: group's commit and its acknowledgement; these events are in the log for good
         self.on_unacked = on_unacked
+        #: events so written at a crash, in all
+        self.unacked = 0
         #: ``on_session(broker, conn, msg, now)``: a durable-session message to a client; with
         #: it, the replicators keep their sessions, which survive crashes as the logs do
         self.on_session = on_session
@@ -188,6 +190,7 @@ class Sim(SimLinks):
             log = self.logs[broker]  # the group in flight was written; its acks never went
             written = log.read(log.committed + 1, log.last, limit=log.last)
             log.commit()
+            self.unacked += len(written)
             if self.on_unacked:
                 self.on_unacked(broker, core.pubend, written, self.now)
         if self.on_crash:

@@ -61,6 +61,9 @@ class Outcome:
     moves: int = 0
     #: durable sessions handed over between replicators as their clients moved
     handovers: int = 0
+    #: events a log had written when its broker crashed, their acknowledgements lost
+    #: (``commit_ms``): the checker requires them all the same
+    unacked: int = 0
 
     def replay(
         self,
@@ -253,6 +256,7 @@ def run_seed(
         slices=sim.slices,
         moves=0 if roaming is None else roaming.moves,
         handovers=0 if roaming is None else roaming.handovers,
+        unacked=sim.unacked,
     )
 
 

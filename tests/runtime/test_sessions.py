@@ -123,6 +123,41 @@ async def test_a_second_connection_takes_the_session_over(tmp_path):
         nursery.cancel_scope.cancel()
 
 
+async def test_two_clients_of_one_broker_opening_a_session_at_once_leave_one_holder(tmp_path):
+    """Two clients at d open session bob (its replicator c) at the same moment. The replicator
+    sees one follow connection, on which the later open takes the earlier one's place; d
+    tells the earlier opener it was taken over, and the later one gets the session's events.
+    (Both were answered as opened, and the earlier got nothing from then on, unaware.)"""
+    topology = topology_on_free_ports(REPLICATED)
+    spec = topology.brokers["d"]
+    async with trio.open_nursery() as nursery:
+        await start(nursery, topology, tmp_path)
+        async with (
+            connect(spec.host, spec.port, topology=topology) as c1,
+            connect(spec.host, spec.port, topology=topology) as c2,
+        ):
+            answers = {}
+
+            async def open_at_once(client):
+                answers[client] = await client.open_session("bob", EVERYTHING, replicator="c")
+
+            async with trio.open_nursery() as both:
+                both.start_soon(open_at_once, c1)
+                both.start_soon(open_at_once, c2)
+            (winner,) = [c for c, (a, _) in answers.items() if type(a) is m.SessionOpened]
+            (loser,) = [c for c, (a, _) in answers.items() if type(a) is m.SessionClosed]
+            assert "taken over at d" in answers[loser][0].reason
+            await publish(topology, "a", 0, 3)
+            got = []
+            with trio.fail_after(10):
+                async for item in answers[winner][1]:
+                    got.append(item.event.attributes["n"])
+                    if len(got) == 3:
+                        break
+            assert got == [0, 1, 2]
+        nursery.cancel_scope.cancel()
+
+
 async def stoppable_network(nursery, topology, tmp_path, name: str):
     """Every broker in a cancel scope of its own (cancelling one stops it, as a crash does,
     and ``run`` starts it again), and durable session ``name`` opened at d with what it gets:
@@ -309,3 +344,33 @@ async def test_a_session_follows_its_client_to_its_units_replicator_over_real_li
         for mine in published.values():
             assert [n for n in got if n in set(mine)] == mine
         nursery.cancel_scope.cancel()
+
+
+async def test_a_session_closed_while_its_clients_change_is_on_its_way_leaves_no_wait(
+    autojump_clock,
+):
+    """A client at d holds session x (its replicator c) and has changed its subscriptions:
+    an open sent on, unanswered. The replicator closes the session instead (being handed
+    over: try again). The client is told once, and nothing it sends later waits for an answer
+    that will not come (it waited ASK_WAIT, 5 s, each time)."""
+    from ges.runtime.sessions import Follow, SessionDesk
+
+    class Server:
+        topology, id = None, "d"
+
+        def is_client(self, conn):
+            return type(conn) is int
+
+    desk = SessionDesk.__new__(SessionDesk)
+    desk.server, desk._follows, desk._held, desk._answers = Server(), {}, {}, trio.Event()
+    desk._ask_answered = lambda follow, msg: None  # (no ask of what is retained here)
+    follow = desk._follows["c"] = Follow("c")
+    follow.sessions["x"], desk._held[7] = 7, {"x": "c"}
+    follow.asks[42] = [7, 3, None, "x"]
+    closed = m.SessionClosed("x", "being handed over to replicator b: try again", retry=True)
+    out = desk._from_replicator(follow, closed)
+    assert [(o.conn, o.msg) for o in out] == [(7, closed)]
+    assert not follow.asks and not desk.opening(7)
+    began = trio.current_time()
+    await desk.answered(7)
+    assert trio.current_time() == began
