@@ -52,9 +52,9 @@ def simulate(
     commit_ms: float = typer.Option(
         0.0,
         "--commit-ms",
-        help="Each broker's log commits a group at a time, up to this many ms after its first "
-        "append, and only then acknowledges and matches it, as a running broker does "
-        "(0: at once).",
+        help="Each broker's log and session store commit a group at a time, up to this many "
+        "ms after its first append, and only then acknowledge and match it (the log) or "
+        "stream it (the store), as a running broker does (0: at once).",
     ),
     own: int = typer.Option(
         0,

@@ -1,4 +1,4 @@
-"""A pubend log that commits a group at a time, later, as the runtime's log task does.
+"""A pubend log and a session store that commit a group at a time, later, as the runtime's do.
 
 The trio runtime appends a publish to its log at once and commits everything appended since
 the last group in one transaction (``ges.runtime.commits``); only then does the core
@@ -7,6 +7,9 @@ on: frames arrive, the same client's next requests are read. :class:`GroupLog` g
 simulator that window. The simulator commits the group after a delay it draws and then tells
 the core.
 
+The replicators' session stores (:class:`GroupSessionStore`) are committed the same way, and
+then the replicator is told (``Replicator.on_committed``).
+
 A broker that crashes with a group in flight has it written just before it died. The core's
 ``on_logged`` never ran for it, so its publishers were never acknowledged. This is one of the
 runtime's outcomes of a ``kill -9``: the transaction finished, the acknowledgement did not go.
@@ -14,6 +17,7 @@ runtime's outcomes of a ``kill -9``: the transaction finished, the acknowledgeme
 
 from __future__ import annotations
 
+from ges.durable.store import MemorySessionStore
 from ges.reliable.log import MemoryLog
 
 
@@ -36,3 +40,49 @@ class GroupLog(MemoryLog):
     def commit(self) -> None:
         """Everything appended so far is durable."""
         self._committed = self.last
+
+
+class GroupSessionStore(MemorySessionStore):
+    """A :class:`MemorySessionStore` committed a group at a time, as the runtime's session
+    store is (``SqliteSessionStore``): the events appended for sessions, and the sessions and
+    retained messages saved (``saved`` counts them, ``durable`` says whether a count is), are
+    durable only once :meth:`commit` is called. Until then the replicator streams none of
+    those events and acknowledges none of them to the pubends' release rounds."""
+
+    def __init__(self, store_id: str = "memory", clock=lambda: 0.0):
+        super().__init__(store_id, clock)
+        self._committed = 0
+        self._saves = self._saves_durable = 0
+
+    @property
+    def committed(self) -> int:
+        return self._committed
+
+    @property
+    def saved(self) -> int:
+        return self._saves
+
+    def durable(self, saved: int) -> bool:
+        return saved <= self._saves_durable
+
+    def save_session(self, state) -> None:
+        super().save_session(state)
+        self._saves += 1
+
+    def drop_session(self, state) -> None:
+        super().drop_session(state)
+        self._saves += 1
+
+    def retain(self, kept) -> None:
+        super().retain(kept)
+        self._saves += 1
+
+    @property
+    def pending(self) -> bool:
+        """Appends or saves wait for a commit."""
+        return self._committed < self.last or self._saves_durable < self._saves
+
+    def commit(self) -> None:
+        """Everything appended and saved so far is durable."""
+        self._committed = self.last
+        self._saves_durable = self._saves

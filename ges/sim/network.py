@@ -21,6 +21,10 @@ Faults (:class:`Faults`, each on or off and with its rate):
   last up to ``silent_for``, beyond the detector's timeout); then the link closes, what was on it
   is lost, and it is dialled again every :data:`REDIAL` s until it answers.
 
+With ``commit_after``, the pubend logs and session stores commit a group at a time, later
+(ges.sim.commits), and a client's change of subscriptions waits for what it published before,
+as in the runtime (``BrokerCore.waits_for_publishes``).
+
 The cores run with their failure detectors on: an idle link carries heartbeats, and a
 ``DropPeer`` closes the link (both ends see it go) and redials, as the runtime does.
 
@@ -45,7 +49,7 @@ from ges.durable import replicators
 from ges.durable.store import MemorySessionStore
 from ges.reliable.log import MemoryLog
 from ges.routing import Hierarchy
-from ges.sim.commits import GroupLog
+from ges.sim.commits import GroupLog, GroupSessionStore
 from ges.sim.faults import Faults
 from ges.sim.links import SimLinks, _key
 from ges.topology import Topology
@@ -108,14 +112,16 @@ class Sim(SimLinks):
         self._seq = itertools.count()
         self._inc = itertools.count(1)
         self.cores: dict[str, BrokerCore] = {}
-        #: each broker's stable storage: its pubend log survives crashes
-        #: with ``commit_after=(lo, hi)``, a log commits what was appended a group at a time,
-        #: ``lo``-``hi`` s after the group's first append, and only then is it acknowledged
-        #: and matched (ges.sim.commits), as the runtime's log task does; without it, at once
+        #: with ``commit_after=(lo, hi)``, a log or session store commits what was appended a
+        #: group at a time, ``lo``-``hi`` s after the group's first append, and only then is it
+        #: acknowledged and matched, or streamed (ges.sim.commits), as the runtime's are;
+        #: without it, at once
         self.commit_after = commit_after
+        #: each broker's stable storage: its pubend log survives crashes
         log = MemoryLog if commit_after is None else GroupLog
         self.logs: dict[str, MemoryLog] = {b: log(epoch=1) for b in topology.brokers}
-        self._commit_at: dict[str, BrokerCore] = {}
+        #: the groups on their way: (broker, "log" or "sessions") -> the core they are for
+        self._commit_at: dict[tuple[str, str], BrokerCore] = {}
         #: ``on_unacked(broker, pubend, [(tick, event), …], now)``: a crash came between a
         #: group's commit and its acknowledgement; these events are in the log for good
         self.on_unacked = on_unacked
@@ -126,8 +132,9 @@ class Sim(SimLinks):
         self.on_session = on_session
         #: ``on_report(broker, conn, report, now)``: a watcher's report (ges.core.watch)
         self.on_report = on_report
+        store = MemorySessionStore if commit_after is None else GroupSessionStore
         self.session_stores = (
-            {r.broker: MemorySessionStore(r.broker) for r in replicators(topology)}
+            {r.broker: store(r.broker) for r in replicators(topology)}
             if on_session is not None and reliable
             else {}
         )
@@ -186,7 +193,9 @@ class Sim(SimLinks):
         for n in self.topology.neighbours[broker]:
             self._link_down(broker, n)
         core = self.cores.pop(broker)
-        if self._commit_at.pop(broker, None) is not None:
+        if self._commit_at.pop((broker, "sessions"), None) is not None:
+            self.session_stores[broker].commit()  # the group in flight was written
+        if self._commit_at.pop((broker, "log"), None) is not None:
             log = self.logs[broker]  # the group in flight was written; its acks never went
             written = log.read(log.committed + 1, log.last, limit=log.last)
             log.commit()
@@ -292,10 +301,13 @@ class Sim(SimLinks):
         elif core.has_work and self._work_at.get(broker) is not core:
             self._work_at[broker] = core
             self.at(self.now + SLICE_GAP, self._work, broker, core)
-        commit = self.commit_after
-        if commit is not None and broker not in self._commit_at and self.logs[broker].pending:
-            self._commit_at[broker] = core  # a group: what is appended until it commits
-            self.at(self.now + self.rng.uniform(*commit), self._commit, broker)
+        if self.commit_after is not None:
+            stores = (("log", self.logs[broker]), ("sessions", self.session_stores.get(broker)))
+            for kind, store in stores:
+                if store is not None and store.pending and (broker, kind) not in self._commit_at:
+                    self._commit_at[(broker, kind)] = core  # what is appended until it commits
+                    when = self.now + self.rng.uniform(*self.commit_after)
+                    self.at(when, self._commit, broker, kind)
         deadline = core.next_deadline()
         if deadline < float("inf"):
             deadline = max(deadline, self.now)
@@ -314,13 +326,18 @@ class Sim(SimLinks):
         self._feed(broker, lambda c: c.work(self.now))
         self._release_held(broker, core)
 
-    def _commit(self, broker: str) -> None:
-        """``broker``'s log commits its group: the core acknowledges and matches it."""
-        core = self._commit_at.pop(broker, None)
+    def _commit(self, broker: str, kind: str) -> None:
+        """``broker``'s log commits its group (the core acknowledges and matches it), or its
+        session store does (the replicator streams it and may acknowledge it)."""
+        core = self._commit_at.pop((broker, kind), None)
         if core is None or self.cores.get(broker) is not core:
             return  # it crashed meanwhile (and the group was written then)
-        self.logs[broker].commit()
-        self._feed(broker, lambda c: c.on_logged(self.now))
+        if kind == "log":
+            self.logs[broker].commit()
+            self._feed(broker, lambda c: c.on_logged(self.now))
+        else:
+            self.session_stores[broker].commit()
+            self._feed(broker, lambda c: c.replicator.on_committed())
         self._release_held(broker, core)
 
     def _release_held(self, broker: str, core: BrokerCore) -> None:

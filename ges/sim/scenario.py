@@ -113,9 +113,9 @@ def run_seed(
     commit_ms: float = 0.0,
     own: int = 0,
 ) -> Outcome:
-    """One run (the module's docstring). ``commit_ms`` > 0: each log commits a group at a
-    time, up to that many ms after its first append, and only then acknowledges and matches
-    it (ges.sim.commits), as the runtime does. ``own``: that many times a publisher publishes
+    """One run (the module's docstring). ``commit_ms`` > 0: each log and session store
+    commits a group at a time, up to that many ms after its first append, and only then is it
+    acknowledged and matched, or streamed (ges.sim.commits), as in the runtime. ``own``: that many times a publisher publishes
     and, in the same instant, subscribes to everything; that subscription must get none of the
     events its own client published before it (their match waits for their commit; the
     Subscribe waits for them: ``BrokerCore.waits_for_publishes``)."""

@@ -134,3 +134,28 @@ def test_a_publish_message_is_not_held_for_publishes():
     sim.client("b1", 900, m.Publish(1, [m.Event({"n": 0})]))
     sim.client("b1", 900, m.Publish(2, [m.Event({"n": 1})]))
     assert not sim._held_msgs and sim.logs["b1"].last == 2
+
+
+def test_a_replicator_streams_only_what_its_session_store_committed():
+    """The session store commits a group at a time too: an event reaches a durable session's
+    client only once the store that keeps it for the session has committed it."""
+    from ges.sim import Sim
+    from ges.topology import Topology
+    from tests.durable.test_handover import NEST, Client
+
+    client = Client()
+    sim = Sim(
+        Topology.from_dict(NEST, source="<nest>"),
+        seed=3,
+        on_session=client.on_session,
+        commit_after=(0.01, 0.01),
+    )
+    client.sim = sim
+    sim.at(0.1, client.open, "a1", "a2", True)
+    sim.run_until(1.0)
+    sim.client("a1", 9, m.Publish(1, [m.Event({"n": 1})]))
+    store = sim.session_stores["a1"]
+    sim.run_until(1.015)  # the log committed at 1.01, the store's group not yet
+    assert store.last > store.committed and client.got == []
+    sim.run_until(1.05)
+    assert store.committed == store.last and client.got == [("a1~1", 1)]
