@@ -52,12 +52,21 @@ class ReadBack:
 
     def _reads_back(self, live, pubend: str, tick: int) -> bool:
         """Whether ``tick`` of ``pubend``, read back, is stored for session ``live``: not if it
-        came from elsewhere (its floors) or the session is being handed over here and reads
-        its own (ges.core.handover)."""
+        came from elsewhere (its floors), or the session is being handed over here and reads
+        this pubend itself, or will (ges.core.taking). A pubend its hand-over does not read
+        is read back for it, and its watch for new publishers leaves that one alone: read by
+        both, from floors of their own, its events were stored twice."""
         state = live.state
         if state.floors and tick <= state.floors.get(pubend, 0):
             return False
         h = state.handover
+        hand = self._hands.get(state.name)
+        # taken here, its subscriptions all in (its hand watches on a while once it is served)
+        if hand is not None and hand.replays is not None and (h is None or h["dir"] == "in"):
+            if pubend in hand.replays:
+                return False
+            hand.seen.add(pubend)
+            return True
         return h is None or h["dir"] != "in" or h["phase"] != "taking"
 
     def _local(self, pubend: str) -> bool:

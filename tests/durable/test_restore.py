@@ -5,7 +5,7 @@ simulator, with the client driven by hand (tests.durable.test_handover's harness
 from __future__ import annotations
 
 from ges.wire import messages as m
-from tests.durable.test_handover import Run
+from tests.durable.test_handover import Client, Run
 
 #: the session's profile, changed: what it had, and events of another kind
 CHANGED = m.SessionSub(1, "all2", [[m.Constraint("n", "exists")], [m.Constraint("k", "exists")]])
@@ -40,3 +40,28 @@ def test_a_subscription_changed_before_its_restored_one_completes_is_waited_for_
     assert not run.rep("a1")._restoring and not run.rep("a1")._replays  # read back by 8 s
     sim.run_until(14.0)
     run.check()
+
+
+def test_a_publisher_first_heard_after_a_restart_and_a_hand_over_is_read_once():
+    """b1 restarts holding bob's session, then takes alice's over from a1. A publisher it
+    first hears of after both (b2) is read back for every session of b1's — and for alice,
+    whose hand-over also reads every publisher first heard in the while after it: once, not
+    by both (each from a floor of its own, alice got b2's events twice)."""
+    run = Run(publish_until=8.0, publishers=("a1", "a2"))
+    alice, sim = run.client, run.sim
+    bob = Client(name="bob", sim=sim, conns=500)
+    sim.on_session = lambda *a: (alice.on_session(*a), bob.on_session(*a))
+    sim.on_crash = lambda b: (alice.on_crash(b), bob.on_crash(b))
+    sim.at(0.1, alice.open, "a1", "a2", True)
+    sim.at(0.1, bob.open, "b1", "b2", True)
+    sim.at(0.6, sim.crash, "b1", 0.4)
+    sim.at(2.0, alice.move, "b2")
+    t = 4.0
+    while t < 8.0:  # b2 publishes from 4 s on: b1 first hears of it then
+        sim.at(t, run._publish, "b2")
+        t += 0.05
+    sim.run_until(16.0)
+    assert alice.replicator == "b1" and run.rep("b1")._restarted
+    assert any(p == "b2~1" for p, _ in alice.got)
+    run.check()  # alice: every event once
+    assert sorted(bob.got) == sorted(run.published)
