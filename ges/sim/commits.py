@@ -17,7 +17,7 @@ runtime's outcomes of a ``kill -9``: the transaction finished, the acknowledgeme
 
 from __future__ import annotations
 
-from ges.durable.store import MemorySessionStore
+from ges.durable.store import MAX_READ, MemorySessionStore
 from ges.reliable.log import MemoryLog
 
 
@@ -76,6 +76,12 @@ class GroupSessionStore(MemorySessionStore):
     def retain(self, kept) -> None:
         super().retain(kept)
         self._saves += 1
+
+    def read(self, key: int, after: int, limit: int = MAX_READ, max_bytes: int = 1 << 20) -> list:
+        """As the runtime's store reads: what is committed only."""
+        return [
+            it for it in super().read(key, after, limit, max_bytes) if it.epoch <= self._committed
+        ]
 
     @property
     def pending(self) -> bool:

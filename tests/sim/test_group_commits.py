@@ -159,3 +159,19 @@ def test_a_replicator_streams_only_what_its_session_store_committed():
     assert store.last > store.committed and client.got == []
     sim.run_until(1.05)
     assert store.committed == store.last and client.got == [("a1~1", 1)]
+
+
+def test_the_session_store_gives_only_what_it_committed():
+    """As the runtime's store does (its reads stop at its last commit): the simulator's
+    streamed a session's events before their commit, and a client that came back with its
+    token was given them again (ges-paper seed 80083 at --commit-ms 300)."""
+    from ges.sim.commits import GroupSessionStore
+
+    store = GroupSessionStore("s")
+    for tick in (1, 2):
+        store.append("p~1", m.EventItem(tick, 0, 0, m.Event({"n": tick})), [(7, [1])])
+    assert store.pending and store.read(7, 0) == []
+    store.commit()
+    assert [it.epoch for it in store.read(7, 0)] == [1, 2] and not store.pending
+    store.append("p~1", m.EventItem(3, 0, 0, m.Event({"n": 3})), [(7, [1])])
+    assert [it.epoch for it in store.read(7, 0)] == [1, 2]
