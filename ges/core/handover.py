@@ -303,7 +303,8 @@ class HandOver:
             to, why = h["from"], f"being handed over from replicator {h['from']}: resume there"
         else:
             return None
-        return [ToClient(conn, m.SessionClosed(msg.name, why, retry=True, replicator=to))]
+        note = m.SessionClosed(msg.name, why, retry=True, replicator=to, req=msg.req)
+        return [ToClient(conn, note)]
 
     def _handing(self, live) -> str:
         """The session's hand-over, as ``ges clients`` shows it ('' for none)."""

@@ -246,9 +246,9 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             return taking
         key = live.state.key
         if type(msg) is m.Error:  # a subscription refused: the open fails, in one line
-            restored = msg.req in self._restoring
-            out = self._waited(key, msg.req, now)  # (it never starts: not waited for)
-            if live.opening is None:
+            if live.opening is None or msg.req not in live.opening[2]:
+                restored = msg.req in self._restoring
+                out = self._waited(key, msg.req, now)  # (it never starts: not waited for)
                 if not restored:
                     return out
                 # a stored profile this broker no longer takes: said, not waited for
@@ -257,12 +257,13 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             follower, open_msg, _, created, before = live.opening
             live.opening = None
             reqs, live.also = [*live.also, open_msg.req], []
-            out += [ToClient(follower, m.Error(msg.reason, req=req)) for req in reqs]
+            out = [ToClient(follower, m.Error(msg.reason, req=req)) for req in reqs]
             if created:
                 return out + self._end(live, now)
             live.state.subs = before  # the change is refused: the session keeps what it had
             self.store.save_session(live.state)
-            return out + self._subscribe(live, before, {}, set())
+            out += self._subscribe(live, before, {}, set())  # (a restart's wait: for this now)
+            return out + self._waited(key, msg.req, now)
         if type(msg) is not m.SubAck:
             return []
         # (an incomplete one: a keeper not reached yet, the subscription starts only once it has
@@ -327,7 +328,7 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             subs = {s.sub_id: (s.profile_id, s.conjunctions) for s in msg.subs}
             if subs != live.state.subs:  # its profile changes once it is handed over
                 why = f"being handed over to replicator {live.state.handover['to']}: try again"
-                return [ToClient(conn, m.SessionClosed(msg.name, why, retry=True))]
+                return [ToClient(conn, m.SessionClosed(msg.name, why, retry=True, req=msg.req))]
         elif live.opening is not None:  # taken over while its subscriptions go in: wait too
             old_conn, old_msg, waiting, created, before = live.opening
             live.opening = None
@@ -335,7 +336,7 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
                 live.also.append(old_msg.req)
                 return self._open(live, conn, msg, created, now, waiting, before)
             live.also = []  # (the old connection is told it was taken over: that answers it)
-            note = m.SessionClosed(msg.name, f"taken over at {msg.at or self.id}")
+            note = m.SessionClosed(msg.name, f"taken over at {msg.at or self.id}", req=old_msg.req)
             out = [ToClient(old_conn, note)]
             return out + self._open(live, conn, msg, created, now, waiting, before)
         return self._open(live, conn, msg, created, now)
@@ -425,7 +426,9 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         text = f"durable session {state.name}: {moved}, {backlog:,} to replay"
         earlier, live.also = live.also, []
         out = [ToClient(conn, msgspec.structs.replace(opened, req=req)) for req in earlier]
-        return [*out, ToClient(conn, opened), Notice("info", text), *self._pump(live)]
+        out += [ToClient(conn, opened), Notice("info", text), *self._pump(live)]
+        # (back with all it had from here: a hand-over waiting for that sends it on now)
+        return out + self._tail_done(live, now)
 
     def ack(self, conn: int, msg: m.SessionAck) -> list:
         live = self.sessions.get(msg.name)

@@ -245,13 +245,17 @@ class SessionDesk(RetainedAsking):
             del follow.sessions[msg.name]
             self._held.get(holder, {}).pop(msg.name, None)
             out.append(ToClient(holder, note))
+        told = {o.conn for o in out}
         for ask in follow.asks.values():  # another client's open not answered yet: the same
             # (the replicator sees one follow connection, whose later open takes its place)
             opener = ask[0]
             mine = type(opener) is not int or opener == conn_id
             if ask[2] is None and ask[3] == msg.name and not mine and self._may_take(opener, msg):
                 ask[0] = _TAKEN
-                out.append(ToClient(opener, note))
+                if opener not in told:
+                    told.add(opener)
+                    out.append(ToClient(opener, note))
+                self._opens_done()  # (it waits for no answer now)
         req = next(self._reqs)
         follow.asks[req] = [conn_id, msg.req, None, msg.name]
         self._send(follow, msgspec.structs.replace(msg, req=req))
@@ -348,6 +352,7 @@ class SessionDesk(RetainedAsking):
             for ask in follow.asks.values():
                 if ask[0] == conn_id and ask[3] == name:
                     ask[0] = _TAKEN
+                    self._opens_done()
         return self.leave(conn_id, m.SessionLeave(name, back=True), now)
 
     def reaches(self, conn_id: int, name: str) -> bool:
@@ -515,14 +520,19 @@ class SessionDesk(RetainedAsking):
                 self._held.setdefault(client, {})[msg.name] = follow.replicator
             return _told(client, msgspec.structs.replace(msg, req=req))
         if kind is m.SessionClosed:
-            told = []
+            ask = follow.asks.get(msg.req) if msg.req else None
+            if ask is not None and ask[2] is None and ask[3] == msg.name:  # an open's answer
+                del follow.asks[msg.req]
+                self._opens_done()
+                return _told(ask[0], msgspec.structs.replace(msg, req=ask[1]))
             client = follow.sessions.pop(msg.name, None)
-            if client is not None:
+            if client is not None:  # its holder (an open of its on the way is answered later)
                 self._held.get(client, {}).pop(msg.name, None)
-                told.append(client)
-            # opens still waiting (taken over or ended meanwhile, or this is their answer):
-            # every opener is told, once, and none waits for an answer any more
+                return [ToClient(client, msg)]
+            # opens still waiting (ended or taken over meanwhile): every opener is told, once,
+            # and none waits for an answer any more
             waiting = [r for r, ask in follow.asks.items() if ask[2] is None and ask[3] == msg.name]
+            told = []
             for req in waiting:
                 opener = follow.asks.pop(req)[0]
                 if opener not in told:

@@ -752,6 +752,8 @@ class SessionClosed(_Msg):
     #: open it again at this replicator (it was handed over there, or is being handed over
     #: from there)
     replicator: str = ""
+    #: the open it answers, if it answers one (0: it tells the session's holder)
+    req: int = 0
 
 
 class RetainedAsk(_Msg):

@@ -595,3 +595,44 @@ def test_a_session_given_away_while_its_restored_subscription_starts_holds_up_no
     assert alice.replicator == "b1" and bob.replicator == "a1"
     run.check()  # alice, handed over
     assert sorted(bob.got) == sorted(run.published)  # bob, at the restarted source
+
+
+def test_a_client_back_at_the_source_with_all_the_tail_is_sent_on(monkeypatch):
+    """The source streams the tail up to the cut, then sends the client on once it has
+    acknowledged it. A client that had it all but left before acknowledging, and came back
+    to the source with its token, raised the acknowledged epoch by the open: nothing more to
+    stream, no ack to come, and the session stayed in its tail for good."""
+    run = Run()
+    c, sim = run.client, run.sim
+    quiet = [True]
+    real_ack = Client._ack
+    monkeypatch.setattr(
+        Client,
+        "_ack",
+        lambda self, conn, epoch: (
+            None if quiet[0] and sim.now > 2.3 else real_ack(self, conn, epoch)
+        ),
+    )
+    seen = []
+
+    def watch():  # as the source enters its tail: gone with all it had, none acknowledged
+        live = run.rep("a1").sessions.get("alice") if "a1" in sim.cores else None
+        h = live and live.state.handover
+        if h and h["dir"] == "out" and h["phase"] == "tail":
+            seen.append((c.epoch, h["tail_last"]))
+            quiet[0] = False
+            c.leave()
+            sim.at(sim.now + 0.1, c.open, "a1", "b2")
+        elif sim.now < 8:
+            sim.at(sim.now + 0.005, watch)
+
+    sim.at(2.3, watch)
+    sim.at(0.1, c.open, "a1", "a2", True)
+    sim.at(2.0, c.move, "b2")
+    sim.run_until(14.0)
+    (had,) = seen
+    assert had[0] >= had[1]  # it had the whole tail
+    assert (
+        c.replicator == "b1" and run.rep("a1").sessions["alice"].state.handover["phase"] == "moved"
+    )
+    run.check()

@@ -65,3 +65,39 @@ def test_a_publisher_first_heard_after_a_restart_and_a_hand_over_is_read_once():
     assert any(p == "b2~1" for p, _ in alice.got)
     run.check()  # alice: every event once
     assert sorted(bob.got) == sorted(run.published)
+
+
+def test_a_change_refused_while_restoring_waits_for_what_the_session_keeps():
+    """The client is back with a profile this broker refuses (over its weight bound): the
+    session keeps the one it had, entered again, and the read-back waits for that one's
+    complete SubAck — not for none, reading the logs back before it has started."""
+    import attrs
+
+    run = Run(handover_after=None, publish_until=10.0)
+    c, sim = run.client, run.sim
+    sim.at(0.1, c.open, "a1", "a2", True)
+    sim.run_until(2.0)
+    sim.crash("a1", 1.0)
+    for peer in ("a2", "b1"):  # down as a1 comes back, until 5 s
+        sim.at(2.999, sim.fail_link, "a1", peer, 2.0)
+    sim.run_until(3.2)
+    rep = run.rep("a1")
+    rep.subscriptions.config = attrs.evolve(rep.subscriptions.config, max_client_weight=1)
+    refused = []
+
+    def on_session(broker, conn, msg, now):
+        if type(msg) is m.Error:  # refused: back with what it had
+            refused.append(msg.reason)
+            c.conn = None
+            sim.at(now + 0.05, c.open, "a1", "a2")
+            return
+        c.on_session(broker, conn, msg, now)
+
+    sim.on_session = on_session
+    ask = m.SessionOpen("alice", [CHANGED], replicator="a1", store=c.store, epoch=c.epoch)
+    sim.at(3.3, lambda: (c.leave(), setattr(c, "conn", 900), sim.client("a1", 900, ask)))
+    sim.run_until(3.5)
+    assert refused and rep._restoring  # waiting for the profile it kept, its keepers away
+    sim.run_until(14.0)
+    assert not rep._restoring
+    run.check()

@@ -367,10 +367,64 @@ async def test_a_session_closed_while_its_clients_change_is_on_its_way_leaves_no
     follow = desk._follows["c"] = Follow("c")
     follow.sessions["x"], desk._held[7] = 7, {"x": "c"}
     follow.asks[42] = [7, 3, None, "x"]
-    closed = m.SessionClosed("x", "being handed over to replicator b: try again", retry=True)
-    out = desk._from_replicator(follow, closed)
-    assert [(o.conn, o.msg) for o in out] == [(7, closed)]
+    why = "being handed over to replicator b: try again"
+    out = desk._from_replicator(follow, m.SessionClosed("x", why, retry=True, req=42))
+    assert [(o.conn, o.msg.reason, o.msg.req) for o in out] == [(7, why, 3)]  # its own req
     assert not follow.asks and not desk.opening(7)
+    assert follow.sessions["x"] == 7  # (the change was refused; the session streams on)
     began = trio.current_time()
     await desk.answered(7)
     assert trio.current_time() == began
+
+
+def desk_with(holder: int | None, asks: dict):
+    """A SessionDesk at d with a follow connection to c: ``holder`` holds session x there,
+    and ``asks`` are its opens on their way."""
+    from ges.runtime.sessions import Follow, SessionDesk
+
+    class Server:
+        topology, id = None, "d"
+
+        def is_client(self, conn):
+            return type(conn) is int
+
+    desk = SessionDesk.__new__(SessionDesk)
+    desk.server, desk._follows, desk._held, desk._answers = Server(), {}, {}, trio.Event()
+    desk._ask_answered = lambda follow, msg: None  # (no ask of what is retained here)
+    follow = desk._follows["c"] = Follow("c")
+    if holder is not None:
+        follow.sessions["x"], desk._held[holder] = holder, {"x": "c"}
+    follow.asks.update(asks)
+    return desk, follow
+
+
+def test_a_holder_taken_over_elsewhere_keeps_its_change_on_the_way():
+    """7 holds x at d and has a change on its way; a client at e takes x over first, then
+    7's change takes it back: its answer still reaches 7, which holds x again (a review
+    found the takeover note dropped the change's ask, and the replicator streamed x to d
+    with nobody there holding it)."""
+    desk, follow = desk_with(7, {42: [7, 3, None, "x"]})
+    out = desk._from_replicator(follow, m.SessionClosed("x", "taken over at e"))
+    assert [(o.conn, o.msg.reason) for o in out] == [(7, "taken over at e")]
+    opened = m.SessionOpened("x", "c", "c", False, 0, 0, [], req=42)
+    out = desk._from_replicator(follow, opened)
+    assert [(o.conn, type(o.msg), o.msg.req) for o in out] == [(7, m.SessionOpened, 3)]
+    assert follow.sessions["x"] == 7
+
+
+async def test_a_holder_with_a_change_on_its_way_is_told_it_was_taken_over_once(monkeypatch):
+    import ges.runtime.sessions as sessions
+
+    desk, follow = desk_with(7, {42: [7, 3, None, "x"]})
+    follow.conn = object()
+    monkeypatch.setattr(sessions, "replicator_brokers", lambda topology, me: ["c"])
+
+    async def known(rep):
+        return follow
+
+    desk._follow, desk._send, desk._reqs = known, lambda f, msg: None, iter(range(100, 200))
+    desk._who = lambda conn: ("", False)
+    desk.topology, desk.id = None, "d"
+    out = await desk._open(8, m.SessionOpen("x", None, replicator="c"), 0.0)
+    assert [(o.conn, o.msg.reason) for o in out] == [(7, "taken over at d")]
+    assert follow.asks[42][0] == "taken" and not desk.opening(7)
