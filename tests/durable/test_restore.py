@@ -11,21 +11,28 @@ from tests.durable.test_handover import Client, Run
 CHANGED = m.SessionSub(1, "all2", [[m.Constraint("n", "exists")], [m.Constraint("k", "exists")]])
 
 
+def restarted_with_its_links_down():
+    """alice's session at a1 from 0.1 s; a1 crashes at 2 s and is back at 3 s with its links
+    down until 5 s (its restored subscription's keepers unreachable); run to 3.2 s. The run
+    and a1's replicator."""
+    run = Run(handover_after=None, publish_until=10.0)
+    run.sim.at(0.1, run.client.open, "a1", "a2", True)
+    run.sim.run_until(2.0)
+    run.sim.crash("a1", 1.0)
+    for peer in ("a2", "b1"):
+        run.sim.at(2.999, run.sim.fail_link, "a1", peer, 2.0)
+    run.sim.run_until(3.2)
+    return run, run.rep("a1")
+
+
 def test_a_subscription_changed_before_its_restored_one_completes_is_waited_for_instead():
     """Its replicator restarts with its links down (the restored subscription's keepers
     unreachable: no complete SubAck), and the client comes back at once with a changed
     profile. The read-back waits for the change's complete SubAck, which comes once the
     links are up — not for the restored one's, which never will: that held every session of
     the replicator back until RESTORE_WAIT (60 s)."""
-    run = Run(handover_after=None, publish_until=10.0)
+    run, rep = restarted_with_its_links_down()
     c, sim = run.client, run.sim
-    sim.at(0.1, c.open, "a1", "a2", True)
-    sim.run_until(2.0)
-    sim.crash("a1", 1.0)
-    for peer in ("a2", "b1"):  # down as a1 comes back, until 5 s
-        sim.at(2.999, sim.fail_link, "a1", peer, 2.0)
-    sim.run_until(3.2)
-    rep = run.rep("a1")
     assert rep._restoring  # the restored subscription is not complete
 
     def back():
@@ -73,15 +80,8 @@ def test_a_change_refused_while_restoring_waits_for_what_the_session_keeps():
     complete SubAck — not for none, reading the logs back before it has started."""
     import attrs
 
-    run = Run(handover_after=None, publish_until=10.0)
+    run, rep = restarted_with_its_links_down()
     c, sim = run.client, run.sim
-    sim.at(0.1, c.open, "a1", "a2", True)
-    sim.run_until(2.0)
-    sim.crash("a1", 1.0)
-    for peer in ("a2", "b1"):  # down as a1 comes back, until 5 s
-        sim.at(2.999, sim.fail_link, "a1", peer, 2.0)
-    sim.run_until(3.2)
-    rep = run.rep("a1")
     rep.subscriptions.config = attrs.evolve(rep.subscriptions.config, max_client_weight=1)
     refused = []
 

@@ -346,37 +346,6 @@ async def test_a_session_follows_its_client_to_its_units_replicator_over_real_li
         nursery.cancel_scope.cancel()
 
 
-async def test_a_session_closed_while_its_clients_change_is_on_its_way_leaves_no_wait(
-    autojump_clock,
-):
-    """A client at d holds session x (its replicator c) and has changed its subscriptions:
-    an open sent on, unanswered. The replicator closes the session instead (being handed
-    over: try again). The client is told once, and nothing it sends later waits for an answer
-    that will not come (it waited ASK_WAIT, 5 s, each time)."""
-    from ges.runtime.sessions import Follow, SessionDesk
-
-    class Server:
-        topology, id = None, "d"
-
-        def is_client(self, conn):
-            return type(conn) is int
-
-    desk = SessionDesk.__new__(SessionDesk)
-    desk.server, desk._follows, desk._held, desk._answers = Server(), {}, {}, trio.Event()
-    desk._ask_answered = lambda follow, msg: None  # (no ask of what is retained here)
-    follow = desk._follows["c"] = Follow("c")
-    follow.sessions["x"], desk._held[7] = 7, {"x": "c"}
-    follow.asks[42] = [7, 3, None, "x"]
-    why = "being handed over to replicator b: try again"
-    out = desk._from_replicator(follow, m.SessionClosed("x", why, retry=True, req=42))
-    assert [(o.conn, o.msg.reason, o.msg.req) for o in out] == [(7, why, 3)]  # its own req
-    assert not follow.asks and not desk.opening(7)
-    assert follow.sessions["x"] == 7  # (the change was refused; the session streams on)
-    began = trio.current_time()
-    await desk.answered(7)
-    assert trio.current_time() == began
-
-
 def desk_with(holder: int | None, asks: dict):
     """A SessionDesk at d with a follow connection to c: ``holder`` holds session x there,
     and ``asks`` are its opens on their way."""
@@ -396,6 +365,24 @@ def desk_with(holder: int | None, asks: dict):
         follow.sessions["x"], desk._held[holder] = holder, {"x": "c"}
     follow.asks.update(asks)
     return desk, follow
+
+
+async def test_a_session_closed_while_its_clients_change_is_on_its_way_leaves_no_wait(
+    autojump_clock,
+):
+    """A client at d holds session x (its replicator c) and has changed its subscriptions:
+    an open sent on, unanswered. The replicator closes the session instead (being handed
+    over: try again). The client is told once, and nothing it sends later waits for an answer
+    that will not come (it waited ASK_WAIT, 5 s, each time)."""
+    desk, follow = desk_with(7, {42: [7, 3, None, "x"]})
+    why = "being handed over to replicator b: try again"
+    out = desk._from_replicator(follow, m.SessionClosed("x", why, retry=True, req=42))
+    assert [(o.conn, o.msg.reason, o.msg.req) for o in out] == [(7, why, 3)]  # its own req
+    assert not follow.asks and not desk.opening(7)
+    assert follow.sessions["x"] == 7  # (the change was refused; the session streams on)
+    began = trio.current_time()
+    await desk.answered(7)
+    assert trio.current_time() == began
 
 
 def test_a_holder_taken_over_elsewhere_keeps_its_change_on_the_way():
