@@ -287,6 +287,11 @@ def _render(summary: dict, topology, faults_spec: str) -> None:
             f"durable clients: {summary['moves']:,} moves, "
             f"{summary['handovers']:,} sessions handed over between replicators"
         )
+    if summary["commit_ms"]:
+        out.print(
+            f"group commits: up to {summary['commit_ms']:g} ms late; "
+            f"{summary['unacked_at_crash']:,} events written at a crash, never acknowledged"
+        )
     for ex in summary["examples"]:
         out.print(f"[red]seed {ex['seed']} failed[/red]:")
         for v in ex["violations"]:

@@ -120,6 +120,8 @@ def test_group_commits_from_the_cli(monkeypatch):
     assert failed.exit_code == 1
     (example,) = json.loads(failed.stdout)["examples"]
     assert example["replay"].endswith(" --commit-ms 5 --own 4")
+    table = simulate_cli("--faults", "none", "--commit-ms", "5")
+    assert table.exit_code == 0 and "group commits: up to 5 ms late; 0 events" in table.stdout
     bad = simulate_cli("--commit-ms", "-1")
     assert bad.exit_code == 2
     assert "--commit-ms: must be 0 to 1000, not -1" in bad.output
