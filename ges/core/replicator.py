@@ -587,9 +587,9 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         return out + self._unwaited(state.key, now)
 
     def _unwaited(self, key: int, now: float) -> list:
-        """Session ``key``'s restored subscriptions are not waited for any more (it ended, a
-        stored profile was refused, or it was given away and they were taken out): once no
-        other is, the logs are read back (ges.core.readback)."""
+        """Session ``key`` ended: its restored subscriptions are not waited for any more; once
+        no other is, the logs are read back (ges.core.readback). (One subscription at a time:
+        :meth:`_waited`.)"""
         restoring = self._restoring_of.pop(key, None)
         if not restoring:
             return []
