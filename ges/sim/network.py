@@ -233,7 +233,7 @@ class Sim(SimLinks):
         if not core.connected(conn):
             core.client_open(conn, f"client-{conn}")
         held = self._held_msgs.get((broker, conn))
-        if held is not None or core.busy(conn) or core.waits_for_publishes(conn, msg):
+        if held is not None or _waits(core, conn, msg):
             self._held_msgs.setdefault((broker, conn), []).append(msg)
             return True
         self._feed(broker, lambda c: self._client_message(c, conn, msg))
@@ -344,7 +344,7 @@ class Sim(SimLinks):
         """The messages held back for clients of ``broker`` no longer waiting go in."""
         for key in [k for k in self._held_msgs if k[0] == broker]:
             conn, queue = key[1], self._held_msgs.get(key, [])
-            while queue and not core.busy(conn) and not core.waits_for_publishes(conn, queue[0]):
+            while queue and not _waits(core, conn, queue[0]):
                 msg = queue.pop(0)
                 self._feed(broker, lambda c, m_=msg, c_=conn: self._client_message(c, c_, m_))
             if not queue:
@@ -416,3 +416,9 @@ class Sim(SimLinks):
                     self.at(t, self.silence, *rng.choice(links), rng.uniform(*f.silent_for))
                 elif units:
                     self.at(t, self.partition, rng.choice(units), down)
+
+
+def _waits(core: BrokerCore, conn: int, msg) -> bool:
+    """Client ``conn``'s ``msg`` waits: a request of the client's is still in progress, or
+    it changes the client's subscriptions before what it published is matched."""
+    return core.busy(conn) or core.waits_for_publishes(conn, msg)

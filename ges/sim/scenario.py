@@ -115,10 +115,10 @@ def run_seed(
 ) -> Outcome:
     """One run (the module's docstring). ``commit_ms`` > 0: each log and session store
     commits a group at a time, up to that many ms after its first append, and only then is it
-    acknowledged and matched, or streamed (ges.sim.commits), as in the runtime. ``own``: that many times a publisher publishes
-    and, in the same instant, subscribes to everything; that subscription must get none of the
-    events its own client published before it (their match waits for their commit; the
-    Subscribe waits for them: ``BrokerCore.waits_for_publishes``)."""
+    acknowledged and matched, or streamed (ges.sim.commits), as in the runtime. ``own``: that
+    many times a publisher publishes and, in the same instant, subscribes to everything; that
+    subscription must get none of the events its own client published before it (their match
+    waits for their commit; the Subscribe waits for them: ``BrokerCore.waits_for_publishes``)."""
     started = time.perf_counter()
     rng = random.Random(seed)
     checker = Checker()
