@@ -101,6 +101,7 @@ class Taking:
         if self.log is not None:  # and this broker's own pubend (no subend follows it here)
             known |= {pubend for pubend, _ in self.log.promised().values()} | {self.pubend}
         live.state.floors = {p: cuts[p] for p in known if cuts.get(p, 0) > 0}
+        self.store.save_session(live.state)
         hand.replays = {}
         hand.watch_until = now + HANDOVER_WATCH
         for pubend in known:  # all in place before any is read (its own log answers at once)
@@ -166,7 +167,10 @@ class Taking:
             if self.store.last >= first:  # none of it acknowledged before it is committed
                 self._pending(pubend, msg.lo, first)
         if msg.hi >= msg.lo:
+            # (saved with what it stored: a crash keeps both or neither, and a read-back after
+            # it stores nothing of this page twice)
             state.floors[pubend] = max(top, msg.hi)
+            self.store.save_session(state)
             rp.next = msg.hi + 1
             return self._committed_now(), True
         if rp.next - 1 < rp.let_go:  # live events were let go beyond what was read: read on

@@ -89,6 +89,7 @@ class Sim(SimLinks):
         on_report: Callable | None = None,
         commit_after: tuple[float, float] | None = None,
         on_unacked: Callable | None = None,
+        on_step: Callable | None = None,
     ):
         self.topology = topology
         self.hierarchy = Hierarchy(topology)
@@ -125,6 +126,9 @@ class Sim(SimLinks):
         #: ``on_unacked(broker, pubend, [(tick, event), …], now)``: a crash came between a
         #: group's commit and its acknowledgement; these events are in the log for good
         self.on_unacked = on_unacked
+        #: ``on_step(broker, core)``: after each step of a broker's core, once it handled what
+        #: the step gave (to check what its state keeps true: ges.sim.invariants)
+        self.on_step = on_step
         #: events so written at a crash, in all
         self.unacked = 0
         #: ``on_session(broker, conn, msg, now)``: a durable-session message to a client; with
@@ -314,6 +318,8 @@ class Sim(SimLinks):
             if self._timer_at.get(broker, float("inf")) > deadline:
                 self._timer_at[broker] = deadline
                 self.at(deadline, self._timer, broker, deadline)
+        if self.on_step is not None:
+            self.on_step(broker, core)
 
     def _work(self, broker: str, core: BrokerCore) -> None:
         """One slice of what ``broker``'s core has in progress; then the messages of clients

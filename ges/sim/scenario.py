@@ -25,6 +25,7 @@ from ges.matching.model import Conjunction, Profile, profile_to_wire
 from ges.matching.syntax import parse_where
 from ges.sim.checker import Checker
 from ges.sim.faults import Faults
+from ges.sim.invariants import replicator_problems
 from ges.sim.network import Sim
 from ges.sim.roaming import Roaming
 from ges.topology import Topology
@@ -159,6 +160,14 @@ def run_seed(
     def on_suback(broker, conn, msg: m.SubAck, now):
         checker.subscribed((broker, conn, msg.sub_id), now, complete=msg.complete)
 
+    broken: set[tuple[str, str]] = set()  # (each broken rule said once per broker)
+
+    def on_step(broker, core):
+        for what in replicator_problems(core):
+            if (broker, what) not in broken:
+                broken.add((broker, what))
+                checker.broker_fault(sim.now, broker, what)
+
     def on_crash(broker):
         if roaming is not None:
             roaming.on_crash(broker)
@@ -186,6 +195,7 @@ def run_seed(
         on_session=(lambda *a: roaming.on_session(*a)) if durable and reliable else None,
         commit_after=(0.0, commit_ms / 1000) if commit_ms > 0 else None,
         on_unacked=on_unacked,
+        on_step=on_step if durable and reliable else None,
     )
     roaming = None
     if durable and reliable:
