@@ -107,16 +107,18 @@ class Retaining:
     """The retained messages of :class:`ges.core.replicator.Replicator` (``self.retained``)."""
 
     def _retained_start(self) -> list:
-        """Read the kept messages back and enter the standing subscription; the outputs. A
-        replicator that ran before (it kept something, or its broker acknowledged ticks)
-        catches up once the subscription is in place (the module docstring)."""
+        """Read the kept messages back and enter the standing subscription; the outputs. The
+        replicator catches up once the subscription is in place (the module docstring) —
+        every time it starts: one that crashed before it kept anything or acknowledged a
+        tick leaves no trace of having run, and missed what was retained while it was down
+        all the same. (On a new network the logs hold little; each is read once.)"""
         self.retained = RetainedSet()
         for kept in self.store.retained():
             self.retained.load(kept)
         self.subscriptions.client_open(RETAINED_CONN, "retained messages")
         self.subscriptions.weights[RETAINED_CONN] = RETAINED_WEIGHT
         self._reqs += 1
-        if self.log is not None and (len(self.retained) or self._top or self.log.promised()):
+        if self.log is not None:
             self._retained_req = self._reqs
             self._catching = {}
         msg = m.Subscribe(1, RETAINED_PROFILE, "mqtt-retained", req=self._reqs)

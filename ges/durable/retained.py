@@ -23,7 +23,10 @@ set (ges.mqtt.session).
 Bounds: ``max_bytes`` of topics and messages and ``max_topics`` topics in all. A topic already
 held is always replaced; a new one beyond the bounds takes the room of the oldest clearings
 (``forgotten``: the store lets go of them), and if there is none is not kept (``refused``
-counts them). A clearing of a topic not held is not kept. An answer walks at most
+counts them). A clearing of a topic not held is kept all the same, as a new topic is: an older
+message of the topic may come after it (another publisher's, read back or repaired later), and
+kept is what keeps it out — the register is the same whatever order a replicator sees its
+changes in, as long as no clearing had to give its room up. An answer walks at most
 ``MAX_VISITS`` levels of the index, so no ask holds the replicator for long. Storage: the
 replicator's store keeps each change, and its broker acknowledges no tick before the change it
 made is durable, so a crash loses nothing the pubends' logs still hold: the restarted
@@ -118,8 +121,6 @@ class RetainedSet:
             return None
         kept = Kept(topic, event.published_at, pubend, tick, event if event.payload else None)
         old = self._index.get(topic)
-        if old is None and kept.event is None:
-            return None  # nothing to clear
         if old is not None and old.order >= kept.order:
             return None
         if old is None and not self._room(kept.size):

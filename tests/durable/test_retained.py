@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
+
 from ges.core.retaining import MAX_WAITING_BYTES, RETAINED_CONN, RETAINED_WEIGHT, Undurable
 from ges.durable.retained import OVERHEAD, Kept, RetainedSet
 from ges.durable.store import MemorySessionStore
@@ -114,15 +116,43 @@ def test_bounds_refuse_new_topics_and_a_held_topic_is_always_replaced():
 
 def test_clearings_give_their_room_to_new_topics_oldest_first():
     r = RetainedSet(max_topics=3)
-    assert r.offer("p", 1, ev("never", b"")) is None  # nothing to clear: nothing kept
+    assert r.offer("p", 1, ev("never", b"")).event is None  # kept: nothing older comes back
     for i, t in enumerate("abc"):
         r.offer("p", i + 1, ev(t))
+    assert r.forgotten == ["never"]  # its room went first
     r.offer("p", 4, ev("a", b"", at=1))
     r.offer("p", 5, ev("b", b"", at=1))
-    assert r.offer("p", 6, ev("d")) is not None and r.forgotten == ["a"]
-    assert r.offer("p", 7, ev("e")) is not None and r.forgotten == ["a", "b"]
+    assert r.offer("p", 6, ev("d")) is not None and r.forgotten == ["never", "a"]
+    assert r.offer("p", 7, ev("e")) is not None and r.forgotten == ["never", "a", "b"]
     assert r.offer("p", 8, ev("f")) is None and r.refused == 1  # no clearing left
     assert sorted(payloads(r.find(["#"])[0])) == [b"x"] * 3
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_replicators_seeing_the_changes_in_any_order_keep_the_same(seed):
+    """A last-writer-wins register: two publishers' streams interleaved differently (and
+    changes read back late) leave every replicator with the same message per topic — a
+    clearing included, even one that comes before the older message it clears."""
+    rng = random.Random(seed)
+    changes = [
+        (f"p{rng.randrange(3)}", tick, ev(f"t/{rng.randrange(3)}", rng.choice([b"", b"v"]), rng.randrange(50)))
+        for tick in range(1, 30)
+    ]  # fmt: skip
+    kept = []
+    for _ in range(4):
+        r = RetainedSet()
+        for change in rng.sample(changes, len(changes)):
+            r.offer(*change)
+        kept.append({t: r.get(t) for t in ("t/0", "t/1", "t/2")})
+    assert all(k == kept[0] for k in kept)
+    for topic, got in kept[0].items():
+        last = max((c for c in changes if c[2].attributes[TOPIC_ATTR] == topic),
+                   key=lambda c: (c[2].published_at, c[0], c[1]), default=None)  # fmt: skip
+        if last is None:
+            assert got is None
+        else:
+            assert (got.pubend, got.tick) == (last[0], last[1])
+            assert (got.event is None) == (last[2].payload == b"")
 
 
 def test_an_ask_walks_a_bounded_part_of_the_index():
@@ -317,6 +347,10 @@ def test_no_tick_is_acknowledged_before_its_retained_message_is_durable():
     retained_publish(rig, ev("home/kitchen", b"20", at=1))
     kept = rig.rep.retained.get("home/kitchen")
     retained_publish(rig, ev("home/hall", b"18", at=2))
+    assert rig.rep.floor(kept.pubend) == kept.tick - 1
+    rig.now += 1.0  # its catch-up reads the pubend, first heard of now, at its next timer
+    rig.feed(rig.rep.on_timer(rig.now))
+    assert "r~1" in rig.rep._caught
     assert rig.rep.floor(kept.pubend) == kept.tick - 1
     store.durable_to = 1  # the first change is committed, not the second
     rig.feed(rig.rep.on_committed())

@@ -62,3 +62,24 @@ def test_a_restarted_replicator_holds_what_was_retained_while_it_was_down(seed):
     assert after[PUBLISHER] == {"cfg/a": b"a2", "cfg/b": b"b1"}
     assert after[DOWN] == after[PUBLISHER], after
     assert len({repr(v) for v in after.values()}) == 1
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_replicator_down_before_it_kept_or_acknowledged_anything_catches_up_too(seed):
+    """Nothing in its store or log said it had run before (the simulator's retained runs found
+    this one: a broker crashed in its first second): it catches up all the same."""
+    sim = Sim(
+        topology("demo"),
+        seed=seed,
+        faults=Faults(kinds=frozenset({"delay"})),
+        on_session=lambda *a: None,
+    )
+    sim.kill(DOWN)  # at once: it acknowledged nothing, and kept nothing
+    sim.run_until(2.0)
+    assert sim.client(PUBLISHER, 1, m.Publish(1, [retained("cfg/a", b"a1", 1)]))
+    sim.run_until(4.0)
+    sim.restart(DOWN)
+    sim.run_until(14.0)
+    after = everywhere(sim)
+    assert after[PUBLISHER] == {"cfg/a": b"a1"}
+    assert after[DOWN] == after[PUBLISHER], after
