@@ -16,6 +16,7 @@ from cli._common import err, is_tty, load_topology, one_line_errors, out
 from ges.errors import UserInputError
 from ges.sim import FAULT_KINDS, Faults
 from ges.sim.pool import default_jobs, run_seeds
+from ges.sim.scenario import RETAINED_TOPICS
 
 #: Seconds between progress lines on stderr when it is not a terminal (a log file, CI): a line
 #: per seed would swamp the log of a thousand-seed run, none would leave it silent for minutes.
@@ -62,6 +63,12 @@ def simulate(
         help="Times a publisher publishes and at once subscribes to everything: that "
         "subscription must get nothing its own client published before it.",
     ),
+    retained: int = typer.Option(
+        0,
+        "--retained",
+        help="Events published as retained messages (MQTT's RETAIN) on a few topics, some "
+        "clearing theirs: at the end every replicator must keep the last of each topic.",
+    ),
     no_sufficiency: bool = typer.Option(
         False,
         "--no-sufficiency",
@@ -107,6 +114,7 @@ def simulate(
         jobs,
         commit_ms=commit_ms,
         own=own,
+        retained=retained,
     )
 
 
@@ -127,6 +135,7 @@ def _simulate(
     *,
     commit_ms=0.0,
     own=0,
+    retained=0,
 ) -> None:
     for name, value, low in (
         ("--seeds", seeds, 1),
@@ -138,6 +147,7 @@ def _simulate(
         ("--roams", roams, 0),
         ("--jobs", jobs, 0),
         ("--own", own, 0),
+        ("--retained", retained, 0),
     ):
         if value < low:
             raise UserInputError(f"{name}: must be at least {low}, not {value}")
@@ -180,6 +190,7 @@ def _simulate(
             roams=roams,
             commit_ms=commit_ms,
             own=own,
+            retained=retained,
         ):
             outcomes.append(o)
             bad += not o.ok
@@ -194,6 +205,8 @@ def _simulate(
         extra += f" --commit-ms {commit_ms:g}"
     if own:
         extra += f" --own {own}"
+    if retained:
+        extra += f" --retained {retained}"
     replay = {
         o.seed: o.replay(str(topology_file), faults_spec, events, subscribers, publishers, churn)
         + extra
@@ -219,6 +232,7 @@ def _simulate(
         "commit_ms": commit_ms,
         "unacked_at_crash": sum(o.unacked for o in outcomes),
         "own": own,
+        "retained": retained,
         "moves": sum(o.moves for o in outcomes),
         "handovers": sum(o.handovers for o in outcomes),
         "wall_seconds": round(time.perf_counter() - started, 3),
@@ -291,6 +305,11 @@ def _render(summary: dict, topology, faults_spec: str) -> None:
         out.print(
             f"group commits: up to {summary['commit_ms']:g} ms late; "
             f"{summary['unacked_at_crash']:,} events written at a crash, never acknowledged"
+        )
+    if summary["retained"]:
+        out.print(
+            f"retained messages: {summary['retained']:,} a seed on {RETAINED_TOPICS} topics; every "
+            "replicator must keep the last of each"
         )
     for ex in summary["examples"]:
         out.print(f"[red]seed {ex['seed']} failed[/red]:")

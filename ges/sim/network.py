@@ -90,6 +90,7 @@ class Sim(SimLinks):
         commit_after: tuple[float, float] | None = None,
         on_unacked: Callable | None = None,
         on_step: Callable | None = None,
+        replicate: bool = False,
     ):
         self.topology = topology
         self.hierarchy = Hierarchy(topology)
@@ -132,14 +133,15 @@ class Sim(SimLinks):
         #: events so written at a crash, in all
         self.unacked = 0
         #: ``on_session(broker, conn, msg, now)``: a durable-session message to a client; with
-        #: it, the replicators keep their sessions, which survive crashes as the logs do
+        #: it (or ``replicate``: for retained messages only), the topology's replicators run,
+        #: keeping their sessions and retained messages, which survive crashes as the logs do
         self.on_session = on_session
         #: ``on_report(broker, conn, report, now)``: a watcher's report (ges.core.watch)
         self.on_report = on_report
         store = MemorySessionStore if commit_after is None else GroupSessionStore
         self.session_stores = (
             {r.broker: store(r.broker) for r in replicators(topology)}
-            if on_session is not None and reliable
+            if (on_session is not None or replicate) and reliable
             else {}
         )
         self._init_links()

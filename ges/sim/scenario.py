@@ -21,7 +21,7 @@ import time
 import attrs
 
 from ges.core import BrokerConfig
-from ges.matching.model import Conjunction, Profile, profile_to_wire
+from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR, Conjunction, Profile, profile_to_wire
 from ges.matching.syntax import parse_where
 from ges.sim.checker import Checker
 from ges.sim.faults import Faults
@@ -38,6 +38,12 @@ QUIET = 15.0
 #: over there (ges.core.handover), in a run.
 HANDOVER_AFTER = 0.2
 SYMBOLS = ("IBM", "HPQ", "MSFT", "T", "ORCL")
+#: Topics the retained events of a run are published on, and the share of them that clear
+#: their topic (an empty payload).
+RETAINED_TOPICS = 4
+CLEARS = 0.2
+#: Seconds a publisher's clock (which stamps its retained events) is off by, at most.
+CLOCK_SKEW = 0.5
 
 
 @attrs.frozen
@@ -113,6 +119,7 @@ def run_seed(
     roams: int = 4,
     commit_ms: float = 0.0,
     own: int = 0,
+    retained: int = 0,
 ) -> Outcome:
     """One run (the module's docstring). ``commit_ms`` > 0: each log and session store
     commits a group at a time, up to that many ms after its first append, and only then is it
@@ -131,6 +138,16 @@ def run_seed(
     #: and the ticks each publish was acknowledged with
     own_before: dict[tuple, list[tuple]] = {}
     acked: dict[tuple, tuple[str, list[int]]] = {}
+    #: the retained events published: their "n" -> (topic, publish time in ns, payload), and
+    #: (topic, (time, pubend, tick), payload) of each acknowledged or written at a crash
+    retains: dict[int, tuple[str, int, bytes]] = {}
+    retained_out: list[tuple[str, tuple, bytes]] = []
+
+    def note_retained(pubend, tick, attributes):
+        got = retains.get(attributes.get("n"))
+        if got is not None:
+            topic, wall_ns, payload = got
+            retained_out.append((topic, (wall_ns, pubend, tick), payload))
 
     def on_deliver(broker, conn, msg: m.Deliver, now):
         key = (broker, conn, msg.sub_id)
@@ -151,11 +168,14 @@ def run_seed(
                 break
             checker.publish(msg.pubend, tick, batch, now)
             acked[(broker, conn, seq)] = (msg.pubend, list(range(tick, tick + len(batch))))
+            for i, attributes in enumerate(batch):
+                note_retained(msg.pubend, tick + i, attributes)
             tick += len(batch)
 
     def on_unacked(broker, pubend, written, now):
         for tick, event in written:
             checker.publish(pubend, tick, [dict(event.attributes)], now)
+            note_retained(pubend, tick, event.attributes)
 
     def on_suback(broker, conn, msg: m.SubAck, now):
         checker.subscribed((broker, conn, msg.sub_id), now, complete=msg.complete)
@@ -195,7 +215,8 @@ def run_seed(
         on_session=(lambda *a: roaming.on_session(*a)) if durable and reliable else None,
         commit_after=(0.0, commit_ms / 1000) if commit_ms > 0 else None,
         on_unacked=on_unacked,
-        on_step=on_step if durable and reliable else None,
+        on_step=on_step if (durable or retained) and reliable else None,
+        replicate=bool(retained),
     )
     roaming = None
     if durable and reliable:
@@ -234,6 +255,22 @@ def run_seed(
         batch = [{"sym": rng.choice(SYMBOLS), "bucket": rng.randrange(100), "n": -1 - i}]
         sim.at(when, _publish, sim, pending, sent, pubs[who], 2000 + who, seqs[who], batch)
         sim.at(when, _own, sim, checker, subs, own_before, sent, pubs[who], 2000 + who, 100 + i)
+    rrng = random.Random(f"retained {seed}")  # (its own: runs without them draw as before)
+    # each publisher's clock is off by up to CLOCK_SKEW s: the order the stamps give is not
+    # the order the events arrive in
+    skews = [rrng.uniform(-CLOCK_SKEW, CLOCK_SKEW) for _ in range(publishers)]
+    for i in range(retained):
+        who = rrng.randrange(publishers)
+        when = SETTLE + rrng.random() * PUBLISH_FOR
+        n_ = -10_000 - i
+        topic = f"r/{rrng.randrange(RETAINED_TOPICS)}"
+        payload = b"" if rrng.random() < CLEARS else f"v{i}".encode()
+        retains[n_] = (topic, int((when + skews[who]) * 1e9) + i, payload)  # (all differ)
+        attributes = {"sym": rrng.choice(SYMBOLS), "bucket": rrng.randrange(100), "n": n_}
+        batch = [{**attributes, RETAIN_ATTR: 1, TOPIC_ATTR: topic}]
+        seqs[who] += 1
+        pub = (pubs[who], 2000 + who, seqs[who], batch, retains)
+        sim.at(when, _publish, sim, pending, sent, *pub)
     conns = itertools.count(1000 + subscribers)
     for i in range(churn):
         when = SETTLE + rng.random() * PUBLISH_FOR
@@ -249,7 +286,7 @@ def run_seed(
         for pubend, ticks in filter(None, map(acked.get, before)):
             checker.not_for(key, pubend, ticks, "its own client published it before subscribing")
     checker.finish(sim.now, start_by=SETTLE)
-    _check_held(sim, checker)
+    _check_retained(sim, checker, retained_out)
     return Outcome(
         seed=seed,
         ok=checker.ok,
@@ -268,21 +305,6 @@ def run_seed(
         handovers=0 if roaming is None else roaming.handovers,
         unacked=sim.unacked,
     )
-
-
-def _check_held(sim: Sim, checker: Checker) -> None:
-    """Each replicator's count of the events it holds per session (kept as they change, for
-    retention and the resume point) is what its store holds."""
-    for broker, core in sorted(sim.cores.items()):
-        rep = core.replicator
-        if rep is None:
-            continue
-        for name, live in sorted(rep.sessions.items()):
-            state = live.state
-            held, _ = rep.store.held(state.key, max(state.acked, state.trimmed))
-            if held != live.held:
-                what = f"session {name} holds {held} events, its count says {live.held}"
-                checker.broker_fault(sim.now, broker, what)
 
 
 def _churn(sim: Sim, rng, checker: Checker, subs: dict, crashed: dict, conns, i: int) -> None:
@@ -329,9 +351,49 @@ def _own(sim, checker, subs, own_before, sent, broker: str, conn: int, sub_id: i
 
 
 def _publish(
-    sim: Sim, pending: dict, sent: dict, broker: str, conn: int, seq: int, batch: list
+    sim: Sim,
+    pending: dict,
+    sent: dict,
+    broker: str,
+    conn: int,
+    seq: int,
+    batch: list,
+    retains: dict | None = None,
 ) -> None:
     pending[(broker, conn, seq)] = batch
     sent[(broker, conn)].append(seq)
-    if not sim.client(broker, conn, m.Publish(seq, [m.Event(a) for a in batch])):
+    events = [
+        m.Event(a) if retains is None else m.Event(a, retains[a["n"]][2], retains[a["n"]][1])
+        for a in batch
+    ]
+    if not sim.client(broker, conn, m.Publish(seq, events)):
         pending.pop((broker, conn, seq), None)
+
+
+def _check_retained(sim: Sim, checker: Checker, published: list) -> None:
+    """Every replicator keeps, per topic, the last retained event published on it — last by
+    (publish time, pubend, tick), ges.durable.retained — or nothing, if that one cleared it
+    (an empty payload)."""
+    last: dict[str, tuple[tuple, bytes]] = {}
+    for topic, order, payload in published:
+        if topic not in last or order > last[topic][0]:
+            last[topic] = (order, payload)
+    for broker, core in sorted(sim.cores.items()):
+        rep = core.replicator
+        if rep is None:
+            continue
+        for topic, (order, payload) in sorted(last.items()):
+            kept = rep.retained.get(topic)
+            if payload:
+                ok = kept is not None and kept.event is not None and kept.order == order
+            else:
+                ok = kept is None or kept.event is None
+            if not ok:
+                has = (
+                    "nothing"
+                    if kept is None
+                    else f"{kept.order}" + (" (cleared)" if kept.event is None else "")
+                )
+                want = f"{order}" + ("" if payload else " (cleared)")
+                what = f"retains {has} on {topic}; the last published was {want}"
+                checker.broker_fault(sim.now, broker, what)
