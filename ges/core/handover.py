@@ -400,7 +400,9 @@ class HandOver:
                 if h is not None and h["phase"] == "taken" and now >= hand.asked + HANDOVER_RESEND:
                     hand.asked = now
                     out += self._note(h["from"], h["hid"], name, "poll")
-                if hand.replays is None:
+                # (restarted: its reads wait for the restored subscriptions, as the read-back
+                # does, or what comes before they start would be missed)
+                if hand.replays is None or self._restoring:
                     continue
                 for pubend, rp in sorted(hand.replays.items()):
                     if rp.asked is None or now >= rp.asked + REPLAY_RESEND:
@@ -428,7 +430,7 @@ class HandOver:
                 due = min(due, hand.asked + HANDOVER_RESEND, hand.started + HANDOVER_GIVE_UP)
             elif h is not None and h["phase"] in ("moved", "taken"):
                 due = min(due, hand.asked + HANDOVER_RESEND)
-            if (h is None or h["dir"] == "in") and hand.replays is not None:
+            if (h is None or h["dir"] == "in") and hand.replays is not None and not self._restoring:
                 for rp in hand.replays.values():
                     due = min(due, (rp.asked or 0.0) + REPLAY_RESEND)
                 if hand.watch_until:  # a look for pubends heard of each second, and its end
@@ -439,13 +441,19 @@ class HandOver:
         """A restarted replicator goes on with a hand-over it kept; whether the session's
         subscriptions are entered again (None: it was being taken here, and is forgotten — the
         source asks again; False: it has been given away)."""
-        h = live.state.handover
-        if h is None:
-            return True
-        name = live.state.name
-        if (h["dir"] == "in" and h["phase"] == "taking") or h.get("done"):
+        state = live.state
+        h = state.handover
+        name = state.name
+        if h is not None and ((h["dir"] == "in" and h["phase"] == "taking") or h.get("done")):
             return None
+        if h is None and not state.reading:
+            return True
         hand = self._hands[name] = Hand(now, now - HANDOVER_RESEND)
-        if h["dir"] == "in":  # taken: its reads were done (a restart reads back the rest)
-            hand.replays, hand.cuts = {}, dict(h["cuts"])
-        return h["dir"] == "in" or h["phase"] == "asking"
+        if h is None or h["dir"] == "in":  # taken: a restart reads back the rest …
+            hand.replays, hand.cuts = {}, dict(h["cuts"]) if h is not None else {}
+            # … but for the pubends its own reads were still reading: they go on, from what
+            # they had stored (the other sessions may have more of those: ``_top`` is theirs)
+            for pubend, cut in sorted(state.reading.items()):
+                hand.seen.add(pubend)
+                hand.replays[pubend] = Replay(max(cut, state.floors.get(pubend, 0)) + 1)
+        return h is None or h["dir"] == "in" or h["phase"] == "asking"

@@ -101,6 +101,7 @@ class Taking:
         if self.log is not None:  # and this broker's own pubend (no subend follows it here)
             known |= {pubend for pubend, _ in self.log.promised().values()} | {self.pubend}
         live.state.floors = {p: cuts[p] for p in known if cuts.get(p, 0) > 0}
+        live.state.reading = {p: cuts.get(p, 0) for p in known}
         self.store.save_session(live.state)
         hand.replays = {}
         hand.watch_until = now + HANDOVER_WATCH
@@ -116,6 +117,8 @@ class Taking:
         """Read ``pubend`` for the session from its cut on."""
         hand.seen.add(pubend)
         hand.replays[pubend] = Replay(hand.cuts.get(pubend, 0) + 1)
+        live.state.reading[pubend] = hand.cuts.get(pubend, 0)
+        self.store.save_session(live.state)
         return self._taking_ask(live, pubend, now)
 
     def _taking_ask(self, live, pubend: str, now: float) -> list:
@@ -176,6 +179,7 @@ class Taking:
         if rp.next - 1 < rp.let_go:  # live events were let go beyond what was read: read on
             return [], True
         del hand.replays[pubend]  # read up to the last commit: live events from here on
+        state.reading.pop(pubend, None)
         self.store.save_session(state)
         out = self._taking_flush(live, pubend, rp.held)
         return out + self._taking_done(live, now), False

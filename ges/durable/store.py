@@ -67,6 +67,10 @@ class SessionState:
     #: per pubend, the tick up to which its events came to it from elsewhere (a hand-over's
     #: source, or what the hand-over read from the pubend's log): none up to it is stored again
     floors: dict[str, int] = attrs.Factory(dict)
+    #: per pubend a hand-over's own read of it for this session is still reading, the tick
+    #: it reads after (its cut): a replicator restarted meanwhile reads on from there (with
+    #: ``floors``), where the rest of its sessions may have more of that pubend
+    reading: dict[str, int] = attrs.Factory(dict)
     #: the QoS 2 packet identifiers its MQTT client published and has not released yet
     #: (PUBREL): a PUBLISH sent again with one, at any broker, is not published twice
     qos2: set[int] = attrs.Factory(set)
@@ -90,6 +94,7 @@ class SessionState:
             subs=dict(self.subs),
             gaps=dict(self.gaps),
             floors=dict(self.floors),
+            reading=dict(self.reading),
             qos2=set(self.qos2),
             rel=set(self.rel),
         )

@@ -166,6 +166,7 @@ class SqliteSessionStore:
             if handover:
                 kept = _decode_handover(handover)
                 state.handover, state.floors = kept.get("handover"), kept.get("floors", {})
+                state.reading = kept.get("reading", {})
                 state.qos2 = set(kept.get("qos2", ()))
                 state.rel = set(kept.get("rel", ()))
                 state.expiry = kept.get("expiry", 0.0)
@@ -450,7 +451,7 @@ class SqliteSessionStore:
 
 def _session_row(state: SessionState) -> tuple:
     """The ``sessions`` row of ``state``: name, key, owner, subs, created, acked, retention,
-    handover (the hand-over, floors, QoS 2 marks, expiry and will, if it has any)."""
+    handover (the hand-over, floors, reads, QoS 2 marks, expiry and will, if it has any)."""
     retention = (
         state.max_events,
         state.max_age,
@@ -462,6 +463,7 @@ def _session_row(state: SessionState) -> tuple:
     kept = (
         state.handover
         or state.floors
+        or state.reading
         or state.qos2
         or state.rel
         or state.expiry
@@ -473,6 +475,7 @@ def _session_row(state: SessionState) -> tuple:
             {
                 "handover": state.handover,
                 "floors": state.floors,
+                "reading": state.reading,
                 "qos2": sorted(state.qos2),
                 "rel": sorted(state.rel),
                 "expiry": state.expiry,

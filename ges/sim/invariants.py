@@ -31,7 +31,8 @@ Each rule, with the names in ges.core.replicator and its parts:
    due to end no earlier than ``_expiry_due``.
 9. *Hand-overs.* A session being handed over away and still asked about has its
    :class:`ges.core.handover.Hand`; one in its tail whose client has everything up to the
-   tail's last epoch has been sent on (moved).
+   tail's last epoch has been sent on (moved); each pubend a taken session's hand still reads
+   for it is in its ``reading`` (so a restart reads on from there).
 10. *Commits.* The groups not yet committed (``_uncommitted``) are after the store's commit,
     in order (pages read back with nothing stored share an epoch), none empty.
 11. *Subscriptions.* Once no request of it is in progress, the broker has exactly the
@@ -110,6 +111,10 @@ def replicator_problems(core) -> list[str]:
         asking = h is not None and h["dir"] == "out" and h["phase"] == "asking"
         if asking and name not in rep._hands:
             out.append(f"{where} is being handed over to {h['to']} with no hand")
+        hand = rep._hands.get(name)
+        if hand is not None and hand.replays and (h is None or h["dir"] == "in"):
+            for pubend in sorted(set(hand.replays) - set(state.reading)):
+                out.append(f"{where} is being read {pubend} for, not kept as reading it")
         tail = h is not None and h["dir"] == "out" and h["phase"] == "tail"
         if tail and max(state.acked, state.trimmed) >= h["tail_last"]:
             has = max(state.acked, state.trimmed)

@@ -636,3 +636,41 @@ def test_a_client_back_at_the_source_with_all_the_tail_is_sent_on(monkeypatch):
         c.replicator == "b1" and run.rep("a1").sessions["alice"].state.handover["phase"] == "moved"
     )
     run.check()
+
+
+def test_a_target_restarted_while_its_watch_reads_a_new_publisher_reads_on_for_the_session():
+    """After the hand-over, the target (b1) hears of a publisher (b2) for the first time and
+    reads it for the session from its start — while another session there (bob's, never
+    handed over) stores b2's events as they come, so the target's mark of what its sessions
+    have of b2 moves past what alice has. The target crashes before its read is answered.
+    Restarted, it goes on with alice's read from where it was (``SessionState.reading``), not
+    from that mark: the simulator's soak found alice missing b2's first events
+    (``ges simulate topologies/ges-paper.yaml --seed 83014 --commit-ms 300 --own 6 --durable 3``)."""
+    crashed: list = []
+
+    def hook(src, dst, msg):
+        replay = type(msg) is m.Nack and msg.replay and msg.pubend.startswith("b2~")
+        if replay and src == "b1" and run.sim.now > 3.5 and not crashed:
+            crashed.append(run.sim.now)
+            run.sim.at(run.sim.now, run.sim.crash, "b1", 1.0)
+
+    run = Run(on_arrive=hook, publish_until=7.0)
+    alice, bob = run.client, Client("bob")
+    bob.sim = run.sim
+    clients = (alice, bob)
+    run.sim.on_session = lambda *a: [c.on_session(*a) for c in clients]
+    run.sim.on_crash = lambda b: [c.on_crash(b) for c in clients]
+    run.sim.at(0.1, alice.open, "a1", "a2", True)
+    run.sim.at(0.1, bob.open, "b1", "b2", True)
+    run.sim.at(2.0, alice.move, "b2")
+    t = 4.0  # b2 publishes from well after alice's session was handed over to b1
+    while t < 6.0:
+        run.sim.at(t, run._publish, "b2")
+        t += 0.05
+    run.sim.run_until(16.0)
+    assert crashed and run.sim.stats["crashes"] == 1  # the premise
+    assert alice.replicator == "b1" and any(p.startswith("b2~") for p, _ in run.published)
+    run.check()
+    assert {g for g in bob.got if g[0].startswith("b2~")} == {
+        p for p in run.published if p[0].startswith("b2~")
+    }

@@ -436,6 +436,19 @@ def test_a_hand_over_in_progress_and_the_floors_are_kept(store):
     assert store.sessions()["alice"].handover is None
 
 
+def test_the_pubends_a_hand_over_is_still_reading_are_kept_alone_too(store):
+    s = state("alice", A)
+    s.reading = {"p~1": 0, "q~1": 4}  # (a session served here: no hand-over, no floors)
+    store.save_session(s)
+    s.reading["r~1"] = 1  # a copy was kept
+    commit(store)
+    assert store.sessions()["alice"].reading == {"p~1": 0, "q~1": 4}
+    s.reading = {}
+    store.save_session(s)
+    commit(store)
+    assert store.sessions()["alice"].reading == {}
+
+
 def test_a_sessions_expiry_is_kept(store):
     s = state("alice", A)
     s.expiry = 300.0

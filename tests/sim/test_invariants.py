@@ -12,6 +12,7 @@ from collections import deque
 import pytest
 
 from ges.core.handover import Hand
+from ges.core.readback import Replay
 from ges.sim import Faults
 from ges.sim.invariants import replicator_problems
 from ges.sim.scenario import run_seed
@@ -116,6 +117,11 @@ def _tail_done_but_kept(rig, live):
     rig.store.save_session(live.state)
 
 
+def _reading_not_kept(rig, live):
+    hand = rig.rep._hands["alice"] = Hand(0.0)
+    hand.replays = {"x~1": Replay(1)}
+
+
 def _moved_but_streaming(rig, live):
     _handed_with_no_hand(rig, live)
     rig.rep._hands["alice"] = Hand(0.0)
@@ -142,6 +148,7 @@ def _moved_but_streaming(rig, live):
         (_moved_but_streaming, "handed over to x but still streams"),
         (_waits_for_a_subscription_gone, "a restart waits for its subscription 9 (req 41)"),
         (_tail_done_but_kept, "has its tail up to epoch"),
+        (_reading_not_kept, "is being read x~1 for, not kept as reading it"),
     ],
 )
 def test_each_broken_rule_is_said(broken, said):
