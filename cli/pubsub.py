@@ -27,6 +27,7 @@ from cli._common import (
     write_out,
 )
 from ges.client import DurableSession, Move, connect
+from ges.client._session import KEPT_WAIT
 from ges.core.publishing import MAX_PUBLISHER_ID
 from ges.durable import session_name_problem
 from ges.errors import OperationError, PermissionDenied, UserInputError
@@ -451,8 +452,16 @@ def _subscribe(
                         if show(batch):
                             return True
                 finally:  # what was printed is had, however this ends (--count, --timeout, ^C)
-                    with trio.CancelScope(shield=True), trio.move_on_after(1):
-                        await session.ack(shown[0])
+                    kept = False
+                    with trio.CancelScope(shield=True), trio.move_on_after(KEPT_WAIT):
+                        kept = await session.ack(shown[0], kept=True) is not False
+                    if not kept:
+                        err.print(
+                            f"warning: durable session {session_name}: its replicator did not "
+                            f"confirm within {KEPT_WAIT:g} s that it kept the acknowledgement "
+                            "of what was printed; some of it may come again",
+                            highlight=False,
+                        )
             return None
         async with connect(
             spec.host, spec.port, topology=topology, client_id=client_name, **auth.connect_args()

@@ -147,10 +147,24 @@ class SessionStream(Subscription):
         self.name = name
         self.closed: m.SessionClosed | None = None
 
-    async def ack(self, epoch: int) -> None:
-        """The application has every event up to ``epoch``: the session resumes after it."""
+    async def ack(self, epoch: int, *, kept: bool = False) -> bool:
+        """The application has every event up to ``epoch``: the session resumes after it.
+        With ``kept``, wait until the replicator has made that durable (a process that stops
+        and forgets the session's token needs it: a replicator killed before then could
+        lose it); whether it was (bound the wait with a trio timeout)."""
         with suppress(OperationError):
-            await self.client._send(m.SessionAck(self.name, epoch))
+            if not kept:
+                await self.client._send(m.SessionAck(self.name, epoch))
+                return True
+            req = next(self.client._reqs)
+            try:
+                answer = await self.client._ask(
+                    m.SessionAck(self.name, epoch, req=req), req, self.name
+                )
+            finally:
+                self.client._answers.pop(req, None)
+            return type(answer) is m.SessionKept
+        return False
 
 
 class Client:
@@ -536,7 +550,7 @@ class Client:
                             size = sum(event_size(it.item.event) for it in msg.items)
                             with suppress(trio.ClosedResourceError):
                                 await stream._put(deliveries, size)
-                    elif kind is m.SessionOpened or kind is m.SessionList:
+                    elif kind is m.SessionOpened or kind is m.SessionList or kind is m.SessionKept:
                         waiter = self._answers.get(msg.req)
                         if waiter is not None:
                             waiter[1] = msg

@@ -35,6 +35,9 @@ RETRY_FIRST = 0.2
 RETRY_MAX = 5.0
 #: Seconds a broker has to open the session (it may look for it at every replicator).
 OPEN_WAIT = 30.0
+#: Seconds the last acknowledgement waits to be kept (made durable by the replicator) as a
+#: session's ``running`` block ends.
+KEPT_WAIT = 2.0
 
 
 class SessionEnded(OperationError):
@@ -100,6 +103,8 @@ class DurableSession:
         self._error: OperationError | None = None
         #: the last batch handed out and not acknowledged: (its stream, its last epoch)
         self._handed = None
+        #: the stream the last batch came on (an acknowledgement to be kept goes there)
+        self._stream = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[DurableSession]:
@@ -112,7 +117,9 @@ class DurableSession:
                 nursery.start_soon(self._run, send)
                 try:
                     yield self
-                    await self.ack()  # the block ended normally: it has the last batch
+                    # the block ended normally: it has the last batch (kept, if it comes soon)
+                    with trio.move_on_after(KEPT_WAIT):
+                        await self.ack(kept=True)
                 finally:
                     nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
@@ -121,19 +128,26 @@ class DurableSession:
                 raise group.exceptions[0] from None
             raise
 
-    async def ack(self, upto: int | None = None) -> None:
+    async def ack(self, upto: int | None = None, *, kept: bool = False) -> bool | None:
         """Acknowledge every batch handed out so far — or, with ``upto``, its deliveries up to
         that epoch only (an application that stopped part way through a batch): the session
         resumes after them. Asking for the next batch, or the ``running`` block ending
-        normally, acknowledges the last one."""
+        normally, acknowledges the last one. ``kept``: wait until the replicator has made the
+        acknowledgement durable (also of batches acknowledged before), and say whether it
+        did (None: nothing was handed out); a process that stops for good and does not keep
+        its token asks for that, and bounds the wait."""
         if self._handed is None:
-            return
+            stream = self._stream
+            if not kept or stream is None or self.token.epoch < 0:
+                return None
+            return await stream.ack(self.token.epoch, kept=True)
         stream, epoch = self._handed
         if upto is not None:
             epoch = min(epoch, upto)
         self.token.epoch = max(self.token.epoch, epoch)
-        await stream.ack(self.token.epoch)
+        done = await stream.ack(self.token.epoch, kept=kept)
         self._handed = None  # only once sent: an ack interrupted before it is sent again
+        return done
 
     async def batches(self) -> AsyncIterator[list[SessionDelivery]]:
         """The session's deliveries, a batch at a time, across every move; each batch is
@@ -143,6 +157,7 @@ class DurableSession:
             raise RuntimeError("iterate a session inside `async with session.running()`")
         async for stream, batch in self._receive:
             self._handed = (stream, batch[-1].epoch)
+            self._stream = stream
             yield batch
             await self.ack()
         if self._error is not None:

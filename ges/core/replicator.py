@@ -431,14 +431,20 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         return out + self._tail_done(live, now)
 
     def ack(self, conn: int, msg: m.SessionAck) -> list:
+        """The follower's client has the session up to ``msg.epoch``; with ``msg.req``, it is
+        told once that is durable (``SessionKept``: a crash meanwhile could lose the save, and
+        a client back without its token would get those events again)."""
         live = self.sessions.get(msg.name)
         if live is None or live.follower != conn:
-            return []
+            return []  # (not this session's client now: it is not kept, nor said to be)
+        out: list = []
         epoch = min(msg.epoch, live.sent)
         if epoch > live.state.acked:
             self._acked(live, epoch, self._sent_upto(live, epoch))
-            return self._pump(live) + self._tail_done(live, self.subscriptions.now)
-        return []
+            out = self._pump(live) + self._tail_done(live, self.subscriptions.now)
+        if msg.req:
+            out += self._once_kept([ToClient(conn, m.SessionKept(msg.name, req=msg.req))])
+        return out
 
     def qos2(self, conn: int, msg: m.SessionQos2) -> list:
         """The QoS 2 identifiers session ``msg.name``'s client holds, changed (from its

@@ -688,10 +688,14 @@ class SessionEvents(_Msg):
 
 class SessionAck(_Msg):
     """The client has every event of session ``name`` up to ``epoch`` (client → broker →
-    replicator); the replicator keeps it as the session's resume point."""
+    replicator); the replicator keeps it as the session's resume point. With ``req``, answered
+    by :class:`SessionKept` once it is durable: a client that stops after it, to come back
+    without its token, knows that the session resumes after it even if the replicator dies
+    at once."""
 
     name: str
     epoch: int
+    req: int = 0
 
 
 class SessionQos2(_Msg):
@@ -715,7 +719,8 @@ class SessionQos2(_Msg):
 
 
 class SessionKept(_Msg):
-    """The change ``req`` of session ``name``'s QoS 2 identifiers is durable."""
+    """The change ``req`` of session ``name``'s QoS 2 identifiers, or its acknowledgement
+    ``req``, is durable."""
 
     name: str
     req: int = 0

@@ -758,3 +758,27 @@ def test_a_profile_that_matches_nothing_is_listed_as_nothing():
     rig.open(1, subs=(m.SessionSub(9, "mqtt-none", nothing),))
     (info,) = rig.rep.find("alice", rig.now).sessions
     assert info.subs == [(9, "mqtt-none", "nothing")]
+
+
+def test_an_acknowledgement_to_be_kept_is_answered_once_it_is_durable():
+    """``SessionAck.req``: answered with ``SessionKept`` once the store made the session's new
+    resume point durable (a process that stops and forgets its token relies on it); from a
+    connection that does not follow the session, neither kept nor answered."""
+    from ges.sim.commits import GroupSessionStore
+
+    rig = Rig()
+    rig.store = rig.rep.store = store = GroupSessionStore("g")
+    rig.open(1)
+    store.commit()
+    rig.feed(rig.rep.on_committed())
+    rig.publish(3)
+    store.commit()
+    epochs = sent_epochs(rig.feed(rig.rep.on_committed()), 1)
+    assert len(epochs) == 3
+    assert to(rig.feed(rig.rep.ack(1, m.SessionAck("alice", epochs[-1], req=5))), 1) == []
+    assert rig.rep.sessions["alice"].state.acked == epochs[-1] and store.pending
+    store.commit()
+    assert to(rig.feed(rig.rep.on_committed()), 1) == [m.SessionKept("alice", req=5)]
+    again = rig.feed(rig.rep.ack(1, m.SessionAck("alice", epochs[-1], req=6)))  # nothing new
+    assert to(again, 1) == [m.SessionKept("alice", req=6)]
+    assert rig.feed(rig.rep.ack(2, m.SessionAck("alice", epochs[-1], req=7))) == []

@@ -7,6 +7,7 @@ import time
 import trio
 
 from ges.client import DurableSession, SessionEnded, Token, connect
+from ges.client._client import SessionStream
 from ges.errors import OperationError
 from ges.runtime import BrokerServer
 from ges.runtime.session_store import SqliteSessionStore
@@ -415,3 +416,40 @@ async def test_a_holder_with_a_change_on_its_way_is_told_it_was_taken_over_once(
     out = await desk._open(8, m.SessionOpen("x", None, replicator="c"), 0.0)
     assert [(o.conn, o.msg.reason) for o in out] == [(7, "taken over at d")]
     assert follow.asks[42][0] == "taken" and not desk.opening(7)
+
+
+async def test_an_acknowledgement_to_be_kept_is_confirmed_through_the_clients_broker(tmp_path):
+    """``ack(kept=True)``: the replicator (a, through the follow connection of the client's
+    broker b) answers once the acknowledgement is durable, and a new process without the
+    token resumes after it; a process that is not the session's client is never told so."""
+    topology = topology_on_free_ports(REPLICATED)
+    async with trio.open_nursery() as nursery:
+        await start(nursery, topology, tmp_path)
+        opened = trio.Event()
+        s = DurableSession(topology, "erin", "b", EVERYTHING, on_move=lambda mv: opened.set())
+        took = []
+
+        async def publisher():
+            await opened.wait()
+            await publish(topology, "c", 0, 5)
+
+        nursery.start_soon(publisher)
+        with trio.fail_after(10):
+            async with s.running():
+                async for batch in s.batches():
+                    took += batch
+                    if len(took) >= 5:
+                        break
+                assert await s.ack(kept=True) is True
+                assert await s.ack(kept=True) is True  # (again, nothing new: still kept)
+        assert s.token.replicator == "a"  # the premise: kept at a, asked at b
+        spec = topology.brokers["b"]
+        async with connect(spec.host, spec.port, topology=topology) as other:
+            stranger = SessionStream(other, "erin")  # a connection holding no session
+            with trio.move_on_after(0.5) as waited:
+                await stranger.ack(5, kept=True)
+            assert waited.cancelled_caught  # never told it was kept
+        await publish(topology, "c", 5, 3)
+        fresh = DurableSession(topology, "erin", "d", None)
+        assert await take(fresh, 3) == [5, 6, 7]
+        nursery.cancel_scope.cancel()
