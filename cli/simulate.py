@@ -231,6 +231,7 @@ def _simulate(
         "durable": durable,
         "commit_ms": commit_ms,
         "unacked_at_crash": sum(o.unacked for o in outcomes),
+        "groups_lost_at_crash": sum(o.lost for o in outcomes),
         "own": own,
         "retained": retained,
         "moves": sum(o.moves for o in outcomes),
@@ -304,7 +305,8 @@ def _render(summary: dict, topology, faults_spec: str) -> None:
     if summary["commit_ms"]:
         out.print(
             f"group commits: up to {summary['commit_ms']:g} ms late; "
-            f"{summary['unacked_at_crash']:,} events written at a crash, never acknowledged"
+            f"{summary['unacked_at_crash']:,} events written at a crash, never acknowledged; "
+            f"{summary['groups_lost_at_crash']:,} session-store groups lost at a crash"
         )
     if summary["retained"]:
         out.print(

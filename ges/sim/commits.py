@@ -10,9 +10,13 @@ the core.
 The replicators' session stores (:class:`GroupSessionStore`) are committed the same way, and
 then the replicator is told (``Replicator.on_committed``).
 
-A broker that crashes with a group in flight has it written just before it died. The core's
-``on_logged`` never ran for it, so its publishers were never acknowledged. This is one of the
-runtime's outcomes of a ``kill -9``: the transaction finished, the acknowledgement did not go.
+A broker that crashes with a group of its log in flight has it written just before it died.
+The core's ``on_logged`` never ran for it, so its publishers were never acknowledged. This is
+one of the runtime's outcomes of a ``kill -9``: the transaction finished, the acknowledgement
+did not go. A session store's group in flight is written, or lost (:meth:`GroupSessionStore.lose`),
+half the time each: the runtime's other outcome, the transaction never finished. (A log's lost
+group is not modelled: the runtime opens a new epoch of its pubend at each start, so a lost
+group's ticks are never used again, while the simulator's log goes on in one epoch.)
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ class GroupSessionStore(MemorySessionStore):
         super().__init__(store_id, clock)
         self._committed = 0
         self._saves = self._saves_durable = 0
+        #: what the last commit left (what :meth:`lose` goes back to)
+        self._kept = self._state()
 
     @property
     def committed(self) -> int:
@@ -92,3 +98,20 @@ class GroupSessionStore(MemorySessionStore):
         """Everything appended and saved so far is durable."""
         self._committed = self.last
         self._saves_durable = self._saves
+        self._kept = self._state()
+
+    def lose(self) -> None:
+        """The group in flight is lost (its broker died before the transaction finished):
+        the store is as its last commit left it."""
+        (self._sessions, self._events, self._wants, self._last, self._tops, self._retained,
+         self._times) = self._kept  # fmt: skip
+        self._kept = self._state()  # (a copy: what was restored changes from here on)
+        self._saves = self._saves_durable
+
+    def _state(self) -> tuple:
+        """A copy of what the store holds (what it keeps of sessions and retained messages
+        is not changed in place; what an event is held for is)."""
+        events = {e: (p, it, dict(w), g, y) for e, (p, it, w, g, y) in self._events.items()}
+        wants = {k: list(v) for k, v in self._wants.items()}
+        return (dict(self._sessions), events, wants, self._last, dict(self._tops),
+                dict(self._retained), list(self._times))  # fmt: skip

@@ -59,7 +59,7 @@ from ges.wire import messages as m
 SLICE_GAP = 0.001
 #: What a replicator tells its sessions' clients.
 _SESSION_MESSAGES = frozenset(
-    {m.SessionOpened, m.SessionEvents, m.SessionClosed, m.SessionList, m.Error}
+    {m.SessionOpened, m.SessionEvents, m.SessionClosed, m.SessionList, m.SessionKept, m.Error}
 )
 
 
@@ -132,6 +132,9 @@ class Sim(SimLinks):
         self.on_step = on_step
         #: events so written at a crash, in all
         self.unacked = 0
+        #: session stores' groups lost at a crash (drawn apart: other draws stay as they were)
+        self._lost_groups = random.Random(f"lost groups {seed}")
+        self.lost_groups = 0
         #: ``on_session(broker, conn, msg, now)``: a durable-session message to a client; with
         #: it (or ``replicate``: for retained messages only), the topology's replicators run,
         #: keeping their sessions and retained messages, which survive crashes as the logs do
@@ -200,7 +203,13 @@ class Sim(SimLinks):
             self._link_down(broker, n)
         core = self.cores.pop(broker)
         if self._commit_at.pop((broker, "sessions"), None) is not None:
-            self.session_stores[broker].commit()  # the group in flight was written
+            # the group in flight was written, or lost: half the time each (ges.sim.commits)
+            store = self.session_stores[broker]
+            if self._lost_groups.random() < 0.5:
+                store.lose()
+                self.lost_groups += 1
+            else:
+                store.commit()
         if self._commit_at.pop((broker, "log"), None) is not None:
             log = self.logs[broker]  # the group in flight was written; its acks never went
             written = log.read(log.committed + 1, log.last, limit=log.last)

@@ -7,7 +7,8 @@ simulated — so a *move* is a new connection with the session's token, which is
 is to the replicator. During the publishing window each client, ``roams`` times: goes away
 for a while and comes back; is taken over by a new connection while the old one is still
 open; is moved by an operator (``SessionControl("roam")``, the old connection told where to
-go); or comes back as a new process that kept no token, after a clean disconnect. Its
+go); or comes back as a new process that kept no token, after a clean stop (its last
+acknowledgement kept by the replicator: ``SessionAck.req``, answered once durable). Its
 replicator crashes with everything else the faults pick, and it reconnects until the
 replicator is back. It acknowledges each batch a little after it arrives, as the client
 library does when the application asks for the next, and drops what it has had by epoch.
@@ -53,6 +54,8 @@ class Durable:
     moves: int = 0
     #: times its session was handed over to another replicator (ges.core.handover)
     handovers: int = 0
+    #: a clean stop's acknowledgement waiting to be kept (its req; 0: none)
+    stopping: int = 0
 
 
 class Roaming:
@@ -117,6 +120,8 @@ class Roaming:
                 d.epoch = msg.start
             if msg.created:
                 self.checker.subscribed(("session", d.name, 1), now)
+        elif kind is m.SessionEvents and d.stopping:
+            pass  # a process stopping takes no more (what comes now comes again after it)
         elif kind is m.SessionEvents:
             fresh = [it for it in msg.items if it.epoch > d.epoch]
             d.dropped += len(msg.items) - len(fresh)
@@ -139,7 +144,11 @@ class Roaming:
                 d.epoch = fresh[-1].epoch
                 when = now + self.rng.uniform(0.0, 0.02)
                 self.sim.at(when, self._ack, d, conn, d.epoch)
+        elif kind is m.SessionKept and msg.req == d.stopping:
+            d.stopping = 0
+            self._leave(d, token=False)  # its acknowledgement is durable: it may forget
         elif kind is m.SessionClosed:
+            d.stopping = 0  # (it goes on elsewhere with its token: no clean stop now)
             d.old.add(conn)
             d.conn = None
             if msg.to:  # moved by an operator: it comes back there
@@ -154,6 +163,10 @@ class Roaming:
     def on_crash(self, broker: str) -> None:
         for d in self.clients.values():
             if d.replicator == broker and d.conn is not None:
+                # a clean stop whose acknowledgement was not kept yet: the process does not
+                # forget the session (``ges subscribe`` warns that what came after the last
+                # one kept may come again; this client keeps its token instead)
+                d.stopping = 0
                 d.old.add(d.conn)
                 d.conn = None
                 self.sim.at(self.sim.now + RETRY, self._connect, d)
@@ -182,13 +195,20 @@ class Roaming:
             to = self.rng.choice(sorted(sim.topology.brokers))
             sim.client(d.replicator, ctl, m.SessionControl("roam", d.name, to))
             sim.close_client(d.replicator, ctl)
-        else:  # away for a while; "fresh": back as a process that kept no token
-            conn = d.conn
-            if kind == "fresh":  # a clean disconnect: what it has is acknowledged first
-                sim.client(d.replicator, conn, m.SessionAck(d.name, d.epoch))
-                d.epoch = -1  # and the new process knows nothing of it
-            d.old.add(conn)
-            d.conn = None
-            sim.close_client(d.replicator, conn)
-            back = sim.now + self.rng.uniform(0.05, 1.0)
-            sim.at(back, self._connect, d, False, kind != "fresh")
+        elif kind == "fresh":  # a clean stop: what it has is acknowledged, and kept, first
+            d.stopping = next(self._conns)
+            sim.client(d.replicator, d.conn, m.SessionAck(d.name, d.epoch, req=d.stopping))
+        else:  # away for a while, keeping its token
+            self._leave(d, token=True)
+
+    def _leave(self, d: Durable, token: bool) -> None:
+        """``d`` disconnects and comes back a while later (``token``: with it; else as a new
+        process that knows nothing of the session)."""
+        sim, conn = self.sim, d.conn
+        if not token:
+            d.epoch = -1
+        d.old.add(conn)
+        d.conn = None
+        sim.close_client(d.replicator, conn)
+        back = sim.now + self.rng.uniform(0.05, 1.0)
+        sim.at(back, self._connect, d, False, token)

@@ -71,6 +71,9 @@ class Outcome:
     #: events a log had written when its broker crashed, their acknowledgements lost
     #: (``commit_ms``): the checker requires them all the same
     unacked: int = 0
+    #: session stores' groups lost at a crash (``commit_ms``): what they held was never
+    #: streamed nor acknowledged, and the replicator reads it back
+    lost: int = 0
 
     def replay(
         self,
@@ -304,6 +307,7 @@ def run_seed(
         moves=0 if roaming is None else roaming.moves,
         handovers=0 if roaming is None else roaming.handovers,
         unacked=sim.unacked,
+        lost=sim.lost_groups,
     )
 
 

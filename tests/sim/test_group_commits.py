@@ -74,8 +74,9 @@ def test_every_guarantee_holds_with_group_commits(name):
 def test_crashes_between_commits_and_acknowledgements_in_runs_cost_no_event():
     """Crashes 4 a second, 8 publishers, logs committing up to 300 ms late: some crashes
     come with a group in flight; its events, never acknowledged, arrive all the same (the
-    checker requires them, and fails a run where one goes missing or arrives unpublished)."""
-    unacked = 0
+    checker requires them, and fails a run where one goes missing or arrives unpublished).
+    Some come with a session store's group in flight, lost: the replicator reads it back."""
+    unacked = lost = 0
     faults = attrs.evolve(Faults(), crash_rate=4.0)
     for seed in range(4):
         o = run_seed(
@@ -83,7 +84,8 @@ def test_crashes_between_commits_and_acknowledgements_in_runs_cost_no_event():
         )
         assert o.ok, f"seed {seed}: " + "; ".join(o.violations[:3])
         unacked += o.unacked
-    assert unacked > 0
+        lost += o.lost
+    assert unacked > 0 and lost > 0
 
 
 def test_a_crash_between_commit_and_acknowledgement_keeps_the_events():
@@ -177,3 +179,34 @@ def test_the_session_store_gives_only_what_it_committed():
     assert [it.epoch for it in store.read(7, 0)] == [1, 2] and not store.pending
     store.append("p~1", m.EventItem(3, 0, 0, m.Event({"n": 3})), [(7, [1])])
     assert [it.epoch for it in store.read(7, 0)] == [1, 2]
+
+
+def test_a_session_stores_group_lost_at_a_crash_leaves_it_as_its_last_commit():
+    """The runtime's other outcome of a ``kill -9``: the transaction never finished. What was
+    appended, saved, kept as retained or let go of since the last commit is undone, and the
+    epochs go on from the last commit's."""
+    from ges.durable.retained import Kept
+    from ges.durable.store import SessionState
+    from ges.sim.commits import GroupSessionStore
+
+    store = GroupSessionStore("s")
+    alice = SessionState("alice", "", 7, {1: ("p", [])}, 0.0)
+    store.save_session(alice)
+    store.append("p~1", m.EventItem(1, 0, 0, m.Event({"n": 1})), [(7, [1])])
+    store.set_top("p~1", 1)
+    store.commit()
+    alice.acked = 1
+    store.save_session(alice)
+    store.release(7, 1)
+    store.append("p~1", m.EventItem(2, 0, 0, m.Event({"n": 2})), [(7, [1])])
+    store.set_top("p~1", 2)
+    store.retain(Kept("t", 1, "p~1", 2, m.Event({"n": 2}, b"x")))
+    assert store.pending
+    store.lose()
+    assert not store.pending and store.last == store.committed == 1
+    assert store.sessions()["alice"].acked == 0 and store.tops() == {"p~1": 1}
+    assert [it.epoch for it in store.read(7, 0)] == [1] and store.retained() == []
+    epoch = store.append("p~1", m.EventItem(2, 0, 0, m.Event({"n": 2})), [(7, [1])])
+    assert epoch == 2  # (the lost one's: it never reached anyone)
+    store.lose()  # (what was restored is not the copy kept: a second loss goes back again)
+    assert store.last == 1 and [it.epoch for it in store.read(7, 0)] == [1]
