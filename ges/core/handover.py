@@ -194,10 +194,28 @@ class HandOver:
         return []
 
     def _kept_now(self) -> list:
-        """What waited for its save to be durable and now may go (on_committed)."""
+        """What waited for its save to be durable and now may go (on_committed), and the
+        opens that waited for the save that made their session (and their SubAcks)."""
         out: list = []
-        while self._after_kept and self.store.durable(self._after_kept[0][0]):
+        store = self.store
+        while self._after_kept and store.durable(self._after_kept[0][0]):
             out += self._after_kept.pop(0)[1]
+        for name in sorted(self._unkept):  # opens waiting for the save that made the session
+            live = self.sessions.get(name)
+            opening = None if live is None else live.opening
+            if opening is None:
+                self._unkept.discard(name)
+                continue
+            waiting = opening[2]
+            marks = [r for r in waiting if r < 0]
+            waiting.difference_update(r for r in marks if store.durable(-r))
+            if any(r < 0 for r in waiting):
+                continue
+            self._unkept.discard(name)
+            if not waiting:
+                live.opening = None
+                conn, msg, _, created, _ = opening
+                out += self._opened(live, conn, msg, created, self.subscriptions.now)
         return out
 
     def _note(self, to: str, hid: str, name: str, what: str, why: str = "") -> list:
@@ -364,8 +382,8 @@ class HandOver:
                 text = f"durable session {msg.name}: taken over from replicator {msg.source}"
                 done = self._note(msg.source, msg.hid, msg.name, "done")
                 return self._once_kept([Notice("info", text), *done])
-            if live is not None and h is None:  # released before: said again
-                return self._note(msg.source, msg.hid, msg.name, "done")
+            if live is not None and h is None:  # released before: said again, once durable
+                return self._once_kept(self._note(msg.source, msg.hid, msg.name, "done"))
             return []
         if what == "abandon" and mine and h["dir"] == "in":
             self._hands.pop(msg.name, None)

@@ -131,6 +131,8 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         self._homes: dict[str, str] = {}
         #: outputs waiting for a save of a session to be durable: (its mark, outputs)
         self._after_kept: list[tuple[int, list]] = []
+        #: sessions whose open waits for the save that made the session to be durable
+        self._unkept: set[str] = set()
         self.max_sessions = MAX_SESSIONS
         self.retained = RetainedSet()
         #: retained messages (ges.core.retaining): the standing subscription's req while the
@@ -375,6 +377,11 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             out += self._subscribe(live, subs, live.state.subs, waiting)
             live.state.subs = subs
             self.store.save_session(live.state)
+        if created and not self.store.durable(self.store.saved):
+            # a crash before the save that made it is durable would leave no session behind
+            # the answer: the open waits for that too (a mark, < 0 among the reqs: _kept_now)
+            waiting.add(-self.store.saved)
+            self._unkept.add(live.state.name)
         if waiting:
             live.opening = (conn, msg, waiting, created, before)
             return out

@@ -40,8 +40,8 @@ class Taking:
         if live is not None:
             h = live.state.handover
             if h is not None and h["dir"] == "in" and h["hid"] == msg.hid:
-                if h["phase"] == "taken":
-                    return self._note(msg.source, msg.hid, msg.name, "taken")
+                if h["phase"] == "taken":  # said again, once that is durable (as it first was)
+                    return self._once_kept(self._note(msg.source, msg.hid, msg.name, "taken"))
                 return []  # being taken
             why = f"replicator {self.id} holds a durable session {msg.name!r} already"
             return self._note(msg.source, msg.hid, msg.name, "refused", why)

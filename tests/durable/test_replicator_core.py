@@ -782,3 +782,46 @@ def test_an_acknowledgement_to_be_kept_is_answered_once_it_is_durable():
     again = rig.feed(rig.rep.ack(1, m.SessionAck("alice", epochs[-1], req=6)))  # nothing new
     assert to(again, 1) == [m.SessionKept("alice", req=6)]
     assert rig.feed(rig.rep.ack(2, m.SessionAck("alice", epochs[-1], req=7))) == []
+
+
+def kept_rig() -> tuple[Rig, object]:
+    """A rig whose store commits only when told (ges.sim.commits), and its hand-over notes
+    recorded as ("note", what) instead of relayed."""
+    from ges.sim.commits import GroupSessionStore
+
+    rig = Rig()
+    rig.store = rig.rep.store = store = GroupSessionStore("g")
+    rig.rep._note = lambda to, hid, name, what, why="": [("note", what)]
+    return rig, store
+
+
+def test_an_open_that_makes_a_session_is_answered_once_the_session_is_durable():
+    """Answered before, a crash losing the store's group left the client with a session that
+    did not exist (the simulator's lost groups found it: demo seed 96008 at 1,000 ms)."""
+    rig, store = kept_rig()
+    assert to(rig.open(1), 1) == []  # its subscription is in; the save is not durable
+    assert rig.rep.sessions["alice"].opening is not None
+    store.commit()
+    (answer,) = to(rig.feed(rig.rep.on_committed()), 1)
+    assert type(answer) is m.SessionOpened and answer.created
+    assert rig.rep.sessions["alice"].follower == 1 and not rig.rep._unkept
+    assert type(to(rig.open(2), 2)[0]) is m.SessionOpened  # it exists: answered at once
+
+
+def test_a_hand_over_taken_or_released_is_said_again_only_once_it_is_durable():
+    """A source asking again (its ask crossed the answer) is told ``taken`` — and a target
+    released again ``done`` — once that step is durable, as the first time: told before, a
+    crash losing it left the source moving the client to a target that forgot the session."""
+    rig, store = kept_rig()
+    sub = m.SessionSub(1, "p", [[m.Constraint("n", "exists")]])
+    ask = m.Handover("r", "x", "h1", "bob", "", WALL, [sub], {})
+    rig.feed(rig.rep.on_handover(ask, rig.now))
+    assert rig.rep.sessions["bob"].state.handover["phase"] == "taken"
+    assert ("note", "taken") not in rig.feed(rig.rep.on_handover(ask, rig.now))  # not yet
+    store.commit()
+    assert rig.feed(rig.rep.on_committed()).count(("note", "taken")) == 2
+    released = m.HandoverNote("r", "x", "h1", "bob", "released")
+    assert rig.feed(rig.rep.on_note(released, rig.now)) == []  # "done" once that is durable
+    assert rig.feed(rig.rep.on_note(released, rig.now)) == []  # said again: not before either
+    store.commit()
+    assert rig.feed(rig.rep.on_committed()).count(("note", "done")) == 2
