@@ -31,6 +31,8 @@ from ges.wire import messages as m
 
 #: Seconds between attempts to reach a replicator that is down.
 RETRY = 0.2
+#: Seconds a clean stop waits for its acknowledgement to be kept (the library's KEPT_WAIT).
+KEPT_WAIT = 2.0
 #: Connection numbers of durable clients start here (others use lower ones).
 FIRST_CONN = 50_000
 
@@ -56,6 +58,8 @@ class Durable:
     handovers: int = 0
     #: a clean stop's acknowledgement waiting to be kept (its req; 0: none)
     stopping: int = 0
+    #: an open of its session was answered (later ones resume with what is stored)
+    entered: bool = False
 
 
 class Roaming:
@@ -87,8 +91,11 @@ class Roaming:
             self._connect(d, True)
 
     def _connect(self, d: Durable, subs: bool = False, token: bool = True) -> None:
+        """Open ``d``'s session; with its subscriptions until an open of it was answered (as
+        the library does: a crash may have lost a session not answered yet)."""
         if d.conn is not None:
             return
+        subs = subs or not d.entered
         conn = next(self._conns)
         self._by_conn[conn] = d
         sub = m.SessionSub(1, d.profile.id, profile_to_wire(d.profile))
@@ -115,11 +122,12 @@ class Roaming:
         if conn in d.old or conn != d.conn:
             return  # a connection this client left
         if kind is m.SessionOpened:
+            if not d.entered:  # its first answer (made by it, or by an open a crash cut off)
+                self.checker.subscribed(("session", d.name, 1), now)
+            d.entered = True
             d.store = msg.store
             if d.epoch < 0:
                 d.epoch = msg.start
-            if msg.created:
-                self.checker.subscribed(("session", d.name, 1), now)
         elif kind is m.SessionEvents and d.stopping:
             pass  # a process stopping takes no more (what comes now comes again after it)
         elif kind is m.SessionEvents:
@@ -180,8 +188,8 @@ class Roaming:
     def roam(self, d: Durable) -> None:
         """One move of ``d``, drawn from the seed."""
         sim = self.sim
-        if d.conn is None or d.replicator not in sim.cores:
-            return
+        if d.conn is None or d.stopping or d.replicator not in sim.cores:
+            return  # (away, stopping, or its replicator is down: no move now)
         d.moves += 1
         kind = self.rng.choice(("away", "takeover", "redirect", "fresh"))
         if kind != "redirect":  # it comes back at another broker
@@ -196,9 +204,17 @@ class Roaming:
             sim.client(d.replicator, ctl, m.SessionControl("roam", d.name, to))
             sim.close_client(d.replicator, ctl)
         elif kind == "fresh":  # a clean stop: what it has is acknowledged, and kept, first
-            d.stopping = next(self._conns)
-            sim.client(d.replicator, d.conn, m.SessionAck(d.name, d.epoch, req=d.stopping))
+            d.stopping = req = next(self._conns)
+            sim.client(d.replicator, d.conn, m.SessionAck(d.name, d.epoch, req=req))
+            sim.at(sim.now + KEPT_WAIT, self._not_kept, d, req)
         else:  # away for a while, keeping its token
+            self._leave(d, token=True)
+
+    def _not_kept(self, d: Durable, req: int) -> None:
+        """No ``SessionKept`` in time (its open was still unanswered, say, or it was taken
+        over): the process does not forget the session, and leaves with its token."""
+        if d.stopping == req and d.conn is not None:
+            d.stopping = 0
             self._leave(d, token=True)
 
     def _leave(self, d: Durable, token: bool) -> None:
