@@ -103,8 +103,10 @@ class DurableSession:
         self._error: OperationError | None = None
         #: the last batch handed out and not acknowledged: (its stream, its last epoch)
         self._handed = None
-        #: the stream the last batch came on (an acknowledgement to be kept goes there)
+        #: the stream of the open answered last (an acknowledgement to be kept goes there), and
+        #: the last epoch the replicator said it kept
         self._stream = None
+        self._kept = -1
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[DurableSession]:
@@ -137,16 +139,21 @@ class DurableSession:
         did (None: nothing was handed out); a process that stops for good and does not keep
         its token asks for that, and bounds the wait."""
         if self._handed is None:
-            stream = self._stream
-            if not kept or stream is None or self.token.epoch < 0:
+            if not kept or self._stream is None or self.token.epoch < 0:
                 return None
-            return await stream.ack(self.token.epoch, kept=True)
-        stream, epoch = self._handed
-        if upto is not None:
-            epoch = min(epoch, upto)
-        self.token.epoch = max(self.token.epoch, epoch)
-        done = await stream.ack(self.token.epoch, kept=kept)
+            if self.token.epoch <= self._kept:
+                return True  # (said kept already)
+            stream, epoch = self._stream, self.token.epoch
+        else:
+            stream, epoch = self._handed
+            if upto is not None:
+                epoch = min(epoch, upto)
+            self.token.epoch = max(self.token.epoch, epoch)
+            epoch = self.token.epoch
+        done = await stream.ack(epoch, kept=kept)
         self._handed = None  # only once sent: an ack interrupted before it is sent again
+        if kept and done:
+            self._kept = max(self._kept, epoch)
         return done
 
     async def batches(self) -> AsyncIterator[list[SessionDelivery]]:
@@ -157,7 +164,6 @@ class DurableSession:
             raise RuntimeError("iterate a session inside `async with session.running()`")
         async for stream, batch in self._receive:
             self._handed = (stream, batch[-1].epoch)
-            self._stream = stream
             yield batch
             await self.ack()
         if self._error is not None:
@@ -205,6 +211,7 @@ class DurableSession:
                     else:
                         failures = 0
                         self.subs = None  # entered: later opens resume with them
+                        self._stream = stream  # (where an acknowledgement goes now)
                         if token.store and answer.store != token.store:
                             token.epoch = -1  # another store: its epochs are not ours
                         token.replicator, token.store = answer.replicator, answer.store

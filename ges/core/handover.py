@@ -212,6 +212,7 @@ class HandOver:
             if any(r < 0 for r in waiting):
                 continue
             self._unkept.discard(name)
+            live.made = 0
             if not waiting:
                 live.opening = None
                 conn, msg, _, created, _ = opening

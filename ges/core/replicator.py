@@ -71,7 +71,8 @@ class Live:
     sent: int = 0
     inflight: deque = attrs.Factory(deque)
     inflight_bytes: int = 0
-    #: an open waiting for its subscriptions to start: (conn, the SessionOpen, the reqs left,
+    #: an open waiting for its subscriptions to start: (conn, the SessionOpen, the reqs left —
+    #: and, < 0, the mark of the save that made the session while that is not durable —,
     #: whether it made the session, the subscriptions it had before)
     opening: tuple | None = None
     #: the reqs of earlier opens on the same connection that this open took over while their
@@ -89,6 +90,8 @@ class Live:
     will_due: float = float("inf")
     #: it ends as the client it streams to leaves (``SessionOpen.ends``)
     ends: bool = False
+    #: the mark of the save that made it, while that may not be durable (0: it is)
+    made: int = 0
 
 
 class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Part):
@@ -377,11 +380,16 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             out += self._subscribe(live, subs, live.state.subs, waiting)
             live.state.subs = subs
             self.store.save_session(live.state)
-        if created and not self.store.durable(self.store.saved):
+        if created:
+            live.made = self.store.saved
+        if live.made and not self.store.durable(live.made):
             # a crash before the save that made it is durable would leave no session behind
-            # the answer: the open waits for that too (a mark, < 0 among the reqs: _kept_now)
-            waiting.add(-self.store.saved)
+            # an answer: every open waits for that too, this one or one after it (a mark, < 0
+            # among the reqs it waits for: _kept_now)
+            waiting.add(-live.made)
             self._unkept.add(live.state.name)
+        else:
+            live.made = 0
         if waiting:
             live.opening = (conn, msg, waiting, created, before)
             return out
@@ -444,13 +452,18 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         live = self.sessions.get(msg.name)
         if live is None or live.follower != conn:
             return []  # (not this session's client now: it is not kept, nor said to be)
-        out: list = []
         epoch = min(msg.epoch, live.sent)
-        if epoch > live.state.acked:
+        moved = epoch > live.state.acked
+        if moved:
             self._acked(live, epoch, self._sent_upto(live, epoch))
-            out = self._pump(live) + self._tail_done(live, self.subscriptions.now)
-        if msg.req:
-            out += self._once_kept([ToClient(conn, m.SessionKept(msg.name, req=msg.req))])
+        # (told before what the ack sets off: the end of a hand-over's tail sends it on)
+        out = (
+            self._once_kept([ToClient(conn, m.SessionKept(msg.name, req=msg.req))])
+            if msg.req
+            else []
+        )
+        if moved:
+            out += self._pump(live) + self._tail_done(live, self.subscriptions.now)
         return out
 
     def qos2(self, conn: int, msg: m.SessionQos2) -> list:
@@ -594,6 +607,7 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         state = live.state
         del self.sessions[state.name]
         del self._by_key[state.key]
+        self._hands.pop(state.name, None)  # (a read for it may still be answered: left alone)
         self._dirty.discard(state.key)
         self.store.drop_session(state)
         out += self.subscriptions.client_closed(-state.key, now)

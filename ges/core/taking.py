@@ -137,8 +137,10 @@ class Taking:
             rp = None if hand.replays is None else hand.replays.get(msg.pubend)
             if rp is None or rp.next != msg.lo:
                 continue
+            live = self.sessions.get(name)
+            if live is None:  # it ended meanwhile
+                continue
             took = True
-            live = self.sessions[name]
             got, more = self._taking_page(live, rp, msg, now)
             out += got
             if more:

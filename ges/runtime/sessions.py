@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 
 import msgspec
 import trio
@@ -57,6 +57,9 @@ _LEFT, _TAKEN = "left", "taken"
 FOLLOW_CONNECT_WAIT = 5.0
 #: Seconds between keepalives on a follow connection (as a client library's).
 KEEPALIVE = 10.0
+#: Changes to be kept (SessionAck or SessionQos2 with a req) one follow connection remembers
+#: the client of, waiting for SessionKept (the oldest beyond go unanswered).
+MAX_KEEPING = 4096
 #: What a client may send about durable sessions (the runtime hands them here).
 SESSION_REQUESTS = frozenset(
     {m.SessionOpen, m.SessionAck, m.SessionQos2, m.SessionControl, m.SessionLeave, m.RetainedAsk}
@@ -87,6 +90,10 @@ class Follow:
         self.pausing = False
         #: sessions it serves: name -> client conn
         self.sessions: dict[str, int] = {}
+        #: changes passed on to be kept (a SessionAck or SessionQos2 with a req): (session
+        #: name, the client's req) -> the client, so that SessionKept goes back to that client
+        #: only (not to one that took the session over meanwhile); at most MAX_KEEPING
+        self.keeping: OrderedDict[tuple[str, int], int] = OrderedDict()
 
 
 class SessionDesk(RetainedAsking):
@@ -132,6 +139,10 @@ class SessionDesk(RetainedAsking):
                 and follow.conn is not None
                 and follow.sessions.get(msg.name) == conn_id
             ):
+                if msg.req:
+                    follow.keeping[(msg.name, msg.req)] = conn_id
+                    if len(follow.keeping) > MAX_KEEPING:
+                        follow.keeping.popitem(last=False)  # (its client's wait ends unanswered)
                 self._send(follow, msg)
             return []
         if kind is m.SessionLeave:
@@ -493,7 +504,10 @@ class SessionDesk(RetainedAsking):
 
     def _from_replicator(self, follow: Follow, msg) -> list:
         kind = type(msg)
-        if kind is m.SessionEvents or kind is m.SessionKept:
+        if kind is m.SessionKept:  # to the client that asked (gone: to no one)
+            client = follow.keeping.pop((msg.name, msg.req), None)
+            return [] if client is None else [ToClient(client, msg)]
+        if kind is m.SessionEvents:
             client = follow.sessions.get(msg.name)
             return [] if client is None else [ToClient(client, msg)]
         if kind in _ANSWERS:

@@ -23,8 +23,9 @@ Each rule, with the names in ges.core.replicator and its parts:
 5. *Restart's waits.* ``_restoring`` is exactly the reqs in ``_restoring_of``, each waited for
    by one subscription of one session held, one the broker has entered for it (not one
    changed, taken out, or gone with a hand-over); it waits only after a restart.
-6. *Opens.* An open waiting for its subscriptions waits for at least one; earlier opens
-   answered with it (``also``) exist only while it waits.
+6. *Opens.* An open waiting waits for at least one of its subscriptions or for the save that
+   made its session to be durable (then the session is among ``_unkept``, which a commit
+   looks at); earlier opens answered with it (``also``) exist only while it waits.
 7. *Wills.* A session holding a will is in ``_willing`` and due no earlier than
    ``_will_due``; one holding none is due never.
 8. *Expiry.* A session whose client is away (no follower, not being opened or handed over) is
@@ -88,6 +89,9 @@ def replicator_problems(core) -> list[str]:
         # 6. opens
         if live.opening is not None and not live.opening[2]:
             out.append(f"{where} is being opened but waits for no subscription")
+        unkept = live.opening is not None and any(r < 0 for r in live.opening[2])
+        if unkept and name not in rep._unkept:
+            out.append(f"{where} waits for the save that made it, unlooked at")
         if live.also and live.opening is None:
             out.append(f"{where} has opens to answer ({live.also}) but none is waiting")
         # 7. wills

@@ -98,7 +98,7 @@ class Rig:
 
 def to(outs: list, conn: int) -> list:
     """The messages to connection ``conn``, in order."""
-    return [o.msg for o in outs if o.conn == conn]
+    return [o.msg for o in outs if getattr(o, "conn", None) == conn]
 
 
 def sent_epochs(outs: list, conn: int) -> list[int]:
@@ -825,3 +825,52 @@ def test_a_hand_over_taken_or_released_is_said_again_only_once_it_is_durable():
     assert rig.feed(rig.rep.on_note(released, rig.now)) == []  # said again: not before either
     store.commit()
     assert rig.feed(rig.rep.on_committed()).count(("note", "done")) == 2
+
+
+def test_an_open_after_the_one_that_made_the_session_waits_for_it_to_be_durable_too():
+    """(A review's find.) The first open's connection went before the commit; a retry must
+    not be answered while the session it would resume may still be lost."""
+    rig, store = kept_rig()
+    assert to(rig.open(1), 1) == []
+    rig.feed(rig.rep.follower_closed(1, rig.now))
+    assert to(rig.open(2), 2) == [] and not store.durable(store.saved)
+    store.commit()
+    (answer,) = to(rig.feed(rig.rep.on_committed()), 2)
+    assert type(answer) is m.SessionOpened and rig.rep.sessions["alice"].made == 0
+    assert type(to(rig.open(3), 3)[0]) is m.SessionOpened  # durable: at once from now on
+
+
+def test_an_acknowledgement_that_ends_a_hand_overs_tail_is_said_kept_before_the_move():
+    """(A review's find.) The client hears SessionKept before the SessionClosed that sends it
+    on; the other way round its broker forgets the session first and drops the answer."""
+    rig, store = kept_rig()
+    rig.open(1)
+    store.commit()
+    rig.feed(rig.rep.on_committed())
+    rig.publish(3)
+    store.commit()
+    epochs = sent_epochs(rig.feed(rig.rep.on_committed()), 1)
+    live = rig.rep.sessions["alice"]
+    live.state.handover = {"dir": "out", "to": "x", "hid": "h", "cuts": {},
+                           "cut_epoch": epochs[-1], "tail_last": epochs[-1], "phase": "tail"}  # fmt: skip
+    store.save_session(live.state)
+    store.commit()
+    rig.feed(rig.rep.on_committed())
+    assert to(rig.feed(rig.rep.ack(1, m.SessionAck("alice", epochs[-1], req=5))), 1) == []
+    store.commit()
+    got = [type(msg) for msg in to(rig.feed(rig.rep.on_committed()), 1)]
+    assert got == [m.SessionKept, m.SessionClosed]
+
+
+def test_a_page_read_for_a_taken_session_that_ended_meanwhile_is_let_go():
+    """(A review's find.) The session's hand read a remote pubend; the session ended before
+    the page came: nothing to store it for, and nothing breaks."""
+    rig = Rig()
+    rig.rep._note = lambda to, hid, name, what, why="": [("note", what)]
+    sub = m.SessionSub(1, "p", [[m.Constraint("n", "exists")]])
+    rig.feed(rig.rep.on_handover(m.Handover("r", "x", "h1", "bob", "", WALL, [sub], {"x~1": 5}), 0))
+    assert rig.rep.sessions["bob"].state.reading == {"x~1": 5}
+    rig.control("end", "bob")
+    assert "bob" not in rig.rep.sessions and "bob" not in rig.rep._hands
+    page = m.Recovered("x~1", "r", 6, 7, [], replay=True, by="x")
+    assert rig.feed(rig.rep.replayed(page, rig.now)) == []

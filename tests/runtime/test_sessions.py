@@ -453,3 +453,17 @@ async def test_an_acknowledgement_to_be_kept_is_confirmed_through_the_clients_br
         fresh = DurableSession(topology, "erin", "d", None)
         assert await take(fresh, 3) == [5, 6, 7]
         nursery.cancel_scope.cancel()
+
+
+def test_a_kept_answer_goes_back_to_the_client_that_asked_and_to_no_other():
+    """(A review's find.) Client 7 asked for an acknowledgement (or QoS 2 change) to be kept,
+    then client 9 took the session over at this broker: the answer is 7's, never 9's (an
+    MQTT client 9 would take it for its own change of the same number and answer early)."""
+    from ges.core.outputs import ToClient
+
+    desk, follow = desk_with(9, {})
+    follow.keeping[("x", 5)] = 7
+    kept = m.SessionKept("x", req=5)
+    assert desk._from_replicator(follow, kept) == [ToClient(7, kept)]
+    assert desk._from_replicator(follow, kept) == []  # (once)
+    assert desk._from_replicator(follow, m.SessionKept("x", req=6)) == []  # not asked here
