@@ -26,8 +26,7 @@ from cli._common import (
     resolve_broker,
     write_out,
 )
-from ges.client import DurableSession, Move, connect
-from ges.client._session import KEPT_WAIT
+from ges.client import KEPT_WAIT, DurableSession, Move, connect
 from ges.core.publishing import MAX_PUBLISHER_ID
 from ges.durable import session_name_problem
 from ges.errors import OperationError, PermissionDenied, UserInputError

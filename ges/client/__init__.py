@@ -15,10 +15,18 @@ unacknowledged batches in flight (:meth:`Client.flush` waits for the rest).
 
 from ges.client._client import Client, SessionStream, Subscription
 from ges.client._connect import broker_stats, connect
-from ges.client._session import DurableSession, Move, SessionEnded, Token, failover_order
+from ges.client._session import (
+    KEPT_WAIT,
+    DurableSession,
+    Move,
+    SessionEnded,
+    Token,
+    failover_order,
+)
 from ges.records import Delivery, SessionDelivery
 
 __all__ = [
+    "KEPT_WAIT",
     "Client",
     "Delivery",
     "DurableSession",

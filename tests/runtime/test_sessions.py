@@ -6,8 +6,7 @@ import time
 
 import trio
 
-from ges.client import DurableSession, SessionEnded, Token, connect
-from ges.client._client import SessionStream
+from ges.client import DurableSession, SessionEnded, SessionStream, Token, connect
 from ges.errors import OperationError
 from ges.runtime import BrokerServer
 from ges.runtime.session_store import SqliteSessionStore
