@@ -764,17 +764,8 @@ def test_an_acknowledgement_to_be_kept_is_answered_once_it_is_durable():
     """``SessionAck.req``: answered with ``SessionKept`` once the store made the session's new
     resume point durable (a process that stops and forgets its token relies on it); from a
     connection that does not follow the session, neither kept nor answered."""
-    from ges.sim.commits import GroupSessionStore
-
-    rig = Rig()
-    rig.store = rig.rep.store = store = GroupSessionStore("g")
-    rig.open(1)
-    store.commit()
-    rig.feed(rig.rep.on_committed())
-    rig.publish(3)
-    store.commit()
-    epochs = sent_epochs(rig.feed(rig.rep.on_committed()), 1)
-    assert len(epochs) == 3
+    rig, store = kept_rig()
+    epochs = streaming_three(rig, store)
     assert to(rig.feed(rig.rep.ack(1, m.SessionAck("alice", epochs[-1], req=5))), 1) == []
     assert rig.rep.sessions["alice"].state.acked == epochs[-1] and store.pending
     store.commit()
@@ -793,6 +784,19 @@ def kept_rig() -> tuple[Rig, object]:
     rig.store = rig.rep.store = store = GroupSessionStore("g")
     rig.rep._note = lambda to, hid, name, what, why="": [("note", what)]
     return rig, store
+
+
+def streaming_three(rig: Rig, store) -> list[int]:
+    """alice's session open on connection 1, durable, and three events sent to it; their
+    epochs."""
+    rig.open(1)
+    store.commit()
+    rig.feed(rig.rep.on_committed())
+    rig.publish(3)
+    store.commit()
+    epochs = sent_epochs(rig.feed(rig.rep.on_committed()), 1)
+    assert len(epochs) == 3
+    return epochs
 
 
 def test_an_open_that_makes_a_session_is_answered_once_the_session_is_durable():
@@ -844,12 +848,7 @@ def test_an_acknowledgement_that_ends_a_hand_overs_tail_is_said_kept_before_the_
     """(A review's find.) The client hears SessionKept before the SessionClosed that sends it
     on; the other way round its broker forgets the session first and drops the answer."""
     rig, store = kept_rig()
-    rig.open(1)
-    store.commit()
-    rig.feed(rig.rep.on_committed())
-    rig.publish(3)
-    store.commit()
-    epochs = sent_epochs(rig.feed(rig.rep.on_committed()), 1)
+    epochs = streaming_three(rig, store)
     live = rig.rep.sessions["alice"]
     live.state.handover = {"dir": "out", "to": "x", "hid": "h", "cuts": {},
                            "cut_epoch": epochs[-1], "tail_last": epochs[-1], "phase": "tail"}  # fmt: skip
