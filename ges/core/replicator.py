@@ -145,6 +145,7 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         self._retained_req = 0
         self._catching: dict[str, Replay] | None = None
         self._caught: set[str] = set()
+        self._catch_due = float("inf")  # the next look for pubends heard of since
         self._retaining: dict[str, Undurable] = {}
         #: asks of what is retained waiting, per connection (round robin: [(ask, bytes), …],
         #: bytes in all), and in all; whether the job answering them is under way
@@ -775,7 +776,7 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             out += [Notice("warning", text), *self._replay_all(now)]
         if not self._restoring:
             out += self._asks_due(self._replays, now, self._ask)
-        if self._retained_req or self._catching:
+        if self._retained_req or self._catching is not None:
             out += self._retained_timer(now)
         return out
 
@@ -789,7 +790,7 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             due = min(due, self._restore_by)
         if self._hands:
             due = min(due, self._handover_deadline())
-        if self._retained_req or self._catching:
+        if self._retained_req or self._catching is not None:
             due = min(due, self._retained_deadline())
         if self._restoring or not self._replays:
             return due

@@ -32,6 +32,8 @@ RETAINED_CONN = -(1 << 40)
 #: deliveries (ges.core.publishing's slices): kept, counted and stored, ~30 µs against ~1.5 —
 #: 1,024 of them in one slice held a broker ~30 ms.
 RETAINED_WEIGHT = 16
+#: Seconds between two looks for pubends heard of since the catch-up began (each is read once).
+CATCH_LOOK_EVERY = 1.0
 #: Filters one ask may name (an MQTT SUBSCRIBE's, whose filters a client holds at most 1,024).
 MAX_ASK_FILTERS = 1024
 #: An ask's walk of the index goes in slices of the core's work (ges.core.work): a level
@@ -121,6 +123,7 @@ class Retaining:
         if self.log is not None:
             self._retained_req = self._reqs
             self._catching = {}
+            self._catch_due = 0.0
         msg = m.Subscribe(1, RETAINED_PROFILE, "mqtt-retained", req=self._reqs)
         return self.subscriptions.on_subscribe(RETAINED_CONN, msg, self.subscriptions.now)
 
@@ -201,17 +204,25 @@ class Retaining:
 
     def _retained_timer(self, now: float) -> list:
         """The catch-up's asks without an answer go again; a subscription still incomplete
-        after RESTORE_WAIT does not hold it up longer."""
+        after RESTORE_WAIT does not hold it up longer; and every CATCH_LOOK_EVERY the pubends
+        heard of since are read too (waiting for this broker to be asked to acknowledge one
+        could wait for good: the simulator found a replicator that never had a message
+        published before its subscription reached the pubend, heard of after its catch-up)."""
         if self._retained_req:
             if now < self._restore_by:
                 return []
             return self._catch_up(now)
-        return self._asks_due(self._catching, now, self._catch_ask)
+        out = self._asks_due(self._catching, now, self._catch_ask)
+        if now >= self._catch_due:
+            self._catch_due = now + CATCH_LOOK_EVERY
+            for pubend in sorted(self._known_pubends() - self._caught - set(self._catching)):
+                out += self._catch_ask(pubend, self._catch_begin(pubend), now)
+        return out
 
     def _retained_deadline(self) -> float:
         if self._retained_req:
             return self._restore_by
-        return self._asks_deadline(self._catching)
+        return min(self._asks_deadline(self._catching), self._catch_due)
 
     def _retain(self, pubend: str, items: list) -> list:
         """Retained events the standing subscription got, or a page read back: each topic's

@@ -83,3 +83,28 @@ def test_a_replicator_down_before_it_kept_or_acknowledged_anything_catches_up_to
     after = everywhere(sim)
     assert after[PUBLISHER] == {"cfg/a": b"a1"}
     assert after[DOWN] == after[PUBLISHER], after
+
+
+def test_a_pubend_heard_of_after_the_catch_up_began_is_read_at_the_next_look():
+    """Its retained messages from before this replicator's subscription reached it are read
+    from its log without waiting for a release round to ask about it (which may not come:
+    ``figure2`` seed 89 at 4 crashes a second left a replicator without one for good)."""
+    import attrs
+
+    from ges.sim.scenario import run_seed
+
+    faults = attrs.evolve(Faults(), crash_rate=4.0)
+    o = run_seed(
+        topology("figure2"), 89, faults=faults, durable=3, own=6, retained=8, commit_ms=300,
+        publishers=8,
+    )  # fmt: skip
+    assert o.ok, o.violations[:3]
+    sim = Sim(
+        topology("demo"), seed=1, faults=Faults(kinds=frozenset()), on_session=lambda *a: None
+    )
+    sim.run_until(3.0)
+    rep = sim.cores[DOWN].replicator
+    assert rep._catching == {} and not rep._retained_req  # its catch-up is done
+    rep._top["zz~1"] = 0  # a pubend it hears of now
+    sim._feed(DOWN, lambda core: core.on_timer(sim.now + 1.0))
+    assert "zz~1" in rep._catching and rep._catching["zz~1"].asked is not None
