@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import attrs
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -25,6 +26,11 @@ PROGRESS_LINE_EVERY = 10.0
 #: The longest --commit-ms: a commit later than a second would outlast the failure detector's
 #: patience with the links, which a real log's commit does not hold up.
 MAX_COMMIT_MS = 1000.0
+#: The most broker crashes a second --crash-rate takes (each is down 0.1-1 s: beyond, the
+#: network is mostly down and a run says little).
+MAX_CRASH_RATE = 20.0
+#: The simulator's own rate when --crash-rate is not given.
+DEFAULT_CRASH_RATE = Faults().crash_rate
 
 
 def simulate(
@@ -62,6 +68,12 @@ def simulate(
         "--own",
         help="Times a publisher publishes and at once subscribes to everything: that "
         "subscription must get nothing its own client published before it.",
+    ),
+    crash_rate: float = typer.Option(
+        DEFAULT_CRASH_RATE,
+        "--crash-rate",
+        help="Broker crashes per simulated second over the whole network while it publishes "
+        f"(with the crash fault; at most {MAX_CRASH_RATE:g}).",
     ),
     retained: int = typer.Option(
         0,
@@ -115,6 +127,7 @@ def simulate(
         commit_ms=commit_ms,
         own=own,
         retained=retained,
+        crash_rate=crash_rate,
     )
 
 
@@ -136,6 +149,7 @@ def _simulate(
     commit_ms=0.0,
     own=0,
     retained=0,
+    crash_rate=DEFAULT_CRASH_RATE,
 ) -> None:
     for name, value, low in (
         ("--seeds", seeds, 1),
@@ -155,8 +169,12 @@ def _simulate(
         raise UserInputError(f"--seed: must not be negative, not {seed}")
     if not 0 <= commit_ms <= MAX_COMMIT_MS:  # (NaN is neither)
         raise UserInputError(f"--commit-ms: must be 0 to {MAX_COMMIT_MS:g}, not {commit_ms:g}")
+    if not 0 <= crash_rate <= MAX_CRASH_RATE:  # (NaN is neither)
+        raise UserInputError(
+            f"--crash-rate: must be 0 to {MAX_CRASH_RATE:g} a second, not {crash_rate:g}"
+        )
     try:
-        faults = Faults.parse(faults_spec)
+        faults = attrs.evolve(Faults.parse(faults_spec), crash_rate=crash_rate)
     except ValueError as exc:
         raise UserInputError(f"--faults: {exc}") from None
     topology = load_topology(topology_file, show_warnings=not as_json)
@@ -207,6 +225,8 @@ def _simulate(
         extra += f" --own {own}"
     if retained:
         extra += f" --retained {retained}"
+    if crash_rate != DEFAULT_CRASH_RATE:
+        extra += f" --crash-rate {crash_rate:g}"
     replay = {
         o.seed: o.replay(str(topology_file), faults_spec, events, subscribers, publishers, churn)
         + extra
@@ -234,6 +254,7 @@ def _simulate(
         "groups_lost_at_crash": sum(o.lost for o in outcomes),
         "own": own,
         "retained": retained,
+        "crash_rate": crash_rate,
         "moves": sum(o.moves for o in outcomes),
         "handovers": sum(o.handovers for o in outcomes),
         "wall_seconds": round(time.perf_counter() - started, 3),

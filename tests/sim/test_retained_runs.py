@@ -57,3 +57,22 @@ def test_retained_runs_from_the_cli(monkeypatch):
     bad = simulate_cli("--retained", "-1")
     assert bad.exit_code == 2 and "--retained: must be at least 0, not -1" in bad.output
     assert "Traceback" not in bad.output
+
+
+def test_crash_heavy_runs_from_the_cli(monkeypatch):
+    """``--crash-rate R``: more brokers crash (what found a replicator that never caught up on
+    a pubend it heard of late); a failed seed's replay line carries it; a bad rate is one
+    line."""
+    seeds = ("--seed", "3", "--seeds", "2", "--json")
+    calm = json.loads(simulate_cli(*seeds, "--crash-rate", "0").stdout)
+    heavy = simulate_cli(*seeds, "--crash-rate", "6")
+    assert heavy.exit_code == 0, heavy.output
+    summary = json.loads(heavy.stdout)
+    assert summary["crash_rate"] == 6.0 and summary["faults"]["crashes"] > 0
+    assert calm["faults"]["crashes"] == 0
+    monkeypatch.setattr(RetainedSet, "offer", lambda self, pubend, tick, event: None)
+    failed = simulate_cli(*seeds, "--crash-rate", "6", "--retained", "4")
+    (example, *_) = json.loads(failed.stdout)["examples"]
+    assert example["replay"].endswith(" --retained 4 --crash-rate 6")
+    bad = simulate_cli("--crash-rate", "nan")
+    assert bad.exit_code == 2 and "--crash-rate: must be 0 to 20 a second, not nan" in bad.output
