@@ -207,9 +207,8 @@ class HandOver:
                 self._unkept.discard(name)
                 continue
             waiting = opening[2]
-            marks = [r for r in waiting if r < 0]
-            waiting.difference_update(r for r in marks if store.durable(-r))
-            if any(r < 0 for r in waiting):
+            waiting.difference_update([r for r in waiting if r < 0 and store.durable(-r)])
+            if min(waiting, default=0) < 0:
                 continue
             self._unkept.discard(name)
             live.made = 0
@@ -469,7 +468,8 @@ class HandOver:
             return True
         hand = self._hands[name] = Hand(now, now - HANDOVER_RESEND)
         if h is None or h["dir"] == "in":  # taken: a restart reads back the rest …
-            hand.replays, hand.cuts = {}, dict(h["cuts"]) if h is not None else {}
+            hand.replays = {}
+            hand.cuts = {} if h is None else dict(h["cuts"])
             # … but for the pubends its own reads were still reading: they go on, from what
             # they had stored (the other sessions may have more of those: ``_top`` is theirs)
             for pubend, cut in sorted(state.reading.items()):

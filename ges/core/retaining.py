@@ -140,12 +140,16 @@ class Retaining:
         return out + self._catch_up(now)
 
     def _catch_up(self, now: float) -> list:
+        """The catch-up begins: the pubends begun by ``floor`` meanwhile are read, and every
+        other one known now."""
         self._retained_req = 0
-        for pubend in self._known_pubends():
-            self._catch_begin(pubend)
+        return self._asks_due(self._catching, now, self._catch_ask) + self._catch_new(now)
+
+    def _catch_new(self, now: float) -> list:
+        """Read every pubend known here and neither read nor being read."""
         out: list = []
-        for pubend, rp in sorted(self._catching.items()):  # (some begun by floor meanwhile)
-            out += self._catch_ask(pubend, rp, now)
+        for pubend in sorted(self._known_pubends() - self._caught - set(self._catching)):
+            out += self._catch_ask(pubend, self._catch_begin(pubend), now)
         return out
 
     def _catch_begin(self, pubend: str) -> Replay:
@@ -215,8 +219,7 @@ class Retaining:
         out = self._asks_due(self._catching, now, self._catch_ask)
         if now >= self._catch_due:
             self._catch_due = now + CATCH_LOOK_EVERY
-            for pubend in sorted(self._known_pubends() - self._caught - set(self._catching)):
-                out += self._catch_ask(pubend, self._catch_begin(pubend), now)
+            out += self._catch_new(now)
         return out
 
     def _retained_deadline(self) -> float:
