@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import attrs
 
+from ges.core.outputs import epoch_of
 from ges.core.part import Part
 from ges.core.work import JobBody, indexed
 from ges.matching.model import (
@@ -27,6 +28,10 @@ from ges.matching.model import (
 )
 from ges.routing.acks import Ticket
 from ges.wire import messages as m
+
+#: Epochs of one broker's pubend a subscription waiting for its V_m start keeps started on
+#: (a restarted pubend's older epoch may still have ticks on their way; the oldest goes).
+MAX_STARTED_EPOCHS = 4
 
 
 @attrs.define(eq=False)
@@ -49,9 +54,10 @@ class Gate:
     #: pubends it had started on there}
     vchanging: dict[int, frozenset[str]] | None = None
     #: levels started where a keeper was given up before it had the profile: {level: (vst,
-    #: {broker: the pubend started on})} (one per broker: an older epoch's stream has nothing
-    #: new for it)
-    vm: dict[int, tuple[tuple[int, int], dict[str, str]]] | None = None
+    #: {broker: the pubends started on, oldest epoch first})} — a broker's new epoch starts
+    #: while its older one's last ticks may still be on their way (at most
+    #: :data:`MAX_STARTED_EPOCHS` a broker: the oldest goes)
+    vm: dict[int, tuple[tuple[int, int], dict[str, list[str]]]] | None = None
 
 
 class Gates(Part):
@@ -98,9 +104,14 @@ class Gates(Part):
         floor = max(floor, self.release.promised(pubend))
         for g in self.vm_waiting.values():
             waiting = g.vm.get(level)
-            if waiting is None or waiting[1].get(broker) == pubend or clock < waiting[0]:
+            if waiting is None or clock < waiting[0]:
                 continue
-            waiting[1][broker] = pubend
+            started = waiting[1].setdefault(broker, [])
+            if pubend in started:
+                continue
+            started.append(pubend)
+            started.sort(key=epoch_of)
+            del started[:-MAX_STARTED_EPOCHS]
             start = g.levels[level]
             at = max(floor, start.get(pubend, 0))
             if at > 0:
@@ -112,7 +123,7 @@ class Gates(Part):
         if g is None:
             return False
         waiting = g.vm.get(level)
-        return waiting is not None and waiting[1].get(pubend.partition("~")[0]) != pubend
+        return waiting is not None and pubend not in waiting[1].get(pubend.partition("~")[0], ())
 
     def open(self, dest: tuple[int, int], change: tuple | None = None) -> None:
         """A new gate for ``dest``, just subscribed or changed (``change``: what
@@ -141,7 +152,7 @@ class Gates(Part):
         # start came (:attr:`Gate.vchanging`); where it is not known, its replaced profile is
         # needed without a limit
         vgate = (None if g is None else g.vm) or {}
-        held = {i: frozenset(w[1].values()) for i, w in vgate.items()}
+        held = {i: frozenset(p for ps in w[1].values() for p in ps) for i, w in vgate.items()}
         if changing is not None:
             # the profile before ``old`` is needed only up to where ``old`` started; the newest
             # config.max_changing profiles are kept (beyond that, what the oldest matched is no longer
@@ -225,7 +236,7 @@ class Gates(Part):
                     # the keeper came back with the profile: the rest start as usual
                     if start is None:
                         start = self._start_map(ticket)
-                    started = set(vgate.pop(i)[1].values())
+                    started = {p for ps in vgate.pop(i)[1].values() for p in ps}
                     level = self.level
                     got.update(
                         (p, t) for p, t in start.items() if level(p) == i and p not in started

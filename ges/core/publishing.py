@@ -16,7 +16,7 @@ on this pubend is the tick handed on last. An idempotent publisher numbers its e
 publishes each number once, across the publisher's reconnects and the broker's restarts (the
 log keeps the numbers), and acknowledges the duplicates once what they duplicate is durable.
 An idle pubend sends silence on its routes (seed 002 §2.2) so a lost last event is found out;
-after a restart it announces its last tick, and the previous epoch's.
+after a restart it announces its last tick, and the earlier epochs' the log names.
 """
 
 from __future__ import annotations
@@ -60,11 +60,13 @@ class Publishing(Part):
         # a pubend restarting with a log announces its last tick: events logged (and
         # acknowledged) just before a crash may never have left this broker
         restarted = self.log is not None and self.log.last > 0
-        # a log that opens a new epoch at each start names the previous one: its last tick
-        # is announced too, and nacks for it are answered from the log
-        previous = None if self.log is None else self.log.previous
-        self._previous = (f"{self.id}~{previous[0]}", previous[1]) if previous else None
-        restarted = restarted or self._previous is not None
+        # a log that opens a new epoch at each start names the earlier ones whose last ticks
+        # may not have reached every broker: those are announced too, and nacks for them are
+        # answered from the log (the epoch before may have been too short to announce its
+        # own predecessor's)
+        earlier = [] if self.log is None else self.log.earlier
+        self._earlier = [(f"{self.id}~{epoch}", last) for epoch, last in earlier]
+        restarted = restarted or bool(self._earlier)
         self._silence_due = 0.0 if restarted else float("inf")
         #: seconds from the next silence round to the one after
         self._silence_gap = self.config.silence_every
@@ -310,7 +312,7 @@ class Publishing(Part):
 
     def silence_round(self, now: float) -> list:
         """Silence on this pubend's routes (seed 002 §2.2: idle pubends advance silence), when
-        due: up to the last tick published, and the previous epoch's last tick after a
+        due: up to the last tick published, and the earlier epochs' last ticks after a
         restart; the rounds space out while the pubend stays idle."""
         if now < self._silence_due:
             return []
@@ -318,8 +320,7 @@ class Publishing(Part):
         out = self.subends.silence(
             self.pubend, tick, self._root_silence(tick), 0, now, self.vt.digest
         )
-        if self._previous is not None:
-            old, last = self._previous
+        for old, last in self._earlier:
             routes = [m.Route(r.unit, r.skip, prev=last) for r in self.router.initial_routes]
             out += self.subends.silence(old, last, routes, 0, now)
         self._silence_due = now + self._silence_gap

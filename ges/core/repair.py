@@ -23,7 +23,7 @@ import msgspec
 
 from ges.core.outputs import ProtocolError, epoch_of, hop
 from ges.core.unicast import Unicast
-from ges.reliable.log import MAX_READ, PubendLog
+from ges.reliable.log import MAX_READ, NO_END, PubendLog
 from ges.reliable.repair import EventCache, NackBoard
 from ges.reliable.subend import MAX_NACK_RANGES
 from ges.topology import Topology
@@ -94,20 +94,24 @@ class NackRepair:
     def from_log(self, msg: m.Nack) -> list[m.Recovered]:
         """The answers this broker's log gives ``msg`` (a nack for one of its own pubends) —
         also for its own replicator, which reads the log here rather than nacking itself."""
+        log = self.log
         if msg.pubend != self.pubend:
             # an older epoch of this broker's pubend: answered from the log if it kept it
-            # (a durable log does), else its ticks are lost, and saying so lets the subend go on
+            # (a durable log does), else its ticks are lost, and saying so lets the subend go
+            # on; a reader is answered past any tick of it at once
+            end = NO_END
             answers = self._old_epoch_answers(msg)
         else:
-            log = self.log
-            answers = _log_answers(msg, log.committed, log.released(), log.lowest(), log.read)
-            if msg.replay:  # a range past the last commit: nothing, up to it
-                answers += [
-                    m.Recovered(msg.pubend, msg.origin, lo, lo - 1, [])
-                    for lo, _ in msg.ranges
-                    if lo > log.committed
-                ]
+            end = log.committed
+            answers = _log_answers(msg, end, log.released(), log.lowest(), log.read)
         if msg.replay:
+            # a range past the last commit (of an older epoch: past any tick, where its first
+            # answer ended) is answered with nothing, up to it: the reader is done
+            answers += [
+                m.Recovered(msg.pubend, msg.origin, lo, lo - 1, [])
+                for lo, _ in msg.ranges
+                if lo > end
+            ]
             answers = [msgspec.structs.replace(a, replay=True) for a in answers]
         return answers
 
@@ -188,7 +192,7 @@ class NackRepair:
         # other epoch reads nothing of it: its ticks are answered as lost)
         return _log_answers(
             msg,
-            1 << 62,
+            NO_END,
             log.released(n),
             log.lowest(n),
             lambda lo, hi, limit: log.read_epoch(n, lo, hi, limit),

@@ -26,6 +26,11 @@ MAX_MEMORY_BYTES = 256 * 1024 * 1024
 #: recently active is forgotten first: its resent events would be published again).
 MAX_PUBLISHERS = 65_536
 
+#: Earlier epochs whose ends a restarted pubend announces at most (PubendLog.earlier).
+MAX_EARLIER = 8
+#: The end of an earlier epoch a log does not know (PubendLog.ended): past any tick.
+NO_END = 1 << 62
+
 #: A publisher's state: the highest event number published, and the epoch and tick it went in.
 PublisherState = tuple[int, int, int]
 
@@ -51,6 +56,13 @@ class PubendLog(Protocol):
         epoch at this start and still holds events of the previous one (the core announces that
         tick, so subscribers missing the previous epoch's last events nack them, and answers
         from :meth:`read_epoch`); None otherwise."""
+
+    @property
+    def earlier(self) -> list[tuple[int, int]]:
+        """The earlier epochs this log still holds ticks of past what was released, and the
+        last tick of each, newest first, at most :data:`MAX_EARLIER` (the core announces
+        each: a restart that came before the epoch before had announced its own
+        predecessor's end must not hide it); empty for a log that goes on in one epoch."""
 
     @property
     def last(self) -> int:
@@ -83,6 +95,10 @@ class PubendLog(Protocol):
     def lowest(self, epoch: int | None = None) -> int:
         """The lowest tick held of an epoch (this one by default): those below it were
         released or dropped by the log's bound (lost)."""
+
+    def ended(self, epoch: int) -> int:
+        """The last tick an earlier epoch committed (ticks after it were never published),
+        or :data:`NO_END` when the log does not know it (it kept no record of that epoch)."""
 
     def released(self, epoch: int | None = None) -> int:
         """The highest tick of an epoch (this one by default) released: every other broker
@@ -169,9 +185,13 @@ class MemoryLog:
 
     @property
     def previous(self) -> tuple[int, int] | None:
-        # one epoch only: kept across a simulated restart it goes on, and a new one knows
-        # nothing of the stream before it (a nack for that is answered as lost)
+        # one epoch only: a new one knows nothing of the stream before it (a nack for that
+        # is answered as lost)
         return None
+
+    @property
+    def earlier(self) -> list[tuple[int, int]]:
+        return []
 
     def read(self, lo: int, hi: int, limit: int = MAX_READ) -> list[tuple[int, object]]:
         i = bisect_left(self._ticks, lo)
@@ -185,8 +205,11 @@ class MemoryLog:
 
     def lowest(self, epoch: int | None = None) -> int:
         if epoch is not None and epoch != self.epoch:
-            return 1 << 62  # it holds no other epoch
+            return NO_END  # it holds no other epoch
         return self._ticks[0] if self._ticks else self.last + 1
+
+    def ended(self, epoch: int) -> int:
+        return self.committed if epoch == self.epoch else NO_END  # it holds no other epoch
 
     def released(self, epoch: int | None = None) -> int:
         return self._released if epoch is None or epoch == self.epoch else 0

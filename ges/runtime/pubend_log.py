@@ -45,7 +45,14 @@ import msgspec
 import sqlite_utils
 
 from ges.errors import OperationError
-from ges.reliable.log import MAX_PUBLISHERS, MAX_READ, PublisherState, remember
+from ges.reliable.log import (
+    MAX_EARLIER,
+    MAX_PUBLISHERS,
+    MAX_READ,
+    NO_END,
+    PublisherState,
+    remember,
+)
 from ges.wire.messages import Event
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -167,6 +174,20 @@ class SqliteLog:
             #: subscribers missing its last events ask for them)
             self.previous = (old, old_last) if old_last else None
             self.epoch = old + 1
+            #: the earlier epochs still holding events, and their last ticks, newest first
+            self.earlier = self._reader.execute(
+                "SELECT epoch, MAX(last) FROM events WHERE epoch <= ? GROUP BY epoch"
+                " ORDER BY epoch DESC LIMIT ?",
+                (old, MAX_EARLIER),
+            ).fetchall()
+            if old:
+                # where it ended, for good (ended()): its last row, or what was released or
+                # trimmed of it when no row is left
+                marks = [f"released:{old}", f"trimmed:{old}"]
+                (gone,) = self._reader.execute(
+                    "SELECT COALESCE(MAX(value), 0) FROM meta WHERE key IN (?, ?)", marks
+                ).fetchone()
+                db["meta"].upsert({"key": f"end:{old}", "value": max(old_last, gone)}, pk="key")
             self._promises = {r["broker"]: (r["pubend"], r["tick"]) for r in db["promises"].rows}
             self._publishers: dict[str, PublisherState] = {}
             for row in self._reader.execute(
@@ -189,6 +210,7 @@ class SqliteLog:
         #: released ticks of this epoch: done, and asked for (applied by the log task)
         self._done = self._release_to = 0
         self._old_released: dict[int, int] = {}
+        self._old_ends: dict[int, int] = {}
         self._pending: list[tuple[int, int, bytes, tuple | None]] = []
         #: publishers forgotten (MAX_PUBLISHERS) since the last group: their rows go with it
         self._forgotten: dict[str, None] = {}
@@ -254,7 +276,22 @@ class SqliteLog:
         (lo,) = self._read("SELECT MIN(first) FROM events WHERE epoch = ?", (epoch,))[0]
         if lo is not None:
             return lo
-        return self._committed + 1 if epoch == self.epoch else 1 << 62
+        if epoch == self.epoch:
+            return self._committed + 1
+        end = self.ended(epoch)  # none left of an earlier epoch: after its end
+        return end + 1 if end < NO_END else NO_END
+
+    def ended(self, epoch: int) -> int:
+        if epoch == self.epoch:
+            return self._committed
+        if epoch > self.epoch or epoch < 1:
+            return NO_END
+        got = self._old_ends.get(epoch)  # at most one per earlier epoch
+        if got is None:
+            rows = self._read("SELECT value FROM meta WHERE key = ?", (f"end:{epoch}",))
+            # a file written before ends were kept: not known
+            got = self._old_ends[epoch] = rows[0][0] if rows else NO_END
+        return got
 
     def released(self, epoch: int | None = None) -> int:
         if epoch is None or epoch == self.epoch:
@@ -448,19 +485,32 @@ class SqliteLog:
                 (n,) = w.execute("SELECT COALESCE(SUM(last - first + 1), 0) FROM events").fetchone()
                 self._excess = n - self.bounds.max_events
             rows = w.execute(
-                "SELECT rowid, last - first + 1 FROM events ORDER BY epoch, first LIMIT ?",
+                "SELECT rowid, last - first + 1, epoch, last FROM events ORDER BY epoch, first"
+                " LIMIT ?",
                 (self.bounds.release_chunk,),
             ).fetchall()
         except sqlite3.Error as exc:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
         gone = []
-        for rowid, size in rows:
+        #: per epoch, the last tick trimmed (where it ended, if no row of it is left)
+        trimmed: dict[int, int] = {}
+        for rowid, size, epoch, last in rows:
             if self._excess <= 0:
                 break
             gone.append((rowid,))
+            trimmed[epoch] = last
             self._excess -= size
+
+        def delete(c: sqlite3.Connection) -> None:
+            c.executemany("DELETE FROM events WHERE rowid = ?", gone)
+            c.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key)"
+                " DO UPDATE SET value = MAX(value, excluded.value)",
+                [(f"trimmed:{e}", t) for e, t in trimmed.items()],
+            )
+
         if gone:
-            self._transaction(lambda c: c.executemany("DELETE FROM events WHERE rowid = ?", gone))
+            self._transaction(delete)
             self._wal += COMMIT_OVERHEAD + len(gone) * DELETE_COST
         if self._excess <= 0 or len(gone) < len(rows) or not rows:
             self._excess = None

@@ -10,19 +10,82 @@ the core.
 The replicators' session stores (:class:`GroupSessionStore`) are committed the same way, and
 then the replicator is told (``Replicator.on_committed``).
 
-A broker that crashes with a group of its log in flight has it written just before it died.
-The core's ``on_logged`` never ran for it, so its publishers were never acknowledged. This is
-one of the runtime's outcomes of a ``kill -9``: the transaction finished, the acknowledgement
-did not go. A session store's group in flight is written, or lost (:meth:`GroupSessionStore.lose`),
-half the time each: the runtime's other outcome, the transaction never finished. (A log's lost
-group is not modelled: the runtime opens a new epoch of its pubend at each start, so a lost
-group's ticks are never used again, while the simulator's log goes on in one epoch.)
+A broker that crashes with a group in flight has it written, or lost, half the time each: the
+runtime's two outcomes of a ``kill -9``, the transaction finished (its acknowledgements never
+went) or it never did. A log's group is lost with :meth:`EpochGroupLog.lose`, a session
+store's with :meth:`GroupSessionStore.lose`.
+
+A pubend log is kept as the runtime's file keeps it (``ges.runtime.pubend_log``):
+:class:`EpochLog` opens a new epoch of the pubend at each start of its broker (ticks from 1
+again, V_m empty), keeps the earlier epochs' events for the nacks that ask for them, names the
+one before (``previous``, which the restarted pubend announces), and keeps its publishers'
+numbers and its promises across the epochs. A lost group's ticks are so never used again.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from ges.durable.store import MAX_READ, MemorySessionStore
-from ges.reliable.log import MemoryLog
+from ges.reliable.log import MAX_EARLIER, NO_END, MemoryLog
+from ges.reliable.log import MAX_READ as MAX_LOG_READ
+
+
+class EpochLog(MemoryLog):
+    """A :class:`MemoryLog` that is a broker's log file across its restarts: :meth:`reopen`
+    gives the log of the next start, a new epoch, and the earlier epochs stay readable."""
+
+    def __init__(self, epoch: int = 1, older: dict | None = None):
+        super().__init__(epoch)
+        #: the earlier epochs, by number (they take no more appends)
+        self._older: dict[int, EpochLog] = {} if older is None else older
+
+    def reopen(self) -> EpochLog:
+        """The log its broker's next start opens: the next epoch, with this one's publishers
+        and promises (the file keeps them)."""
+        self._older[self.epoch] = self
+        new = type(self)(self.epoch + 1, self._older)
+        new._publishers = self._publishers
+        new._promises = self._promises
+        return new
+
+    @property
+    def previous(self) -> tuple[int, int] | None:
+        """The epoch before this one and its last tick held, as the runtime's log names it
+        (None when it holds none: all released, or none written)."""
+        old = self._older.get(self.epoch - 1)
+        return (old.epoch, old._ticks[-1]) if old is not None and old._ticks else None
+
+    @property
+    def earlier(self) -> list[tuple[int, int]]:
+        held = [(e, old._ticks[-1]) for e, old in self._older.items() if old._ticks]
+        return sorted(held, reverse=True)[:MAX_EARLIER]
+
+    def read_epoch(
+        self, epoch: int, lo: int, hi: int, limit: int = MAX_LOG_READ
+    ) -> list[tuple[int, object]]:
+        log = self if epoch == self.epoch else self._older.get(epoch)
+        return [] if log is None else log.read(lo, hi, limit)
+
+    def lowest(self, epoch: int | None = None) -> int:
+        if epoch is None or epoch == self.epoch:
+            return super().lowest()
+        old = self._older.get(epoch)
+        if old is None:
+            return NO_END
+        return old._ticks[0] if old._ticks else old.last + 1
+
+    def ended(self, epoch: int) -> int:
+        if epoch == self.epoch:
+            return self.committed
+        old = self._older.get(epoch)
+        return NO_END if old is None else old.last
+
+    def released(self, epoch: int | None = None) -> int:
+        if epoch is None or epoch == self.epoch:
+            return super().released()
+        old = self._older.get(epoch)
+        return 0 if old is None else old._released
 
 
 class GroupLog(MemoryLog):
@@ -31,6 +94,8 @@ class GroupLog(MemoryLog):
     def __init__(self, epoch: int = 1):
         super().__init__(epoch)
         self._committed = 0
+        #: the publishers' numbers as the last commit left them (what :meth:`lose` goes back to)
+        self._kept_publishers: dict = {}
 
     @property
     def committed(self) -> int:
@@ -44,6 +109,26 @@ class GroupLog(MemoryLog):
     def commit(self) -> None:
         """Everything appended so far is durable."""
         self._committed = self.last
+        self._kept_publishers = dict(self._publishers)
+
+    def lose(self) -> None:
+        """The group in flight is lost (its broker died before the transaction finished): the
+        log holds what its last commit left, and so do its publishers' numbers."""
+        n = bisect_left(self._ticks, self._committed + 1)
+        self._bytes -= sum(self._sizes[n:])
+        del self._ticks[n:], self._events[n:], self._sizes[n:]
+        self._last = self._committed
+        self._publishers.clear()
+        self._publishers.update(self._kept_publishers)
+
+
+class EpochGroupLog(EpochLog, GroupLog):
+    """An :class:`EpochLog` committed a group at a time (:class:`GroupLog`)."""
+
+    def reopen(self) -> EpochGroupLog:
+        new = super().reopen()
+        new._kept_publishers = dict(self._publishers)
+        return new
 
 
 class GroupSessionStore(MemorySessionStore):

@@ -13,7 +13,8 @@ Faults (:class:`Faults`, each on or off and with its rate):
 * ``link`` — a link goes down for a while (both ends see it go, frames on it are lost) and comes
   back;
 * ``crash`` — a broker crashes, losing its soft state and its clients, and restarts after a
-  while with the same stable storage (its pubend log);
+  while with the same stable storage (its pubend log, which opens the pubend's next epoch, as
+  the runtime's does: ges.sim.commits);
 * ``partition`` — every link between two halves of a unit goes down at once, and heals;
 * ``silent`` — a link stops carrying frames for a while without either end being told (a cable
   pulled with no reset, a peer stalled): what is sent meanwhile arrives when it carries frames
@@ -47,9 +48,8 @@ from ges.core import BrokerConfig, BrokerCore, DropPeer, Notice, ToClient, ToPee
 from ges.core.coalesce import coalesce
 from ges.durable import replicators
 from ges.durable.store import MemorySessionStore
-from ges.reliable.log import MemoryLog
 from ges.routing import Hierarchy
-from ges.sim.commits import GroupLog, GroupSessionStore
+from ges.sim.commits import EpochGroupLog, EpochLog, GroupSessionStore
 from ges.sim.faults import Faults
 from ges.sim.links import SimLinks, _key
 from ges.topology import Topology
@@ -119,9 +119,10 @@ class Sim(SimLinks):
         #: acknowledged and matched, or streamed (ges.sim.commits), as the runtime's are;
         #: without it, at once
         self.commit_after = commit_after
-        #: each broker's stable storage: its pubend log survives crashes
-        log = MemoryLog if commit_after is None else GroupLog
-        self.logs: dict[str, MemoryLog] = {b: log(epoch=1) for b in topology.brokers}
+        #: each broker's stable storage: its pubend log survives crashes, and opens the
+        #: pubend's next epoch at each restart as the runtime's does (ges.sim.commits)
+        log = EpochLog if commit_after is None else EpochGroupLog
+        self.logs: dict[str, EpochLog] = {b: log(epoch=1) for b in topology.brokers}
         #: the groups on their way: (broker, "log" or "sessions") -> the core they are for
         self._commit_at: dict[tuple[str, str], BrokerCore] = {}
         #: ``on_unacked(broker, pubend, [(tick, event), …], now)``: a crash came between a
@@ -135,6 +136,11 @@ class Sim(SimLinks):
         #: session stores' groups lost at a crash (drawn apart: other draws stay as they were)
         self._lost_groups = random.Random(f"lost groups {seed}")
         self.lost_groups = 0
+        #: pubend logs' groups lost at a crash (their publishers were never acknowledged)
+        self._lost_log_groups = random.Random(f"lost log groups {seed}")
+        self.lost_log_groups = 0
+        #: how often a group in flight at a crash is lost rather than written (tests pin it)
+        self.lose_at_crash = 0.5
         #: ``on_session(broker, conn, msg, now)``: a durable-session message to a client; with
         #: it (or ``replicate``: for retained messages only), the topology's replicators run,
         #: keeping their sessions and retained messages, which survive crashes as the logs do
@@ -205,18 +211,23 @@ class Sim(SimLinks):
         if self._commit_at.pop((broker, "sessions"), None) is not None:
             # the group in flight was written, or lost: half the time each (ges.sim.commits)
             store = self.session_stores[broker]
-            if self._lost_groups.random() < 0.5:
+            if self._lost_groups.random() < self.lose_at_crash:
                 store.lose()
                 self.lost_groups += 1
             else:
                 store.commit()
         if self._commit_at.pop((broker, "log"), None) is not None:
-            log = self.logs[broker]  # the group in flight was written; its acks never went
-            written = log.read(log.committed + 1, log.last, limit=log.last)
-            log.commit()
-            self.unacked += len(written)
-            if self.on_unacked:
-                self.on_unacked(broker, core.pubend, written, self.now)
+            # the group in flight was written (its acks never went), or lost: half the time each
+            log = self.logs[broker]
+            if self._lost_log_groups.random() < self.lose_at_crash:
+                log.lose()
+                self.lost_log_groups += 1
+            else:
+                written = log.read(log.committed + 1, log.last, limit=log.last)
+                log.commit()
+                self.unacked += len(written)
+                if self.on_unacked:
+                    self.on_unacked(broker, core.pubend, written, self.now)
         if self.on_crash:
             self.on_crash(broker)
 
@@ -230,6 +241,7 @@ class Sim(SimLinks):
     def restart(self, broker: str) -> None:
         if broker in self.cores:
             return
+        self.logs[broker] = self.logs[broker].reopen()
         self._start(broker)
         for n in self.topology.neighbours[broker]:
             if n in self.cores and _key(broker, n) not in self._down_links:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ges.core import BrokerConfig, BrokerCore, Notice, ToPeer
+from ges.core.readback import ALL_TICKS
 from ges.core.repair import MAX_ANSWER_BYTES
 from ges.matching.model import Profile, profile_to_wire
-from ges.reliable.log import MAX_READ, MemoryLog
+from ges.reliable.log import MAX_READ, NO_END, MemoryLog
 from ges.sim import Checker, Faults, Sim
 from ges.topology import Topology
 from ges.wire import messages as m
@@ -218,6 +219,7 @@ class EpochLog(MemoryLog):
     """A log that opened epoch 2 at this start and still holds epoch 1's five events."""
 
     previous = (1, 5)
+    earlier = [(1, 5)]
 
     def read_epoch(self, epoch, lo, hi, limit=MAX_READ):
         assert epoch == 1
@@ -237,6 +239,32 @@ def test_a_restarted_pubend_announces_its_previous_epoch_and_answers_for_it():
     (answer,) = [o.msg for o in out if type(o) is ToPeer]
     assert (answer.lo, answer.hi, answer.lost) == (3, 9, False)
     assert [it.tick for it in answer.items] == [3, 4, 5]
+
+
+def test_a_replay_of_an_earlier_epoch_reads_to_its_end_and_is_told_it_is_done():
+    """A replicator reading an earlier epoch back (a restart, a hand-over, the retained
+    catch-up) asks for everything from a tick on; it is answered with what the epoch holds,
+    silence past it, and its next ask, past that, with nothing: it is done (it used to get
+    no answer, and asked again each second for ever)."""
+    log = EpochLog(epoch=2)
+    core = BrokerCore(demo(), "b1", incarnation=9, reliable=True, log=log)
+    core.link_up("b2", 0.0)
+    (page,) = core.repair.from_log(m.Nack("b1~1", "b2", [(3, ALL_TICKS)], replay=True))
+    assert page.replay and [it.tick for it in page.items] == [3, 4, 5]
+    assert (page.lo, page.hi) == (3, NO_END)
+    (done,) = core.repair.from_log(m.Nack("b1~1", "b2", [(page.hi + 1, ALL_TICKS)], replay=True))
+    assert done.replay and done.lo == page.hi + 1 and done.hi == page.hi and not done.items
+
+
+def test_a_restarted_pubend_announces_every_earlier_epoch_its_log_names():
+    """Epoch 3 of a broker whose epoch 2 was too short to announce epoch 1's end: both are
+    announced (a subscriber that missed epoch 1's last events learns of them)."""
+    log = EpochLog(epoch=4)
+    log.earlier = [(3, 2), (1, 5)]
+    core = BrokerCore(demo(), "b1", incarnation=9, reliable=True, log=log)
+    out = core.link_up("b2", 0.0) + core.on_timer(0.0)
+    silences = {(o.msg.pubend, o.msg.tick) for o in out if type(o.msg) is m.Silence}
+    assert {("b1~3", 2), ("b1~1", 5)} <= silences
 
 
 # -- releasing the log (issue 5, Deliver 1) ---------------------------------------------------

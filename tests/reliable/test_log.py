@@ -32,21 +32,30 @@ def test_a_memory_log_is_durable_as_soon_as_appended():
     assert log.last == 4 and log.committed == 4
 
 
-def test_the_simulator_keeps_a_memory_log_across_a_crash_so_its_stream_goes_on():
-    # the restarted core is given the same object at the same epoch, so its ticks go on after
-    # the last and MemoryLog.previous is always None (SqliteLog opens a new epoch instead)
+def test_the_simulator_opens_a_new_epoch_at_each_restart_as_the_runtime_does():
+    # the restarted core is given the broker's log file at its next epoch: ticks from 1 again,
+    # the epoch before named (its last tick announced) and still read for nacks
     from ges.sim import Sim
     from tests.sim.test_simulator import topology
 
     sim = Sim(topology("demo"), seed=1)
     broker = sorted(sim.cores)[0]
     before = sim.cores[broker]
+    before.log.append(1, [ev(1), ev(2)])
+    before.log.release(1)
     sim.crash(broker, 0.5)
     sim.run_until(1.0)
     after = sim.cores[broker]
     assert after is not before and after.incarnation != before.incarnation
-    assert after.log is before.log is sim.logs[broker]
-    assert after.pubend == before.pubend and after.log.previous is None
+    assert after.log is sim.logs[broker] and after.log is not before.log
+    assert after.pubend == f"{broker}~2" and after.log.previous == (1, 2)
+    assert after.log.last == 0 and after.log.read_epoch(1, 1, 10) == [(2, ev(2))]
+    assert after.log.released(1) == 1 and after.log.lowest(1) == 2 and after.log.ended(1) == 2
+    sim.crash(broker, 0.5)  # an epoch with nothing committed: nothing to announce
+    sim.run_until(2.0)
+    log = sim.cores[broker].log
+    assert log.epoch == 3 and log.previous is None and log.ended(2) == 0
+    assert log.read_epoch(1, 1, 10) == [(2, ev(2))] and log.ended(1) == 2
 
 
 def test_the_bounds_drop_single_events_oldest_first_even_inside_a_batch():

@@ -207,7 +207,7 @@ def test_the_core_uses_only_protocol_members_of_its_log_and_no_getattr():
                 target = ast.unparse(node.args[0]) if node.args else ""
                 assert target not in ("self.log", "log"), f"{path}: {ast.unparse(node)}"
     # found at all (the scan is not blind), and nothing outside the protocol
-    assert {"append", "committed", "read_epoch", "previous", "clocks"} <= used
+    assert {"append", "committed", "read_epoch", "earlier", "clocks"} <= used
     assert used <= set(protocol_members()), used - set(protocol_members())
 
 

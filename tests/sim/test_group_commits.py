@@ -88,27 +88,59 @@ def test_crashes_between_commits_and_acknowledgements_in_runs_cost_no_event():
     assert unacked > 0 and lost > 0
 
 
-def test_a_crash_between_commit_and_acknowledgement_keeps_the_events():
-    """The group in flight at a crash was written: its events are delivered after the
-    restart, though their publisher never had an acknowledgement."""
+def _crash_with_a_group_in_flight(lost: bool):
+    """b20 subscribes to everything, b1 publishes one event, and crashes before its log's
+    group is committed; that group is written, or lost. The world, the subscription, and the
+    events the crash wrote."""
     unacked = []
     world = World(
         commit_after=(0.004, 0.004),
         on_unacked=lambda b, pubend, written, now: unacked.extend(written),
     )
     sim = world.sim
+    sim.lose_at_crash = 1.0 if lost else 0.0
     sim.run_until(0.5)
     key = world.subscribe("b20", 1, Profile("all"))
     sim.run_until(1.0)
     world.publish_at(1.0, "b1", 0)
     sim.run_until(1.001)
     sim.crash("b1", 0.5)
-    assert [t for t, _ in unacked] == [1] and world.pending  # never acknowledged
+    assert world.pending  # never acknowledged
+    return world, key, unacked
+
+
+def test_a_crash_between_commit_and_acknowledgement_keeps_the_events():
+    """The group in flight at a crash was written: its events are delivered after the
+    restart (from the epoch before, which the restarted pubend announces), though their
+    publisher never had an acknowledgement."""
+    world, key, unacked = _crash_with_a_group_in_flight(lost=False)
+    sim = world.sim
+    assert [t for t, _ in unacked] == [1] and sim.lost_log_groups == 0
     world.checker.publish("b1~1", 1, [{"n": 0}], sim.now)
     sim.run_until(20.0)
+    assert sim.cores["b1"].pubend == "b1~2" and sim.logs["b1"].previous == (1, 1)
     world.checker.finish(sim.now)
     assert world.checker.ok, [str(v) for v in world.checker.violations]
     assert world.checker.subs[key].got == {"b1~1": [1]}
+
+
+def test_a_group_lost_at_a_crash_is_never_published():
+    """The group in flight at a crash never finished: its events were never acknowledged nor
+    sent, and the restarted pubend's new epoch never uses their ticks. Nothing arrives, and
+    nothing is taken for lost: a publish after the restart arrives alone."""
+    world, key, unacked = _crash_with_a_group_in_flight(lost=True)
+    sim = world.sim
+    assert unacked == [] and sim.lost_log_groups == 1
+    sim.run_until(2.0)
+    log = sim.logs["b1"]
+    assert sim.cores["b1"].pubend == "b1~2" and log.previous is None
+    assert log.read_epoch(1, 1, 10) == [] and log.ended(1) == 0
+    world.publish_at(2.0, "b1", 1)
+    sim.run_until(20.0)
+    world.checker.finish(sim.now)
+    assert world.checker.ok, [str(v) for v in world.checker.violations]
+    assert world.checker.subs[key].got == {"b1~2": [1]}
+    assert not sim.cores["b20"].counters["lost"]
 
 
 def test_group_commits_from_the_cli(monkeypatch):
