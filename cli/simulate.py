@@ -252,6 +252,7 @@ def _simulate(
         "commit_ms": commit_ms,
         "unacked_at_crash": sum(o.unacked for o in outcomes),
         "groups_lost_at_crash": sum(o.lost for o in outcomes),
+        "log_groups_lost_at_crash": sum(o.lost_log for o in outcomes),
         "own": own,
         "retained": retained,
         "crash_rate": crash_rate,
@@ -327,6 +328,7 @@ def _render(summary: dict, topology, faults_spec: str) -> None:
         out.print(
             f"group commits: up to {summary['commit_ms']:g} ms late; "
             f"{summary['unacked_at_crash']:,} events written at a crash, never acknowledged; "
+            f"{summary['log_groups_lost_at_crash']:,} log groups and "
             f"{summary['groups_lost_at_crash']:,} session-store groups lost at a crash"
         )
     if summary["retained"]:

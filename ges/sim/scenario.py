@@ -74,6 +74,9 @@ class Outcome:
     #: session stores' groups lost at a crash (``commit_ms``): what they held was never
     #: streamed nor acknowledged, and the replicator reads it back
     lost: int = 0
+    #: pubend logs' groups lost at a crash (``commit_ms``): their events were never
+    #: acknowledged nor sent, and the restarted pubend's new epoch never uses their ticks
+    lost_log: int = 0
 
     def replay(
         self,
@@ -308,6 +311,7 @@ def run_seed(
         handovers=0 if roaming is None else roaming.handovers,
         unacked=sim.unacked,
         lost=sim.lost_groups,
+        lost_log=sim.lost_log_groups,
     )
 
 

@@ -75,8 +75,9 @@ def test_crashes_between_commits_and_acknowledgements_in_runs_cost_no_event():
     """Crashes 4 a second, 8 publishers, logs committing up to 300 ms late: some crashes
     come with a group in flight; its events, never acknowledged, arrive all the same (the
     checker requires them, and fails a run where one goes missing or arrives unpublished).
-    Some come with a session store's group in flight, lost: the replicator reads it back."""
-    unacked = lost = 0
+    Some come with a session store's group in flight, lost: the replicator reads it back; and
+    some with a log's group in flight, lost: never published, the next epoch goes on."""
+    unacked = lost = lost_log = 0
     faults = attrs.evolve(Faults(), crash_rate=4.0)
     for seed in range(4):
         o = run_seed(
@@ -85,7 +86,8 @@ def test_crashes_between_commits_and_acknowledgements_in_runs_cost_no_event():
         assert o.ok, f"seed {seed}: " + "; ".join(o.violations[:3])
         unacked += o.unacked
         lost += o.lost
-    assert unacked > 0 and lost > 0
+        lost_log += o.lost_log
+    assert unacked > 0 and lost > 0 and lost_log > 0
 
 
 def _crash_with_a_group_in_flight(lost: bool):
@@ -149,6 +151,7 @@ def test_group_commits_from_the_cli(monkeypatch):
     assert done.exit_code == 0, done.output
     summary = json.loads(done.stdout)
     assert summary["ok"] and (summary["commit_ms"], summary["own"]) == (5.0, 4)
+    assert summary["log_groups_lost_at_crash"] == summary["groups_lost_at_crash"] == 0
     monkeypatch.setattr(BrokerCore, "waits_for_publishes", lambda self, conn, msg: False)
     failed = simulate_cli("--faults", "none", "--json", "--commit-ms", "5", "--own", "4")
     assert failed.exit_code == 1
