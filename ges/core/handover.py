@@ -128,11 +128,8 @@ class HandOver:
         return out
 
     def _hand_over(self, live, target: str, now: float) -> list:
-        known = set(self._top) | set(self.subends.streams)
-        if self.log is not None:
-            known |= {pubend for pubend, _ in self.log.promised().values()}
         state = live.state
-        known |= set(state.floors)
+        known = self._known_pubends() | set(state.floors)
         # what it holds: all it wants up to what this replicator stored or acknowledged, and
         # up to what came to it from elsewhere (an earlier hand-over)
         cuts = {p: t for p in sorted(known) if (t := max(self._horizon(p), state.floors.get(p, 0)))}
@@ -429,7 +426,7 @@ class HandOver:
                     hand.watch_until = 0.0
                 elif hand.watch_until and now >= hand.looked + HANDOVER_RESEND:
                     hand.looked = now  # pubends heard of since (silence too): read them
-                    for pubend in sorted(set(self.subends.streams) - hand.seen):
+                    for pubend in self._unread(hand.seen):
                         out += self._read(live, hand, pubend, now)
                 if h is None and not hand.watch_until and not hand.replays:
                     del self._hands[name]  # taken, and watched long enough

@@ -26,6 +26,9 @@ LOCAL_PAGES = 8
 MAX_HELD_BYTES = 16 * 1024 * 1024
 #: "up to the last committed tick", in a replay request (an old epoch's log answers up to it)
 ALL_TICKS = 1 << 62
+#: Seconds between two looks for pubends heard of and not read back yet (after a restart;
+#: the retained catch-up looks as often: ges.core.retaining).
+LOOK_EVERY = 1.0
 
 
 @attrs.define(eq=False)
@@ -82,19 +85,39 @@ class ReadBack:
     def _replay_all(self, now: float) -> list:
         """The restored subscriptions are all in place: every pubend known here is read back
         from its log after what was stored — up to its last commit, past every tick a
-        subscription's starting point can be — and others as they are heard of."""
+        subscription's starting point can be — and others as they are heard of: at their
+        first event, or at the next look (:meth:`_replay_new`)."""
         for pubend in sorted(self._known_pubends()):
             self._begin(pubend)
         out: list = []
         for pubend, rp in sorted(self._replays.items()):
             out += self._ask(pubend, rp, now)
+        self._look_due = now + LOOK_EVERY
         return out
 
+    def _replay_new(self, now: float) -> list:
+        """Each LOOK_EVERY after a restart, the pubends heard of since and neither read back
+        nor being read are read too. Waiting for an event of each would wait for good for an
+        earlier epoch of a restarted publisher, which has no more: only its end is announced
+        (the simulator found a restarted replicator whose sessions never had the last
+        events a publisher logged before it restarted)."""
+        self._look_due = now + LOOK_EVERY
+        out: list = []
+        for pubend in self._unread(self._live | set(self._replays)):
+            out += self._ask(pubend, self._begin(pubend), now)
+        return out
+
+    def _unread(self, read: set[str]) -> list[str]:
+        """The pubends known here and not in ``read``, in order."""
+        return sorted(self._known_pubends() - read)
+
     def _known_pubends(self) -> set[str]:
-        """The pubends known here: stored from, heard from, or acknowledged to."""
+        """The pubends known here: stored from, heard from, or acknowledged to — and this
+        broker's own earlier epochs that its log still holds (no subend follows those)."""
         known = set(self._top) | set(self.subends.streams)
         if self.log is not None:
             known |= {pubend for pubend, _ in self.log.promised().values()}
+            known |= {f"{self.id}~{epoch}" for epoch, _ in self.log.earlier}
         return known
 
     @staticmethod

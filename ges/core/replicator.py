@@ -120,6 +120,8 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
         #: per session key still restoring, the req waited for per subscription
         self._restoring_of: dict[int, dict[int, int]] = {}
         self._restore_by = float("inf")
+        #: the next look for pubends heard of since the read-back began (ges.core.readback)
+        self._look_due = float("inf")
         self._retention_due = 0.0
         #: when the first session whose client is away is due to end (inf: none is)
         self._expiry_due = float("inf")
@@ -776,6 +778,8 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             out += [Notice("warning", text), *self._replay_all(now)]
         if not self._restoring:
             out += self._asks_due(self._replays, now, self._ask)
+            if now >= self._look_due:
+                out += self._replay_new(now)
         if self._retained_req or self._catching is not None:
             out += self._retained_timer(now)
         return out
@@ -792,9 +796,9 @@ class Replicator(Lifetime, Streaming, HandOver, Taking, ReadBack, Retaining, Par
             due = min(due, self._handover_deadline())
         if self._retained_req or self._catching is not None:
             due = min(due, self._retained_deadline())
-        if self._restoring or not self._replays:
+        if self._restoring:
             return due
-        return min(due, self._asks_deadline(self._replays))
+        return min(due, self._look_due, self._asks_deadline(self._replays))
 
     def on_committed(self) -> list:
         """The store committed a group: what it holds may be acknowledged, and is streamed

@@ -19,7 +19,7 @@ from bisect import bisect_right
 from collections import deque
 
 from ges.core.outputs import Notice, ToClient, epoch_of
-from ges.core.readback import ALL_TICKS, Replay
+from ges.core.readback import ALL_TICKS, LOOK_EVERY, Replay
 from ges.core.work import WORK_SLICE
 from ges.durable.retained import RETAINED_PROFILE, RetainedSet
 from ges.matching.topics import check_filter
@@ -32,8 +32,6 @@ RETAINED_CONN = -(1 << 40)
 #: deliveries (ges.core.publishing's slices): kept, counted and stored, ~30 µs against ~1.5 —
 #: 1,024 of them in one slice held a broker ~30 ms.
 RETAINED_WEIGHT = 16
-#: Seconds between two looks for pubends heard of since the catch-up began (each is read once).
-CATCH_LOOK_EVERY = 1.0
 #: Filters one ask may name (an MQTT SUBSCRIBE's, whose filters a client holds at most 1,024).
 MAX_ASK_FILTERS = 1024
 #: An ask's walk of the index goes in slices of the core's work (ges.core.work): a level
@@ -148,7 +146,7 @@ class Retaining:
     def _catch_new(self, now: float) -> list:
         """Read every pubend known here and neither read nor being read."""
         out: list = []
-        for pubend in sorted(self._known_pubends() - self._caught - set(self._catching)):
+        for pubend in self._unread(self._caught | set(self._catching)):
             out += self._catch_ask(pubend, self._catch_begin(pubend), now)
         return out
 
@@ -208,7 +206,7 @@ class Retaining:
 
     def _retained_timer(self, now: float) -> list:
         """The catch-up's asks without an answer go again; a subscription still incomplete
-        after RESTORE_WAIT does not hold it up longer; and every CATCH_LOOK_EVERY the pubends
+        after RESTORE_WAIT does not hold it up longer; and every LOOK_EVERY the pubends
         heard of since are read too (waiting for this broker to be asked to acknowledge one
         could wait for good: the simulator found a replicator that never had a message
         published before its subscription reached the pubend, heard of after its catch-up)."""
@@ -218,7 +216,7 @@ class Retaining:
             return self._catch_up(now)
         out = self._asks_due(self._catching, now, self._catch_ask)
         if now >= self._catch_due:
-            self._catch_due = now + CATCH_LOOK_EVERY
+            self._catch_due = now + LOOK_EVERY
             out += self._catch_new(now)
         return out
 

@@ -96,10 +96,11 @@ class Taking:
         if hand is None or hand.waiting or hand.replays is not None:
             return []
         cuts = hand.cuts
-        # (and those a restart's read-back is reading: read here for this session, not there)
-        known = set(cuts) | set(self._top) | set(self.subends.streams) | set(self._replays)
-        if self.log is not None:  # and this broker's own pubend (no subend follows it here)
-            known |= {pubend for pubend, _ in self.log.promised().values()} | {self.pubend}
+        # (and those a restart's read-back is reading: read here for this session, not there;
+        # and this broker's own pubend, which no subend follows here)
+        known = set(cuts) | self._known_pubends() | set(self._replays)
+        if self.log is not None:
+            known.add(self.pubend)
         live.state.floors = {p: cuts[p] for p in known if cuts.get(p, 0) > 0}
         live.state.reading = {p: cuts.get(p, 0) for p in known}
         self.store.save_session(live.state)

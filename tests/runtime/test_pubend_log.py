@@ -14,6 +14,7 @@ import trio
 
 from ges.client import connect
 from ges.core import BrokerConfig
+from ges.reliable.log import MAX_EARLIER
 from ges.runtime import BrokerServer
 from ges.runtime.pubend_log import LogBounds, SqliteLog
 from ges.runtime.up import wait_ready
@@ -72,8 +73,8 @@ def test_appends_are_committed_by_the_group_and_read_back(tmp_path):
 
 def test_a_restart_opens_a_new_epoch_and_keeps_the_committed_events_of_the_old(tmp_path):
     # a new stream per start: appended ticks not committed before a crash were never
-    # acknowledged nor sent, so they were not published (MemoryLog, kept by the simulator
-    # across a crash, goes on with its epoch)
+    # acknowledged nor sent, so they were not published (the simulator's log does the same:
+    # ges.sim.commits.EpochLog)
     path = tmp_path / "b1.pubend.db"
     log = SqliteLog(path)
     log.append(1, [ev(1), ev(2)])
@@ -88,7 +89,22 @@ def test_a_restart_opens_a_new_epoch_and_keeps_the_committed_events_of_the_old(t
     again.close()
     third = SqliteLog(path)  # the previous epoch is the one just before, which logged nothing
     assert (third.epoch, third.previous) == (3, None)
+    # but epoch 1's end is still announced: epoch 2 may not have lived to announce it
+    assert third.earlier == [(1, 2)] and third.ended(2) == 0 and third.ended(1) == 2
     third.close()
+
+
+def test_every_earlier_epoch_still_held_is_named_newest_first_up_to_a_bound(tmp_path):
+    path = tmp_path / "b1.pubend.db"
+    for _ in range(MAX_EARLIER + 2):
+        log = SqliteLog(path)
+        log.append(1, [ev(log.epoch)])
+        log.committed_to(log.write_group(log.take_group()))
+        log.close()
+    log = SqliteLog(path)
+    n = log.epoch - 1
+    assert log.earlier == [(e, 1) for e in range(n, n - MAX_EARLIER, -1)]
+    log.close()
 
 
 def test_the_bound_drops_whole_batches_oldest_first_and_lowest_says_where_the_log_starts(
@@ -310,6 +326,11 @@ def test_released_batches_are_deleted_and_remembered_per_epoch(tmp_path):
     log.close()
     again = SqliteLog(path)
     assert again.released(1) == 6 and again.released() == 0
+    # nothing of epoch 1 is left, and it is known to have ended where it was released: a
+    # nack past that is answered with silence, not as lost (it used to be: no row said where
+    # epoch 1 ended)
+    assert again.earlier == [] and again.previous is None
+    assert again.ended(1) == 6 and again.lowest(1) == 7
     again.close()
 
 
