@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import attrs
 
+from ges.core.outputs import epoch_of
 from ges.wire import messages as m
 from ges.wire.messages import held_size
 
@@ -49,9 +50,12 @@ class ReadBack:
     def _horizon(self, pubend: str) -> int:
         """The tick of ``pubend`` up to which everything the sessions want is stored: what was
         stored, or what this broker acknowledged to the release rounds (never above what was
-        stored — :meth:`floor`)."""
-        promised = self.release.promised(pubend) if self.release is not None else 0
-        return max(self._top.get(pubend, 0), promised)
+        stored — :meth:`floor`) — of its own pubend, what its log released (which its own
+        needs pin the same way)."""
+        done = self.release.promised(pubend) if self.release is not None else 0
+        if self.log is not None and self._local(pubend):
+            done = max(done, self.log.released(epoch_of(pubend)))
+        return max(self._top.get(pubend, 0), done)
 
     def _reads_back(self, live, pubend: str, tick: int) -> bool:
         """Whether ``tick`` of ``pubend``, read back, is stored for session ``live``: not if it

@@ -33,8 +33,8 @@ it is a lower bound (enough for a starting point: V_m never shrinks along a stre
 also says, per clock, the first tick the pubend stamped with it, so a subscriber's broker
 knows its starting point exactly from any frame that reaches it — the frames before may have
 been lost — and asks for the ticks it has not seen. A pubend's table survives a restart with
-its log when the stream goes on (the simulator's), so its V_m never shrinks; a new epoch is a
-new stream.
+its log when the stream goes on (a log that keeps one epoch), so its V_m never shrinks; a new
+epoch — each restart's, in the runtime and the simulator — is a new stream.
 
 **Which clocks travel.** GES starts a subscription from its keepers' acknowledgements
 (:mod:`ges.routing.table`): everything published after its complete ``SubAck`` arrives, a

@@ -289,8 +289,15 @@ class SqliteLog:
         got = self._old_ends.get(epoch)  # at most one per earlier epoch
         if got is None:
             rows = self._read("SELECT value FROM meta WHERE key = ?", (f"end:{epoch}",))
-            # a file written before ends were kept: not known
-            got = self._old_ends[epoch] = rows[0][0] if rows else NO_END
+            if rows:
+                got = rows[0][0]
+            else:  # an epoch ended before ends were kept: its last row, or what went of it
+                marks = (f"released:{epoch}", f"trimmed:{epoch}")
+                ((gone,),) = self._read("SELECT MAX(value) FROM meta WHERE key IN (?, ?)", marks)
+                ((last,),) = self._read("SELECT MAX(last) FROM events WHERE epoch = ?", (epoch,))
+                known = [v for v in (gone, last) if v is not None]
+                got = max(known) if known else NO_END
+            self._old_ends[epoch] = got
         return got
 
     def released(self, epoch: int | None = None) -> int:

@@ -185,6 +185,10 @@ class GroupSessionStore(MemorySessionStore):
         self._saves_durable = self._saves
         self._kept = self._state()
 
+    def kept_sessions(self) -> dict:
+        """The sessions as the last commit left them (what a crash now would keep)."""
+        return self._kept[0]
+
     def lose(self) -> None:
         """The group in flight is lost (its broker died before the transaction finished):
         the store is as its last commit left it."""

@@ -39,11 +39,23 @@ Each rule, with the names in ges.core.replicator and its parts:
 11. *Subscriptions.* Once no request of it is in progress, the broker has exactly the
     session's subscriptions under its own connection (``-key``), with their profiles — none
     once it has been handed over away (its tail, or moved) — and none of a session not held.
+
+One more rule is about what a replicator says rather than what it holds (:func:`told_problem`,
+checked on each message it sends):
+
+12. *Told once durable.* What it tells a client or another replicator is already in its
+    store's last commit, so no crash can take it back after it was acted on: a client told
+    its session is open (``SessionOpened``) has a session that survives a crash; a source
+    told ``taken`` has a target whose commit holds the session as taken (or served there, or
+    handed on); one told ``done``, a target whose commit holds it served there (or handed
+    on).
 """
 
 from __future__ import annotations
 
 from ges.core.retaining import RETAINED_CONN
+from ges.sim.commits import GroupSessionStore
+from ges.wire import messages as m
 
 
 def replicator_problems(core) -> list[str]:
@@ -176,6 +188,39 @@ def _stream_problems(rep, live) -> list[str]:
     if size != live.inflight_bytes:
         out.append(f"{size} bytes in flight, its count says {live.inflight_bytes}")
     return out
+
+
+def told_problem(store, msg) -> str | None:
+    """Rule 12 for ``msg``, which the replicator whose store is ``store`` sends first (to a
+    client, or a hand-over's note to another replicator): what breaks it, or None. What it
+    says must hold in the store's last commit when it holds in the store now (a step said
+    once durable may go after the session ended meanwhile: stale, not this rule's concern)."""
+    kept = store.kept_sessions() if isinstance(store, GroupSessionStore) else store.sessions()
+    if _holds(kept, msg) or not _holds(store.sessions(), msg):
+        return None
+    if type(msg) is m.SessionOpened:
+        return f"told a client session {msg.name} is open before a commit kept it"
+    h = getattr(kept.get(msg.name), "handover", None)
+    return f"said {msg.what!r} of session {msg.name} before a commit kept it ({h})"
+
+
+def _holds(sessions: dict, msg) -> bool:
+    """What ``msg`` says holds of ``sessions`` (True for what rule 12 does not look at): its
+    session is there — for a hand-over's ``taken``, taken there or a later step (served there,
+    or handed on: a step said again may wait for the commit of one after it); for ``done``,
+    served there or handed on."""
+    t = type(msg)
+    if t is m.SessionOpened:
+        return msg.name in sessions
+    if t is not m.HandoverNote or msg.what not in ("taken", "done"):
+        return True
+    state = sessions.get(msg.name)
+    if state is None:
+        return False
+    h = state.handover
+    if h is None or h["dir"] != "in":
+        return True
+    return msg.what == "taken" and h["phase"] == "taken"
 
 
 def _fields(state) -> list[str]:

@@ -25,7 +25,7 @@ from ges.matching.model import RETAIN_ATTR, TOPIC_ATTR, Conjunction, Profile, pr
 from ges.matching.syntax import parse_where
 from ges.sim.checker import Checker
 from ges.sim.faults import Faults
-from ges.sim.invariants import replicator_problems
+from ges.sim.invariants import replicator_problems, told_problem
 from ges.sim.network import Sim
 from ges.sim.roaming import Roaming
 from ges.topology import Topology
@@ -190,9 +190,26 @@ def run_seed(
 
     def on_step(broker, core):
         for what in replicator_problems(core):
-            if (broker, what) not in broken:
-                broken.add((broker, what))
-                checker.broker_fault(sim.now, broker, what)
+            _broke(broker, what)
+
+    def _broke(broker, what):
+        if (broker, what) not in broken:
+            broken.add((broker, what))
+            checker.broker_fault(sim.now, broker, what)
+
+    def told(broker, msg):
+        store = sim.session_stores.get(broker)
+        what = None if store is None else told_problem(store, msg)
+        if what is not None:
+            _broke(broker, what)
+
+    def on_session(broker, conn, msg, now):
+        told(broker, msg)
+        roaming.on_session(broker, conn, msg, now)
+
+    def on_send(src, dst, msg):
+        if type(msg) is m.HandoverNote and msg.source == src:  # (not when relayed)
+            told(src, msg)
 
     def on_crash(broker):
         if roaming is not None:
@@ -218,7 +235,8 @@ def run_seed(
         on_notice=on_notice,
         work_slice=work_slice,
         config=config,
-        on_session=(lambda *a: roaming.on_session(*a)) if durable and reliable else None,
+        on_session=on_session if durable and reliable else None,
+        on_send=on_send if durable and reliable else None,
         commit_after=(0.0, commit_ms / 1000) if commit_ms > 0 else None,
         on_unacked=on_unacked,
         on_step=on_step if (durable or retained) and reliable else None,

@@ -1,9 +1,10 @@
 """The pubend log contract: the same tests against :class:`MemoryLog` and :class:`SqliteLog`.
 
 The broker core is given a :class:`PubendLog` and must not care which. Each test here runs
-against both through a small adapter that does what each log's driver does: the simulator
-keeps a :class:`MemoryLog` object across a broker's crash (ges/sim/network.py), which commits
-at once and releases at once; the trio runtime's log task (ges/runtime/broker.py) commits a
+against both through a small adapter that does what each log's driver does: a
+:class:`MemoryLog` kept across a restart goes on in one epoch, committing and releasing at once
+(the core's own default; the simulator's logs open a new epoch at each restart, as the
+runtime's do: ges/sim/commits.py); the trio runtime's log task (ges/runtime/broker.py) commits a
 :class:`SqliteLog`'s appends as one group (``take_group`` / ``write_group`` /
 ``committed_to``), deletes released and trimmed rows afterwards (``apply_release``, ``trim``),
 and a restart opens the file again.
@@ -42,7 +43,7 @@ def evs(first: int, n: int) -> list[m.Event]:
 
 
 class Memory:
-    """A :class:`MemoryLog` as the simulator drives it: its stable storage is the object."""
+    """A :class:`MemoryLog` kept across a restart: its stable storage is the object."""
 
     def __init__(self, path: Path):
         self.log = MemoryLog()
@@ -54,7 +55,7 @@ class Memory:
         """A release drops at once: nothing to do."""
 
     def restart(self, max_publishers: int | None = None) -> MemoryLog:
-        """The simulator hands the same object to the restarted core (configured anew)."""
+        """The same object goes to the restarted core (configured anew)."""
         if max_publishers is not None:
             self.log.max_publishers = max_publishers
         return self.log

@@ -94,6 +94,25 @@ def test_a_restart_opens_a_new_epoch_and_keeps_the_committed_events_of_the_old(t
     third.close()
 
 
+def test_an_emptied_epoch_of_a_file_from_before_ends_were_kept_has_ended_all_the_same(tmp_path):
+    # a file whose earlier epochs ended before their ends were recorded: what was released
+    # (or trimmed) of one that has no row left is where it ended, not "lost from there on"
+    path = tmp_path / "b1.pubend.db"
+    for _ in range(2):
+        log = SqliteLog(path)
+        log.append(1, [ev(1), ev(2), ev(3)])
+        log.committed_to(log.write_group(log.take_group()))
+        log.release(3)
+        while log.release_pending:
+            log.apply_release()
+        log._reader.execute("DELETE FROM meta WHERE key LIKE 'end:%'")  # as it was then
+        log.close()
+    log = SqliteLog(path)  # the first start since: records epoch 2's end only
+    assert log.released(1) == 3 and log.ended(2) == 3
+    assert log.ended(1) == 3 and log.lowest(1) == 4
+    log.close()
+
+
 def test_every_earlier_epoch_still_held_is_named_newest_first_up_to_a_bound(tmp_path):
     path = tmp_path / "b1.pubend.db"
     for _ in range(MAX_EARLIER + 2):

@@ -11,10 +11,12 @@ from collections import deque
 
 import pytest
 
-from ges.core.handover import Hand
+from ges.core.handover import Hand, HandOver
 from ges.core.readback import Replay
+from ges.durable.store import SessionState
 from ges.sim import Faults
-from ges.sim.invariants import replicator_problems
+from ges.sim.commits import GroupSessionStore
+from ges.sim.invariants import replicator_problems, told_problem
 from ges.sim.scenario import run_seed
 from ges.wire import messages as m
 from tests.durable.test_replicator_core import Rig
@@ -168,3 +170,43 @@ def test_a_hand_over_target_saves_each_page_with_what_it_stored():
         o = run_seed(topology("demo"), seed, faults=Faults(), durable=3, commit_ms=300, own=6)
         assert o.ok, o.violations[:3]
         assert o.handovers > 0
+
+
+def test_what_a_replicator_tells_is_checked_against_its_last_commit():
+    """Rule 12 on one store: an answer that a session is open, and a hand-over's ``taken``
+    and ``done``, each break it until the store's commit holds what they say."""
+    store = GroupSessionStore("b1")
+    state = SessionState("alice", "", 1, {}, 0.0)
+    taking = {"dir": "in", "from": "b2", "hid": "h", "cuts": {}, "phase": "taking"}
+    state.handover = taking  # (a target's copy, being taken)
+    opened = m.SessionOpened("alice", "b1", "b1", True, 0, 0, [])
+    store.save_session(state)
+    assert "told a client session alice is open" in told_problem(store, opened)
+    store.commit()
+    assert told_problem(store, opened) is None
+    taken = m.HandoverNote("b2", "b1", "h", "alice", "taken")
+    state.handover = {**taking, "phase": "taken"}
+    store.save_session(state)
+    assert "said 'taken' of session alice" in told_problem(store, taken)
+    store.commit()
+    assert told_problem(store, taken) is None
+    done = m.HandoverNote("b2", "b1", "h", "alice", "done")
+    state.handover = None  # served here now
+    store.save_session(state)
+    assert "said 'done' of session alice" in told_problem(store, done)
+    store.commit()
+    assert told_problem(store, done) is None
+    assert told_problem(store, m.SessionKept("alice", 1)) is None  # (not looked at)
+    store.drop_session(state)  # a step said after its session ended here: stale, not this rule's
+    assert told_problem(store, taken) is None
+
+
+def test_a_replicator_that_tells_before_its_commit_is_caught(monkeypatch):
+    """With a hand-over's steps said at once rather than once durable (as they were before
+    the fault lost groups found), runs that hand sessions over break rule 12."""
+    monkeypatch.setattr(HandOver, "_once_kept", lambda self, outs: outs)
+    said = []
+    for seed in range(4):
+        o = run_seed(topology("demo"), seed, faults=Faults(), durable=3, commit_ms=300, own=6)
+        said += [v for v in o.violations if "before a commit kept it" in v]
+    assert said, "no run told a step before its commit"
