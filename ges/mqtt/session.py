@@ -95,8 +95,12 @@ class MqttSession(Filtering, Moving, Delivering):
         max_inflight: int = MAX_INFLIGHT,
         assigned: str = "",
         max_expiry: float = float("inf"),
+        keepalive: int | None = None,
     ):
         self.connect = connect
+        #: 5.0: the keepalive this server holds the client to where it is not the client's
+        #: (its CONNACK says so: Server Keep Alive); None: the client's
+        self.server_keepalive = keepalive
         self.level = connect.level
         self.v5 = connect.level == p.LEVEL_5
         self.reader = PacketReader(max_packet=max_packet, version=connect.level)
@@ -630,7 +634,11 @@ class MqttSession(Filtering, Moving, Delivering):
         self._connected(False)
 
     def _connected(self, present: bool) -> None:
-        props = v5.connack_props(self.max_packet, self.assigned, self._granted) if self.v5 else ()
+        props = (
+            v5.connack_props(self.max_packet, self.assigned, self._granted, self.server_keepalive)
+            if self.v5
+            else ()
+        )
         self._send(p.ConnAck(p.ACCEPTED, present, props))
         self.connected = True
 

@@ -130,9 +130,12 @@ RECEIVE_MAX = 1024
 _FITS = 65535 // 4
 
 
-def connack_props(max_packet: int, assigned: str, expiry: int | None = None) -> tuple:
-    """What this server says of itself in a CONNACK (and the client id it gave, if it did, and
-    the Session Expiry Interval it keeps the session for if not the client's, §3.2.2.3.2)."""
+def connack_props(
+    max_packet: int, assigned: str, expiry: int | None = None, keepalive: int | None = None
+) -> tuple:
+    """What this server says of itself in a CONNACK (and the client id it gave, if it did, the
+    Session Expiry Interval it keeps the session for if not the client's, §3.2.2.3.2, and the
+    keepalive it holds the client to if not the client's, §3.2.2.3.14)."""
     props = [
         (p.RECEIVE_MAXIMUM, RECEIVE_MAX),
         (p.MAXIMUM_PACKET_SIZE, max_packet),
@@ -143,6 +146,8 @@ def connack_props(max_packet: int, assigned: str, expiry: int | None = None) -> 
         props.append((p.ASSIGNED_CLIENT_ID, assigned))
     if expiry is not None:
         props.append((p.SESSION_EXPIRY, expiry))
+    if keepalive is not None:
+        props.append((p.SERVER_KEEP_ALIVE, keepalive))
     return tuple(props)
 
 

@@ -21,6 +21,7 @@ from ges.topology.specs import (
     BrokerSpec,
     LinkCostMatrix,
     LinkSpec,
+    MqttSettings,
     ReplicatorSpec,
     SessionLimits,
     broker_order_key,
@@ -42,6 +43,7 @@ _TOP_KEYS = {
     "link_costs",
     "description",
     "sessions",
+    "mqtt",
 }
 _BROKER_KEYS = {"unit", "host", "port", "metrics_port", "mqtt_port"}
 
@@ -200,6 +202,7 @@ def build(data, make: type[T], *, source: str, lines: bool | None) -> T:
     replicators = _parse_replicators(data, brokers, w)
     link_costs = _parse_link_costs(data, w)
     session_limits = _parse_session_limits(data, w)
+    mqtt = _parse_mqtt(data, w)
 
     warnings = _check_structure(data, brokers, links, block_limit, w)
     return make(
@@ -210,6 +213,7 @@ def build(data, make: type[T], *, source: str, lines: bool | None) -> T:
         replicators=tuple(replicators),
         link_costs=link_costs,
         session_limits=session_limits,
+        mqtt=mqtt,
         warnings=tuple(warnings),
         source=source,
     )
@@ -408,6 +412,27 @@ def _parse_session_limits(data, w: _Where) -> SessionLimits:
     after = _duration_or_never(raw, "handover_after", limits.handover_after, "like 30s or 15m", w)
     gone = _duration_or_never(raw, "expire_after", "never", "like 1h or 30d", w)
     return SessionLimits(n, age, after, gone)
+
+
+def _parse_mqtt(data, w: _Where) -> MqttSettings:
+    raw = data.get("mqtt")
+    if raw is None:
+        return MqttSettings()
+    if not isinstance(raw, Mapping) or not set(raw) <= {"max_keepalive"}:
+        w.fail(f"'mqtt' must be {{max_keepalive: SECONDS}}, got {raw!r}", data, "mqtt")
+    n = raw.get("max_keepalive")
+    if n is None:
+        return MqttSettings()
+    seconds = parse_duration(n) if isinstance(n, str) else n
+    whole = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+    if not whole or seconds != int(seconds) or not 1 <= seconds <= 65535:
+        w.fail(
+            f"mqtt.max_keepalive must be whole seconds from 1 to 65535 (or like 60s, 5m), "
+            f"got {n!r}",
+            raw,
+            "max_keepalive",
+        )
+    return MqttSettings(int(seconds))
 
 
 def _duration_or_never(raw, key: str, default, like: str, w: _Where) -> float:

@@ -33,6 +33,7 @@ from ges.topology.specs import (
     BrokerSpec,
     LinkCostMatrix,
     LinkSpec,
+    MqttSettings,
     ReplicatorSpec,
     SessionLimits,
     UnitPath,
@@ -54,6 +55,9 @@ class Topology:
     link_costs: LinkCostMatrix = LinkCostMatrix()
     #: what replicators keep for a durable session nobody takes events from (``sessions:``)
     session_limits: SessionLimits = SessionLimits()
+    #: what every broker's MQTT listener holds its clients to (``mqtt:``; not in the digest:
+    #: brokers of one network may serve MQTT differently, as they may on other ports)
+    mqtt: MqttSettings = MqttSettings()
     #: Non-fatal findings of validation, one line each (a unit not connected inside itself).
     warnings: tuple[str, ...] = attrs.field(default=(), eq=False)
     source: str = attrs.field(default="<topology>", eq=False)
@@ -105,6 +109,8 @@ class Topology:
             if sessions["handover_after"] == float("inf"):
                 sessions["handover_after"] = "never"
             out["sessions"] = sessions
+        if self.mqtt != MqttSettings():
+            out["mqtt"] = {"max_keepalive": self.mqtt.max_keepalive}
         return out
 
     # -- the hierarchy (seed 004 §2) ------------------------------------------------------------

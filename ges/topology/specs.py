@@ -100,6 +100,17 @@ class SessionLimits:
 
 
 @attrs.frozen
+class MqttSettings:
+    """The topology's ``mqtt:``: what every broker's MQTT listener holds its clients to.
+    ``max_keepalive``: the longest keepalive a client may ask for, in seconds (None: any, 0 —
+    no keepalive — included). A 5.0 client asking for more, or for none, is told this one in
+    its CONNACK (Server Keep Alive, §3.2.2.3.14) and held to it; a 3.1.1 client, which cannot
+    be told, is refused (identifier rejected, as mosquitto's ``max_keepalive`` does)."""
+
+    max_keepalive: int | None = None
+
+
+@attrs.frozen
 class LinkCostMatrix:
     """Seed 004 §2.2: the cost of traversing a level-ℓ link from a level-x unit.
 

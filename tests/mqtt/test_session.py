@@ -855,6 +855,16 @@ def test_mqtt5_a_session_expiry_over_the_topologys_bound_is_bounded_and_the_conn
     assert neither.start() == [] and neither.connected  # no expiry, no clean start: at once
 
 
+def test_mqtt5_a_keepalive_the_server_holds_the_client_to_is_said_in_the_connack():
+    """§3.2.2.3.14: a server that holds the client to another keepalive than its own says
+    which (the runtime decides: the topology's ``mqtt.max_keepalive``); else nothing."""
+    for held, said in ((60, 60), (None, None)):
+        s = MqttSession(p.Connect("", False, 0, level=5), keepalive=held)
+        assert s.start() == [] and s.connected  # no session to open: answered at once
+        (ack,) = packets5(s)
+        assert type(ack) is p.ConnAck and p.prop(ack.props, p.SERVER_KEEP_ALIVE) == said
+
+
 def test_mqtt5_a_disconnects_session_expiry_is_the_sessions_from_then_on():
     """§3.14.2.2.2: a DISCONNECT may change the Session Expiry Interval — bounded as at
     CONNECT, 0 ending the session as the connection closes — but not from a CONNECT's 0."""

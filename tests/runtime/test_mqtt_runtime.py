@@ -24,14 +24,14 @@ from tests.conftest import DIAMOND, free_ports, receive, topology_on_free_ports
 WITH_MQTT = {**DIAMOND, "brokers": {**DIAMOND["brokers"], "a": {**DIAMOND["brokers"]["a"], "mqtt_port": 1}}}  # fmt: skip
 
 
-async def packets(stream, n: int, within: float = 10.0) -> list:
-    reader, got = PacketReader(), []
+async def packets(stream, n: int, within: float = 10.0, version: int = 4) -> list:
+    reader, got = PacketReader(version=version), []
     with trio.fail_after(within):
         while len(got) < n:
             data = await stream.receive_some(65536)
             assert data, f"closed after {got}"
             reader.feed(data)
-            got += [p.decode(x) for x in reader.packets()]
+            got += [p.decode(x, version) for x in reader.packets()]
     return got
 
 
@@ -104,9 +104,9 @@ async def test_retained_messages_are_kept_when_only_the_command_line_names_an_mq
 ONE_MQTT = {"name": "one", "brokers": {"b1": {"unit": "S/c1", "port": 1, "mqtt_port": 1}}, "links": []}  # fmt: skip
 
 
-async def one_broker(nursery, tmp_path, frame_deadline: float | None = None):
-    """The broker of ONE_MQTT, running; its spec."""
-    topology = topology_on_free_ports(ONE_MQTT)
+async def one_broker(nursery, tmp_path, frame_deadline: float | None = None, **more):
+    """The broker of ONE_MQTT (and ``more`` top-level settings), running; its spec."""
+    topology = topology_on_free_ports({**ONE_MQTT, **more})
     server = BrokerServer(topology, "b1", data_dir=tmp_path / "b1")
     if frame_deadline is not None:
         server.frame_deadline = frame_deadline
@@ -176,6 +176,27 @@ async def test_a_silent_client_is_closed_after_one_and_a_half_keepalives_and_its
             assert await sleepy.receive_some(100) == b""  # closed by the broker
         assert trio.current_time() - quiet_since >= 1.5
         assert await packets(watcher, 1) == [p.Publish("w/sleepy", b"gone quiet")]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_keepalive_over_the_topologys_bound_is_held_to_it_or_refused(tmp_path):
+    """``mqtt.max_keepalive``: a 5.0 client asking for more, or for none, is told the bound in
+    its CONNACK (Server Keep Alive) and closed once silent for one and a half of it; a 3.1.1
+    client, which cannot be told, is refused (identifier rejected); one within it is served."""
+    async with trio.open_nursery() as nursery:
+        spec = await one_broker(nursery, tmp_path, mqtt={"max_keepalive": 1})
+        for keepalive in (0, 120):
+            stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+            await stream.send_all(p.encode(p.Connect(f"c{keepalive}", True, keepalive, level=5), 5))
+            (ack,) = await packets(stream, 1, version=5)
+            assert ack.code == p.SUCCESS and p.prop(ack.props, p.SERVER_KEEP_ALIVE) == 1
+            quiet_since = trio.current_time()
+            await until_closed(stream, [])
+            assert trio.current_time() - quiet_since >= 1.5
+        for keepalive, code in ((0, p.BAD_CLIENT_ID), (60, p.BAD_CLIENT_ID), (1, p.ACCEPTED)):
+            stream = await trio.open_tcp_stream(spec.host, spec.mqtt_port)
+            await stream.send_all(p.encode(p.Connect(f"old{keepalive}", True, keepalive)))
+            assert await packets(stream, 1) == [p.ConnAck(code, False)]
         nursery.cancel_scope.cancel()
 
 

@@ -245,6 +245,14 @@ def test_unit_not_connected_inside_itself_is_a_warning(ges, write):
             ),
             "broker b2: metrics_port 9100 on 127.0.0.1 is also broker b1's metrics_port",
         ),
+        (
+            GOOD.replace("name: small", "name: small\nmqtt: {max_keepalive: 0}"),
+            "mqtt.max_keepalive must be whole seconds from 1 to 65535 (or like 60s, 5m), got 0",
+        ),
+        (
+            GOOD.replace("name: small", "name: small\nmqtt: {keepalive: 60}"),
+            "'mqtt' must be {max_keepalive: SECONDS}",
+        ),
     ],
 )
 def test_other_rejections_are_one_line_too(ges, write, text, fragment):
@@ -354,3 +362,13 @@ def test_a_metrics_port_is_kept_but_is_not_part_of_the_networks_identity():
     assert with_port.brokers["b1"].metrics_port == 9100 and plain.brokers["b1"].metrics_port is None
     assert with_port.digest == plain.digest
     assert Topology.from_dict(with_port.to_dict()) == with_port
+
+
+def test_an_mqtt_keepalive_bound_reads_back_and_leaves_the_digest_alone():
+    base = Topology.from_yaml_text(GOOD)
+    bounded = Topology.from_yaml_text(
+        GOOD.replace("name: small", "name: small\nmqtt:\n  max_keepalive: 2m")
+    )
+    assert base.mqtt.max_keepalive is None and bounded.mqtt.max_keepalive == 120
+    assert Topology.from_dict(bounded.to_dict()) == bounded and "mqtt" not in base.to_dict()
+    assert bounded.digest == base.digest  # how brokers serve MQTT is not the network's identity
