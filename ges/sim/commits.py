@@ -35,8 +35,8 @@ class EpochLog(MemoryLog):
     """A :class:`MemoryLog` that is a broker's log file across its restarts: :meth:`reopen`
     gives the log of the next start, a new epoch, and the earlier epochs stay readable."""
 
-    def __init__(self, epoch: int = 1, older: dict | None = None):
-        super().__init__(epoch)
+    def __init__(self, epoch: int = 1, older: dict | None = None, **bounds):
+        super().__init__(epoch, **bounds)
         #: the earlier epochs, by number (they take no more appends)
         self._older: dict[int, EpochLog] = {} if older is None else older
 
@@ -44,7 +44,8 @@ class EpochLog(MemoryLog):
         """The log its broker's next start opens: the next epoch, with this one's publishers
         and promises (the file keeps them)."""
         self._older[self.epoch] = self
-        new = type(self)(self.epoch + 1, self._older)
+        bounds = {"max_events": self.max_events, "max_bytes": self.max_bytes}
+        new = type(self)(self.epoch + 1, self._older, **bounds, max_publishers=self.max_publishers)
         new._publishers = self._publishers
         new._promises = self._promises
         return new
@@ -91,8 +92,8 @@ class EpochLog(MemoryLog):
 class GroupLog(MemoryLog):
     """A :class:`MemoryLog` whose appends are durable only once :meth:`commit` is called."""
 
-    def __init__(self, epoch: int = 1):
-        super().__init__(epoch)
+    def __init__(self, epoch: int = 1, **bounds):
+        super().__init__(epoch, **bounds)
         self._committed = 0
         #: the publishers' numbers as the last commit left them (what :meth:`lose` goes back to)
         self._kept_publishers: dict = {}
@@ -110,6 +111,13 @@ class GroupLog(MemoryLog):
         """Everything appended so far is durable."""
         self._committed = self.last
         self._kept_publishers = dict(self._publishers)
+
+    def read(self, lo: int, hi: int, limit: int = MAX_LOG_READ) -> list[tuple[int, object]]:
+        """As the runtime's log reads: what is committed only."""
+        return super().read(lo, min(hi, self._committed), limit)
+
+    def release(self, upto: int) -> None:
+        super().release(min(upto, self._committed))
 
     def lose(self) -> None:
         """The group in flight is lost (its broker died before the transaction finished): the

@@ -223,8 +223,9 @@ class Sim(SimLinks):
                 log.lose()
                 self.lost_log_groups += 1
             else:
-                written = log.read(log.committed + 1, log.last, limit=log.last)
+                first = log.committed + 1
                 log.commit()
+                written = log.read(first, log.last, limit=log.last)
                 self.unacked += len(written)
                 if self.on_unacked:
                     self.on_unacked(broker, core.pubend, written, self.now)

@@ -1,4 +1,5 @@
-"""The pubend log contract: the same tests against :class:`MemoryLog` and :class:`SqliteLog`.
+"""The pubend log contract: the same tests against :class:`MemoryLog`, :class:`SqliteLog` and
+the simulator's :class:`EpochGroupLog` (which must behave as the runtime's does).
 
 The broker core is given a :class:`PubendLog` and must not care which. Each test here runs
 against both through a small adapter that does what each log's driver does: a
@@ -28,6 +29,7 @@ from hypothesis import strategies as st
 
 from ges.reliable.log import MAX_READ, MemoryLog, PubendLog
 from ges.runtime.pubend_log import TRIM_EVERY, LogBounds, SqliteLog
+from ges.sim.commits import EpochGroupLog
 from ges.wire import messages as m
 
 #: a tick above any a nack can ask for: the core answers ticks below ``lowest`` as lost
@@ -117,7 +119,36 @@ class Sqlite:
         self.log.close()
 
 
-KINDS = {"memory": Memory, "sqlite": Sqlite}
+class Epochs:
+    """The simulator's log (:class:`EpochGroupLog`): committed a group at a time, a new epoch
+    at each restart (what was not committed is lost then, as a crash may lose it)."""
+
+    def __init__(self, path: Path):
+        self.log = EpochGroupLog()
+
+    def commit(self) -> None:
+        self.log.commit()
+
+    def settle(self) -> None:
+        """A release drops at once: nothing to do."""
+
+    def restart(self, max_publishers: int | None = None) -> EpochGroupLog:
+        self.log.lose()
+        self.log = self.log.reopen()
+        if max_publishers is not None:
+            self.log.max_publishers = max_publishers
+        return self.log
+
+    def bounded(self, max_events: int | None = None, max_publishers: int | None = None):
+        kw = {"max_events": max_events, "max_publishers": max_publishers}
+        self.log = EpochGroupLog(**{k: v for k, v in kw.items() if v is not None})
+        return self.log
+
+    def close(self) -> None:
+        pass
+
+
+KINDS = {"memory": Memory, "sqlite": Sqlite, "epochs": Epochs}
 
 
 @pytest.fixture(params=sorted(KINDS))
@@ -411,13 +442,14 @@ def test_after_a_restart_every_committed_event_is_still_read_by_its_epoch(store)
     before = log.read(1, 100)
     again = store.restart()
     if again.epoch == old:  # the stream goes on: its ticks after the last
-        assert again.previous is None
+        assert again.previous is None and again.earlier == []
         assert again.last == again.committed == committed
         assert again.read(1, 100) == before
     else:  # a new stream: ticks from 1, and the old epoch named so the core announces its end
         assert again.epoch > old
         assert again.last == again.committed == 0 and again.read(1, 100) == []
-        assert again.previous == (old, committed)
+        assert again.previous == (old, committed) and again.earlier == [(old, committed)]
+        assert again.ended(old) == committed and again.ended(again.epoch) == 0
         assert again.read_epoch(again.epoch, 1, 100) == []
     assert again.read_epoch(old, 1, 100) == before
     assert again.read_epoch(old, 3, 100, limit=1) == [(3, ev(3))]
