@@ -424,8 +424,8 @@ def _parse_mqtt(data, w: _Where) -> MqttSettings:
     if n is None:
         return MqttSettings()
     seconds = parse_duration(n) if isinstance(n, str) else n
-    whole = isinstance(seconds, int | float) and not isinstance(seconds, bool)
-    if not whole or seconds != int(seconds) or not 1 <= seconds <= 65535:
+    number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+    if not number or not 1 <= seconds <= 65535 or seconds != int(seconds):  # (inf, nan too)
         w.fail(
             f"mqtt.max_keepalive must be whole seconds from 1 to 65535 (or like 60s, 5m), "
             f"got {n!r}",

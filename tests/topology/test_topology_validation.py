@@ -253,6 +253,14 @@ def test_unit_not_connected_inside_itself_is_a_warning(ges, write):
             GOOD.replace("name: small", "name: small\nmqtt: {keepalive: 60}"),
             "'mqtt' must be {max_keepalive: SECONDS}",
         ),
+        (
+            GOOD.replace("name: small", "name: small\nmqtt: {max_keepalive: .inf}"),
+            "mqtt.max_keepalive must be whole seconds from 1 to 65535 (or like 60s, 5m), got inf",
+        ),
+        (
+            GOOD.replace("name: small", "name: small\nmqtt: {max_keepalive: .nan}"),
+            "mqtt.max_keepalive must be whole seconds from 1 to 65535 (or like 60s, 5m), got nan",
+        ),
     ],
 )
 def test_other_rejections_are_one_line_too(ges, write, text, fragment):
