@@ -15,6 +15,7 @@ from __future__ import annotations
 import attrs
 
 from ges.core.outputs import epoch_of
+from ges.reliable.log import NO_END
 from ges.wire import messages as m
 from ges.wire.messages import held_size
 
@@ -25,8 +26,9 @@ LOCAL_PAGES = 8
 #: Bytes of live events one recovering pubend holds back until its replay is done (beyond,
 #: they are let go: the replay reads them from the pubend's log too).
 MAX_HELD_BYTES = 16 * 1024 * 1024
-#: "up to the last committed tick", in a replay request (an old epoch's log answers up to it)
-ALL_TICKS = 1 << 62
+#: "up to the last committed tick", in a replay request (an old epoch's log answers up to it,
+#: which is why the two are one number)
+ALL_TICKS = NO_END
 #: Seconds between two looks for pubends heard of and not read back yet (after a restart;
 #: the retained catch-up looks as often: ges.core.retaining).
 LOOK_EVERY = 1.0
@@ -49,13 +51,18 @@ class ReadBack:
 
     def _horizon(self, pubend: str) -> int:
         """The tick of ``pubend`` up to which everything the sessions want is stored: what was
-        stored, or what this broker acknowledged to the release rounds (never above what was
-        stored — :meth:`floor`) — of its own pubend, what its log released (which its own
-        needs pin the same way)."""
+        stored, or what was let go of it (:meth:`_let_go`)."""
+        return max(self._top.get(pubend, 0), self._let_go(pubend))
+
+    def _let_go(self, pubend: str) -> int:
+        """The tick of ``pubend`` up to which this broker needs nothing more: what it
+        acknowledged to the release rounds (never above what was stored or kept —
+        :meth:`floor`), or, of its own pubend, what its log released (which the same needs
+        pin)."""
         done = self.release.promised(pubend) if self.release is not None else 0
         if self.log is not None and self._local(pubend):
             done = max(done, self.log.released(epoch_of(pubend)))
-        return max(self._top.get(pubend, 0), done)
+        return done
 
     def _reads_back(self, live, pubend: str, tick: int) -> bool:
         """Whether ``tick`` of ``pubend``, read back, is stored for session ``live``: not if it

@@ -18,7 +18,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import deque
 
-from ges.core.outputs import Notice, ToClient, epoch_of
+from ges.core.outputs import Notice, ToClient
 from ges.core.readback import ALL_TICKS, LOOK_EVERY, Replay
 from ges.core.work import WORK_SLICE
 from ges.durable.retained import RETAINED_PROFILE, RetainedSet
@@ -152,11 +152,8 @@ class Retaining:
 
     def _catch_begin(self, pubend: str) -> Replay:
         rp = self._catching.get(pubend)
-        if rp is None:
-            done = self.release.promised(pubend) if self.release is not None else 0
-            if self._local(pubend):  # its own: released once its retained changes were durable
-                done = max(done, self.log.released(epoch_of(pubend)))
-            rp = self._catching[pubend] = Replay(done + 1)
+        if rp is None:  # (its own pubend: released once its retained changes were durable)
+            rp = self._catching[pubend] = Replay(self._let_go(pubend) + 1)
         return rp
 
     def _catch_ask(self, pubend: str, rp: Replay, now: float) -> list:

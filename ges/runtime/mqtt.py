@@ -166,14 +166,20 @@ class MqttListener:
             return p.BAD_CLIENT_ID, "an empty client id with a persistent session"
         if len(connect.client_id) > MAX_CLIENT_ID:
             return p.BAD_CLIENT_ID, f"a client id of over {MAX_CLIENT_ID} characters"
-        most = self.server.topology.mqtt.max_keepalive
-        if most is not None and connect.level != p.LEVEL_5 and not 0 < connect.keepalive <= most:
+        most = self._held_keepalive(connect)
+        if most is not None and connect.level != p.LEVEL_5:
             # (a 5.0 client is told the server's instead: _serve)
             asked = f"{connect.keepalive}s" if connect.keepalive else "none (0)"
             return p.BAD_CLIENT_ID, f"a keepalive of {asked}, where this server allows {most}s"
         if self.server._admitted >= self.server.max_clients:
             return p.UNAVAILABLE, f"at its maximum of {self.server.max_clients} clients"
         return None
+
+    def _held_keepalive(self, connect: p.Connect) -> int | None:
+        """The topology's ``mqtt.max_keepalive`` when the client asks for more, or for none;
+        else None (its own holds)."""
+        most = self.server.topology.mqtt.max_keepalive
+        return None if most is None or 0 < connect.keepalive <= most else most
 
     async def _admit(self, stream, connect: p.Connect) -> Admitted | None | tuple[int, str]:
         """The client's grant (None: ``--insecure``), or the CONNACK code refusing it and why."""
@@ -203,11 +209,9 @@ class MqttListener:
             client_id = assigned = f"mqtt-{server.id}-{os.urandom(8).hex()}"
             connect = msgspec.structs.replace(connect, client_id=client_id)
         client_id = connect.client_id
-        most = server.topology.mqtt.max_keepalive
-        told = None  # 5.0: the keepalive the CONNACK holds it to, if not its own
-        if most is not None and not 0 < connect.keepalive <= most:
-            told = most
-            connect = msgspec.structs.replace(connect, keepalive=most)
+        told = self._held_keepalive(connect)  # 5.0: the one its CONNACK holds it to, if any
+        if told is not None:
+            connect = msgspec.structs.replace(connect, keepalive=told)
         old = self.connected.get(client_id)
         identity = None if admitted is None else (admitted.client_id, admitted.cert)
         if old is not None and old.identity != identity:  # not another's to take over

@@ -180,14 +180,9 @@ class SqliteLog:
                 " ORDER BY epoch DESC LIMIT ?",
                 (old, MAX_EARLIER),
             ).fetchall()
-            if old:
-                # where it ended, for good (ended()): its last row, or what was released or
-                # trimmed of it when no row is left
-                marks = [f"released:{old}", f"trimmed:{old}"]
-                (gone,) = self._reader.execute(
-                    "SELECT COALESCE(MAX(value), 0) FROM meta WHERE key IN (?, ?)", marks
-                ).fetchone()
-                db["meta"].upsert({"key": f"end:{old}", "value": max(old_last, gone)}, pk="key")
+            if old:  # where it ended, for good (ended())
+                end = self._last_seen(old) or 0
+                db["meta"].upsert({"key": f"end:{old}", "value": end}, pk="key")
             self._promises = {r["broker"]: (r["pubend"], r["tick"]) for r in db["promises"].rows}
             self._publishers: dict[str, PublisherState] = {}
             for row in self._reader.execute(
@@ -291,14 +286,20 @@ class SqliteLog:
             rows = self._read("SELECT value FROM meta WHERE key = ?", (f"end:{epoch}",))
             if rows:
                 got = rows[0][0]
-            else:  # an epoch ended before ends were kept: its last row, or what went of it
-                marks = (f"released:{epoch}", f"trimmed:{epoch}")
-                ((gone,),) = self._read("SELECT MAX(value) FROM meta WHERE key IN (?, ?)", marks)
-                ((last,),) = self._read("SELECT MAX(last) FROM events WHERE epoch = ?", (epoch,))
-                known = [v for v in (gone, last) if v is not None]
-                got = max(known) if known else NO_END
+            else:  # an epoch that ended before ends were kept
+                got = self._last_seen(epoch)
+                got = NO_END if got is None else got
             self._old_ends[epoch] = got
         return got
+
+    def _last_seen(self, epoch: int) -> int | None:
+        """The last tick of ``epoch`` the file shows: its last row, or what was released or
+        trimmed of it when no row is left (None: nothing)."""
+        marks = (f"released:{epoch}", f"trimmed:{epoch}")
+        ((gone,),) = self._read("SELECT MAX(value) FROM meta WHERE key IN (?, ?)", marks)
+        ((last,),) = self._read("SELECT MAX(last) FROM events WHERE epoch = ?", (epoch,))
+        known = [v for v in (gone, last) if v is not None]
+        return max(known) if known else None
 
     def released(self, epoch: int | None = None) -> int:
         if epoch is None or epoch == self.epoch:

@@ -17,9 +17,9 @@ store's with :meth:`GroupSessionStore.lose`.
 
 A pubend log is kept as the runtime's file keeps it (``ges.runtime.pubend_log``):
 :class:`EpochLog` opens a new epoch of the pubend at each start of its broker (ticks from 1
-again, V_m empty), keeps the earlier epochs' events for the nacks that ask for them, names the
-one before (``previous``, which the restarted pubend announces), and keeps its publishers'
-numbers and its promises across the epochs. A lost group's ticks are so never used again.
+again, V_m empty), keeps the earlier epochs' events for the nacks that ask for them, names
+those still holding events (``earlier``, whose ends the restarted pubend announces), and keeps
+its publishers' numbers and its promises across the epochs. A lost group's ticks are so never used again.
 """
 
 from __future__ import annotations
@@ -54,8 +54,7 @@ class EpochLog(MemoryLog):
     def previous(self) -> tuple[int, int] | None:
         """The epoch before this one and its last tick held, as the runtime's log names it
         (None when it holds none: all released, or none written)."""
-        old = self._older.get(self.epoch - 1)
-        return (old.epoch, old._ticks[-1]) if old is not None and old._ticks else None
+        return next((end for end in self.earlier if end[0] == self.epoch - 1), None)
 
     @property
     def earlier(self) -> list[tuple[int, int]]:
