@@ -91,9 +91,13 @@ def one_line_errors(fn):
             raise typer.Exit(130) from None
         except BaseExceptionGroup as group:
             found = find_ges_error(group)
-            if found is None:
-                raise
-            raise fail(str(found), found.exit_code) from None
+            if found is not None:
+                raise fail(str(found), found.exit_code) from None
+            if group.split(KeyboardInterrupt)[1] is None:
+                # a second ^C while a network stops (trio's own handler is back by then, and
+                # raises it inside whatever task was closing): stopped all the same
+                raise typer.Exit(130) from None
+            raise
 
     return wrapper
 
