@@ -253,6 +253,8 @@ def _simulate(
         "unacked_at_crash": sum(o.unacked for o in outcomes),
         "groups_lost_at_crash": sum(o.lost for o in outcomes),
         "log_groups_lost_at_crash": sum(o.lost_log for o in outcomes),
+        "earlier_epochs": sum(o.ended for o in outcomes),
+        "earlier_epochs_held": sum(o.ended_held for o in outcomes),
         "own": own,
         "retained": retained,
         "crash_rate": crash_rate,
@@ -330,6 +332,11 @@ def _render(summary: dict, topology, faults_spec: str) -> None:
             f"{summary['unacked_at_crash']:,} events written at a crash, never acknowledged; "
             f"{summary['log_groups_lost_at_crash']:,} log groups and "
             f"{summary['groups_lost_at_crash']:,} session-store groups lost at a crash"
+        )
+    if summary["earlier_epochs"]:
+        out.print(
+            f"pubend logs: {summary['earlier_epochs']:,} earlier epochs (a broker restarted), "
+            f"{summary['earlier_epochs_held']:,} of them not yet released to their end"
         )
     if summary["retained"]:
         out.print(

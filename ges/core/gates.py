@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import attrs
 
-from ges.core.outputs import epoch_of
 from ges.core.part import Part
 from ges.core.work import JobBody, indexed
 from ges.matching.model import (
     Profile,
 )
+from ges.reliable.log import epoch_of
 from ges.routing.acks import Ticket
 from ges.wire import messages as m
 

@@ -71,9 +71,3 @@ class ProtocolError(Exception):
 def hop(msg, hops: int, detour: list):
     """A unicast message one hop further on (every field kept but these)."""
     return msgspec.structs.replace(msg, hops=hops, detour=detour)
-
-
-def epoch_of(pubend: str) -> int:
-    """A pubend's epoch (``<broker>~<epoch>``); -1 if it names none."""
-    epoch = pubend.partition("~")[2]
-    return int(epoch) if epoch.isascii() and epoch.isdigit() and len(epoch) <= 18 else -1

@@ -16,7 +16,8 @@ on this pubend is the tick handed on last. An idempotent publisher numbers its e
 publishes each number once, across the publisher's reconnects and the broker's restarts (the
 log keeps the numbers), and acknowledges the duplicates once what they duplicate is durable.
 An idle pubend sends silence on its routes (seed 002 §2.2) so a lost last event is found out;
-after a restart it announces its last tick, and the earlier epochs' the log names.
+after a restart it announces its last tick, and the earlier epochs' the log names (until
+their release rounds have released them to their end: ges.core.release).
 """
 
 from __future__ import annotations
@@ -64,9 +65,7 @@ class Publishing(Part):
         # may not have reached every broker: those are announced too, and nacks for them are
         # answered from the log (the epoch before may have been too short to announce its
         # own predecessor's)
-        earlier = [] if self.log is None else self.log.earlier
-        self._earlier = [(f"{self.id}~{epoch}", last) for epoch, last in earlier]
-        restarted = restarted or bool(self._earlier)
+        restarted = restarted or (self.log is not None and bool(self.log.earlier))
         self._silence_due = 0.0 if restarted else float("inf")
         #: seconds from the next silence round to the one after
         self._silence_gap = self.config.silence_every
@@ -320,7 +319,8 @@ class Publishing(Part):
         out = self.subends.silence(
             self.pubend, tick, self._root_silence(tick), 0, now, self.vt.digest
         )
-        for old, last in self._earlier:
+        for epoch, last in [] if self.log is None else self.log.earlier:
+            old = f"{self.id}~{epoch}"
             routes = [m.Route(r.unit, r.skip, prev=last) for r in self.router.initial_routes]
             out += self.subends.silence(old, last, routes, 0, now)
         self._silence_due = now + self._silence_gap

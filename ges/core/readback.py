@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import attrs
 
-from ges.core.outputs import epoch_of
-from ges.reliable.log import NO_END
+from ges.reliable.log import NO_END, epoch_of
 from ges.wire import messages as m
 from ges.wire.messages import held_size
 
@@ -127,7 +126,7 @@ class ReadBack:
         broker's own earlier epochs that its log still holds (no subend follows those)."""
         known = set(self._top) | set(self.subends.streams)
         if self.log is not None:
-            known |= {pubend for pubend, _ in self.log.promised().values()}
+            known |= set(self.log.promised())
             known |= {f"{self.id}~{epoch}" for epoch, _ in self.log.earlier}
         return known
 

@@ -19,6 +19,16 @@ good) holds the release back, and the log's bound still applies.
 
 Before answering, a broker keeps its acknowledgement in stable storage (:meth:`promise`): a
 subend made later, even after a crash, starts above it.
+
+A pubend's earlier epochs (its broker restarted and its log opened a new one, ticks from 1:
+``PubendLog.earlier``) go through rounds of their own until they are released to their last
+tick; then the log stops naming them, and they are no longer announced. Their last ticks
+may never have been routed: they reach a subscriber only by nacks, once it has heard the
+epoch's end announced, which makes its subend. Until then a broker with subscriptions answers
+0 for that pubend, as for any it follows no subend of (its subscriptions started before it
+was routed: ges.core.gates ``start_floor``). A broker keeps its acknowledgements per pubend,
+of each publishing broker's newest ``ges.reliable.log.MAX_PROMISED_EPOCHS`` epochs; an older
+epoch's is not given any more.
 """
 
 from __future__ import annotations
@@ -27,9 +37,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from ges.core.config import BrokerConfig
-from ges.core.outputs import ToPeer, epoch_of
+from ges.core.outputs import ToPeer
 from ges.core.unicast import Unicast
-from ges.reliable.log import PubendLog
+from ges.reliable.log import PubendLog, epoch_of
 from ges.topology import broker_order_key
 from ges.wire import messages as m
 
@@ -47,6 +57,20 @@ class Gather:
         self.got = got
         self.due = due
         self.parent = parent
+
+
+class Round:
+    """The rounds of one pubend of this broker's: each other broker's acknowledged tick, the
+    tick the last round asked about (``end``: the last there is, of an earlier epoch), and the
+    brokers that have not acknowledged it."""
+
+    __slots__ = ("acked", "asked", "behind", "end")
+
+    def __init__(self, end: int | None = None):
+        self.acked: dict[str, int] = {}
+        self.asked = 0
+        self.behind: set[str] = set()
+        self.end = end
 
 
 class ReleaseRounds:
@@ -75,12 +99,10 @@ class ReleaseRounds:
         self.pinned: Callable[[str], int | None] = lambda pubend: None
         #: the last tick of this pubend handed on (ges.core.publishing; the core sets it)
         self.routed: Callable[[], int] = lambda: log.committed
-        #: each other broker's acknowledged tick of this pubend
-        self.acked: dict[str, int] = {}
-        #: the tick the last round asked about, and the brokers that have not acknowledged it
-        self.asked = 0
-        self.behind: set[str] = set()
-        unreleased = log.committed > log.released()
+        #: this pubend's rounds, and its earlier epochs' until they are released to their end
+        self.current = Round()
+        self.ended = {f"{broker_id}~{epoch}": Round(last) for epoch, last in log.earlier}
+        unreleased = log.committed > log.released() or self.ended
         self.due = 0.0 if unreleased else float("inf")
         #: other pubends' rounds whose asks this broker passed on: the answers it gathers
         self.gathers: OrderedDict[str, Gather] = OrderedDict()
@@ -95,22 +117,39 @@ class ReleaseRounds:
         if self.due == float("inf"):
             self.due = now + self.config.ack_every
 
+    @property
+    def behind(self) -> set[str]:
+        """The brokers that have not acknowledged what this pubend's last round asked."""
+        return self.current.behind
+
     def _round(self, now: float) -> list:
         """Release what every other broker acknowledged; ask those behind the last tick
-        committed and handed on."""
-        tick = self._top()
-        acked = self.acked
-        floor = min((acked.get(b, 0) for b in self._others), default=tick)
-        release = self._release(floor)
-        if floor >= tick:
-            # until the next publish (or, pinned, a look again later)
-            self.due = float("inf") if release >= floor else now + self.config.ack_every
-            return []
-        self.due = now + self.config.ack_every
-        self.asked = tick
-        self.behind = {b for b in self._others if acked.get(b, 0) < tick}
-        out, _ = self._pass_ask(self.pubend, sorted(self.behind, key=broker_order_key), tick, 0, ())
+        committed and handed on — and, of each earlier epoch, behind its end."""
+        out, again = self._round_of(self.pubend, self.current, self._top())
+        for pubend, r in list(self.ended.items()):
+            asks, more = self._round_of(pubend, r, r.end)
+            out += asks
+            if more:
+                again = True
+            else:  # released to its end
+                del self.ended[pubend]
+        # until the next publish (or, pinned, a look again later)
+        self.due = now + self.config.ack_every if again else float("inf")
         return out
+
+    def _round_of(self, pubend: str, r: Round, tick: int) -> tuple[list, bool]:
+        """One round of ``pubend`` up to ``tick``: its asks, and whether another comes due
+        (False: released up to ``tick``)."""
+        acked = r.acked
+        floor = min((acked.get(b, 0) for b in self._others), default=tick)
+        release = self._release(pubend, floor)
+        if floor >= tick:
+            return [], release < floor
+        r.asked = tick
+        r.behind = {b for b in self._others if acked.get(b, 0) < tick}
+        to = sorted(r.behind, key=broker_order_key)
+        out, _ = self._pass_ask(pubend, to, tick, 0, ())
+        return out, True
 
     def _top(self) -> int:
         """The last tick other brokers may be asked about: committed and handed on (one
@@ -118,13 +157,14 @@ class ReleaseRounds:
         a subscription it makes meanwhile would never get it)."""
         return min(self.log.committed, self.routed())
 
-    def _release(self, tick: int) -> int:
-        """Release the log up to ``tick``, or to where this broker's own needs pin it; the
-        tick released up to."""
-        pin = self.pinned(self.pubend)
+    def _release(self, pubend: str, tick: int) -> int:
+        """Release ``pubend`` (this one or an earlier epoch) up to ``tick``, or to where this
+        broker's own needs pin it; the tick released up to."""
+        pin = self.pinned(pubend)
         upto = tick if pin is None else min(tick, pin)
-        if upto > self.log.released():
-            self.log.release(upto)
+        epoch = None if pubend == self.pubend else epoch_of(pubend)
+        if upto > self.log.released(epoch):
+            self.log.release(upto, epoch)
         return upto
 
     def _pass_ask(self, pubend: str, to: list[str], tick: int, hops: int, detour) -> tuple:
@@ -152,7 +192,7 @@ class ReleaseRounds:
         answer = None
         if len(others) < len(msg.to) and broker != self.id:
             need = self._needed(msg.pubend, msg.tick)
-            if need is not None and self.promise(broker, msg.pubend, need):
+            if need is not None and self.promise(msg.pubend, need):
                 answer = (self.id, need)
         got = [] if answer is None else [answer]
         if passed and broker != self.id:  # the answers from beyond go back as one
@@ -190,29 +230,22 @@ class ReleaseRounds:
             broker, detour, hops, lambda h, d: m.Ack(pubend, acks, asked, h, d)
         )
 
-    def promise(self, broker: str, pubend: str, tick: int) -> bool:
+    def promise(self, pubend: str, tick: int) -> bool:
         """Keep, in stable storage, that this broker acknowledged ``pubend`` up to ``tick``: a
         subend made here later — for a subscription made after the answer, even after a crash
         — starts above it, so it never gets part of what may be released (a tick still on its
         way to a keeper would otherwise reach the new subscription, and its copy lost on the
-        way be answered "nothing for you"). One per publishing broker: an older epoch's answer
-        is not given once a newer one was (that pubend is not released any more). False if
-        not kept (then no answer)."""
-        promised = self.log.promised()
-        got = promised.get(broker)
-        if got is not None:
-            if got[0] == pubend:
-                if tick <= got[1]:
-                    return True
-            elif epoch_of(pubend) <= epoch_of(got[0]):
-                return False
-        self.log.promise(broker, pubend, tick)
-        return True
+        way be answered "nothing for you"). Of each publishing broker the newest
+        ``ges.reliable.log.MAX_PROMISED_EPOCHS`` epochs' are kept: an older epoch's answer
+        is not given. False if not kept (then no answer)."""
+        got = self.log.promised().get(pubend)
+        if got is not None and tick <= got:
+            return True
+        return self.log.promise(pubend, tick)
 
     def promised(self, pubend: str) -> int:
         """The tick of ``pubend`` up to which this broker acknowledged it needs nothing (0)."""
-        got = self.log.promised().get(pubend.partition("~")[0])
-        return got[1] if got is not None and got[0] == pubend else 0
+        return self.log.promised().get(pubend, 0)
 
     def on_ack(self, msg: m.Ack) -> list:
         broker = msg.pubend.partition("~")[0]
@@ -234,19 +267,21 @@ class ReleaseRounds:
             if acks:
                 out += self._send_acks(msg.pubend, acks, msg.asked, msg.hops, msg.detour)
             return out
-        if msg.pubend != self.pubend:
+        r = self.current if msg.pubend == self.pubend else self.ended.get(msg.pubend)
+        if r is None:
             return []
-        behind = self.behind
+        top = self._top() if r.end is None else r.end
+        behind, acked = r.behind, r.acked
         for origin, tick in msg.acks:
             if origin == self.id:
                 continue
-            tick = min(tick, self._top())
-            if self.acked.get(origin, 0) < tick:
-                self.acked[origin] = tick
-            if tick >= self.asked and origin in behind:
+            tick = min(tick, top)
+            if acked.get(origin, 0) < tick:
+                acked[origin] = tick
+            if tick >= r.asked and origin in behind:
                 behind.discard(origin)
                 if not behind:  # the last one: what the round asked about goes now
-                    self._release(self.asked)
+                    self._release(msg.pubend, r.asked)
         return []
 
     # -- time ---------------------------------------------------------------------------------

@@ -21,9 +21,9 @@ from collections.abc import Callable
 
 import msgspec
 
-from ges.core.outputs import ProtocolError, epoch_of, hop
+from ges.core.outputs import ProtocolError, hop
 from ges.core.unicast import Unicast
-from ges.reliable.log import MAX_READ, NO_END, PubendLog
+from ges.reliable.log import MAX_READ, NO_END, PubendLog, epoch_of
 from ges.reliable.repair import EventCache, NackBoard
 from ges.reliable.subend import MAX_NACK_RANGES
 from ges.topology import Topology

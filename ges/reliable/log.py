@@ -28,6 +28,9 @@ MAX_PUBLISHERS = 65_536
 
 #: Earlier epochs whose ends a restarted pubend announces at most (PubendLog.earlier).
 MAX_EARLIER = 8
+#: Epochs of one publishing broker whose acknowledgements a log keeps at most (the newest: an
+#: older one is not acknowledged any more, PubendLog.promise).
+MAX_PROMISED_EPOCHS = MAX_EARLIER + 1
 #: The end of an earlier epoch a log does not know (PubendLog.ended): past any tick.
 NO_END = 1 << 62
 
@@ -62,7 +65,8 @@ class PubendLog(Protocol):
         """The earlier epochs this log still holds ticks of past what was released, and the
         last tick of each, newest first, at most :data:`MAX_EARLIER` (the core announces
         each: a restart that came before the epoch before had announced its own
-        predecessor's end must not hide it); empty for a log that goes on in one epoch."""
+        predecessor's end must not hide it; and runs release rounds for each until it is
+        released to its end); empty for a log that goes on in one epoch."""
 
     @property
     def last(self) -> int:
@@ -104,15 +108,18 @@ class PubendLog(Protocol):
         """The highest tick of an epoch (this one by default) released: every other broker
         acknowledged it, so no subscription needs it (0: none)."""
 
-    def release(self, upto: int) -> None:
-        """Every other broker acknowledged this epoch's ticks up to ``upto``: drop them."""
+    def release(self, upto: int, epoch: int | None = None) -> None:
+        """Every other broker acknowledged an epoch's ticks (this one's by default) up to
+        ``upto``: drop them."""
 
-    def promised(self) -> dict[str, tuple[str, int]]:
+    def promised(self) -> dict[str, int]:
         """This broker's acknowledgements (its stable storage keeps them across crashes): per
-        publishing broker, its pubend and the tick acknowledged. The live dict."""
+        pubend, the tick acknowledged; at most :data:`MAX_PROMISED_EPOCHS` of each publishing
+        broker, the newest. The live dict."""
 
-    def promise(self, broker: str, pubend: str, tick: int) -> None:
-        """Keep an acknowledgement before it is sent."""
+    def promise(self, pubend: str, tick: int) -> bool:
+        """Keep an acknowledgement before it is sent (:func:`keep_promise`): False, and
+        nothing kept, for an epoch older than all those kept of its broker."""
 
 
 class MemoryLog:
@@ -140,7 +147,7 @@ class MemoryLog:
         self._bytes = 0
         self._released = 0
         self._last = 0
-        self._promises: dict[str, tuple[str, int]] = {}
+        self._promises: dict[str, int] = {}
         self._publishers: dict[str, PublisherState] = {}
 
     @property
@@ -214,21 +221,51 @@ class MemoryLog:
     def released(self, epoch: int | None = None) -> int:
         return self._released if epoch is None or epoch == self.epoch else 0
 
-    def release(self, upto: int) -> None:
+    def release(self, upto: int, epoch: int | None = None) -> None:
+        if epoch is not None and epoch != self.epoch:
+            return  # it holds no other epoch
         upto = min(upto, self.last)
         if upto <= self._released:
             return
         self._released = upto
         self._drop(bisect_left(self._ticks, upto + 1))
 
-    def promised(self) -> dict[str, tuple[str, int]]:
+    def promised(self) -> dict[str, int]:
         return self._promises
 
-    def promise(self, broker: str, pubend: str, tick: int) -> None:
-        self._promises[broker] = (pubend, tick)
+    def promise(self, pubend: str, tick: int) -> bool:
+        return keep_promise(self._promises, pubend, tick) is not None
 
     def __len__(self) -> int:
         return len(self._ticks)
+
+
+def epoch_of(pubend: str) -> int:
+    """A pubend's epoch (``<broker>~<epoch>``); -1 if it names none."""
+    epoch = pubend.partition("~")[2]
+    return int(epoch) if epoch.isascii() and epoch.isdigit() and len(epoch) <= 18 else -1
+
+
+def keep_promise(
+    promises: dict[str, int], pubend: str, tick: int, limit: int = MAX_PROMISED_EPOCHS
+) -> list[str] | None:
+    """Note in ``promises`` (pubend -> tick) that ``pubend`` was acknowledged up to ``tick``,
+    keeping at most ``limit`` epochs of its broker, the newest: the pubends forgotten to make
+    room (an older epoch's acknowledgement is not given once ``limit`` newer ones were:
+    None, and nothing noted)."""
+    if pubend not in promises:
+        broker = pubend.partition("~")[0] + "~"
+        mine = sorted((p for p in promises if p.startswith(broker)), key=epoch_of)
+        if len(mine) >= limit:
+            if epoch_of(pubend) < epoch_of(mine[0]):
+                return None
+            gone = mine[: len(mine) - limit + 1]
+            for p in gone:
+                del promises[p]
+            promises[pubend] = tick
+            return gone
+    promises[pubend] = tick
+    return []
 
 
 def remember(

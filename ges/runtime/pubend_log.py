@@ -19,9 +19,12 @@ pubend before its broker crashed nacks that epoch and is answered from the file:
 whose publisher saw its call return is not lost with the broker.
 
 Entries are released once every other broker has acknowledged them (``BrokerCore``'s ack
-rounds): :meth:`release` names the tick, the log task deletes the batches up to it from a
-worker thread (:meth:`apply_release`) and records how far each epoch was released, so a nack
-for a released tick is answered as nothing-for-you even after a restart. Beyond that, the file
+rounds, ges.core.release): :meth:`release` names the tick — of this epoch, or of an earlier one
+the file still holds, which has rounds of its own until it is released to its end — the log
+task deletes the batches up to it from a worker thread (:meth:`apply_release`) and records how
+far each epoch was released, so a nack for a released tick is answered as nothing-for-you even
+after a restart. An earlier epoch released to its end is no longer named (:attr:`earlier`), nor
+announced. Beyond that, the file
 holds at most :data:`MAX_LOG_EVENTS` events; the oldest go first, and a nack for them is
 answered as lost.
 
@@ -51,6 +54,7 @@ from ges.reliable.log import (
     MAX_READ,
     NO_END,
     PublisherState,
+    keep_promise,
     remember,
 )
 from ges.wire.messages import Event
@@ -150,9 +154,19 @@ class SqliteLog:
             db = sqlite_utils.Database(self._reader)
             if "meta" not in db.table_names():
                 db["meta"].create({"key": str, "value": int}, pk="key")
-            if "promises" not in db.table_names():
-                # this broker's acknowledgements of other pubends (BrokerCore._on_ack_ask)
-                db["promises"].create({"broker": str, "pubend": str, "tick": int}, pk="broker")
+            if "pubend_promises" not in db.table_names():
+                # this broker's acknowledgements of other pubends (ges.core.release), by pubend;
+                # a file from before earlier epochs were released kept one per broker
+                self._reader.executescript(
+                    "BEGIN; CREATE TABLE pubend_promises (pubend TEXT PRIMARY KEY, tick INTEGER);"
+                    + (
+                        " INSERT INTO pubend_promises SELECT pubend, tick FROM promises;"
+                        " DROP TABLE promises;"
+                        if "promises" in db.table_names()
+                        else ""
+                    )
+                    + " COMMIT;"
+                )
             if "publishers" not in db.table_names():
                 # idempotent publishing: per publisher its last event number published, with
                 # the epoch and tick it went in (written with the events, in one transaction)
@@ -167,15 +181,9 @@ class SqliteLog:
                 )
             rows = list(db["meta"].rows_where("key = ?", ["epoch"]))
             old = rows[0]["value"] if rows else 0
-            (old_last,) = self._reader.execute(
-                "SELECT COALESCE(MAX(last), 0) FROM events WHERE epoch = ?", (old,)
-            ).fetchone()
-            #: the previous epoch and its last committed tick (announced after a restart, so
-            #: subscribers missing its last events ask for them)
-            self.previous = (old, old_last) if old_last else None
             self.epoch = old + 1
             #: the earlier epochs still holding events, and their last ticks, newest first
-            self.earlier = self._reader.execute(
+            self._earlier = self._reader.execute(
                 "SELECT epoch, MAX(last) FROM events WHERE epoch <= ? GROUP BY epoch"
                 " ORDER BY epoch DESC LIMIT ?",
                 (old, MAX_EARLIER),
@@ -183,7 +191,7 @@ class SqliteLog:
             if old:  # where it ended, for good (ended())
                 end = self._last_seen(old) or 0
                 db["meta"].upsert({"key": f"end:{old}", "value": end}, pk="key")
-            self._promises = {r["broker"]: (r["pubend"], r["tick"]) for r in db["promises"].rows}
+            self._promises = {r["pubend"]: r["tick"] for r in db["pubend_promises"].rows}
             self._publishers: dict[str, PublisherState] = {}
             for row in self._reader.execute(
                 "SELECT publisher, seq, epoch, tick FROM publishers ORDER BY epoch, tick"
@@ -204,7 +212,11 @@ class SqliteLog:
         self._wal = 0
         #: released ticks of this epoch: done, and asked for (applied by the log task)
         self._done = self._release_to = 0
+        #: earlier epochs: how far each is released (as asked; the file's marks when not
+        #: asked since the start), and the releases asked for and done (rows deleted)
         self._old_released: dict[int, int] = {}
+        self._old_release_to: dict[int, int] = {}
+        self._old_done: dict[int, int] = {}
         self._old_ends: dict[int, int] = {}
         self._pending: list[tuple[int, int, bytes, tuple | None]] = []
         #: publishers forgotten (MAX_PUBLISHERS) since the last group: their rows go with it
@@ -260,6 +272,18 @@ class SqliteLog:
 
     def publishers(self) -> dict[str, PublisherState]:
         return self._publishers
+
+    @property
+    def previous(self) -> tuple[int, int] | None:
+        """The epoch before this one and its last committed tick, while it is named
+        (:attr:`earlier`)."""
+        return next((end for end in self.earlier if end[0] == self.epoch - 1), None)
+
+    @property
+    def earlier(self) -> list[tuple[int, int]]:
+        """The earlier epochs that held events at the start, and their last ticks, newest first:
+        those not released to their last tick since."""
+        return [(e, last) for e, last in self._earlier if self.released(e) < last]
 
     def read(self, lo: int, hi: int, limit: int = MAX_READ) -> list[tuple[int, object]]:
         return self.read_epoch(self.epoch, lo, hi, limit)
@@ -321,51 +345,81 @@ class SqliteLog:
         except sqlite3.Error as exc:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
 
-    def release(self, upto: int) -> None:
-        self._release_to = max(self._release_to, min(upto, self._committed))
+    def release(self, upto: int, epoch: int | None = None) -> None:
+        if epoch is None or epoch == self.epoch:
+            self._release_to = max(self._release_to, min(upto, self._committed))
+            return
+        end = self.ended(epoch)
+        if end >= NO_END:
+            return  # an epoch this file knows nothing of
+        upto = min(upto, end)
+        if upto > self.released(epoch):
+            self._old_released[epoch] = self._old_release_to[epoch] = upto
 
-    def promised(self) -> dict[str, tuple[str, int]]:
+    def promised(self) -> dict[str, int]:
         return self._promises
 
-    def promise(self, broker: str, pubend: str, tick: int) -> None:
+    def promise(self, pubend: str, tick: int) -> bool:
         """Kept on disk before the acknowledgement goes (one small write on the event loop's
         thread, once per pubend per ack round)."""
+        promises = dict(self._promises)
+        gone = keep_promise(promises, pubend, tick)
+        if gone is None:
+            return False
         try:
             self._reader.execute(
-                "INSERT OR REPLACE INTO promises (broker, pubend, tick) VALUES (?, ?, ?)",
-                (broker, pubend, tick),
+                "INSERT OR REPLACE INTO pubend_promises (pubend, tick) VALUES (?, ?)",
+                (pubend, tick),
             )
+            if gone:  # older epochs of its broker, beyond the bound
+                self._reader.executemany(
+                    "DELETE FROM pubend_promises WHERE pubend = ?", [(p,) for p in gone]
+                )
         except sqlite3.Error as exc:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
         self._wal += COMMIT_OVERHEAD
-        self._promises[broker] = (pubend, tick)
+        keep_promise(self._promises, pubend, tick)
+        return True
 
     @property
     def release_pending(self) -> bool:
-        return self._release_to > self._done
+        done = self._old_done
+        return self._release_to > self._done or any(
+            done.get(e, 0) < upto for e, upto in self._old_release_to.items()
+        )
 
     def apply_release(self) -> None:
         """Delete up to :data:`RELEASE_CHUNK` released batches and record how far the epoch is
         released, in one transaction (a worker thread, like :meth:`write_group`); the log task
-        calls it again while :attr:`release_pending`."""
-        upto = self._release_to
+        calls it again while :attr:`release_pending`. This epoch's release goes first, then
+        the earlier epochs', oldest first."""
+        epoch, upto = self.epoch, self._release_to
+        if upto <= self._done:
+            # (a copy of the dict at once, under the GIL: the event loop's thread adds to it)
+            done = self._old_done
+            epoch, upto = min(
+                (e, u) for e, u in list(self._old_release_to.items()) if done.get(e, 0) < u
+            )
 
         def delete(w: sqlite3.Connection) -> int:
             gone = w.execute(
                 "DELETE FROM events WHERE rowid IN (SELECT rowid FROM events"
                 " WHERE epoch = ? AND first <= ? AND last <= ? LIMIT ?)",
-                (self.epoch, upto, upto, self.bounds.release_chunk),
+                (epoch, upto, upto, self.bounds.release_chunk),
             ).rowcount
             w.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                (f"released:{self.epoch}", upto),
+                (f"released:{epoch}", upto),
             )
             return gone
 
         gone = self._transaction(delete)
         self._wal += COMMIT_OVERHEAD + gone * DELETE_COST
         if gone < self.bounds.release_chunk:
-            self._done = upto
+            if epoch == self.epoch:
+                self._done = upto
+            else:
+                self._old_done[epoch] = upto
 
     def read_epoch(
         self, epoch: int, lo: int, hi: int, limit: int = MAX_READ

@@ -87,6 +87,20 @@ class EpochLog(MemoryLog):
         old = self._older.get(epoch)
         return 0 if old is None else old._released
 
+    def release(self, upto: int, epoch: int | None = None) -> None:
+        if epoch is None or epoch == self.epoch:
+            super().release(upto)
+            return
+        old = self._older.get(epoch)
+        if old is not None:
+            old.release(upto)
+
+    def epochs_ended(self) -> tuple[int, int]:
+        """Of the earlier epochs that logged events: how many, and how many of them are not
+        released to their end (``ges simulate`` reports both)."""
+        logged = [old for old in self._older.values() if old.last]
+        return len(logged), sum(old.released() < old.last for old in logged)
+
 
 class GroupLog(MemoryLog):
     """A :class:`MemoryLog` whose appends are durable only once :meth:`commit` is called."""
@@ -115,8 +129,9 @@ class GroupLog(MemoryLog):
         """As the runtime's log reads: what is committed only."""
         return super().read(lo, min(hi, self._committed), limit)
 
-    def release(self, upto: int) -> None:
-        super().release(min(upto, self._committed))
+    def release(self, upto: int, epoch: int | None = None) -> None:
+        if epoch is None or epoch == self.epoch:
+            super().release(min(upto, self._committed))
 
     def lose(self) -> None:
         """The group in flight is lost (its broker died before the transaction finished): the

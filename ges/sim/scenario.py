@@ -77,6 +77,10 @@ class Outcome:
     #: pubend logs' groups lost at a crash (``commit_ms``): their events were never
     #: acknowledged nor sent, and the restarted pubend's new epoch never uses their ticks
     lost_log: int = 0
+    #: earlier epochs of pubend logs that logged events (their brokers restarted), and those
+    #: of them not released to their end when the run ended
+    ended: int = 0
+    ended_held: int = 0
 
     def replay(
         self,
@@ -330,6 +334,8 @@ def run_seed(
         unacked=sim.unacked,
         lost=sim.lost_groups,
         lost_log=sim.lost_log_groups,
+        ended=sum(log.epochs_ended()[0] for log in sim.logs.values()),
+        ended_held=sum(log.epochs_ended()[1] for log in sim.logs.values()),
     )
 
 

@@ -8,7 +8,7 @@ from ges.core import BrokerConfig, BrokerCore, Notice, ToPeer
 from ges.core.readback import ALL_TICKS
 from ges.core.repair import MAX_ANSWER_BYTES
 from ges.matching.model import Profile, profile_to_wire
-from ges.reliable.log import MAX_READ, NO_END, MemoryLog
+from ges.reliable.log import MAX_PROMISED_EPOCHS, MAX_READ, NO_END, MemoryLog
 from ges.sim import Checker, Faults, Sim
 from ges.topology import Topology
 from ges.wire import messages as m
@@ -419,15 +419,55 @@ def test_a_broker_that_never_answers_holds_the_release_back():
     assert core.release.behind == {"b12"}
 
 
-def test_an_acknowledgement_is_kept_and_an_older_epochs_is_not_given():
+def test_acknowledgements_are_kept_per_epoch_and_the_oldest_beyond_the_bound_are_not_given():
     w = World()
     w.sim.run_until(0.5)
     core = w.sim.cores["b12"]
     assert _ask(core, "b1~1", 15) == 15
-    assert core.log.promised() == {"b1": ("b1~1", 15)}
+    assert core.log.promised() == {"b1~1": 15}
     assert _ask(core, "b1~2", 4) == 4  # b1 restarted with a new epoch
-    assert _ask(core, "b1~1", 20) is None  # the old one is not released any more
-    assert core.log.promised() == {"b1": ("b1~2", 4)}
+    assert _ask(core, "b1~1", 20) == 20  # the old one is still released
+    assert core.log.promised() == {"b1~1": 20, "b1~2": 4}
+    newest = 2 + MAX_PROMISED_EPOCHS
+    for epoch in range(3, newest + 1):
+        assert _ask(core, f"b1~{epoch}", 1) == 1
+    assert "b1~1" not in core.log.promised() and len(core.log.promised()) == MAX_PROMISED_EPOCHS
+    assert _ask(core, "b1~1", 30) is None  # older than every one kept
+
+
+def test_an_earlier_epoch_is_acknowledged_only_as_far_as_a_subend_of_it_has_it():
+    """Its last ticks may never have been routed: a broker with subscriptions learns of them
+    only from its end announced, which makes its subend. Until then it acknowledges none."""
+    w = World()
+    w.ten_to_b20(until=3.0)
+    assert _ask(w.sim.cores["b12"], "b1~7", 30) == 30  # nothing subscribed there
+    b20 = w.sim.cores["b20"]
+    assert _ask(b20, "b1~7", 30) == 0  # subscribed, but no subend of it
+    floor = b20.subends.streams["b1~1"].stream.floor
+    assert floor == 10 and _ask(b20, "b1~1", 10) == 10
+
+
+def test_an_earlier_epoch_is_released_everywhere_and_then_no_longer_announced():
+    w = World()
+    w.ten_to_b20(until=1.0)
+    w.sim.crash("b1", 0.5)  # before its first release round: all ten still in its log
+    w.sim.run_until(2.0)
+    log = w.sim.logs["b1"]
+    assert log.epoch == 2 and log.released(1) == 0 and log.earlier == [(1, 10)]
+    core = w.sim.cores["b1"]
+    assert list(core.release.ended) == ["b1~1"]
+    w.sim.run_until(20.0)
+    assert log.released(1) == 10 and log.earlier == [] and core.release.ended == {}
+    assert log.read_epoch(1, 1, 100) == []
+    others = [b for b in w.sim.cores if b != "b1"]
+    assert all(w.sim.logs[b].promised().get("b1~1") == 10 for b in others)
+    silences = dict(w.sim.frame_types).get("Silence", 0)
+    w.sim.run_until(120.0)
+    out = core.publishing.silence_round(w.sim.now + 1000)  # none of the old epoch any more
+    assert {o.msg.pubend for o in out if type(o) is ToPeer} == {"b1~2"}
+    assert dict(w.sim.frame_types).get("Silence", 0) > silences  # (the new one's still go)
+    w.checker.finish(w.sim.now, start_by=0.5)
+    assert w.checker.ok and w.checker.subs[("b20", 1, 1)].got["b1~1"] == list(range(1, 11))
 
 
 def test_a_nack_for_an_epoch_that_is_no_number_is_answered_as_lost():

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ges.reliable.log import MAX_READ, MemoryLog, PubendLog
+from ges.reliable.log import MAX_PROMISED_EPOCHS, MAX_READ, MemoryLog, PubendLog
 from ges.runtime.pubend_log import TRIM_EVERY, LogBounds, SqliteLog
 from ges.sim.commits import EpochGroupLog
 from ges.wire import messages as m
@@ -500,12 +500,51 @@ def test_acknowledgements_given_are_kept_across_restarts(store):
     log = store.log
     assert log.promised() == {}
     promised = log.promised()
-    log.promise("b1", "b1~1", 40)
-    log.promise("b7", "b7~3", 5)
-    log.promise("b1", "b1~2", 3)  # a newer epoch of b1's pubend replaces the older
-    assert promised == {"b1": ("b1~2", 3), "b7": ("b7~3", 5)}  # the live dict
+    assert log.promise("b1~1", 40) and log.promise("b7~3", 5)
+    assert log.promise("b1~2", 3)  # a newer epoch of b1's pubend: the older is kept too
+    assert log.promise("b1~1", 45)
+    assert promised == {"b1~1": 45, "b1~2": 3, "b7~3": 5}  # the live dict
     again = store.restart()
-    assert again.promised() == {"b1": ("b1~2", 3), "b7": ("b7~3", 5)}
+    assert again.promised() == {"b1~1": 45, "b1~2": 3, "b7~3": 5}
+
+
+def test_acknowledgements_are_kept_for_the_newest_epochs_of_each_broker(store):
+    log = store.log
+    n = MAX_PROMISED_EPOCHS
+    for epoch in range(3, 3 + n):
+        assert log.promise(f"b1~{epoch}", epoch)
+    assert log.promise("b2~1", 1)
+    assert not log.promise("b1~2", 9)  # older than every one kept: not kept, not given
+    assert log.promise(f"b1~{3 + n}", 1)  # a newer one: the oldest goes
+    want = {f"b1~{e}": e for e in range(4, 3 + n)} | {f"b1~{3 + n}": 1, "b2~1": 1}
+    assert log.promised() == want
+    assert store.restart().promised() == want
+
+
+def test_an_earlier_epoch_is_released_to_its_end_and_no_longer_named(store):
+    log = store.log
+    append_committed(store, 1, evs(1, 3))
+    append_committed(store, 4, evs(4, 3))
+    old = log.epoch
+    again = store.restart()
+    if again.epoch == old:
+        return  # one stream: no earlier epoch (its own release is tested above)
+    assert again.earlier == [(old, 6)]
+    again.release(4, old)  # what every other broker acknowledged of it so far
+    store.settle()
+    assert again.released(old) == 4 and again.released() == 0
+    # a log may keep the rest of a batch a release cuts into (released: nothing for anyone)
+    assert [(t, e) for t, e in again.read_epoch(old, 1, 100) if t > 4] == [(5, ev(5)), (6, ev(6))]
+    assert again.earlier == [(old, 6)]  # ticks past the release: still named
+    again.release(99, old)  # at most its end
+    store.settle()
+    assert again.released(old) == 6 and again.read_epoch(old, 1, 100) == []
+    assert again.earlier == [] and again.ended(old) == 6
+    again.release(3, old)  # never goes back
+    assert again.released(old) == 6
+    newest = store.restart()  # and it stays released: not named after the next start
+    assert newest.released(old) == 6 and newest.ended(old) == 6
+    assert old not in [e for e, _ in newest.earlier]
 
 
 def test_publishers_are_kept_with_their_events_the_most_recent_last(store):

@@ -232,6 +232,50 @@ def test_a_release_deletes_in_chunks_and_counts_as_released_at_once(tmp_path):
     assert SqliteLog(tmp_path / "a.db").released(1) == 4  # recorded with the first chunk
 
 
+def test_an_earlier_epochs_release_goes_in_chunks_after_this_epochs(tmp_path):
+    path = tmp_path / "a.db"
+    log = SqliteLog(path)
+    for t in range(1, 6):
+        log.append(t, [ev(t)])
+        log.committed_to(log.write_group(log.take_group()))
+    log.close()
+    log = SqliteLog(path, bounds=LogBounds(release_chunk=2))
+    log.append(1, [ev(1)])
+    log.committed_to(log.write_group(log.take_group()))
+    assert log.earlier == [(1, 5)]
+    log.release(5, 1)
+    log.release(1)
+    assert log.released(1) == 5 and log.earlier == [] and log.release_pending
+    log.apply_release()  # this epoch's first
+    assert log.read(1, 1) == [] and len(log.read_epoch(1, 1, 9)) == 5
+    while log.release_pending:
+        log.apply_release()
+    assert log.read_epoch(1, 1, 9) == []
+    log.release(99, 7)  # an epoch the file never had: nothing
+    assert not log.release_pending and log.released(7) == 0
+    log.close()
+    again = SqliteLog(path)
+    assert again.released(1) == 5 and again.ended(1) == 5 and again.earlier == []
+    again.close()
+
+
+def test_a_file_with_one_acknowledgement_per_broker_keeps_them_by_pubend(tmp_path):
+    # the promises table of a file from before earlier epochs were released
+    path = tmp_path / "b3.pubend.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE promises (broker TEXT PRIMARY KEY, pubend TEXT, tick INTEGER)")
+    db.executemany("INSERT INTO promises VALUES (?, ?, ?)", [("b1", "b1~4", 7), ("b2", "b2~1", 3)])
+    db.commit()
+    db.close()
+    log = SqliteLog(path)
+    assert log.promised() == {"b1~4": 7, "b2~1": 3}
+    assert log.promise("b1~3", 9)
+    log.close()
+    tables = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
+    assert "promises" not in tables
+    assert SqliteLog(path).promised() == {"b1~4": 7, "b2~1": 3, "b1~3": 9}
+
+
 def test_an_sqlite_failure_while_writing_is_one_error_naming_the_file(tmp_path):
     from ges.errors import OperationError
 
@@ -367,3 +411,29 @@ async def test_a_broker_releases_its_log_once_every_other_broker_acknowledged(
         with trio.fail_after(5):
             while db.execute("SELECT COUNT(*) FROM events WHERE epoch = 1").fetchone()[0]:
                 await trio.sleep(0.05)
+
+
+async def test_a_restarted_broker_releases_its_earlier_epoch_once_every_broker_has_it(
+    chain3, tmp_path
+):
+    path = tmp_path / "b1.pubend.db"
+    old = SqliteLog(path)  # what b1 logged before it crashed
+    old.append(1, [ev(1), ev(2), ev(3)])
+    old.committed_to(old.write_group(old.take_group()))
+    old.close()
+    async with chain_with_logs(chain3, tmp_path, BrokerConfig(ack_every=0.2)) as (sub, pub_client):
+        await pub_client.publish(thirty())  # the new epoch goes on as before
+        await receive(sub, 30, within=5)
+        db = sqlite3.connect(path)
+        with trio.fail_after(10):
+            while db.execute("SELECT COUNT(*) FROM events WHERE epoch = 1").fetchone()[0]:
+                await trio.sleep(0.05)
+        assert db.execute("SELECT value FROM meta WHERE key = 'released:1'").fetchone() == (3,)
+        for other in ("b2", "b3"):  # each kept its acknowledgement of it before it answered
+            kept = sqlite3.connect(tmp_path / f"{other}.pubend.db").execute(
+                "SELECT tick FROM pubend_promises WHERE pubend = 'b1~1'"
+            )
+            assert kept.fetchone() == (3,)
+    again = SqliteLog(path)
+    assert [e for e, _ in again.earlier] == [2] and again.released(1) == again.ended(1) == 3
+    again.close()
