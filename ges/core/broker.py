@@ -504,6 +504,7 @@ class BrokerCore:
             event_frames=c["event_frames"],
             log_held=0 if self.log is None else self.log.committed - self.log.released(),
             log_released=0 if self.log is None else self.log.released(),
+            log_epochs=0 if self.log is None else len(self.log.earlier),
             forged=c["forged"],
             sessions=0 if self.replicator is None else len(self.replicator.sessions),
             nacks_sent=c["nacks_sent"],

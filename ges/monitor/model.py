@@ -352,6 +352,7 @@ class NetworkModel:
                     "slow_consumers": s.slow_consumers,
                     "log_held": s.log_held,
                     "log_released": s.log_released,
+                    "log_epochs": s.log_epochs,
                     "log_bytes": s.log_bytes,
                     "queued_clients": s.queued_clients,
                     "queued_links": s.queued_links,

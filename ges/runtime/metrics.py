@@ -74,6 +74,11 @@ GAUGES = (
     ("links_expected", "Links this broker has in the topology.", "links_expected"),
     ("profile_entries", "Profile entries held for the units this broker keeps.", "profile_entries"),
     ("log_held", "Events this broker's pubend log holds.", "log_held"),
+    (
+        "log_earlier_epochs",
+        "Earlier epochs of this broker's pubend its log holds, not released to their end.",
+        "log_epochs",
+    ),
     ("sessions", "Durable sessions this broker's replicator holds.", "sessions"),
     (
         "session_events",

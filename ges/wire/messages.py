@@ -465,6 +465,9 @@ class Stats(_Msg):
     #: last 10 s, and its busy µs since it started (their rate over two reports: utilisation)
     loop_longest_us: int = 0
     loop_busy_us: int = 0
+    #: earlier epochs of this broker's pubend (it restarted) that its log still holds, not yet
+    #: released to their end (ges.core.release)
+    log_epochs: int = 0
 
 
 class Error(_Msg):

@@ -455,9 +455,10 @@ def test_an_earlier_epoch_is_released_everywhere_and_then_no_longer_announced():
     log = w.sim.logs["b1"]
     assert log.epoch == 2 and log.released(1) == 0 and log.earlier == [(1, 10)]
     core = w.sim.cores["b1"]
-    assert list(core.release.ended) == ["b1~1"]
+    assert list(core.release.ended) == ["b1~1"] and core.stats().log_epochs == 1
     w.sim.run_until(20.0)
     assert log.released(1) == 10 and log.earlier == [] and core.release.ended == {}
+    assert core.stats().log_epochs == 0
     assert log.read_epoch(1, 1, 100) == []
     others = [b for b in w.sim.cores if b != "b1"]
     assert all(w.sim.logs[b].promised().get("b1~1") == 10 for b in others)

@@ -75,6 +75,17 @@ def test_a_brokers_loop_is_in_its_detail_and_its_line_and_units_say_when_it_ran_
     assert "loop" not in str(broker_detail(model, "b2", time.time()))
 
 
+def test_a_brokers_detail_says_how_many_earlier_epochs_its_log_still_holds():
+    model = NetworkModel(Topology.from_dict(SMALL))
+    model.observe("b1", stats("b1", log_held=7, log_epochs=2), 0.0)
+    model.observe("b2", stats("b2", log_held=7), 0.0)
+    line = next(
+        x for x in str(broker_detail(model, "b1", time.time())).splitlines() if x.startswith("log ")
+    )
+    assert line.startswith("log      held 7 ") and line.endswith("  earlier epochs 2")
+    assert "earlier" not in str(broker_detail(model, "b2", time.time()))  # none: not shown
+
+
 def test_keys_open_a_unit_select_a_broker_and_a_cut_link_shows_as_cut(tmp_path):
     path = diamond(tmp_path)
     topology = Topology.from_yaml(path)

@@ -64,6 +64,7 @@ async def test_a_scrape_has_every_brokers_counters_and_gauges_labelled_by_broker
     assert got[("ges_link_up", "b2", "S/c1", ("cut", "0"), ("peer", "b3"))] == 1
     assert got[("ges_links_expected", "b2", "S/c1")] == 2
     assert got[("ges_log_held", "b1", "S/c1")] == 10  # reliable: the pubend log holds them
+    assert got[("ges_log_earlier_epochs", "b1", "S/c1")] == 0  # its first start: none
     assert got[("ges_log_bytes", "b1", "S/c1", ("what", "on_disk"))] > 0
     assert ("ges_queued_bytes", "b3", "S/c2", ("to", "clients")) in got
     assert got[("ges_start_time_seconds", "b1", "S/c1")] == pytest.approx(time.time(), abs=120)
