@@ -84,6 +84,33 @@ def test_reliable_delivery_survives_every_fault(name, first, n, pool):
     assert moves > n, moves
 
 
+# Crash-heavy runs (4 broker crashes a second, 8 publishers, group commits up to 300 ms late,
+# publishers' own subscriptions, three roaming durable clients, retained messages): the mix
+# that found the earlier-epoch faults (tests/sim/test_epochs.py), 12 seeds per topology.
+CRASH_HEAVY = dict(
+    faults=attrs.evolve(Faults(), crash_rate=4.0),
+    publishers=8,
+    commit_ms=300,
+    own=6,
+    durable=3,
+    retained=8,
+)
+
+
+@pytest.mark.parametrize("name", ["demo", "generated", "ges-paper", "figure2"])
+def test_reliable_delivery_survives_crash_heavy_runs(name, pool):
+    crashes = ended = released = 0
+    for o in run_seeds(
+        topology(name), range(500000, 500012), jobs=default_jobs(), pool=pool, **CRASH_HEAVY
+    ):
+        assert o.ok, f"{name} seed {o.seed}: " + "; ".join(o.violations[:5])
+        crashes += o.faults["crashes"]
+        ended += o.ended
+        released += o.ended - o.ended_held
+    # brokers did crash, publishers among them, and their earlier epochs were released
+    assert crashes > 12 and ended > 0 and released > 0, (crashes, ended, released)
+
+
 def test_a_seed_replays_identically():
     t = topology("demo")
     a = run_seed(t, 7, faults=Faults())
