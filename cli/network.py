@@ -390,6 +390,13 @@ def broker(
         "the broker's mqtt_port in the topology.",
         metavar="PORT",
     ),
+    mqtt_ws_port: int = typer.Option(
+        None,
+        "--mqtt-ws-port",
+        help="Serve MQTT clients over WebSocket on this port (wss:// unless --insecure), "
+        "instead of the broker's mqtt_ws_port in the topology.",
+        metavar="PORT",
+    ),
     certs: Path = CERTS,
     insecure: bool = INSECURE,
 ) -> None:
@@ -413,6 +420,7 @@ def broker(
         insecure,
         metrics_port,
         mqtt_port=mqtt_port,
+        mqtt_ws_port=mqtt_ws_port,
     )
 
 
@@ -432,12 +440,14 @@ def _broker(
     metrics_port=None,
     plain=False,
     mqtt_port=None,
+    mqtt_ws_port=None,
 ) -> None:
     log_level = _check_log_level(log_level)
     _check_max_clients(max_clients)
     _check_metrics_port(metrics_port)
-    if mqtt_port is not None and not 1 <= mqtt_port <= 65535:
-        raise UserInputError(f"--mqtt-port {mqtt_port}: must be in 1..65535")
+    for flag, port in (("--mqtt-port", mqtt_port), ("--mqtt-ws-port", mqtt_ws_port)):
+        if port is not None and not 1 <= port <= 65535:
+            raise UserInputError(f"{flag} {port}: must be in 1..65535")
     _check_routing(routing)
     reliable = _check_delivery(delivery, routing)
     tags = parse_tags(tag)
@@ -464,6 +474,7 @@ def _broker(
                 max_clients=max_clients,
                 certs=cert_dir,
                 mqtt_port=mqtt_port,
+                mqtt_ws_port=mqtt_ws_port,
             )
             await nursery.start(server.run)
             freeze_heap()
@@ -476,6 +487,13 @@ def _broker(
                 err.print(
                     f"broker {broker_id} MQTT on {spec.host}:{server.mqtt_port}"
                     f"{'' if cert_dir is None else ' (TLS)'}",
+                    highlight=False,
+                )
+            if server.mqtt_ws_port is not None:
+                scheme = "ws" if cert_dir is None else "wss"
+                err.print(
+                    f"broker {broker_id} MQTT over WebSocket on "
+                    f"{scheme}://{spec.host}:{server.mqtt_ws_port}/",
                     highlight=False,
                 )
             port = metrics_port or spec.metrics_port

@@ -259,8 +259,8 @@ class Admission:
 def peer_of(stream) -> str:
     """``host:port`` of a socket stream's peer (for the log): as the connection came, if its
     listener noted it (``peer``), else as its socket says now."""
-    if isinstance(stream, TLSStream):
-        stream = stream.transport_stream
+    while not hasattr(stream, "socket") and hasattr(stream, "transport_stream"):
+        stream = stream.transport_stream  # (TLS, a WebSocket)
     known = getattr(stream, "peer", None)
     if known is not None:
         return known

@@ -130,6 +130,7 @@ class BrokerServer(Dispatching):
         certs: CertDir | None = None,
         access: Path | None = None,
         mqtt_port: int | None = None,
+        mqtt_ws_port: int | None = None,
     ):
         self.topology = topology
         self.spec = topology.brokers[broker_id]
@@ -246,6 +247,8 @@ class BrokerServer(Dispatching):
         self.admission = Admission(self)
         #: MQTT clients (ges.runtime.mqtt): the port given, else the topology's, else none
         self.mqtt_port = mqtt_port if mqtt_port is not None else self.spec.mqtt_port
+        #: ... and over WebSocket (ges.transport.websocket), the same way
+        self.mqtt_ws_port = mqtt_ws_port if mqtt_ws_port is not None else self.spec.mqtt_ws_port
         self.mqtt = MqttListener(self)
         #: clients whose connection takes messages rather than frames (MQTT's)
         self._message_clients: set[int] = set()
@@ -272,17 +275,21 @@ class BrokerServer(Dispatching):
             listeners = await trio.open_tcp_listeners(self.spec.port, host=self.listen_host)
         except OSError as exc:
             raise OperationError(self.admission.listen_error(exc)) from None
-        mqtt = []
-        if self.mqtt_port is not None:
+        mqtt: list = []
+        for port, over in ((self.mqtt_port, ""), (self.mqtt_ws_port, " over WebSocket")):
+            if port is None:
+                continue
             try:
-                mqtt = await trio.open_tcp_listeners(self.mqtt_port, host=self.listen_host)
+                opened = await trio.open_tcp_listeners(port, host=self.listen_host)
             except OSError as exc:
-                for listener in listeners:
+                for listener in listeners + [lis for lis, _ in mqtt]:
                     await listener.aclose()
                 raise OperationError(
-                    f"broker {self.id}: cannot listen for MQTT on {self.listen_host}:"
-                    f"{self.mqtt_port}: {exc.strerror or exc}"
+                    f"broker {self.id}: cannot listen for MQTT{over} on {self.listen_host}:"
+                    f"{port}: {exc.strerror or exc}"
                 ) from None
+            handle = self.mqtt.handle_ws if over else self.mqtt.handle
+            mqtt += [(listener, handle) for listener in opened]
         self._mqtt_listeners = mqtt
         try:
             async with trio.open_nursery() as nursery:
@@ -295,10 +302,8 @@ class BrokerServer(Dispatching):
         self._nursery = nursery
         for listener in listeners:
             nursery.start_soon(self.admission.serve_listener, listener)
-        for listener in self._mqtt_listeners:
-            nursery.start_soon(
-                self.admission.serve_listener, listener, self.mqtt.handle, self.mqtt.dismiss
-            )
+        for listener, handle in self._mqtt_listeners:
+            nursery.start_soon(self.admission.serve_listener, listener, handle, self.mqtt.dismiss)
         nursery.start_soon(self._timer)
         nursery.start_soon(self.watchdog.run)
         nursery.start_soon(self._worker)
@@ -312,8 +317,10 @@ class BrokerServer(Dispatching):
             if broker_order_key(self.id) < broker_order_key(peer):
                 nursery.start_soon(self.links.dial_forever, peer)
         self.log.info("listening on %s:%d", self.listen_host, self.spec.port)
-        if self._mqtt_listeners:
+        if self.mqtt_port is not None:
             self.log.info("MQTT on %s:%d", self.listen_host, self.mqtt_port)
+        if self.mqtt_ws_port is not None:
+            self.log.info("MQTT over WebSocket on %s:%d", self.listen_host, self.mqtt_ws_port)
         task_status.started(self)
 
     # -- time --------------------------------------------------------------------------------

@@ -54,7 +54,8 @@ from ges.transport.connection import (
     ConnectionClosed,
     linger,
 )
-from ges.transport.tls import TLSStream
+from ges.transport.tls import tls_of
+from ges.transport.websocket import UpgradeRefused, WebSocketStream
 from ges.wire import MAX_EVENT_BYTES, FrameError
 from ges.wire import messages as m
 
@@ -121,6 +122,27 @@ class MqttListener:
                 server._opening -= 1
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await stream.aclose()
+
+    async def handle_ws(self, stream) -> None:
+        """A connection to the MQTT WebSocket port (``mqtt_ws_port:``): its HTTP upgrade
+        (ges.transport.websocket) within ``HANDSHAKE_TIMEOUT``, then as :meth:`handle` (its
+        CONNECT within the same again)."""
+        ws = WebSocketStream(stream)
+        why = None
+        with trio.move_on_after(HANDSHAKE_TIMEOUT) as late:
+            try:
+                await ws.accept()
+            except UpgradeRefused as exc:
+                why = str(exc)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                why = f"before its WebSocket upgrade: {exc}"
+        if late.cancelled_caught:
+            why = f"no WebSocket upgrade within {HANDSHAKE_TIMEOUT:g}s"
+        if why is not None:
+            self.server._opening -= 1
+            await self.dismiss(ws, why)
+            return
+        await self.handle(ws)
 
     async def _connect(self, stream):
         """The CONNECT, the reader holding what came after it, and the packets that did."""
@@ -191,7 +213,8 @@ class MqttListener:
             secret = (connect.password or b"").decode("utf-8")
         except UnicodeDecodeError:
             return p.BAD_LOGIN, f"user {name!r}: a password that is not UTF-8"
-        cert = peer_identity(stream) if isinstance(stream, TLSStream) else None
+        tls = tls_of(stream)
+        cert = None if tls is None else peer_identity(tls)
         admitted = None
         with trio.move_on_after(ADMIT_WAIT):
             admitted = await access.admit(name, cert, secret)

@@ -72,11 +72,12 @@ def on_free_ports(data: dict, host: str = "127.0.0.1") -> dict:
     """A copy of a topology mapping (the YAML form) with every broker on a free port of ``host``."""
     data = {**data, "brokers": {k: dict(v) for k, v in data["brokers"].items()}}
     specs = list(data["brokers"].values())
-    mqtt = [spec for spec in specs if "mqtt_port" in spec]  # an MQTT port too: another one
+    # an MQTT port too (plain or over WebSocket): another one each
+    mqtt = [(spec, k) for k in ("mqtt_port", "mqtt_ws_port") for spec in specs if k in spec]
     ports = free_ports(len(specs) + len(mqtt), host)
     for spec, port in zip(specs, ports, strict=False):
         spec["port"] = port
         spec["host"] = host
-    for spec, port in zip(mqtt, ports[len(specs) :], strict=True):
-        spec["mqtt_port"] = port
+    for (spec, key), port in zip(mqtt, ports[len(specs) :], strict=True):
+        spec[key] = port
     return data

@@ -18,6 +18,7 @@ from ges.errors import UserInputError
 from ges.topology.specs import (
     DEFAULT_BLOCK_LIMIT,
     DEFAULT_HOST,
+    PORT_KEYS,
     BrokerSpec,
     LinkCostMatrix,
     LinkSpec,
@@ -45,7 +46,7 @@ _TOP_KEYS = {
     "sessions",
     "mqtt",
 }
-_BROKER_KEYS = {"unit", "host", "port", "metrics_port", "mqtt_port"}
+_BROKER_KEYS = {"unit", "host", "port", *PORT_KEYS}
 
 #: the class a loaded topology is made as (ges.topology.model.Topology)
 T = TypeVar("T")
@@ -244,7 +245,7 @@ def _parse_brokers(data, w: _Where) -> dict[str, BrokerSpec]:
             if k not in _BROKER_KEYS:
                 w.fail(
                     f"{what}: unknown key {k!r} (expected unit, host, port, metrics_port, "
-                    "mqtt_port)",
+                    "mqtt_port, mqtt_ws_port)",
                     spec,
                     k,
                 )
@@ -279,7 +280,7 @@ def _parse_brokers(data, w: _Where) -> dict[str, BrokerSpec]:
             )
         addresses[addr] = bid
         extra = {}
-        for name in ("metrics_port", "mqtt_port"):
+        for name in PORT_KEYS:
             value = extra[name] = spec.get(name)
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535
@@ -289,7 +290,7 @@ def _parse_brokers(data, w: _Where) -> dict[str, BrokerSpec]:
         entries[bid] = spec
     taken = {addr: f"broker {b}'s port" for addr, b in addresses.items()}
     for bid, b in brokers.items():
-        for name in ("metrics_port", "mqtt_port"):
+        for name in PORT_KEYS:
             value = getattr(b, name)
             if value is None:
                 continue

@@ -29,6 +29,7 @@ import attrs
 from ges.topology import _loader
 from ges.topology.specs import (
     DIGEST_FORMAT,
+    PORT_KEYS,
     SHORT_DIGEST_CHARS,
     BrokerSpec,
     LinkCostMatrix,
@@ -91,7 +92,7 @@ class Topology:
         out: dict = {"name": self.name, "block_limit": self.block_limit, "brokers": {}}
         for b in self.brokers.values():
             out["brokers"][b.id] = {"unit": unit_name(b.unit), "host": b.host, "port": b.port}
-            for name in ("metrics_port", "mqtt_port"):
+            for name in PORT_KEYS:
                 if getattr(b, name) is not None:
                     out["brokers"][b.id][name] = getattr(b, name)
         out["links"] = [

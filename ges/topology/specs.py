@@ -22,6 +22,8 @@ DEFAULT_HOST = "127.0.0.1"
 DIGEST_FORMAT = "ges-topology-digest/1"
 #: Hex digits of :attr:`Topology.short_digest`: 64 bits, plenty to tell networks apart by eye.
 SHORT_DIGEST_CHARS = 16
+#: A broker entry's ports besides its own (none of them in the digest: BrokerSpec).
+PORT_KEYS = ("metrics_port", "mqtt_port", "mqtt_ws_port")
 
 _NATURAL_SPLIT = re.compile(r"(\d+)")
 
@@ -49,6 +51,8 @@ class BrokerSpec:
     metrics_port: int | None = None
     #: where it serves MQTT clients (ges.runtime.mqtt); None: nowhere. Not in the digest either
     mqtt_port: int | None = None
+    #: ... and MQTT clients over WebSocket (ges.transport.websocket); None: nowhere
+    mqtt_ws_port: int | None = None
 
     @property
     def address(self) -> tuple[str, int]:

@@ -36,6 +36,16 @@ RECEIVE_SIZE = 65536
 WRITE_NOWAIT_MAX = 64 * 1024
 
 
+def tls_of(stream) -> TLSStream | None:
+    """The TLS stream ``stream`` is or runs over (a WebSocket's: ges.transport.websocket), if
+    any."""
+    while not isinstance(stream, TLSStream):
+        stream = getattr(stream, "transport_stream", None)
+        if stream is None:
+            return None
+    return stream
+
+
 class TLSStream(trio.abc.Stream):
     """TLS over ``transport_stream`` with ``ssl_context`` (see the module docstring).
 

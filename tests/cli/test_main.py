@@ -40,6 +40,14 @@ def test_bad_log_level_is_one_error_line(args):
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize("flag", ["--mqtt-port", "--mqtt-ws-port"])
+@pytest.mark.parametrize("port", ["0", "70000"])
+def test_a_broker_mqtt_port_out_of_range_is_one_error_line(flag, port):
+    result = ges("broker", DEMO, "--id", "b1", "--insecure", flag, port)
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {flag} {port}: must be in 1..65535\n"
+
+
 def test_no_arguments_show_help_without_an_error_line():
     for args in ([], ["topology"]):
         result = ges(*args)

@@ -11,6 +11,7 @@ import queue
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import threading
@@ -47,22 +48,35 @@ def mosquitto_clients() -> str:
     return found
 
 
-def demo_with_mqtt(tmp_path, **sessions):
+def demo_with_mqtt(tmp_path, websocket=(), **sessions):
+    """demo.yaml on free ports, and its brokers' MQTT ports (the brokers ``websocket`` names
+    serve MQTT over WebSocket too: their ports under ``(bid, "ws")``)."""
     data = yaml.safe_load((ROOT / "topologies" / "demo.yaml").read_text())
     if sessions:
         data["sessions"] = sessions
     assert all("mqtt_port" in b for b in data["brokers"].values())
+    for bid in websocket:
+        data["brokers"][bid]["mqtt_ws_port"] = 1
     data = on_free_ports(data)
     path = tmp_path / "demo.yaml"
     path.write_text(yaml.safe_dump(data))
-    return path, {bid: spec["mqtt_port"] for bid, spec in data["brokers"].items()}
+    ports = {bid: spec["mqtt_port"] for bid, spec in data["brokers"].items()}
+    ports |= {(bid, "ws"): data["brokers"][bid]["mqtt_ws_port"] for bid in websocket}
+    return path, ports
 
 
 class Paho:
     """A paho-mqtt client on its own thread; what it receives goes to ``messages``."""
 
     def __init__(
-        self, client_id: str, port: int, certs=None, as_client=None, clean_session=True, **login
+        self,
+        client_id: str,
+        port: int,
+        certs=None,
+        as_client=None,
+        clean_session=True,
+        websocket=False,
+        **login,
     ):
         self.messages: queue.Queue = queue.Queue()
         self.acked = threading.Event()
@@ -72,7 +86,10 @@ class Paho:
             protocol=mqtt.MQTTv311,
             clean_session=clean_session,
             reconnect_on_failure=False,
+            transport="websockets" if websocket else "tcp",
         )
+        if websocket:
+            c.ws_set_options(path="/mqtt")
         if certs is not None:
             mine = {}
             if as_client is not None:  # a client certificate of the network proves who
@@ -552,6 +569,56 @@ def test_a_persistent_qos1_subscriber_moved_between_brokers_under_load_gets_ever
             c.loop_stop()
         code = up.stop()
     assert code == 0
+
+
+def test_mqtt_over_websocket_roams_between_brokers_and_refuses_what_is_no_upgrade(tmp_path):
+    """A browser's MQTT: paho over wss:// (the network's TLS, a client certificate), a
+    persistent QoS 1 subscriber that leaves and comes back over WebSocket at a broker of
+    another super-cluster and gets what it missed, beside MQTT over TCP; an opening that is no
+    WebSocket upgrade for MQTT gets an HTTP error."""
+    topology, ports = demo_with_mqtt(tmp_path, websocket=("b1", "b11", "b20"))
+    up = Up(topology, tmp_path / "run")  # TLS: wss://
+    certs = up.certs
+    clients = []
+    try:
+        sub = Paho("tab", ports["b11", "ws"], certs, "admin", clean_session=False, websocket=True)
+        clients.append(sub)
+        assert sub.rc == 0 and not sub.session_present
+        sub.subscribe(("ws/#", 1))
+        pub = Paho("pub", ports["b1"], certs, "admin")  # MQTT over TCP, SSC-A
+        clients.append(pub)
+        for i in range(20):
+            pub.publish(f"ws/{i % 3}", b"x" * 3000 + str(i).encode(), 1)
+        got = sub.received(20)
+        assert sorted(int(m.payload[3000:]) for m in got) == list(range(20))
+        sub.stop()  # DISCONNECT: the session keeps what comes
+        for i in range(20, 60):
+            pub.publish("ws/later", str(i).encode(), 1)
+        back = Paho("tab", ports["b20", "ws"], certs, "admin", clean_session=False, websocket=True)
+        clients.append(back)
+        assert back.session_present
+        assert sorted(int(m.payload) for m in back.received(40)) == list(range(20, 60))
+        back.publish("ws/back", b"from a browser", 1)  # and it publishes over WebSocket
+        (echo,) = back.received(1)
+        assert (echo.topic, echo.payload) == ("ws/back", b"from a browser")
+        # an opening that is no upgrade for MQTT: an HTTP error, then the end
+        context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        with (
+            socket.create_connection(("127.0.0.1", ports["b1", "ws"]), timeout=10) as raw,
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+        ):
+            tls.sendall(b"GET /mqtt HTTP/1.1\r\nHost: b1\r\n\r\n")
+            answer = b""
+            while chunk := tls.recv(4096):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400 Bad Request")
+    finally:
+        for c in clients:
+            c.stop()
+        code = up.stop()
+    assert code == 0, up.log_tail()
+    assert "refused an MQTT connection from 127.0.0.1:" in up.log_tail(200_000)
+    assert ": not a WebSocket upgrade request: " in up.log_tail(200_000)
 
 
 def test_a_persistent_subscriber_gets_what_it_missed_at_another_broker_even_with_its_own_killed(

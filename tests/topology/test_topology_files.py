@@ -73,6 +73,14 @@ def test_demo_shape(demo):
     assert demo.warnings == ()
 
 
+def test_demo_serves_mqtt_and_mqtt_over_websocket_where_its_comment_says(demo):
+    text = (TOPOLOGIES / "demo.yaml").read_text()
+    assert "MQTT\n# clients served on 7201-7220" in text and "WebSocket on 8201-8220" in text
+    for bid, b in demo.brokers.items():
+        n = int(bid[1:])
+        assert (b.mqtt_port, b.mqtt_ws_port) == (7200 + n, 8200 + n)
+
+
 def test_demo_one_replicator_per_super_cluster(demo):
     super_clusters = [u for u in demo.units if demo.unit_level(u) == 2] if demo.units else []
     assert super_clusters

@@ -246,6 +246,14 @@ def test_unit_not_connected_inside_itself_is_a_warning(ges, write):
             "broker b2: metrics_port 9100 on 127.0.0.1 is also broker b1's metrics_port",
         ),
         (
+            GOOD.replace("port: 7001}", "port: 7001, mqtt_ws_port: true}"),
+            "mqtt_ws_port must be an integer in 1..65535, got True",
+        ),
+        (
+            GOOD.replace("port: 7001}", "port: 7001, mqtt_port: 1883, mqtt_ws_port: 1883}"),
+            "broker b1: mqtt_ws_port 1883 on 127.0.0.1 is also broker b1's mqtt_port",
+        ),
+        (
             GOOD.replace("name: small", "name: small\nmqtt: {max_keepalive: 0}"),
             "mqtt.max_keepalive must be whole seconds from 1 to 65535 (or like 60s, 5m), got 0",
         ),
@@ -362,12 +370,13 @@ def test_every_command_has_help(ges, command):
     assert len(result.stdout.strip().splitlines()) > 3
 
 
-def test_a_metrics_port_is_kept_but_is_not_part_of_the_networks_identity():
-    with_port = Topology.from_yaml_text(
-        GOOD.replace("port: 7001}", "port: 7001, metrics_port: 9100}")
-    )
+@pytest.mark.parametrize("key", ["metrics_port", "mqtt_port", "mqtt_ws_port"])
+def test_a_brokers_other_ports_are_kept_but_are_not_part_of_the_networks_identity(key):
+    with_port = Topology.from_yaml_text(GOOD.replace("port: 7001}", f"port: 7001, {key}: 9100}}"))
     plain = Topology.from_yaml_text(GOOD)
-    assert with_port.brokers["b1"].metrics_port == 9100 and plain.brokers["b1"].metrics_port is None
+    assert (
+        getattr(with_port.brokers["b1"], key) == 9100 and getattr(plain.brokers["b1"], key) is None
+    )
     assert with_port.digest == plain.digest
     assert Topology.from_dict(with_port.to_dict()) == with_port
 

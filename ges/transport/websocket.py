@@ -1,0 +1,184 @@
+"""MQTT over WebSocket (MQTT 3.1.1 and 5.0, §6): the bytes of a WebSocket's binary messages as
+a trio stream, so the MQTT listener serves a browser's connection as any other.
+
+Theory of operation
+-------------------
+:class:`WebSocketStream` wraps a transport stream (a socket, or TLS over one) whose peer opens
+with an HTTP upgrade request. :meth:`WebSocketStream.accept` reads that request — at most
+:data:`MAX_UPGRADE_BYTES`; the caller bounds the time — and answers it: ``101`` with the
+subprotocol ``mqtt`` (or ``mqttv3.1``, which older clients offer), or an HTTP error and
+:class:`UpgradeRefused` when it is no upgrade or offers neither (§6: "the Client MUST include
+mqtt in the list of WebSocket Sub Protocols it offers"). No extension is accepted, so no
+compressed message can inflate past what was read.
+
+Then the stream is what the MQTT connection reads and writes: ``receive_some`` gives the
+payload of the binary messages in order, whatever their frames' boundaries (§6: a frame may
+hold part of a packet or several), and answers pings; a text message breaks the stream (§6:
+"MUST close the Network Connection"), as does a frame the protocol does not allow. What one
+read of the transport brings is all it buffers. ``send_all`` sends its bytes as one binary
+message. The frame layer is `wsproto <https://python-hyper.org/projects/wsproto/>`_, sans-I/O
+in the manner of h11, driven here with trio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import trio
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Message,
+    Ping,
+    Request,
+    TextMessage,
+)
+from wsproto.utilities import LocalProtocolError, RemoteProtocolError
+
+#: The largest upgrade request read (its request line and headers; a browser's take a few KiB).
+MAX_UPGRADE_BYTES = 16 * 1024
+#: The subprotocols taken, in order of preference: ``mqtt`` (both specs, §6), and ``mqttv3.1``.
+SUBPROTOCOLS = ("mqtt", "mqttv3.1")
+#: Bytes asked of the transport per read.
+RECEIVE_SIZE = 65536
+#: Seconds a close frame is given to be written as the stream closes.
+CLOSE_WAIT = 0.5
+#: Close codes that say the protocol broke (RFC 6455 §7.4.1: a protocol error, data that
+#: cannot be taken, a message too big...): the stream breaks, saying why, rather than ends.
+BROKEN = frozenset((1002, 1003, 1007, 1008, 1009, 1010))
+
+
+class UpgradeRefused(Exception):
+    """The connection's opening was no WebSocket upgrade for MQTT (answered, when it could be,
+    with an HTTP error); ``str()`` says why."""
+
+
+class WebSocketStream(trio.abc.Stream):
+    """A server's end of a WebSocket carrying MQTT (see the module docstring)."""
+
+    def __init__(self, transport_stream):
+        self.transport_stream = transport_stream
+        self._ws = WSConnection(ConnectionType.SERVER)
+        self._write_lock = trio.Lock()
+        self._buffer = bytearray()
+        self._eof = False
+        self._closed = False
+        #: the upgrade request's target (``/mqtt``, say), once accepted
+        self.path: str | None = None
+        #: the subprotocol chosen
+        self.subprotocol: str | None = None
+
+    async def accept(self) -> None:
+        """Read the upgrade request and accept it; :class:`UpgradeRefused` (after an HTTP
+        error, when the peer can still read one) if it is none, or offers no MQTT
+        subprotocol, or is over :data:`MAX_UPGRADE_BYTES`."""
+        read = 0
+        while True:
+            data = await self.transport_stream.receive_some(RECEIVE_SIZE)
+            if not data:
+                raise UpgradeRefused("closed before its WebSocket upgrade")
+            read += len(data)
+            try:
+                self._ws.receive_data(data)
+                request = next((e for e in self._ws.events() if isinstance(e, Request)), None)
+            except RemoteProtocolError as exc:
+                await self._refuse(400, "Bad Request")
+                raise UpgradeRefused(f"not a WebSocket upgrade request: {exc}") from None
+            if request is not None:
+                break
+            if read > MAX_UPGRADE_BYTES:
+                await self._refuse(431, "Request Header Fields Too Large")
+                raise UpgradeRefused(f"an upgrade request over {MAX_UPGRADE_BYTES:,} bytes")
+        offered = list(request.subprotocols)
+        chosen = next((s for s in offered if s in SUBPROTOCOLS), None)
+        if chosen is None:
+            await self._refuse(400, "Bad Request")
+            said = ", ".join(offered) if offered else "none"
+            raise UpgradeRefused(f"no MQTT subprotocol offered (mqtt; it offered {said})")
+        await self._write(self._ws.send(AcceptConnection(subprotocol=chosen)))
+        self.path, self.subprotocol = request.target, chosen
+
+    async def _refuse(self, status: int, reason: str) -> None:
+        """An HTTP error for an opening that is no upgrade for MQTT (not waited on long)."""
+        answer = f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        with (
+            trio.move_on_after(CLOSE_WAIT),
+            contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError),
+        ):
+            await self.transport_stream.send_all(answer.encode())
+
+    # -- trio.abc.Stream -------------------------------------------------------------------------
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._closed:
+            raise trio.ClosedResourceError("the WebSocket stream is closed")
+        while not self._buffer:
+            if self._eof:
+                await trio.lowlevel.checkpoint()
+                return b""
+            data = await self.transport_stream.receive_some(RECEIVE_SIZE)
+            if not data:
+                self._eof = True
+                continue
+            try:
+                self._ws.receive_data(data)
+                events = list(self._ws.events())
+            except RemoteProtocolError as exc:
+                raise trio.BrokenResourceError(f"WebSocket: {exc}") from None
+            for event in events:
+                if isinstance(event, BytesMessage):
+                    self._buffer += event.data
+                elif isinstance(event, Ping):
+                    with contextlib.suppress(LocalProtocolError):  # (not once it closes)
+                        await self._write(self._ws.send(event.response()))
+                elif isinstance(event, CloseConnection):
+                    self._eof = True
+                    with contextlib.suppress(LocalProtocolError, trio.BrokenResourceError):
+                        await self._write(self._ws.send(event.response()))
+                    if event.code in BROKEN:  # (wsproto's own, for a frame it refused)
+                        raise trio.BrokenResourceError(f"WebSocket: {event.reason or event.code}")
+                elif isinstance(event, TextMessage):
+                    raise trio.BrokenResourceError(
+                        "WebSocket: a text message (MQTT goes in binary ones, §6)"
+                    )
+        if max_bytes is None or max_bytes >= len(self._buffer):
+            data, self._buffer = bytes(self._buffer), bytearray()
+        else:
+            data = bytes(self._buffer[:max_bytes])
+            del self._buffer[:max_bytes]
+        return data
+
+    async def send_all(self, data) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("the WebSocket stream is closed")
+        if not data:  # (a writer's flush: nothing to frame)
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            frame = self._ws.send(Message(data=bytes(data)))
+        except LocalProtocolError as exc:  # closing: no more messages
+            raise trio.BrokenResourceError(f"WebSocket: {exc}") from None
+        await self._write(frame)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.transport_stream.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with (
+            trio.move_on_after(CLOSE_WAIT),
+            contextlib.suppress(
+                LocalProtocolError, trio.BrokenResourceError, trio.ClosedResourceError, OSError
+            ),
+        ):
+            await self._write(self._ws.send(CloseConnection(code=1000)))
+        await self.transport_stream.aclose()
+
+    async def _write(self, data: bytes) -> None:
+        """Bytes to the transport, one writer at a time (a pong goes from the reader's task)."""
+        async with self._write_lock:
+            await self.transport_stream.send_all(data)
