@@ -26,9 +26,11 @@ tick; then the log stops naming them, and they are no longer announced. Their la
 may never have been routed: they reach a subscriber only by nacks, once it has heard the
 epoch's end announced, which makes its subend. Until then a broker with subscriptions answers
 0 for that pubend, as for any it follows no subend of (its subscriptions started before it
-was routed: ges.core.gates ``start_floor``). A broker keeps its acknowledgements per pubend,
-of each publishing broker's newest ``ges.reliable.log.MAX_PROMISED_EPOCHS`` epochs; an older
-epoch's is not given any more.
+was routed: ges.core.gates ``start_floor``). A broker keeps its acknowledgements per pubend;
+each ask says the oldest epoch its broker still holds (``AckAsk.oldest``), and those of older
+epochs are forgotten: that broker neither asks about them nor announces them any more. Against
+a broker that never says, at most ``ges.reliable.log.MAX_PROMISED_EPOCHS`` epochs of each are
+kept, the newest; an older epoch's acknowledgement is not given.
 """
 
 from __future__ import annotations
@@ -148,8 +150,12 @@ class ReleaseRounds:
         r.asked = tick
         r.behind = {b for b in self._others if acked.get(b, 0) < tick}
         to = sorted(r.behind, key=broker_order_key)
-        out, _ = self._pass_ask(pubend, to, tick, 0, ())
+        out, _ = self._pass_ask(pubend, to, tick, 0, (), self._oldest())
         return out, True
+
+    def _oldest(self) -> int:
+        """The oldest epoch of this pubend that its log still holds."""
+        return min(map(epoch_of, self.ended), default=epoch_of(self.pubend))
 
     def _top(self) -> int:
         """The last tick other brokers may be asked about: committed and handed on (one
@@ -167,14 +173,17 @@ class ReleaseRounds:
             self.log.release(upto, epoch)
         return upto
 
-    def _pass_ask(self, pubend: str, to: list[str], tick: int, hops: int, detour) -> tuple:
+    def _pass_ask(
+        self, pubend: str, to: list[str], tick: int, hops: int, detour, oldest: int
+    ) -> tuple:
         """The AckAsks for ``to``, one per next hop, and the brokers they went towards."""
         out = []
         passed: list[str] = []
         up = self._unicast.links_up
         for (hop, path), group in self._unicast.router.steps(to, detour, hops).items():
             if hop in up:
-                out.append(ToPeer(hop, m.AckAsk(pubend, group, tick, hops + 1, list(path))))
+                ask = m.AckAsk(pubend, group, tick, hops + 1, list(path), oldest)
+                out.append(ToPeer(hop, ask))
                 passed += group
         return out, passed
 
@@ -188,9 +197,12 @@ class ReleaseRounds:
         if g is not None and g.asked == msg.tick and g.parent == peer:
             return []  # a copy of the ask this broker passed on and gathers the answers to
         others = [b for b in msg.to if b != self.id]
-        out, passed = self._pass_ask(msg.pubend, others, msg.tick, msg.hops, msg.detour)
+        oldest = min(msg.oldest, epoch_of(msg.pubend))  # (no ask says its own epoch is gone)
+        out, passed = self._pass_ask(msg.pubend, others, msg.tick, msg.hops, msg.detour, oldest)
         answer = None
         if len(others) < len(msg.to) and broker != self.id:
+            if oldest > 0:
+                self.log.forget_promises(broker, oldest)
             need = self._needed(msg.pubend, msg.tick)
             if need is not None and self.promise(msg.pubend, need):
                 answer = (self.id, need)
@@ -238,9 +250,8 @@ class ReleaseRounds:
         way be answered "nothing for you"). Of each publishing broker the newest
         ``ges.reliable.log.MAX_PROMISED_EPOCHS`` epochs' are kept: an older epoch's answer
         is not given. False if not kept (then no answer)."""
-        got = self.log.promised().get(pubend)
-        if got is not None and tick <= got:
-            return True
+        if tick <= self.log.promised().get(pubend, 0):
+            return True  # (0, or no further than before: nothing to keep)
         return self.log.promise(pubend, tick)
 
     def promised(self, pubend: str) -> int:

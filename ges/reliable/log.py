@@ -10,7 +10,7 @@ survives them, so the pubend's ticks go on where they stopped.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from typing import Protocol
 
 from ges.wire.messages import held_size
@@ -28,9 +28,10 @@ MAX_PUBLISHERS = 65_536
 
 #: Earlier epochs whose ends a restarted pubend announces at most (PubendLog.earlier).
 MAX_EARLIER = 8
-#: Epochs of one publishing broker whose acknowledgements a log keeps at most (the newest: an
-#: older one is not acknowledged any more, PubendLog.promise).
-MAX_PROMISED_EPOCHS = MAX_EARLIER + 1
+#: Epochs of one publishing broker whose acknowledgements a log keeps at most. Its broker says
+#: which it still holds (``AckAsk.oldest``: the older ones are forgotten, PubendLog.
+#: forget_promises); beyond this bound the oldest go, and an older epoch is not acknowledged.
+MAX_PROMISED_EPOCHS = 64
 #: The end of an earlier epoch a log does not know (PubendLog.ended): past any tick.
 NO_END = 1 << 62
 
@@ -118,8 +119,12 @@ class PubendLog(Protocol):
         broker, the newest. The live dict."""
 
     def promise(self, pubend: str, tick: int) -> bool:
-        """Keep an acknowledgement before it is sent (:func:`keep_promise`): False, and
+        """Keep an acknowledgement before it is sent (:meth:`Promises.keep`): False, and
         nothing kept, for an epoch older than all those kept of its broker."""
+
+    def forget_promises(self, broker: str, epoch: int) -> None:
+        """Forget the acknowledgements of ``broker``'s epochs below ``epoch``: it holds none
+        of them any more (it asks no more about them, nor announces them)."""
 
 
 class MemoryLog:
@@ -147,7 +152,7 @@ class MemoryLog:
         self._bytes = 0
         self._released = 0
         self._last = 0
-        self._promises: dict[str, int] = {}
+        self._promises = Promises()
         self._publishers: dict[str, PublisherState] = {}
 
     @property
@@ -231,10 +236,13 @@ class MemoryLog:
         self._drop(bisect_left(self._ticks, upto + 1))
 
     def promised(self) -> dict[str, int]:
-        return self._promises
+        return self._promises.ticks
 
     def promise(self, pubend: str, tick: int) -> bool:
-        return keep_promise(self._promises, pubend, tick) is not None
+        return self._promises.keep(pubend, tick) is not None
+
+    def forget_promises(self, broker: str, epoch: int) -> None:
+        self._promises.forget(self._promises.before(broker, epoch))
 
     def __len__(self) -> int:
         return len(self._ticks)
@@ -246,26 +254,52 @@ def epoch_of(pubend: str) -> int:
     return int(epoch) if epoch.isascii() and epoch.isdigit() and len(epoch) <= 18 else -1
 
 
-def keep_promise(
-    promises: dict[str, int], pubend: str, tick: int, limit: int = MAX_PROMISED_EPOCHS
-) -> list[str] | None:
-    """Note in ``promises`` (pubend -> tick) that ``pubend`` was acknowledged up to ``tick``,
-    keeping at most ``limit`` epochs of its broker, the newest: the pubends forgotten to make
-    room (an older epoch's acknowledgement is not given once ``limit`` newer ones were:
-    None, and nothing noted)."""
-    if pubend not in promises:
-        broker = pubend.partition("~")[0] + "~"
-        mine = sorted((p for p in promises if p.startswith(broker)), key=epoch_of)
-        if len(mine) >= limit:
-            if epoch_of(pubend) < epoch_of(mine[0]):
+class Promises:
+    """A broker's acknowledgements of other pubends (PubendLog.promised): per pubend the tick
+    acknowledged (``ticks``), and per publishing broker the epochs kept, in order."""
+
+    def __init__(self) -> None:
+        self.ticks: dict[str, int] = {}
+        self._epochs: dict[str, list[tuple[int, str]]] = {}
+
+    def keep(self, pubend: str, tick: int, limit: int | None = MAX_PROMISED_EPOCHS) -> list | None:
+        """Note that ``pubend`` was acknowledged up to ``tick``, keeping at most ``limit``
+        epochs of its broker (None: any number): the pubends forgotten to make room, the
+        oldest (None, and nothing noted: ``pubend`` is older than every one of those kept)."""
+        ticks = self.ticks
+        if pubend in ticks:
+            ticks[pubend] = tick
+            return []
+        epochs = self._epochs.setdefault(pubend.partition("~")[0], [])
+        here = (epoch_of(pubend), pubend)
+        gone: list[str] = []
+        if limit is not None and len(epochs) >= limit:
+            if here < epochs[0]:
                 return None
-            gone = mine[: len(mine) - limit + 1]
-            for p in gone:
-                del promises[p]
-            promises[pubend] = tick
-            return gone
-    promises[pubend] = tick
-    return []
+            while len(epochs) >= limit:
+                gone.append(epochs.pop(0)[1])
+        insort(epochs, here)
+        ticks[pubend] = tick
+        for old in gone:
+            del ticks[old]
+        return gone
+
+    def before(self, broker: str, epoch: int) -> list[str]:
+        """The pubends of ``broker`` kept whose epoch is below ``epoch``."""
+        epochs = self._epochs.get(broker)
+        if not epochs or epochs[0][0] >= epoch:
+            return []
+        return [p for _, p in epochs[: bisect_left(epochs, (epoch,))]]
+
+    def forget(self, pubends: list[str]) -> None:
+        for pubend in pubends:
+            if self.ticks.pop(pubend, None) is None:
+                continue
+            broker = pubend.partition("~")[0]
+            epochs = self._epochs[broker]
+            epochs.remove((epoch_of(pubend), pubend))
+            if not epochs:
+                del self._epochs[broker]
 
 
 def remember(

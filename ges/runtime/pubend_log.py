@@ -53,8 +53,8 @@ from ges.reliable.log import (
     MAX_PUBLISHERS,
     MAX_READ,
     NO_END,
+    Promises,
     PublisherState,
-    keep_promise,
     remember,
 )
 from ges.wire.messages import Event
@@ -182,16 +182,28 @@ class SqliteLog:
             rows = list(db["meta"].rows_where("key = ?", ["epoch"]))
             old = rows[0]["value"] if rows else 0
             self.epoch = old + 1
-            #: the earlier epochs still holding events, and their last ticks, newest first
+            #: the earlier epochs still holding events past what was released of them, and their
+            #: last ticks, newest first
             self._earlier = self._reader.execute(
-                "SELECT epoch, MAX(last) FROM events WHERE epoch <= ? GROUP BY epoch"
-                " ORDER BY epoch DESC LIMIT ?",
+                "SELECT e.epoch, MAX(e.last) FROM events e WHERE e.epoch <= ? GROUP BY e.epoch"
+                " HAVING MAX(e.last) > COALESCE((SELECT value FROM meta"
+                " WHERE key = 'released:' || e.epoch), 0) ORDER BY e.epoch DESC LIMIT ?",
                 (old, MAX_EARLIER),
             ).fetchall()
+            # releases a crash cut short (the mark goes with the first chunk): the rest goes now
+            interrupted = dict(
+                self._reader.execute(
+                    "SELECT DISTINCT e.epoch, m.value FROM events e JOIN meta m"
+                    " ON m.key = 'released:' || e.epoch WHERE e.epoch <= ? AND e.last <= m.value",
+                    (old,),
+                ).fetchall()
+            )
             if old:  # where it ended, for good (ended())
                 end = self._last_seen(old) or 0
                 db["meta"].upsert({"key": f"end:{old}", "value": end}, pk="key")
-            self._promises = {r["pubend"]: r["tick"] for r in db["pubend_promises"].rows}
+            self._promises = Promises()
+            for row in db["pubend_promises"].rows:
+                self._promises.keep(row["pubend"], row["tick"], limit=None)
             self._publishers: dict[str, PublisherState] = {}
             for row in self._reader.execute(
                 "SELECT publisher, seq, epoch, tick FROM publishers ORDER BY epoch, tick"
@@ -215,7 +227,7 @@ class SqliteLog:
         #: earlier epochs: how far each is released (as asked; the file's marks when not
         #: asked since the start), and the releases asked for and done (rows deleted)
         self._old_released: dict[int, int] = {}
-        self._old_release_to: dict[int, int] = {}
+        self._old_release_to: dict[int, int] = interrupted
         self._old_done: dict[int, int] = {}
         self._old_ends: dict[int, int] = {}
         self._pending: list[tuple[int, int, bytes, tuple | None]] = []
@@ -357,13 +369,12 @@ class SqliteLog:
             self._old_released[epoch] = self._old_release_to[epoch] = upto
 
     def promised(self) -> dict[str, int]:
-        return self._promises
+        return self._promises.ticks
 
     def promise(self, pubend: str, tick: int) -> bool:
         """Kept on disk before the acknowledgement goes (one small write on the event loop's
         thread, once per pubend per ack round)."""
-        promises = dict(self._promises)
-        gone = keep_promise(promises, pubend, tick)
+        gone = self._promises.keep(pubend, tick)
         if gone is None:
             return False
         try:
@@ -371,15 +382,26 @@ class SqliteLog:
                 "INSERT OR REPLACE INTO pubend_promises (pubend, tick) VALUES (?, ?)",
                 (pubend, tick),
             )
-            if gone:  # older epochs of its broker, beyond the bound
-                self._reader.executemany(
-                    "DELETE FROM pubend_promises WHERE pubend = ?", [(p,) for p in gone]
-                )
         except sqlite3.Error as exc:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
         self._wal += COMMIT_OVERHEAD
-        keep_promise(self._promises, pubend, tick)
+        self._forget(gone)  # older epochs of its broker, beyond the bound
         return True
+
+    def forget_promises(self, broker: str, epoch: int) -> None:
+        self._forget(self._promises.before(broker, epoch))
+
+    def _forget(self, pubends: list[str]) -> None:
+        if not pubends:
+            return
+        try:
+            self._reader.executemany(
+                "DELETE FROM pubend_promises WHERE pubend = ?", [(p,) for p in pubends]
+            )
+        except sqlite3.Error as exc:
+            raise OperationError(f"pubend log {self.path}: {exc}") from None
+        self._wal += COMMIT_OVERHEAD
+        self._promises.forget(pubends)
 
     @property
     def release_pending(self) -> bool:

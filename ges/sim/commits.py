@@ -39,6 +39,12 @@ class EpochLog(MemoryLog):
         super().__init__(epoch, **bounds)
         #: the earlier epochs, by number (they take no more appends)
         self._older: dict[int, EpochLog] = {} if older is None else older
+        #: those holding ticks past what was released when this epoch opened, newest first,
+        #: at most MAX_EARLIER (as the runtime's file names them at its start)
+        self._earlier = sorted(
+            ((e, old.last) for e, old in self._older.items() if old.released() < old.last),
+            reverse=True,
+        )[:MAX_EARLIER]
 
     def reopen(self) -> EpochLog:
         """The log its broker's next start opens: the next epoch, with this one's publishers
@@ -58,8 +64,9 @@ class EpochLog(MemoryLog):
 
     @property
     def earlier(self) -> list[tuple[int, int]]:
-        held = [(e, old._ticks[-1]) for e, old in self._older.items() if old._ticks]
-        return sorted(held, reverse=True)[:MAX_EARLIER]
+        """Those named when this epoch opened, less those released to their end since."""
+        older = self._older
+        return [(e, last) for e, last in self._earlier if older[e].released() < last]
 
     def read_epoch(
         self, epoch: int, lo: int, hi: int, limit: int = MAX_LOG_READ

@@ -275,13 +275,16 @@ class AckAsk(_Msg):
     002 §1: log entries go once every downstream has acknowledged them): ``tick`` is its last
     committed tick. One message per link: a broker passes it on with the brokers that lie
     beyond each of its next hops, and each broker named answers with :class:`Ack` — or not at
-    all while one of its subscriptions waits for its starting point."""
+    all while one of its subscriptions waits for its starting point. ``oldest``: the oldest
+    epoch of its pubend the asker still holds (0: not said); a broker forgets its
+    acknowledgements of older ones (ges.core.release)."""
 
     pubend: str
     to: list[str]
     tick: int
     hops: int = 0
     detour: list[str] = []
+    oldest: int = 0
 
 
 class Ack(_Msg):

@@ -270,9 +270,10 @@ def test_a_restarted_pubend_announces_every_earlier_epoch_its_log_names():
 # -- releasing the log (issue 5, Deliver 1) ---------------------------------------------------
 
 
-def _ask(core, pubend: str, tick: int) -> int | None:
+def _ask(core, pubend: str, tick: int, oldest: int = 0) -> int | None:
     """Feed ``core`` an AckAsk for it; the tick it acknowledges (None if it does not answer)."""
-    out = core.peer_message(next(iter(core.links_up)), m.AckAsk(pubend, [core.id], tick), 10.0)
+    ask = m.AckAsk(pubend, [core.id], tick, oldest=oldest)
+    out = core.peer_message(next(iter(core.links_up)), ask, 10.0)
     acks = [o.msg for o in out if type(o) is ToPeer and type(o.msg) is m.Ack]
     assert len(acks) <= 1
     if not acks:
@@ -419,7 +420,7 @@ def test_a_broker_that_never_answers_holds_the_release_back():
     assert core.release.behind == {"b12"}
 
 
-def test_acknowledgements_are_kept_per_epoch_and_the_oldest_beyond_the_bound_are_not_given():
+def test_acknowledgements_are_kept_per_epoch_until_their_broker_says_it_holds_them_no_more():
     w = World()
     w.sim.run_until(0.5)
     core = w.sim.cores["b12"]
@@ -427,12 +428,64 @@ def test_acknowledgements_are_kept_per_epoch_and_the_oldest_beyond_the_bound_are
     assert core.log.promised() == {"b1~1": 15}
     assert _ask(core, "b1~2", 4) == 4  # b1 restarted with a new epoch
     assert _ask(core, "b1~1", 20) == 20  # the old one is still released
+    assert _ask(core, "b7~1", 0) == 0  # (an answer of 0 keeps nothing)
     assert core.log.promised() == {"b1~1": 20, "b1~2": 4}
-    newest = 2 + MAX_PROMISED_EPOCHS
-    for epoch in range(3, newest + 1):
+    assert _ask(core, "b1~3", 1, oldest=2) == 1  # b1 holds epoch 1 no more
+    assert core.log.promised() == {"b1~2": 4, "b1~3": 1}
+    assert _ask(core, "b1~2", 9, oldest=7) == 9  # (no ask says its own epoch is gone)
+    assert core.log.promised() == {"b1~2": 9, "b1~3": 1}
+
+
+def test_against_a_broker_that_never_says_the_newest_epochs_are_kept_up_to_a_bound():
+    w = World()
+    w.sim.run_until(0.5)
+    core = w.sim.cores["b12"]
+    for epoch in range(2, 2 + MAX_PROMISED_EPOCHS):
         assert _ask(core, f"b1~{epoch}", 1) == 1
-    assert "b1~1" not in core.log.promised() and len(core.log.promised()) == MAX_PROMISED_EPOCHS
-    assert _ask(core, "b1~1", 30) is None  # older than every one kept
+    assert _ask(core, "b1~1", 30) is None  # older than every one kept: not given
+    assert _ask(core, f"b1~{2 + MAX_PROMISED_EPOCHS}", 1) == 1  # a newer one: the oldest goes
+    assert "b1~2" not in core.log.promised() and len(core.log.promised()) == MAX_PROMISED_EPOCHS
+
+
+def test_an_acknowledgement_of_an_epoch_still_held_stays_when_newer_ones_are_given():
+    """A review's find: a bound of nine epochs forgot b2's acknowledgement of b1~3, which b1
+    still counted, so a subend made later started below it and could miss what b1 released
+    meanwhile. Only b1 saying it holds b1~3 no more lets b2 forget it."""
+    w = World()
+    w.sim.run_until(0.5)
+    b2 = w.sim.cores["b2"]
+    for epoch in range(4, 12):  # eight newer epochs, from b1's earlier incarnations
+        assert _ask(b2, f"b1~{epoch}", 5, oldest=3) == 5
+    assert _ask(b2, "b1~3", 500, oldest=3) == 500
+    assert _ask(b2, "b1~13", 1, oldest=3) == 1
+    assert b2.release.promised("b1~3") == 500
+    w.subscribe("b2", 1)
+    w.sim.run_until(3.0)
+    assert b2.subends.subend("b1~3", 0).stream.floor >= 500
+
+
+def test_older_epochs_held_while_a_broker_was_down_are_released_once_it_is_back():
+    """A review's find: b12 down while b1 restarts eleven times, each epoch keeping rows; with
+    acknowledgements kept for the nine newest epochs only, b1~1 and b1~2 came back into
+    rounds nobody would answer, for good."""
+    w = World()
+    w.sim.run_until(0.5)
+    w.sim.kill("b12")
+    t = 0.5
+    for _ in range(11):
+        for i in range(3):
+            w.publish_at(t + 0.1 + i * 0.01, "b1", i)
+        w.sim.run_until(t + 1.0)
+        w.sim.crash("b1", 0.2)
+        t += 1.5
+        w.sim.run_until(t)
+    w.sim.restart("b12")
+    w.sim.run_until(t + 60)
+    w.sim.crash("b1", 0.2)  # the older epochs come back into its rounds
+    w.sim.run_until(t + 360)
+    log, core = w.sim.logs["b1"], w.sim.cores["b1"]
+    assert log.earlier == [] and core.release.ended == {}
+    assert all(log.released(e) == log.ended(e) == 3 for e in range(1, 12))
 
 
 def test_an_earlier_epoch_is_acknowledged_only_as_far_as_a_subend_of_it_has_it():

@@ -521,6 +521,16 @@ def test_acknowledgements_are_kept_for_the_newest_epochs_of_each_broker(store):
     assert store.restart().promised() == want
 
 
+def test_acknowledgements_of_epochs_their_broker_holds_no_more_are_forgotten(store):
+    log = store.log
+    for pubend in ("b1~1", "b1~3", "b1~4", "b2~2"):
+        assert log.promise(pubend, 5)
+    log.forget_promises("b1", 4)  # b1 holds epochs from 4 on
+    log.forget_promises("b9", 4)  # (none of b9's: nothing)
+    assert log.promised() == {"b1~4": 5, "b2~2": 5}
+    assert store.restart().promised() == {"b1~4": 5, "b2~2": 5}
+
+
 def test_an_earlier_epoch_is_released_to_its_end_and_no_longer_named(store):
     log = store.log
     append_committed(store, 1, evs(1, 3))

@@ -259,6 +259,60 @@ def test_an_earlier_epochs_release_goes_in_chunks_after_this_epochs(tmp_path):
     again.close()
 
 
+def _three_batches(path, bounds) -> SqliteLog:
+    """The file opened for its next epoch, with three batches of one event committed in it."""
+    log = SqliteLog(path, bounds=bounds)
+    for t in range(1, 4):
+        log.append(t, [ev(t)])
+        log.committed_to(log.write_group(log.take_group()))
+    return log
+
+
+def test_a_release_a_crash_cut_short_goes_on_at_the_next_start(tmp_path):
+    # a review's find: the mark goes with the first chunk, so the file showed epoch 1 released
+    # to its end, named it no more, and kept its other rows for good
+    path, bounds = tmp_path / "b1.pubend.db", LogBounds(release_chunk=1)
+    _three_batches(path, bounds).close()
+    log = SqliteLog(path, bounds=bounds)
+    log.release(3, 1)
+    log.apply_release()  # one batch of three deleted, and the broker dies
+    log.close()
+    log = SqliteLog(path, bounds=bounds)
+    assert log.earlier == [] and log.released(1) == 3 and log.release_pending
+    while log.release_pending:
+        log.apply_release()
+    assert log.read_epoch(1, 1, 10) == []
+    log.close()
+
+
+def test_epochs_released_to_their_end_do_not_crowd_an_unreleased_one_out_of_earlier(tmp_path):
+    # a review's find: the bound of eight was applied before what was released was left out
+    path, bounds = tmp_path / "b1.pubend.db", LogBounds(release_chunk=1)
+    for _ in range(MAX_EARLIER + 1):
+        _three_batches(path, bounds).close()  # epochs 1..9, three batches each
+    db = sqlite3.connect(path)  # 2..9 released to their end, their rows not yet deleted
+    db.executemany("INSERT INTO meta VALUES (?, 3)", [(f"released:{e}",) for e in range(2, 10)])
+    db.commit()
+    db.close()
+    log = SqliteLog(path, bounds=bounds)
+    assert log.earlier == [(1, 3)] and log.release_pending
+    while log.release_pending:
+        log.apply_release()
+    assert [e for e in range(1, 10) if log.read_epoch(e, 1, 9)] == [1]
+    log.close()
+
+
+def test_acknowledgements_a_broker_says_it_holds_no_more_are_forgotten_on_disk(tmp_path):
+    path = tmp_path / "b3.pubend.db"
+    log = SqliteLog(path)
+    for pubend in ("b1~1", "b1~2", "b1~5", "b2~1"):
+        assert log.promise(pubend, 7)
+    log.forget_promises("b1", 5)
+    assert log.promised() == {"b1~5": 7, "b2~1": 7}
+    log.close()
+    assert SqliteLog(path).promised() == {"b1~5": 7, "b2~1": 7}
+
+
 def test_a_file_with_one_acknowledgement_per_broker_keeps_them_by_pubend(tmp_path):
     # the promises table of a file from before earlier epochs were released
     path = tmp_path / "b3.pubend.db"
