@@ -111,6 +111,9 @@ class HandOver:
             hand = self._hands.get(live.state.name)
             if hand is not None and (hand.waiting or hand.replays):
                 continue  # still reading what it was handed (its cuts would skip that)
+            if hand is not None and hand.watch_until and self._unread(hand.seen):
+                continue  # a pubend heard of since it was taken, not read for it yet (its
+                # cut would be what was stored for the others: the look reads it first)
             if (
                 live.follower is None
                 or live.opening is not None

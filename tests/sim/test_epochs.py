@@ -14,6 +14,11 @@ before it:
   broker's own pubend. A session handed over to it, or restored there, never had the last
   events its broker logged before it restarted.
 
+* (found by the soak of earlier epochs' release, a timing it brought about) a session taken
+  over by a replicator and handed on to a third before a pubend heard of since was read for
+  it: that pubend's cut was what the replicator had stored for its other sessions, and the
+  session never had the ticks below it.
+
 Since earlier epochs are released too (ges.core.release), these seeds also show that they are.
 """
 
@@ -36,6 +41,7 @@ CRASHES = attrs.evolve(Faults(), crash_rate=4.0)
         ("demo", 130006, CRASHES, 8),  # the read-back's look
         ("demo", 130058, CRASHES, 8),  # its own earlier epoch, handed over to it
         ("figure2", 130015, CRASHES, 8),  # its own earlier epoch
+        ("demo", 340027, CRASHES, 8),  # handed on before a pubend heard of since was read
     ],
 )
 def test_sessions_get_the_earlier_epochs_of_restarted_publishers(name, seed, faults, publishers):
