@@ -20,6 +20,7 @@ from wsproto.events import (
 )
 from wsproto.frame_protocol import Opcode
 
+from ges.transport import websocket
 from ges.transport.websocket import MAX_UPGRADE_BYTES, UpgradeRefused, WebSocketStream
 
 
@@ -100,6 +101,31 @@ async def test_a_ping_is_answered_and_a_close_ends_the_stream_answered():
     (close,) = await client.events(1)
     assert isinstance(close, CloseConnection) and close.code == 1000
     assert await server.receive_some() == b""
+
+
+async def test_a_read_of_thousands_of_tiny_frames_is_taken_in_turns(monkeypatch):
+    """64 KiB of two-byte messages is 8,192 frames, about 130 ms of parsing: other tasks get a
+    turn every FRAMES_PER_TURN of them, and a read's pings get one pong, for the last."""
+    turns = []
+    real = websocket.checkpoint
+
+    async def counted():
+        turns.append(1)
+        await real()
+
+    monkeypatch.setattr(websocket, "checkpoint", counted)
+    server, client = await opened()
+    frames = b"".join(client.ws.send(Message(data=b"\xc0\x00")) for _ in range(8192))
+    pings = b"".join(client.ws.send(Ping(str(i).encode())) for i in range(100))
+    await client.stream.send_all(pings + frames)  # (the pings in the first read)
+    got = b""
+    with trio.fail_after(10):
+        while len(got) < 2 * 8192:
+            got += await server.receive_some()
+    assert got == b"\xc0\x00" * 8192
+    assert len(turns) >= 8292 // websocket.FRAMES_PER_TURN - 2
+    (pong,) = await client.events(1)
+    assert isinstance(pong, Pong) and pong.payload == b"99"
 
 
 async def test_a_text_message_breaks_the_stream():
