@@ -136,6 +136,8 @@ class MqttListener:
                 why = str(exc)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 why = f"before its WebSocket upgrade: {exc}"
+            except Exception as exc:  # a parser's fault must end this connection, not the broker
+                why = f"its WebSocket upgrade failed: {type(exc).__name__}: {exc}"
         if late.cancelled_caught:
             why = f"no WebSocket upgrade within {HANDSHAKE_TIMEOUT:g}s"
         if why is not None:
@@ -215,6 +217,8 @@ class MqttListener:
             return p.BAD_LOGIN, f"user {name!r}: a password that is not UTF-8"
         tls = tls_of(stream)
         cert = None if tls is None else peer_identity(tls)
+        if getattr(stream, "cross_origin", False):  # a page of another site, in a browser
+            cert = None  # that holds the certificate: its user and token must say who it is
         admitted = None
         with trio.move_on_after(ADMIT_WAIT):
             admitted = await access.admit(name, cert, secret)

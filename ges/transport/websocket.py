@@ -36,6 +36,7 @@ from wsproto.events import (
     CloseConnection,
     Message,
     Ping,
+    RejectConnection,
     Request,
     TextMessage,
 )
@@ -75,28 +76,44 @@ class WebSocketStream(trio.abc.Stream):
         self.path: str | None = None
         #: the subprotocol chosen
         self.subprotocol: str | None = None
+        #: the request came from a web page of another origin than the broker's own address
+        #: (its ``Origin`` is not its ``Host``): a client certificate the browser holds does
+        #: not prove who that page is (RFC 6455 §10.2; ges.runtime.mqtt)
+        self.cross_origin = False
 
     async def accept(self) -> None:
         """Read the upgrade request and accept it; :class:`UpgradeRefused` (after an HTTP
         error, when the peer can still read one) if it is none, or offers no MQTT
-        subprotocol, or is over :data:`MAX_UPGRADE_BYTES`."""
-        read = 0
-        while True:
+        subprotocol, or is over :data:`MAX_UPGRADE_BYTES`. What came after it (a client that
+        did not wait for the answer) is read first."""
+        seen = b""  # what was read (at most MAX_UPGRADE_BYTES and one read)
+        fed = 0  # what of it the handshake parser has: the request, not what follows it
+        request = None
+        while request is None:
+            if len(seen) > MAX_UPGRADE_BYTES:
+                await self._refuse(431, "Request Header Fields Too Large")
+                raise UpgradeRefused(f"an upgrade request over {MAX_UPGRADE_BYTES:,} bytes")
             data = await self.transport_stream.receive_some(RECEIVE_SIZE)
             if not data:
                 raise UpgradeRefused("closed before its WebSocket upgrade")
-            read += len(data)
+            seen += data
+            end = seen.find(b"\r\n\r\n", max(0, fed - 3))
+            upto = len(seen) if end < 0 else end + 4
             try:
-                self._ws.receive_data(data)
+                self._ws.receive_data(seen[fed:upto])
                 request = next((e for e in self._ws.events() if isinstance(e, Request)), None)
-            except RemoteProtocolError as exc:
-                await self._refuse(400, "Bad Request")
+            except (RemoteProtocolError, ValueError) as exc:  # (bytes no header may hold, too)
+                hint = getattr(exc, "event_hint", None)
+                if isinstance(hint, RejectConnection) and hint.status_code == 426:
+                    await self._refuse(426, "Upgrade Required", b"Sec-WebSocket-Version: 13\r\n")
+                else:
+                    await self._refuse(400, "Bad Request")
                 raise UpgradeRefused(f"not a WebSocket upgrade request: {exc}") from None
-            if request is not None:
-                break
-            if read > MAX_UPGRADE_BYTES:
-                await self._refuse(431, "Request Header Fields Too Large")
-                raise UpgradeRefused(f"an upgrade request over {MAX_UPGRADE_BYTES:,} bytes")
+            fed = upto
+            if request is None and end >= 0:  # (the head ended, and no upgrade came of it)
+                await self._refuse(400, "Bad Request")
+                raise UpgradeRefused("not a WebSocket upgrade request")
+        after = seen[fed:]
         offered = list(request.subprotocols)
         chosen = next((s for s in offered if s in SUBPROTOCOLS), None)
         if chosen is None:
@@ -105,15 +122,25 @@ class WebSocketStream(trio.abc.Stream):
             raise UpgradeRefused(f"no MQTT subprotocol offered (mqtt; it offered {said})")
         await self._write(self._ws.send(AcceptConnection(subprotocol=chosen)))
         self.path, self.subprotocol = request.target, chosen
+        headers = dict(request.extra_headers)
+        origin = headers.get(b"origin")
+        if origin is not None:  # scheme://host[:port]: another origin than the Host asked
+            self.cross_origin = origin.partition(b"://")[2].lower() != request.host.encode().lower()
+        if after:
+            await self._take(after)
 
-    async def _refuse(self, status: int, reason: str) -> None:
+    async def _refuse(self, status: int, reason: str, headers: bytes = b"") -> None:
         """An HTTP error for an opening that is no upgrade for MQTT (not waited on long)."""
-        answer = f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        answer = (
+            f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Length: 0\r\n".encode()
+            + headers
+            + b"\r\n"
+        )
         with (
             trio.move_on_after(CLOSE_WAIT),
             contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError),
         ):
-            await self.transport_stream.send_all(answer.encode())
+            await self.transport_stream.send_all(answer)
 
     # -- trio.abc.Stream -------------------------------------------------------------------------
 

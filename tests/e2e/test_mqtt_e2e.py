@@ -76,6 +76,7 @@ class Paho:
         as_client=None,
         clean_session=True,
         websocket=False,
+        origin=None,
         **login,
     ):
         self.messages: queue.Queue = queue.Queue()
@@ -88,8 +89,8 @@ class Paho:
             reconnect_on_failure=False,
             transport="websockets" if websocket else "tcp",
         )
-        if websocket:
-            c.ws_set_options(path="/mqtt")
+        if websocket:  # (paho says its Origin is the broker's own address, unless told)
+            c.ws_set_options(path="/mqtt", headers={"Origin": origin} if origin else None)
         if certs is not None:
             mine = {}
             if as_client is not None:  # a client certificate of the network proves who
@@ -601,6 +602,12 @@ def test_mqtt_over_websocket_roams_between_brokers_and_refuses_what_is_no_upgrad
         back.publish("ws/back", b"from a browser", 1)  # and it publishes over WebSocket
         (echo,) = back.received(1)
         assert (echo.topic, echo.payload) == ("ws/back", b"from a browser")
+        # a page of another site, in a browser that holds admin's certificate: the
+        # certificate proves nothing of that page (it must log in: not authorized)
+        evil = Paho("evil", ports["b1", "ws"], certs, "admin", websocket=True,
+                    origin="https://evil.example")  # fmt: skip
+        clients.append(evil)
+        assert str(evil.rc) == "Not authorized"
         # an opening that is no upgrade for MQTT: an HTTP error, then the end
         context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
         with (

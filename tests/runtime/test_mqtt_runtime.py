@@ -994,3 +994,23 @@ async def test_an_mqtt_client_at_the_replicator_s_own_broker_is_asked_for_again(
             for r in caplog.records
         )
         nursery.cancel_scope.cancel()
+
+
+async def test_a_request_no_header_may_hold_is_refused_and_the_broker_serves_on(tmp_path):
+    """A review's find: one HTTP request with a byte no header may hold, sent to the MQTT
+    WebSocket port, raised out of the listener and stopped the broker."""
+    ws = {"b1": {**ONE_MQTT["brokers"]["b1"], "mqtt_ws_port": 1}}
+    topology = topology_on_free_ports({**ONE_MQTT, "brokers": ws})
+    spec = topology.brokers["b1"]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(BrokerServer(topology, "b1", data_dir=tmp_path / "b1").run)
+        for request in (b"GET / HTTP/1.1\r\nHost: \xff\r\n\r\n", b"\x10\x0c\x00\x04MQTT"):
+            stream = await trio.open_tcp_stream(spec.host, spec.mqtt_ws_port)
+            await stream.send_all(request)
+            with trio.fail_after(10):
+                answer = await stream.receive_some(4096)
+            assert answer.startswith(b"HTTP/1.1 400 Bad Request")
+            await stream.aclose()
+        watcher = await watching(spec, "t/#")  # and it serves on
+        await watcher.aclose()
+        nursery.cancel_scope.cancel()

@@ -188,6 +188,69 @@ async def test_an_opening_that_is_no_upgrade_for_mqtt_is_refused_with_an_http_er
     assert answer.startswith(b"HTTP/1.1 " + status) and b"Connection: close" in answer
 
 
+BASE = UPGRADE.replace(b"Host: b1\r\n", b"") + b"Sec-WebSocket-Protocol: mqtt\r\n"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        b"Host: \xff\r\n",
+        b"Host: xn--zz\r\n",
+        b"Host: b1\r\nConnection: \xe9\r\n",
+        b"Host: b1\r\nSec-WebSocket-Protocol: \xe9\r\n",
+    ],
+)
+async def test_bytes_no_header_may_hold_are_refused_not_raised(extra):
+    """A review's find: wsproto decodes these and raised UnicodeError, which took the whole
+    broker down (an HTTP request of one line to its WebSocket port)."""
+    said, answer = await refused(BASE + extra + b"\r\n")
+    assert said.startswith("not a WebSocket upgrade request")
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request")
+
+
+async def test_a_websocket_version_not_13_is_told_the_one_there_is():
+    said, answer = await refused(UPGRADE.replace(b"Version: 13", b"Version: 8") + b"\r\n")
+    assert answer.startswith(b"HTTP/1.1 426 Upgrade Required")
+    assert b"Sec-WebSocket-Version: 13\r\n" in answer
+
+
+async def test_what_a_client_sent_right_behind_its_request_is_read_first():
+    """A client that does not wait for the answer (RFC 6455 says it must): its first frame
+    came with the request, and is not lost (wsproto's server end drops such bytes)."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    request = Client(theirs).ws.send(Request(host="b1", target="/mqtt", subprotocols=["mqtt"]))
+    key, payload = b"\x01\x02\x03\x04", b"\xc0\x00\xe0\x00"
+    masked = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+    frame = bytes([0x82, 0x80 | len(payload)]) + key + masked  # FIN, binary, masked
+    await theirs.send_all(request + frame)
+    server = WebSocketStream(ours)
+    with trio.fail_after(5):
+        await server.accept()
+        assert await server.receive_some() == payload
+
+
+@pytest.mark.parametrize(
+    ("origin", "cross"),
+    [
+        (None, False),  # not a browser
+        (b"https://b1", False),  # a page the broker's own address served
+        (b"https://B1", False),
+        (b"https://evil.example", True),
+        (b"http://b1:8080", True),
+    ],
+)
+async def test_a_page_of_another_origin_is_told_apart(origin, cross):
+    ours, theirs = trio.testing.memory_stream_pair()
+    client = Client(theirs)
+    headers = [] if origin is None else [(b"Origin", origin)]
+    await client.send(
+        Request(host="b1", target="/mqtt", subprotocols=["mqtt"], extra_headers=headers)
+    )
+    server = WebSocketStream(ours)
+    await server.accept()
+    assert server.cross_origin is cross
+
+
 async def test_a_peer_gone_before_its_upgrade_is_refused_as_such():
     ours, theirs = trio.testing.memory_stream_pair()
     await theirs.send_all(UPGRADE)  # not the end of it
