@@ -21,6 +21,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.widgets import Footer, Input, RichLog, Static, Tree
 from textual.worker import get_current_worker
 
@@ -34,6 +35,9 @@ from ges.monitor.tree import HEALTH_STYLE, loop_ms, rate
 OPEN_ALL_BROKERS = 64
 #: Sort orders of a unit's members, in the order ``s`` goes through them.
 SORTS = ("name", "rate", "health")
+#: What handing the application a batch raises once it has stopped, or is stopping (its
+#: widgets gone: the screen was taken down while the batch was on its way).
+STOPPED = (RuntimeError, NoMatches)
 
 HELP = (
     "↑↓ move · space/enter expand or collapse · s sort (name, rate, health) · / filter · "
@@ -320,14 +324,14 @@ class MonitorApp(App):
                         return
                     try:
                         self.call_from_thread(self.take, batch)
-                    except RuntimeError:  # the application has stopped meanwhile
+                    except STOPPED:  # the application has stopped meanwhile
                         nursery.cancel_scope.cancel()
 
                 async def feed() -> None:
                     try:
                         await self.monitor.feed(hand_over)
                     except OperationError as exc:  # refused: said, and the view stays
-                        with contextlib.suppress(RuntimeError):
+                        with contextlib.suppress(*STOPPED):
                             self.call_from_thread(self.failed, str(exc))
                     nursery.cancel_scope.cancel()
 
