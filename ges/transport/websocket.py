@@ -27,6 +27,7 @@ frame where wsproto took 15.
 from __future__ import annotations
 
 import contextlib
+import os
 
 import trio
 from trio.lowlevel import checkpoint
@@ -66,6 +67,10 @@ class WebSocketStream(trio.abc.Stream):
         self._closed = False
         self._close_sent = False
         self._frames: wsframes.FrameReader | None = None
+        #: over a plain socket: its descriptor for direct writes, and what one did not write
+        sock = getattr(transport_stream, "socket", None)
+        self._fd = None if sock is None else sock.fileno()
+        self._pending = b""
         #: the upgrade request's target (``/mqtt``, say), once accepted
         self.path: str | None = None
         #: the subprotocol chosen
@@ -199,10 +204,32 @@ class WebSocketStream(trio.abc.Stream):
             raise trio.ClosedResourceError("the WebSocket stream is closed")
         if self._close_sent:
             raise trio.BrokenResourceError("WebSocket: closing (no more messages)")
-        if not data:  # (a writer's flush: nothing to frame)
-            await checkpoint()
-            return
-        await self._write(wsframes.frame(BINARY, bytes(data)))
+        # (empty: a writer's flush of what write_nowait left, no frame)
+        await self._write(wsframes.frame(BINARY, bytes(data)) if data else b"")
+
+    def write_nowait(self, data) -> bool | None:
+        """Frame ``data`` and write it now, without waiting, as ``TLSStream.write_nowait`` does
+        (what saves a connection's writer task a hand-off per write; ges.transport.connection):
+        None, not now (send it with ``send_all``); True, all of it is in the kernel; False,
+        part of it is not, and ``send_all(b"")`` writes the rest before anything else."""
+        if not data or self._closed or self._close_sent or self._write_lock.locked():
+            return None
+        out = wsframes.frame(BINARY, bytes(data))
+        inner = getattr(self.transport_stream, "write_nowait", None)
+        if inner is not None:  # TLS: its own (the rest is its to write)
+            return inner(out)
+        if self._fd is None or self._pending:
+            return None
+        try:
+            written = os.write(self._fd, out)
+        except BlockingIOError:
+            written = 0
+        except OSError:
+            return None  # send_all says what
+        if written == len(out):
+            return True
+        self._pending = out[written:]
+        return False
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.transport_stream.wait_send_all_might_not_block()
@@ -217,6 +244,9 @@ class WebSocketStream(trio.abc.Stream):
         await self.transport_stream.aclose()
 
     async def _write(self, data: bytes) -> None:
-        """Bytes to the transport, one writer at a time (a pong goes from the reader's task)."""
+        """Bytes to the transport, one writer at a time (a pong goes from the reader's task),
+        after what a direct write left."""
         async with self._write_lock:
+            if self._pending:
+                data, self._pending = self._pending + data, b""
             await self.transport_stream.send_all(data)

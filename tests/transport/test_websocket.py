@@ -257,3 +257,33 @@ async def test_a_peer_gone_before_its_upgrade_is_refused_as_such():
     await theirs.aclose()
     with pytest.raises(UpgradeRefused, match="closed before its WebSocket upgrade"):
         await WebSocketStream(ours).accept()
+
+
+async def test_a_direct_write_goes_at_once_and_what_the_socket_did_not_take_goes_first_later():
+    """As TLSStream's: the connection writes without its writer task (ges.transport.connection)."""
+    a, b = trio.socket.socketpair()
+    a.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_SNDBUF, 4096)
+    theirs = trio.SocketStream(b)
+    server, client = WebSocketStream(trio.SocketStream(a)), Client(theirs)
+    await client.send(Request(host="b1", target="/mqtt", subprotocols=["mqtt"]))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.accept)
+        (answer,) = await client.events(1)
+    assert isinstance(answer, AcceptConnection)
+    assert server.write_nowait(b"\x30\x03\x00\x01t") is True
+    (message,) = await client.events(1)
+    assert isinstance(message, BytesMessage) and message.data == b"\x30\x03\x00\x01t"
+    big = bytes(range(256)) * 4096  # more than the socket takes at once
+    assert server.write_nowait(big) is False
+    assert server.write_nowait(b"later") is None  # (the rest first: send_all)
+    got = b""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.send_all, b"")  # the writer's flush
+        with trio.fail_after(10):
+            while len(got) < len(big):
+                for event in await client.events(1):
+                    got += event.data
+    assert got == big
+    await server.send_all(b"after")
+    (message,) = await client.events(1)
+    assert message.data == b"after"
