@@ -36,6 +36,16 @@ RECEIVE_SIZE = 65536
 WRITE_NOWAIT_MAX = 64 * 1024
 
 
+def direct_write(fd: int, data: bytes) -> bytes:
+    """Write ``data`` to the socket ``fd`` now, without waiting: what it did not take (b"":
+    all of it). An OSError other than a full buffer is raised."""
+    try:
+        written = os.write(fd, data)
+    except BlockingIOError:
+        written = 0
+    return data[written:]
+
+
 def tls_of(stream) -> TLSStream | None:
     """The TLS stream ``stream`` is or runs over (a WebSocket's: ges.transport.websocket), if
     any."""
@@ -133,18 +143,12 @@ class TLSStream(trio.abc.Stream):
         except ssl.SSLError as exc:
             self._broken = f"TLS: {exc}"
             return None  # send_all says so
-        out = self._outgoing.read()
         try:
-            written = os.write(self._fd, out)
-        except BlockingIOError:
-            written = 0
+            self._pending = direct_write(self._fd, self._outgoing.read())
         except OSError as exc:
             self._broken = f"write failed: {exc.strerror or exc}"
             return None
-        if written == len(out):
-            return True
-        self._pending = out[written:]
-        return False
+        return not self._pending
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.transport_stream.wait_send_all_might_not_block()

@@ -27,7 +27,6 @@ frame where wsproto took 15.
 from __future__ import annotations
 
 import contextlib
-import os
 
 import trio
 from trio.lowlevel import checkpoint
@@ -36,6 +35,7 @@ from wsproto.events import AcceptConnection, RejectConnection, Request
 from wsproto.utilities import RemoteProtocolError
 
 from ges.transport import wsframes
+from ges.transport.tls import direct_write
 from ges.transport.wsframes import BINARY, CLOSE, PING, PONG
 
 #: The largest upgrade request read (its request line and headers; a browser's take a few KiB).
@@ -221,15 +221,10 @@ class WebSocketStream(trio.abc.Stream):
         if self._fd is None or self._pending:
             return None
         try:
-            written = os.write(self._fd, out)
-        except BlockingIOError:
-            written = 0
+            self._pending = direct_write(self._fd, out)
         except OSError:
             return None  # send_all says what
-        if written == len(out):
-            return True
-        self._pending = out[written:]
-        return False
+        return not self._pending
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.transport_stream.wait_send_all_might_not_block()
