@@ -50,9 +50,10 @@ SIZES = {
     "quick": {"rounds": 1, "messages": 100_000, "latency_s": 2.0},
     "full": {"rounds": 3, "messages": 300_000, "latency_s": 4.0},
 }
-#: Seconds between a throughput run and the latency run after it: GES's release round comes 5 s
-#: after a publish and then deletes what it released (300,000 events here), and a p99 taken
-#: meanwhile measures that (70–120 ms at the first runs), not the transport.
+#: Seconds between a throughput run and the latency run after it: in the seconds after a burst
+#: of 300,000 messages GES's event loop stalls (43 ms once, about 3 s after it; its release
+#: round and deletes come then too), and a p99 taken meanwhile measured that (70–120 ms at
+#: the first runs), not the transport. The cause is not found yet (bench/README.md).
 SETTLE = 8.0
 TOPIC = "b/t"
 PAYLOAD = 100
