@@ -51,9 +51,9 @@ SIZES = {
     "full": {"rounds": 3, "messages": 300_000, "latency_s": 4.0},
 }
 #: Seconds between a throughput run and the latency run after it: in the seconds after a burst
-#: of 300,000 messages GES's event loop stalls (43 ms once, about 3 s after it; its release
-#: round and deletes come then too), and a p99 taken meanwhile measured that (70–120 ms at
-#: the first runs), not the transport. The cause is not found yet (bench/README.md).
+#: of 300,000 messages GES's event loop stalls (a fresh broker's retained catch-up reads the
+#: burst back once; later, the release of the events is suspected: bench/README.md), and a
+#: p99 taken meanwhile measured that (70–120 ms at the first runs), not the transport.
 SETTLE = 8.0
 TOPIC = "b/t"
 PAYLOAD = 100
