@@ -51,9 +51,10 @@ SIZES = {
     "full": {"rounds": 3, "messages": 300_000, "latency_s": 4.0},
 }
 #: Seconds between a throughput run and the latency run after it: in the seconds after a burst
-#: of 300,000 messages GES's event loop stalls (a fresh broker's retained catch-up reads the
-#: burst back once; later, the release of the events is suspected: bench/README.md), and a
-#: p99 taken meanwhile measured that (70–120 ms at the first runs), not the transport.
+#: of 300,000 messages GES's event loop stalled (a fresh broker's retained catch-up read the
+#: burst back once, in 40 ms steps until a5708ed; later, the release of the events is
+#: suspected: bench/README.md), and a p99 taken meanwhile measured that (70–120 ms at the
+#: first runs), not the transport.
 SETTLE = 8.0
 TOPIC = "b/t"
 PAYLOAD = 100
