@@ -270,19 +270,25 @@ class Promises:
         if pubend in ticks:
             ticks[pubend] = tick
             return []
+        if self.refuses(pubend, limit):
+            return None
         epochs = self._epochs.setdefault(pubend.partition("~")[0], [])
-        here = (epoch_of(pubend), pubend)
         gone: list[str] = []
-        if limit is not None and len(epochs) >= limit:
-            if here < epochs[0]:
-                return None
-            while len(epochs) >= limit:
-                gone.append(epochs.pop(0)[1])
-        insort(epochs, here)
+        while limit is not None and len(epochs) >= limit:
+            gone.append(epochs.pop(0)[1])
+        insort(epochs, (epoch_of(pubend), pubend))
         ticks[pubend] = tick
         for old in gone:
             del ticks[old]
         return gone
+
+    def refuses(self, pubend: str, limit: int | None = MAX_PROMISED_EPOCHS) -> bool:
+        """Whether :meth:`keep` would not note ``pubend`` (older than every one of ``limit``
+        epochs of its broker kept)."""
+        if limit is None or pubend in self.ticks:
+            return False
+        epochs = self._epochs.get(pubend.partition("~")[0], ())
+        return len(epochs) >= limit and (epoch_of(pubend), pubend) < epochs[0]
 
     def before(self, broker: str, epoch: int) -> list[str]:
         """The pubends of ``broker`` kept whose epoch is below ``epoch``."""

@@ -374,8 +374,7 @@ class SqliteLog:
     def promise(self, pubend: str, tick: int) -> bool:
         """Kept on disk before the acknowledgement goes (one small write on the event loop's
         thread, once per pubend per ack round)."""
-        gone = self._promises.keep(pubend, tick)
-        if gone is None:
+        if self._promises.refuses(pubend):
             return False
         try:
             self._reader.execute(
@@ -385,7 +384,7 @@ class SqliteLog:
         except sqlite3.Error as exc:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
         self._wal += COMMIT_OVERHEAD
-        self._forget(gone)  # older epochs of its broker, beyond the bound
+        self._forget(self._promises.keep(pubend, tick))  # older epochs beyond the bound
         return True
 
     def forget_promises(self, broker: str, epoch: int) -> None:
