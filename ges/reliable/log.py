@@ -11,6 +11,7 @@ survives them, so the pubend's ticks go on where they stopped.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Callable
 from typing import Protocol
 
 from ges.wire.messages import held_size
@@ -125,6 +126,26 @@ class PubendLog(Protocol):
     def forget_promises(self, broker: str, epoch: int) -> None:
         """Forget the acknowledgements of ``broker``'s epochs below ``epoch``: it holds none
         of them any more (it asks no more about them, nor announces them)."""
+
+
+class NamedEpochs:
+    """``earlier`` and ``previous`` of a log that opens a new epoch at each start: the
+    earlier epochs it held ticks of when it opened (``_earlier``, newest first, at most
+    :data:`MAX_EARLIER`), less those released to their end since. The runtime's file and the
+    simulator's log share them."""
+
+    epoch: int
+    _earlier: list[tuple[int, int]]
+    released: Callable[[int | None], int]  # (the log's own)
+
+    @property
+    def earlier(self) -> list[tuple[int, int]]:
+        return [(e, last) for e, last in self._earlier if self.released(e) < last]
+
+    @property
+    def previous(self) -> tuple[int, int] | None:
+        """The epoch before this one and its last tick, while it is named (:attr:`earlier`)."""
+        return next((end for end in self.earlier if end[0] == self.epoch - 1), None)
 
 
 class MemoryLog:

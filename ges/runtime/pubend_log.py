@@ -53,6 +53,7 @@ from ges.reliable.log import (
     MAX_PUBLISHERS,
     MAX_READ,
     NO_END,
+    NamedEpochs,
     Promises,
     PublisherState,
     remember,
@@ -141,7 +142,7 @@ def checkpoint(w: sqlite3.Connection, what: str, bound: int) -> int:
     return 0
 
 
-class SqliteLog:
+class SqliteLog(NamedEpochs):
     """One pubend's durable log (see the module docstring)."""
 
     def __init__(self, path: Path, *, strict: bool = False, bounds: LogBounds | None = None):
@@ -284,18 +285,6 @@ class SqliteLog:
 
     def publishers(self) -> dict[str, PublisherState]:
         return self._publishers
-
-    @property
-    def previous(self) -> tuple[int, int] | None:
-        """The epoch before this one and its last committed tick, while it is named
-        (:attr:`earlier`)."""
-        return next((end for end in self.earlier if end[0] == self.epoch - 1), None)
-
-    @property
-    def earlier(self) -> list[tuple[int, int]]:
-        """The earlier epochs that held events at the start, and their last ticks, newest first:
-        those not released to their last tick since."""
-        return [(e, last) for e, last in self._earlier if self.released(e) < last]
 
     def read(self, lo: int, hi: int, limit: int = MAX_READ) -> list[tuple[int, object]]:
         return self.read_epoch(self.epoch, lo, hi, limit)

@@ -27,11 +27,11 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from ges.durable.store import MAX_READ, MemorySessionStore
-from ges.reliable.log import MAX_EARLIER, NO_END, MemoryLog
+from ges.reliable.log import MAX_EARLIER, NO_END, MemoryLog, NamedEpochs
 from ges.reliable.log import MAX_READ as MAX_LOG_READ
 
 
-class EpochLog(MemoryLog):
+class EpochLog(NamedEpochs, MemoryLog):
     """A :class:`MemoryLog` that is a broker's log file across its restarts: :meth:`reopen`
     gives the log of the next start, a new epoch, and the earlier epochs stay readable."""
 
@@ -55,18 +55,6 @@ class EpochLog(MemoryLog):
         new._publishers = self._publishers
         new._promises = self._promises
         return new
-
-    @property
-    def previous(self) -> tuple[int, int] | None:
-        """The epoch before this one and its last tick held, as the runtime's log names it
-        (None when it holds none: all released, or none written)."""
-        return next((end for end in self.earlier if end[0] == self.epoch - 1), None)
-
-    @property
-    def earlier(self) -> list[tuple[int, int]]:
-        """Those named when this epoch opened, less those released to their end since."""
-        older = self._older
-        return [(e, last) for e, last in self._earlier if older[e].released() < last]
 
     def read_epoch(
         self, epoch: int, lo: int, hi: int, limit: int = MAX_LOG_READ
