@@ -276,7 +276,10 @@ class BrokerServer(Dispatching):
         except OSError as exc:
             raise OperationError(self.admission.listen_error(exc)) from None
         mqtt: list = []
-        for port, over in ((self.mqtt_port, ""), (self.mqtt_ws_port, " over WebSocket")):
+        for port, over, handle in (
+            (self.mqtt_port, "", self.mqtt.handle),
+            (self.mqtt_ws_port, " over WebSocket", self.mqtt.handle_ws),
+        ):
             if port is None:
                 continue
             try:
@@ -288,7 +291,6 @@ class BrokerServer(Dispatching):
                     f"broker {self.id}: cannot listen for MQTT{over} on {self.listen_host}:"
                     f"{port}: {exc.strerror or exc}"
                 ) from None
-            handle = self.mqtt.handle_ws if over else self.mqtt.handle
             mqtt += [(listener, handle) for listener in opened]
         self._mqtt_listeners = mqtt
         try:
