@@ -425,7 +425,7 @@ class BrokerServer(Dispatching):
             self._sessions_wakeup.set()
         log = self.pubend_log
         if log is not None and (
-            log.pending or log.release_pending or log.trim_pending or log.checkpoint_due
+            log.pending or log.release_pending or log.trim_pending or log.backfill_due
         ):
             self._log_wakeup.set()
 

@@ -32,8 +32,9 @@ A small group is committed on the event loop's thread (:meth:`SqliteLog.inline`)
 fsync the commit is one write to the WAL, about 25 µs, where the round trip to a worker thread and
 back took about 100 µs at the median on an idle machine (and more with 22 broker processes
 sharing 2 cores) — the largest part of what reliable delivery added to an event's latency.
-SQLite's automatic checkpoint (an fsync, inside whichever commit crosses its threshold) is off;
-the log task checkpoints from a worker thread every :data:`CHECKPOINT_BYTES`.
+SQLite's automatic checkpoint (inside whichever commit crosses its threshold) is off; the log
+task checkpoints every :data:`ges.runtime.wal.CHECKPOINT_BYTES`, most of it from a worker thread
+while groups go on being committed (ges.runtime.wal).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import contextlib
 import os
 import sqlite3
 from pathlib import Path
+from time import perf_counter
 
 import attrs
 import msgspec
@@ -58,6 +60,7 @@ from ges.reliable.log import (
     PublisherState,
     remember,
 )
+from ges.runtime.wal import CHECKPOINT_BYTES, WalCheckpoints, transaction
 from ges.wire.messages import Event
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -76,20 +79,26 @@ TRIM_EVERY = 100_000
 INLINE_MAX_BYTES = 16_384
 #: ... and of at most this many rows (each costs some µs, whatever its size).
 INLINE_MAX_ROWS = 256
-#: Bytes appended to the WAL after which the log task checkpoints it into the database from a
-#: worker thread (SQLite's own automatic checkpoint, which would run inside a commit, is off:
-#: it fsyncs, and a commit may run on the event loop's thread).
-CHECKPOINT_BYTES = 4 << 20
 #: What a commit adds to the WAL besides its rows: a frame per changed page, the events table's
 #: and its key's (a page each at least).
 COMMIT_OVERHEAD = 8_192
 #: What deleting one batch may add to the WAL (the page it sat on is written again): counted
 #: high, so a release or trim of large batches cannot outgrow the WAL's bound.
 DELETE_COST = 4_096
-#: Batches one release transaction deletes: the log task goes on with the next chunk after any
-#: publishes waiting, and no transaction holds the write lock for long (an acknowledgement's
-#: promise is written on the event loop's thread and would wait for it).
+#: Batches one release (or trim) transaction deletes at most: the log task goes on with the next
+#: chunk after any publishes waiting, and no transaction holds the write lock for long (an
+#: acknowledgement's promise is written on the event loop's thread and would wait for it).
 RELEASE_CHUNK = 10_000
+#: ... and the time one aims at. Its chunk is weighed in bytes (each batch's body, and
+#: ROW_WEIGHT for its row and key: a burst's batches are large, a trickle's small, and a
+#: delete costs by the pages it frees) and sized from the last one's time per byte, at most
+#: twice the last, between MIN_DELETE_BYTES and MAX_DELETE_BYTES. A chunk of 10,000 batches
+#: took 190 ms after a burst, 1,500 of them 71 ms, and the log's groups — so every reliable
+#: delivery — waited for it.
+DELETE_SECONDS = 0.005
+ROW_WEIGHT = 256
+MIN_DELETE_BYTES = 64 << 10
+MAX_DELETE_BYTES = 64 << 20
 
 
 @attrs.frozen
@@ -104,45 +113,7 @@ class LogBounds:
     max_publishers: int = MAX_PUBLISHERS
 
 
-def transaction(w: sqlite3.Connection, work, what: str):
-    """``work(w)`` in one transaction on connection ``w``; its result. An SQLite error (a full
-    disk, an I/O error) is an OperationError naming ``what``."""
-    try:
-        w.execute("BEGIN")
-        try:
-            got = work(w)
-            w.execute("COMMIT")
-        except BaseException:
-            # SQLite has rolled back by itself after some errors (a full disk): the error to
-            # report is the one that got here, not the rollback's
-            if w.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    w.execute("ROLLBACK")
-            raise
-    except sqlite3.Error as exc:
-        raise OperationError(f"{what}: {exc}") from None
-    return got
-
-
-def checkpoint(w: sqlite3.Connection, what: str, bound: int) -> int:
-    """Copy the WAL of connection ``w`` into its database (PASSIVE: no reader waits for it),
-    where it is counted to have reached ``bound`` bytes; the bytes to count it at from now: 0
-    after a complete one, half the bound after one a reader kept from completing (it is tried
-    again sooner). After a complete one, a small write to ``w``'s ``meta`` table starts the WAL
-    over: that restart fsyncs the WAL's new header even with ``synchronous=NORMAL``, and
-    whatever wrote next — a commit on the event loop's thread — would pay for it. An SQLite
-    error is an OperationError naming ``what``."""
-    try:
-        busy, frames, done = w.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        if busy or frames != done:
-            return bound // 2
-        w.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('checkpoint', ?)", (done,))
-    except sqlite3.Error as exc:
-        raise OperationError(f"{what}: {exc}") from None
-    return 0
-
-
-class SqliteLog(NamedEpochs):
+class SqliteLog(NamedEpochs, WalCheckpoints):
     """One pubend's durable log (see the module docstring)."""
 
     def __init__(self, path: Path, *, strict: bool = False, bounds: LogBounds | None = None):
@@ -225,6 +196,10 @@ class SqliteLog(NamedEpochs):
         self._wal = 0
         #: released ticks of this epoch: done, and asked for (applied by the log task)
         self._done = self._release_to = 0
+        #: the bytes of batches the next release or trim transaction deletes (DELETE_SECONDS),
+        #: and how many batches the last one took (where the next looks first)
+        self._budget = 4 * MIN_DELETE_BYTES
+        self._rows = min(64, bounds.release_chunk)
         #: earlier epochs: how far each is released (as asked; the file's marks when not
         #: asked since the start), and the releases asked for and done (rows deleted)
         self._old_released: dict[int, int] = {}
@@ -399,11 +374,11 @@ class SqliteLog(NamedEpochs):
         )
 
     def apply_release(self) -> None:
-        """Delete up to :data:`RELEASE_CHUNK` released batches and record how far the epoch is
-        released, in one transaction (a worker thread, like :meth:`write_group`); the log task
-        calls it again while :attr:`release_pending`. This epoch's release goes first, then
-        the earlier epochs', oldest first."""
-        epoch, upto = self.epoch, self._release_to
+        """Delete a chunk of released batches (DELETE_SECONDS' worth, at most RELEASE_CHUNK)
+        and record how far the epoch is released, in one transaction (a worker thread, like
+        :meth:`write_group`); the log task calls it again while :attr:`release_pending`. This
+        epoch's release goes first, then the earlier epochs', oldest first."""
+        epoch, upto, budget = self.epoch, self._release_to, self._budget
         if upto <= self._done:
             # (a copy of the dict at once, under the GIL: the event loop's thread adds to it)
             done = self._old_done
@@ -411,25 +386,56 @@ class SqliteLog(NamedEpochs):
                 (e, u) for e, u in list(self._old_release_to.items()) if done.get(e, 0) < u
             )
 
-        def delete(w: sqlite3.Connection) -> int:
+        def delete(w: sqlite3.Connection) -> tuple[int, int, bool]:
+            where, args = "WHERE epoch = ? AND first <= ? AND last <= ?", (epoch, upto, upto)
+            n, weight, rest = self._rows_within(w, where, args, "first", budget)
             gone = w.execute(
-                "DELETE FROM events WHERE rowid IN (SELECT rowid FROM events"
-                " WHERE epoch = ? AND first <= ? AND last <= ? LIMIT ?)",
-                (epoch, upto, upto, self.bounds.release_chunk),
+                f"DELETE FROM events WHERE rowid IN (SELECT rowid FROM events {where}"
+                " ORDER BY first LIMIT ?)",
+                (*args, n),
             ).rowcount
             w.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
                 (f"released:{epoch}", upto),
             )
-            return gone
+            return gone, weight, rest or gone < n
 
-        gone = self._transaction(delete)
-        self._wal += COMMIT_OVERHEAD + gone * DELETE_COST
-        if gone < self.bounds.release_chunk:
+        if self._deleting(delete, budget):
             if epoch == self.epoch:
                 self._done = upto
             else:
                 self._old_done[epoch] = upto
+
+    def _rows_within(self, w: sqlite3.Connection, where: str, args: tuple, order: str, budget: int):
+        """How many of the rows ``where`` (with ``args``), in ``order``, a transaction
+        deletes, their weight, and whether they are all that is left: the first whose weight
+        reaches ``budget`` (one at least), among at most twice as many as the last transaction
+        took (from 64, up to RELEASE_CHUNK). One statement, as the delete is: the worker
+        thread needs the GIL for neither while it runs (a loop over the rows in Python waited
+        for it at every row while a burst kept the event loop busy: a chunk took 150 ms)."""
+        limit = min(self.bounds.release_chunk, max(64, 2 * self._rows))
+        k, weight, seen = w.execute(
+            "SELECT COUNT(*) FILTER (WHERE c - n < ?), COALESCE(MAX(c) FILTER (WHERE c - n < ?),"
+            f" 0), COUNT(*) FROM (SELECT n, SUM(n) OVER (ORDER BY {order} ROWS UNBOUNDED PRECEDING)"
+            f" AS c FROM (SELECT {order}, length(body) + {ROW_WEIGHT} AS n FROM events {where}"
+            f" ORDER BY {order} LIMIT ?))",
+            (budget, budget, *args, limit),
+        ).fetchone()
+        self._rows = max(1, k)
+        return k, weight, k == seen < limit
+
+    def _deleting(self, work, budget: int) -> bool:
+        """``work``'s transaction, deleting (count, weight, ended = nothing left) a chunk of
+        ``budget`` bytes; the next budget is sized from its time per byte (when it was not the
+        last) to take DELETE_SECONDS, at most twice this one. Whether it was the last."""
+        started = perf_counter()
+        gone, weight, ended = self._transaction(work)
+        self._wal += COMMIT_OVERHEAD + gone * DELETE_COST
+        if not ended:
+            took = max(perf_counter() - started, 1e-6)
+            aimed = min(2 * budget, int(weight * DELETE_SECONDS / took))
+            self._budget = max(MIN_DELETE_BYTES, min(MAX_DELETE_BYTES, aimed))
+        return ended
 
     def read_epoch(
         self, epoch: int, lo: int, hi: int, limit: int = MAX_READ
@@ -487,22 +493,6 @@ class SqliteLog(NamedEpochs):
                 return False
         return True
 
-    @property
-    def checkpoint_due(self) -> bool:
-        return self._wal >= self.bounds.checkpoint_bytes
-
-    def checkpoint(self) -> None:
-        """Copy the WAL into the database (runs in a worker thread; :func:`checkpoint`). An
-        incomplete one (a reader in the way) is tried again later."""
-        try:
-            if self._writer is None:
-                self._writer = self._connect()
-        except sqlite3.Error as exc:
-            raise OperationError(f"pubend log {self.path}: {exc}") from None
-        self._wal = checkpoint(
-            self._writer, f"pubend log {self.path}", self.bounds.checkpoint_bytes
-        )
-
     def write_group(self, group: list[tuple]) -> int:
         """Write one group in one transaction (from a worker thread, or on the event loop's
         thread when :meth:`inline`): its events, and what it says of idempotent publishers.
@@ -546,47 +536,71 @@ class SqliteLog(NamedEpochs):
 
     def trim(self) -> None:
         """Keep about the newest MAX_LOG_EVENTS events, the oldest batches going whole (runs in
-        a worker thread when :attr:`trim_pending`). The count is read outside any transaction
-        (a WAL reader holds no lock) and at most RELEASE_CHUNK batches go per transaction; the
-        log task calls it again while it is still over."""
+        a worker thread when :attr:`trim_pending`). Outside any transaction (a WAL reader
+        holds no lock), a bound on the events held is read from the key (:meth:`_held_at_most`)
+        and only over MAX_LOG_EVENTS are they counted (a scan of the whole table, 40-80 ms for
+        300,000 batches, which the log's groups waited for every TRIM_EVERY events); a chunk
+        of batches goes per transaction (as a release's: DELETE_SECONDS); the log task calls
+        it again while it is still over."""
         try:
             if self._writer is None:
                 self._writer = self._connect()
             w = self._writer
-            if self._excess is None:  # one scan of the table per trim, not per chunk
-                (n,) = w.execute("SELECT COALESCE(SUM(last - first + 1), 0) FROM events").fetchone()
-                self._excess = n - self.bounds.max_events
+            if self._excess is None:  # one count per trim, not per chunk
+                if self._held_at_most(w) > self.bounds.max_events:
+                    (n,) = w.execute(
+                        "SELECT COALESCE(SUM(last - first + 1), 0) FROM events"
+                    ).fetchone()
+                    self._excess = n - self.bounds.max_events
+                if self._excess is None or self._excess <= 0:
+                    self._excess = None
+                    self.trim_pending = False
+                    return
+            n, _, rest = self._rows_within(w, "", (), "epoch, first", self._budget)
+            #: per epoch, the last tick trimmed (where it ended, if no row of it is left)
+            trimmed: dict[int, int] = {}
+            gone, weight = [], 0
             rows = w.execute(
-                "SELECT rowid, last - first + 1, epoch, last FROM events ORDER BY epoch, first"
-                " LIMIT ?",
-                (self.bounds.release_chunk,),
+                "SELECT rowid, length(body), last - first + 1, epoch, last FROM events"
+                " ORDER BY epoch, first LIMIT ?",
+                (n,),
             ).fetchall()
         except sqlite3.Error as exc:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
-        gone = []
-        #: per epoch, the last tick trimmed (where it ended, if no row of it is left)
-        trimmed: dict[int, int] = {}
-        for rowid, size, epoch, last in rows:
+        for rowid, length, size, epoch, last in rows:
             if self._excess <= 0:
                 break
             gone.append((rowid,))
+            weight += length + ROW_WEIGHT
             trimmed[epoch] = last
             self._excess -= size
 
-        def delete(c: sqlite3.Connection) -> None:
+        def delete(c: sqlite3.Connection) -> tuple[int, int, bool]:
             c.executemany("DELETE FROM events WHERE rowid = ?", gone)
             c.executemany(
                 "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key)"
                 " DO UPDATE SET value = MAX(value, excluded.value)",
                 [(f"trimmed:{e}", t) for e, t in trimmed.items()],
             )
+            return len(gone), weight, rest or self._excess <= 0
 
-        if gone:
-            self._transaction(delete)
-            self._wal += COMMIT_OVERHEAD + len(gone) * DELETE_COST
-        if self._excess <= 0 or len(gone) < len(rows) or not rows:
+        if not gone or self._deleting(delete, self._budget):
             self._excess = None
             self.trim_pending = False
+
+    @staticmethod
+    def _held_at_most(w: sqlite3.Connection) -> int:
+        """At least the events the file holds, from its key alone (a seek or two per epoch):
+        each epoch's ticks from its first row's first to its last row's last."""
+        (n,) = w.execute(
+            "WITH RECURSIVE e(epoch) AS (SELECT MIN(epoch) FROM events UNION ALL"
+            " SELECT (SELECT MIN(epoch) FROM events WHERE epoch > e.epoch) FROM e"
+            " WHERE e.epoch IS NOT NULL)"
+            " SELECT COALESCE(SUM((SELECT last FROM events WHERE epoch = e.epoch"
+            " ORDER BY first DESC LIMIT 1) - (SELECT first FROM events WHERE epoch = e.epoch"
+            " ORDER BY first LIMIT 1) + 1), 0) FROM e WHERE e.epoch IS NOT NULL"
+        ).fetchone()
+        return n
 
     def committed_to(self, tick: int) -> None:
         """The group ending at ``tick`` is durable (called on the event loop's thread)."""
@@ -594,7 +608,16 @@ class SqliteLog(NamedEpochs):
         self.uncommitted -= self._taken
         self._taken = 0
 
+    @property
+    def _what(self) -> str:
+        return f"pubend log {self.path}"
+
+    @property
+    def _wal_bound(self) -> int:
+        return self.bounds.checkpoint_bytes
+
     def close(self) -> None:
+        self._close_backfill()
         for conn in (self._reader, self._writer):
             if conn is not None:
                 conn.close()

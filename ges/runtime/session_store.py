@@ -29,7 +29,7 @@ from ges.durable.recent import Recent
 from ges.durable.retained import Kept
 from ges.durable.store import MAX_READ, SessionState, page
 from ges.errors import OperationError
-from ges.runtime.pubend_log import CHECKPOINT_BYTES, checkpoint, transaction
+from ges.runtime.wal import WalCheckpoints, transaction
 from ges.wire import messages as m
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -90,7 +90,7 @@ CREATE TABLE IF NOT EXISTS retained (
 """
 
 
-class SqliteSessionStore:
+class SqliteSessionStore(WalCheckpoints):
     """:class:`ges.durable.store.SessionStore` in one SQLite file."""
 
     def __init__(self, path: Path, recent_bytes: int = RECENT_BYTES, clock=time.time):
@@ -148,7 +148,7 @@ class SqliteSessionStore:
         conn.execute("PRAGMA synchronous=NORMAL")
         # SQLite's own checkpoint (an fsync, inside whichever commit crosses its threshold:
         # 4-7 ms on the event loop's thread, once every dozen commits of retained messages)
-        # is off; the sessions task checkpoints from a worker thread (checkpoint())
+        # is off; the sessions task checkpoints (ges.runtime.wal)
         conn.execute("PRAGMA wal_autocheckpoint=0")
         return conn
 
@@ -413,14 +413,8 @@ class SqliteSessionStore:
         return last
 
     @property
-    def checkpoint_due(self) -> bool:
-        return self._wal >= CHECKPOINT_BYTES
-
-    def checkpoint(self) -> None:
-        """Copy the WAL into the database (the sessions task, from a worker thread, between
-        groups: ges.runtime.pubend_log.checkpoint). An incomplete one (a reader in the way)
-        is tried again later."""
-        self._wal = checkpoint(self._writer, f"session store {self.path}", CHECKPOINT_BYTES)
+    def _what(self) -> str:
+        return f"session store {self.path}"
 
     def committed_to(self, epoch: int) -> None:
         self._committed = max(self._committed, epoch)
@@ -445,6 +439,7 @@ class SqliteSessionStore:
             raise OperationError(f"session store {self.path}: {exc}") from None
 
     def close(self) -> None:
+        self._close_backfill()
         for conn in (self._reader, self._writer):
             conn.close()
 

@@ -250,14 +250,14 @@ def test_the_sessions_wal_is_checkpointed_by_its_task_not_inside_a_commit(tmp_pa
     small group commits on the event loop's thread: it is off, the store counts what it
     wrote to the WAL, and the sessions task checkpoints from a worker thread when that is
     due — retained messages on random topics counted a page each."""
-    from ges.runtime.pubend_log import CHECKPOINT_BYTES
+    from ges.runtime.wal import CHECKPOINT_BYTES
 
     path = tmp_path / "s.db"
     wal = tmp_path / "s.db-wal"
     s = SqliteSessionStore(path)
     assert s._writer.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
     n = 0
-    while not s.checkpoint_due:
+    while not s.backfill_due:
         for _ in range(64):  # as bench/retained.py's filling: topics all over the index
             topic = f"home/{n * 7919 % 100_000}/t"
             s.retain(Kept(topic, n, "p", n, m.Event({"@topic": topic, "@retain": 1}, b"x" * 99)))
@@ -270,6 +270,9 @@ def test_the_sessions_wal_is_checkpointed_by_its_task_not_inside_a_commit(tmp_pa
         return int.from_bytes(wal.read_bytes()[12:16], "big")
 
     before, grown = restarts(), wal.stat().st_size
+    s.start_backfill()
+    s.backfill()  # (beside the commits, from a connection of its own)
+    assert s.checkpoint_due and restarts() == before
     s.checkpoint()
     assert not s.checkpoint_due and restarts() == before + 1  # started over in checkpoint()
     s.retain(Kept("last", n, "p", n, None))
@@ -284,12 +287,12 @@ def test_what_a_session_that_keeps_up_writes_to_the_wal_is_counted_high(tmp_path
     again (a persistent subscriber keeping up), and now and then a session with many
     subscriptions saved: the WAL (no checkpoint ran, so it holds every frame written) is not
     over what the store counted when its checkpoint falls due."""
-    from ges.runtime.pubend_log import CHECKPOINT_BYTES
+    from ges.runtime.wal import CHECKPOINT_BYTES
 
     s = SqliteSessionStore(tmp_path / "s.db")
     s.save_session(state("alice", A))
     groups = 0
-    while not s.checkpoint_due:
+    while not s.backfill_due:
         got = [s.append("p~1", item(i, tick=i, payload=b"x" * 100), [(A, [1])]) for i in range(4)]
         s.release(A, got[0] - 1)
         s.save_session(state("alice", A, acked=got[0] - 1))
@@ -320,9 +323,9 @@ def test_a_session_s_first_release_after_a_restart_counts_only_what_it_held(tmp_
     s.sessions()
     s.release(A, 2999)
     group = s.take_group()
-    assert s.inline(group) and not s.checkpoint_due
+    assert s.inline(group) and not s.backfill_due
     s.committed_to(s.write_group(group))
-    assert not s.checkpoint_due
+    assert not s.backfill_due
     assert epochs(s.read(A, 0)) == [3000]
     s.close()
 

@@ -179,27 +179,39 @@ def test_small_groups_may_be_committed_inline_and_strict_or_large_ones_may_not(t
 
 
 def test_the_wal_is_checkpointed_by_the_log_task_not_inside_a_commit(tmp_path, monkeypatch):
-    import ges.runtime.pubend_log as pl
+    from ges.runtime.wal import CHECKPOINT_BYTES
 
     path = tmp_path / "a.db"
     wal = tmp_path / "a.db-wal"
     log = SqliteLog(path)
     assert log._reader.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
     tick = 1
-    while not log.checkpoint_due:
-        events = [m.Event({"n": i}, b"x" * 4_000, 5) for i in range(64)]
+
+    def commit(n: int, size: int = 4_000) -> None:
+        nonlocal tick
+        events = [m.Event({"n": i}, b"x" * size, 5) for i in range(n)]
         log.append(tick, events)
         log.committed_to(log.write_group(log.take_group()))
         tick += len(events)
+
+    while not log.backfill_due:
+        assert not log.checkpoint_due
+        commit(64)
     grown = wal.stat().st_size
-    assert grown >= pl.CHECKPOINT_BYTES  # no commit checkpointed on its own
+    assert grown >= CHECKPOINT_BYTES  # no commit checkpointed on its own
 
     def restarts() -> int:  # the WAL header's checkpoint sequence: +1 each time it starts over
         return int.from_bytes(wal.read_bytes()[12:16], "big")
 
     before = restarts()
-    log.checkpoint()
-    assert not log.checkpoint_due
+    # the backfill copies the WAL from a connection of its own (the log task runs it in a
+    # worker thread and goes on committing): it does not start the WAL over
+    log.start_backfill()
+    assert not log.backfill_due and not log.checkpoint_due
+    log.backfill()
+    assert log.checkpoint_due and restarts() == before
+    log.checkpoint()  # the catch-up
+    assert not log.checkpoint_due and not log.backfill_due
     # the WAL started over inside checkpoint(), in its worker thread: the fsync of its new
     # header is not left to the next commit, which may run on the event loop's thread
     assert restarts() == before + 1
@@ -208,6 +220,7 @@ def test_the_wal_is_checkpointed_by_the_log_task_not_inside_a_commit(tmp_path, m
     assert restarts() == before + 1 and wal.stat().st_size == grown  # reused, not grown
     assert log.read(tick, tick) == [(tick, ev(1))] and log.read(1, 1)[0][0] == 1
     log.close()
+    assert log._backfiller is None
 
 
 def test_a_release_deletes_in_chunks_and_counts_as_released_at_once(tmp_path):
@@ -356,8 +369,78 @@ async def test_a_publishing_broker_keeps_its_wal_bounded(chain3, tmp_path):
             await pub_client.publish([m.Event({"n": i}, payload, time.time_ns())])
         await receive(sub, 200, within=10)
         size = (tmp_path / "b1.pubend.db-wal").stat().st_size
-    # 200 commits wrote over 1 MB to the WAL; checkpoints every 64 KB let it start over
-    assert size < 256 << 10, size
+    # 200 commits wrote over 1 MB to the WAL; checkpoints every 64 KB let it start over (it
+    # grows while a backfill runs, up to WAL_FULL times the bound, besides what the file's
+    # creation wrote, which is not counted)
+    assert size < 512 << 10, size
+
+
+def test_groups_wait_for_a_backfill_once_the_wal_is_full(tmp_path):
+    """While a backfill runs the WAL grows by what is committed; at WAL_FULL times its bound
+    the log says so (the log task and commit_alone then write no group until it ends)."""
+    from ges.runtime.wal import WAL_FULL
+
+    log = SqliteLog(tmp_path / "a.db", bounds=LogBounds(checkpoint_bytes=64 << 10))
+    tick = 1
+    while not log.backfill_due:
+        log.append(tick, [ev(100)])
+        log.committed_to(log.write_group(log.take_group()))
+        tick += 1
+    log.start_backfill()
+    while not log.wal_full:
+        assert log._wal < WAL_FULL * (64 << 10)
+        log.append(tick, [ev(100)])
+        log.committed_to(log.write_group(log.take_group()))
+        tick += 1
+    log.backfill()
+    assert log.wal_full and log.checkpoint_due  # (until the catch-up)
+    log.checkpoint()
+    assert not log.wal_full and not log.checkpoint_due and not log.backfill_due
+    assert log.read(tick - 1, tick - 1) == [(tick - 1, ev(100))]
+    log.close()
+
+
+async def test_groups_go_on_being_committed_while_the_wal_is_backfilled(
+    chain3, tmp_path, monkeypatch
+):
+    """The log task starts a checkpoint's backfill in a worker thread and goes on committing
+    groups meanwhile (ges.runtime.wal): events published while the backfill is held are
+    delivered, and once it ends the task catches up and the WAL starts over."""
+    import threading
+
+    held, let_go, caught_up = threading.Event(), threading.Event(), []
+    real_backfill, real_checkpoint = SqliteLog.backfill, SqliteLog.checkpoint
+
+    def backfill(self) -> None:
+        held.set()
+        assert let_go.wait(20), "the backfill was never let go"
+        real_backfill(self)
+
+    def checkpoint(self) -> None:
+        caught_up.append(self._backfilled)
+        real_checkpoint(self)
+
+    monkeypatch.setattr(SqliteLog, "backfill", backfill)
+    monkeypatch.setattr(SqliteLog, "checkpoint", checkpoint)
+    bounds = LogBounds(checkpoint_bytes=256 << 10)
+    async with chain_with_logs(chain3, tmp_path, bounds=bounds) as (sub, pub_client):
+        n = 0
+        while not held.is_set():  # single events, ~6 KB of WAL apiece
+            await pub_client.publish([m.Event({"n": n}, b"x" * 2_000, time.time_ns())])
+            n += 1
+            assert n < 1_000, "no backfill started"
+        await receive(sub, n, within=10)
+        for i in range(n, n + 30):  # committed and delivered while the backfill is held
+            await pub_client.publish([m.Event({"n": i}, b"x", time.time_ns())])
+        got = await receive(sub, 30, within=10)  # (~250 KB of WAL: not yet WAL_FULL)
+        assert [d.event.attributes["n"] for d in got] == list(range(n, n + 30))
+        assert caught_up == []  # no checkpoint on the writer while the backfill runs
+        let_go.set()
+        await wait_until(lambda: caught_up, "the catch-up after the backfill")
+        assert caught_up[0] is True  # the catch-up came after the backfill
+        wal = tmp_path / "b1.pubend.db-wal"
+        restarts = lambda: int.from_bytes(wal.read_bytes()[12:16], "big")  # noqa: E731
+        await wait_until(lambda: restarts() > 0, "the WAL started over")
 
 
 def test_a_trim_goes_a_chunk_at_a_time_until_the_log_is_within_its_bound(tmp_path):
@@ -372,6 +455,105 @@ def test_a_trim_goes_a_chunk_at_a_time_until_the_log_is_within_its_bound(tmp_pat
         log.trim()
         rounds += 1
     assert rounds == 4 and log.lowest() == 8  # 7 batches went, 2 per transaction
+    log.close()
+
+
+def test_a_trim_under_the_bound_reads_the_key_only(tmp_path):
+    """Each TRIM_EVERY events the log looks at its bound: from the key alone (a seek or two
+    per epoch, never a scan of the events) while what it holds is under it."""
+    path = tmp_path / "a.db"
+    log = SqliteLog(path)
+    for t in range(1, 8, 2):  # epoch 1: ticks 1-8 in batches of two
+        log.append(t, [ev(t), ev(t + 1)])
+        log.committed_to(log.write_group(log.take_group()))
+    log.close()
+    log = SqliteLog(path, bounds=LogBounds(max_events=100, trim_every=4))
+    for t in range(1, 5):  # epoch 2: ticks 1-4, the first two released
+        log.append(t, [ev(t)])
+        log.committed_to(log.write_group(log.take_group()))
+    log.release(2)
+    while log.release_pending:
+        log.apply_release()
+    w = log._writer
+    held = w.execute("SELECT SUM(last - first + 1) FROM events").fetchone()[0]
+    assert held == 10 and SqliteLog._held_at_most(w) == 10
+    w.execute("DELETE FROM events WHERE epoch = 1 AND first = 3")  # (a hole: counted high)
+    assert SqliteLog._held_at_most(w) == 10
+    statements: list[str] = []
+    w.set_trace_callback(statements.append)
+    assert log.trim_pending
+    log.trim()
+    w.set_trace_callback(None)
+    assert not log.trim_pending and statements
+    for sql in statements:
+        plan = " ".join(row[3] for row in w.execute("EXPLAIN QUERY PLAN " + sql))
+        assert "SCAN events" not in plan, (sql, plan)
+    log.close()
+
+
+def test_a_release_chunk_is_weighed_in_bytes_and_sized_from_the_last_ones_time(
+    tmp_path, monkeypatch
+):
+    """A release (or trim) transaction deletes the first batches that reach its budget of
+    bytes (their bodies, and ROW_WEIGHT each), the budget sized from the
+    last one's time per byte to take DELETE_SECONDS, at most twice the last, from
+    MIN_DELETE_BYTES up: the log's groups wait for one at most, a burst's large batches as a
+    trickle's small ones."""
+    import ges.runtime.pubend_log as pl
+
+    log = SqliteLog(tmp_path / "a.db", bounds=LogBounds(release_chunk=1_000))
+    for t in range(1, 3_001):
+        log.append(t, [m.Event({"n": 0}, b"x" * 1_000, 5)])
+    log.committed_to(log.write_group(log.take_group()))
+    log.release(3_000)
+    weights = {w for (w,) in log._reader.execute("SELECT length(body) FROM events")}
+    assert len(weights) == 1
+    weight = weights.pop() + pl.ROW_WEIGHT
+    took = []  # what the clock says as a transaction starts, and as it ends
+    monkeypatch.setattr(pl, "perf_counter", lambda: took.pop(0) if took else 0.0)
+    held = [3_000]
+
+    def release(seconds: float) -> int:
+        """Apply one chunk that takes ``seconds``; the bytes it deleted (as weighed)."""
+        budget, most = log._budget, max(64, 2 * log._rows)
+        took[:] = [0.0, seconds]
+        log.apply_release()
+        (now,) = log._reader.execute("SELECT COUNT(*) FROM events").fetchone()
+        gone, held[0] = held[0] - now, now
+        # the first that reach it, of at most twice as many as the last took
+        assert gone * weight < budget + weight and (gone * weight >= budget or gone == most)
+        return gone * weight
+
+    release(0.25)  # slow: 50 times DELETE_SECONDS
+    assert log._budget == pl.MIN_DELETE_BYTES
+    release(1e-5)  # fast: twice as much, no more
+    assert log._budget == 2 * pl.MIN_DELETE_BYTES
+    release(1e-5)
+    assert log._budget == 4 * pl.MIN_DELETE_BYTES
+    gone = release(0.05)  # ten times over: a tenth of what it deleted
+    assert log._budget == max(pl.MIN_DELETE_BYTES, int(gone * pl.DELETE_SECONDS / 0.05))
+    while log.release_pending:
+        took[:] = [0.0, 1e-5]
+        log.apply_release()
+    assert log._reader.execute("SELECT COUNT(*) FROM events").fetchone() == (0,)
+    log.close()
+
+
+def test_a_release_chunk_of_large_batches_holds_fewer_of_them(tmp_path):
+    log = SqliteLog(tmp_path / "a.db")
+    for t in range(1, 21):  # a trickle of small batches, then ten of about 100 KB
+        log.append(t, [m.Event({"n": t}, b"x" * 100, 5)])
+        log.committed_to(log.write_group(log.take_group()))
+    for t in range(21, 31):
+        log.append(t, [m.Event({"n": t}, b"x" * 100_000, 5)])
+        log.committed_to(log.write_group(log.take_group()))
+    log.release(30)
+    assert log._budget == 256 << 10
+    log.apply_release()  # the small ones and three large ones reach 256 KB
+    assert log.lowest() == 24
+    while log.release_pending:
+        log.apply_release()
+    assert log.lowest() == 31
     log.close()
 
 
