@@ -38,7 +38,7 @@ from ges.errors import OperationError
 from ges.matching.model import TOPIC_ATTR
 from ges.runtime.access import INLINE_COVER_TESTS, INLINE_MATCHES, AccessControl, Admitted
 from ges.runtime.admission import MAX_OPENING, Admission
-from ges.runtime.commits import commit_alone, log_task, sessions_task
+from ges.runtime.commits import commit_alone, deletes_due, log_task, sessions_task
 from ges.runtime.dispatch import Dispatching
 from ges.runtime.links import BACKOFF_FIRST, BACKOFF_MAX, Links
 from ges.runtime.loglines import BrokerLog, Lines
@@ -424,9 +424,7 @@ class BrokerServer(Dispatching):
         if self._session_commits and self.session_store.pending:
             self._sessions_wakeup.set()
         log = self.pubend_log
-        if log is not None and (
-            log.pending or log.release_pending or log.trim_pending or log.backfill_due
-        ):
+        if log is not None and (log.pending or log.backfill_due or deletes_due(log)):
             self._log_wakeup.set()
 
     # -- links -------------------------------------------------------------------------------

@@ -84,7 +84,7 @@ class Backfills:
         self.wake()
 
 
-def _deletes_due(log) -> bool:
+def deletes_due(log) -> bool:
     """A release or trim chunk is due and may go now (no backfill under way: one wakes the log
     task as it ends)."""
     return (log.release_pending or log.trim_pending) and not log.backfilling
@@ -109,7 +109,7 @@ async def log_task(server) -> None:
                 await server._log_wakeup.wait()
                 server._log_busy = True  # commit_alone leaves the writer to this task meanwhile
                 server._log_wakeup = trio.Event()
-                while log.pending or log.checkpoint_due or _deletes_due(log):
+                while log.pending or log.checkpoint_due or deletes_due(log):
                     if log.checkpoint_due:  # the WAL's bound holds under any stream of publishes
                         await trio.to_thread.run_sync(log.checkpoint)
                         continue

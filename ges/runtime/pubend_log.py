@@ -400,6 +400,7 @@ class SqliteLog(NamedEpochs, WalCheckpoints):
             )
             return gone, weight, rest or gone < n
 
+        self._excess = None  # (a trim under way counts again: what is released is not over)
         if self._deleting(delete, budget):
             if epoch == self.epoch:
                 self._done = upto
@@ -540,8 +541,9 @@ class SqliteLog(NamedEpochs, WalCheckpoints):
         holds no lock), a bound on the events held is read from the key (:meth:`_held_at_most`)
         and only over MAX_LOG_EVENTS are they counted (a scan of the whole table, 40-80 ms for
         300,000 batches, which the log's groups waited for every TRIM_EVERY events); a chunk
-        of batches goes per transaction (as a release's: DELETE_SECONDS); the log task calls
-        it again while it is still over."""
+        of batches goes per transaction (as a release's: DELETE_SECONDS, in SQL statements
+        only); the log task calls it again while it is still over. A release between two
+        chunks has the events counted again (what it deleted is no longer over)."""
         try:
             if self._writer is None:
                 self._writer = self._connect()
@@ -556,35 +558,34 @@ class SqliteLog(NamedEpochs, WalCheckpoints):
                     self._excess = None
                     self.trim_pending = False
                     return
-            n, _, rest = self._rows_within(w, "", (), "epoch, first", self._budget)
-            #: per epoch, the last tick trimmed (where it ended, if no row of it is left)
-            trimmed: dict[int, int] = {}
-            gone, weight = [], 0
-            rows = w.execute(
-                "SELECT rowid, length(body), last - first + 1, epoch, last FROM events"
-                " ORDER BY epoch, first LIMIT ?",
-                (n,),
-            ).fetchall()
+            n, weight, rest = self._rows_within(w, "", (), "epoch, first", self._budget)
         except sqlite3.Error as exc:
             raise OperationError(f"pubend log {self.path}: {exc}") from None
-        for rowid, length, size, epoch, last in rows:
-            if self._excess <= 0:
-                break
-            gone.append((rowid,))
-            weight += length + ROW_WEIGHT
-            trimmed[epoch] = last
-            self._excess -= size
 
         def delete(c: sqlite3.Connection) -> tuple[int, int, bool]:
-            c.executemany("DELETE FROM events WHERE rowid = ?", gone)
+            # of those n, the first whose events reach the excess; per epoch the last tick
+            ends = c.execute(
+                "SELECT epoch, MAX(last), COUNT(*), SUM(size) FROM (SELECT epoch, last, size,"
+                " SUM(size) OVER (ORDER BY epoch, first ROWS UNBOUNDED PRECEDING) AS upto FROM"
+                " (SELECT epoch, first, last, last - first + 1 AS size FROM events"
+                " ORDER BY epoch, first LIMIT ?)) WHERE upto - size < ? GROUP BY epoch",
+                (n, self._excess),
+            ).fetchall()
+            k = sum(count for _, _, count, _ in ends)
+            c.execute(
+                "DELETE FROM events WHERE rowid IN"
+                " (SELECT rowid FROM events ORDER BY epoch, first LIMIT ?)",
+                (k,),
+            )
             c.executemany(
                 "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key)"
                 " DO UPDATE SET value = MAX(value, excluded.value)",
-                [(f"trimmed:{e}", t) for e, t in trimmed.items()],
+                [(f"trimmed:{epoch}", last) for epoch, last, _, _ in ends],
             )
-            return len(gone), weight, rest or self._excess <= 0
+            self._excess -= sum(size for _, _, _, size in ends)
+            return k, weight, (rest and k == n) or self._excess <= 0
 
-        if not gone or self._deleting(delete, self._budget):
+        if not n or self._deleting(delete, self._budget):
             self._excess = None
             self.trim_pending = False
 

@@ -557,6 +557,29 @@ def test_a_release_chunk_of_large_batches_holds_fewer_of_them(tmp_path):
     log.close()
 
 
+def test_a_release_between_two_trim_chunks_does_not_make_the_trim_go_below_the_bound(tmp_path):
+    """The trim counts what is over the bound once, then deletes a chunk at a time; a release
+    landing between two chunks deletes events that count was made with. (A review found the
+    trim then deleted that many more of the oldest unreleased events: 20 held of a bound of
+    50, ticks 51-80 lost.)"""
+    bounds = LogBounds(max_events=50, trim_every=100, release_chunk=10)
+    log = SqliteLog(tmp_path / "a.db", bounds=bounds)
+    for t in range(1, 101):
+        log.append(t, [ev(1)])
+        log.committed_to(log.write_group(log.take_group()))
+    assert log.trim_pending
+    log.trim()  # a first chunk: ticks 1-10
+    assert log.lowest() == 11 and log.trim_pending
+    log.release(40)
+    while log.release_pending:
+        log.apply_release()
+    while log.trim_pending:
+        log.trim()
+    held = log._reader.execute("SELECT SUM(last - first + 1) FROM events").fetchone()[0]
+    assert held == 50 and log.lowest() == 51
+    log.close()
+
+
 async def test_a_broker_keeps_its_log_within_the_bound(chain3, tmp_path):
     bounds = LogBounds(max_events=40, trim_every=10)
     no_release = BrokerConfig(ack_every=3600.0)  # no release: only the bound trims
