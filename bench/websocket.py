@@ -1,7 +1,7 @@
 """MQTT over WebSocket against MQTT over TCP, measured in the same run: what the WebSocket
 layer (ges.transport.websocket) costs a broker.
 
-    python bench/websocket.py [--quick] [--json]
+    python bench/websocket.py [--quick] [--json] [--settle S] [--latency-s S]
 
 One ``ges broker --insecure --mqtt-port P --mqtt-ws-port W`` (own process), and — when the
 Debian package ``mosquitto`` is installed and its build has WebSockets — mosquitto with the
@@ -14,8 +14,9 @@ process of this script (blocking sockets, MQTT 3.1.1, QoS 0, topic ``b/t``, 100-
    the client's cost is no more than over TCP) — and the subscriber counts them: messages/s
    from the first write to the last arrival, and the broker's CPU per message (``/proc``);
 2. ``latency``: one PUBLISH a millisecond for a few seconds, each stamped with
-   ``time.monotonic_ns()``: p50 and p99 of arrival minus stamp, one hop — :data:`SETTLE`
-   seconds after the throughput run.
+   ``time.monotonic_ns()``: p50, p99 and the maximum of arrival minus stamp, one hop —
+   :data:`SETTLE` seconds after the throughput run (``--settle``; 0 measures what the seconds
+   right after a burst cost a client).
 
 The table shows each figure per transport and the ratio WebSocket/TCP, per broker. Exit code 0
 when every run delivered every message, 1 otherwise.
@@ -51,10 +52,10 @@ SIZES = {
     "full": {"rounds": 3, "messages": 300_000, "latency_s": 4.0},
 }
 #: Seconds between a throughput run and the latency run after it: in the seconds after a burst
-#: of 300,000 messages GES's event loop stalled (a fresh broker's retained catch-up read the
-#: burst back once, in 40 ms steps until a5708ed; later, the release of the events is
-#: suspected: bench/README.md), and a p99 taken meanwhile measured that (70–120 ms at the
-#: first runs), not the transport.
+#: of 300,000 messages GES stalled (a fresh broker's retained catch-up read the burst back
+#: once, in 40 ms steps until a5708ed; its log's checkpoints and release held its commits back
+#: up to 270 ms until 032cdbf: bench/README.md), and a p99 taken meanwhile measures that, not
+#: the transport.
 SETTLE = 8.0
 TOPIC = "b/t"
 PAYLOAD = 100
@@ -239,6 +240,7 @@ def run(pid: int, port: int, ws: bool, messages: int, rate: int | None = None) -
         delays = sorted(got["delays"])
         out["p50_us"] = round(delays[len(delays) // 2], 1)
         out["p99_us"] = round(delays[int(len(delays) * 0.99)], 1)
+        out["max_us"] = round(delays[-1], 1)
     elif count and got.get("last") and sent.get("started"):
         out["messages_per_s"] = round(count / ((got["last"] - sent["started"]) / 1e9))
     return out
@@ -292,6 +294,8 @@ def main() -> int:
     ap.add_argument("--messages", type=int)
     ap.add_argument("--rate", type=int)
     ap.add_argument("--latency", action="store_true")
+    ap.add_argument("--settle", type=float, default=SETTLE, help="seconds after a burst")
+    ap.add_argument("--latency-s", type=float, help="seconds of the latency run")
     args = ap.parse_args()
     if args.role == "sub":
         sub_main(args)
@@ -299,7 +303,9 @@ def main() -> int:
     if args.role == "pub":
         pub_main(args)
         return 0
-    sizes = SIZES["quick" if args.quick else "full"]
+    sizes = dict(SIZES["quick" if args.quick else "full"], settle_s=args.settle)
+    if args.latency_s:
+        sizes["latency_s"] = args.latency_s
     results: dict = {}
     failed = False
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -323,10 +329,10 @@ def main() -> int:
                         ws = transport == "websocket"
                         at = ws_port if ws else port
                         one = run(proc.pid, at, ws, sizes["messages"])
-                        time.sleep(SETTLE)
+                        time.sleep(args.settle)
                         lat = run(proc.pid, at, ws, int(sizes["latency_s"] * 1000), 1000)
                         one["lost"] += lat["lost"]
-                        one |= {k: lat[k] for k in ("p50_us", "p99_us") if k in lat}
+                        one |= {k: lat[k] for k in ("p50_us", "p99_us", "max_us") if k in lat}
                         failed |= bool(one["lost"])
                         runs[transport].append(one)
                         print(f"{name} {transport}: {one}", file=sys.stderr)
@@ -334,7 +340,7 @@ def main() -> int:
                 proc.terminate()
                 proc.wait(10)
             results[name] = {t: median(rs) | {"runs": rs} for t, rs in runs.items()}
-    fields = ("messages_per_s", "broker_cpu_us_per_message", "p50_us", "p99_us")
+    fields = ("messages_per_s", "broker_cpu_us_per_message", "p50_us", "p99_us", "max_us")
     for res in results.values():
         res["ratio_websocket_over_tcp"] = {
             f: round(res["websocket"][f] / res["tcp"][f], 3)
@@ -356,7 +362,7 @@ def main() -> int:
 
 
 def median(runs: list[dict]) -> dict:
-    keys = ("messages_per_s", "broker_cpu_us_per_message", "p50_us", "p99_us")
+    keys = ("messages_per_s", "broker_cpu_us_per_message", "p50_us", "p99_us", "max_us")
     return {
         k: round(statistics.median([r[k] for r in runs if k in r]), 2)
         for k in keys
