@@ -445,10 +445,15 @@ class SqliteLog(NamedEpochs, WalCheckpoints):
         this one only what :attr:`committed` covers, as :meth:`read`."""
         if epoch == self.epoch:
             hi = min(hi, self._committed)
+        # from the batch holding ``lo`` (the last that starts at or before it: batches of an
+        # epoch do not overlap), found on the key; ``last >= lo`` alone let the search walk
+        # every batch of the epoch below lo (16 ms a read at the end of 300,000 events, on the
+        # event loop's thread, each step of a read-back or a nack's repair)
         rows = self._read(
             "SELECT first, body FROM events WHERE epoch = ? AND first <= ? AND last >= ?"
-            " ORDER BY first LIMIT ?",
-            (epoch, hi, lo, limit),
+            " AND first >= COALESCE((SELECT MAX(first) FROM events WHERE epoch = ?"
+            " AND first <= ?), 0) ORDER BY first LIMIT ?",
+            (epoch, hi, lo, epoch, lo, limit),
         )
         out: list[tuple[int, object]] = []
         for first, body in rows:
