@@ -183,7 +183,7 @@ class SqliteLog(NamedEpochs, WalCheckpoints):
                 remember(self._publishers, row[0], tuple(row[1:]), bounds.max_publishers)
             db["meta"].upsert({"key": "epoch", "value": self.epoch}, pk="key")
         except (sqlite3.Error, OSError) as exc:
-            raise OperationError(f"pubend log {self.path}: {exc}") from None
+            raise OperationError(f"{self._what}: {exc}") from None
         self._last = self._committed = 0
         self._written = 0
         #: V_m of this epoch (a new stream: it starts empty; see PubendLog.clocks)
@@ -237,7 +237,7 @@ class SqliteLog(NamedEpochs, WalCheckpoints):
         if events and first <= self._last:
             raise ValueError(f"tick {first} appended after {self._last}")
         if self._n_pending + len(events) > MAX_PENDING:
-            raise OperationError(f"pubend log {self.path}: {MAX_PENDING} events wait to commit")
+            raise OperationError(f"{self._what}: {MAX_PENDING} events wait to commit")
         if events:
             self._last = first + len(events) - 1
             row = None
@@ -319,7 +319,7 @@ class SqliteLog(NamedEpochs, WalCheckpoints):
         try:
             return self._reader.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
-            raise OperationError(f"pubend log {self.path}: {exc}") from None
+            raise OperationError(f"{self._what}: {exc}") from None
 
     def release(self, upto: int, epoch: int | None = None) -> None:
         if epoch is None or epoch == self.epoch:
@@ -346,7 +346,7 @@ class SqliteLog(NamedEpochs, WalCheckpoints):
                 (pubend, tick),
             )
         except sqlite3.Error as exc:
-            raise OperationError(f"pubend log {self.path}: {exc}") from None
+            raise OperationError(f"{self._what}: {exc}") from None
         self._wal += COMMIT_OVERHEAD
         self._forget(self._promises.keep(pubend, tick))  # older epochs beyond the bound
         return True
@@ -362,7 +362,7 @@ class SqliteLog(NamedEpochs, WalCheckpoints):
                 "DELETE FROM pubend_promises WHERE pubend = ?", [(p,) for p in pubends]
             )
         except sqlite3.Error as exc:
-            raise OperationError(f"pubend log {self.path}: {exc}") from None
+            raise OperationError(f"{self._what}: {exc}") from None
         self._wal += COMMIT_OVERHEAD
         self._promises.forget(pubends)
 
@@ -533,12 +533,7 @@ class SqliteLog(NamedEpochs, WalCheckpoints):
         return batches[-1][1]
 
     def _transaction(self, work):
-        try:
-            if self._writer is None:
-                self._writer = self._connect()
-        except sqlite3.Error as exc:
-            raise OperationError(f"pubend log {self.path}: {exc}") from None
-        return transaction(self._writer, work, f"pubend log {self.path}")
+        return transaction(self._writing(), work, self._what)
 
     def trim(self) -> None:
         """Keep about the newest MAX_LOG_EVENTS events, the oldest batches going whole (runs in
@@ -549,10 +544,8 @@ class SqliteLog(NamedEpochs, WalCheckpoints):
         of batches goes per transaction (as a release's: DELETE_SECONDS, in SQL statements
         only); the log task calls it again while it is still over. A release between two
         chunks has the events counted again (what it deleted is no longer over)."""
+        w = self._writing()
         try:
-            if self._writer is None:
-                self._writer = self._connect()
-            w = self._writer
             if self._excess is None:  # one count per trim, not per chunk
                 if self._held_at_most(w) > self.bounds.max_events:
                     (n,) = w.execute(
@@ -565,7 +558,7 @@ class SqliteLog(NamedEpochs, WalCheckpoints):
                     return
             n, weight, rest = self._rows_within(w, "", (), "epoch, first", self._budget)
         except sqlite3.Error as exc:
-            raise OperationError(f"pubend log {self.path}: {exc}") from None
+            raise OperationError(f"{self._what}: {exc}") from None
 
         def delete(c: sqlite3.Connection) -> tuple[int, int, bool]:
             # of those n, the first whose events reach the excess; per epoch the last tick

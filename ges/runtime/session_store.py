@@ -116,7 +116,7 @@ class SqliteSessionStore(WalCheckpoints):
             ).fetchone()
             self._reader = self._connect()
         except sqlite3.Error as exc:
-            raise OperationError(f"session store {self.path}: {exc}") from None
+            raise OperationError(f"{self._what}: {exc}") from None
         #: epochs are never reused, even once the events numbered by them are gone
         self._last = self._committed = max(last, floor)
         self._recent = Recent(self._last, recent_bytes)
@@ -430,13 +430,13 @@ class SqliteSessionStore(WalCheckpoints):
         return saved <= self._saved_durable
 
     def _transaction(self, work) -> None:
-        transaction(self._writer, work, f"session store {self.path}")
+        transaction(self._writer, work, self._what)
 
     def _query(self, sql: str, args: tuple) -> list:
         try:
             return self._reader.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
-            raise OperationError(f"session store {self.path}: {exc}") from None
+            raise OperationError(f"{self._what}: {exc}") from None
 
     def close(self) -> None:
         self._close_backfill()

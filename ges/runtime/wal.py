@@ -94,7 +94,8 @@ def checkpoint(w: sqlite3.Connection, what: str, bound: int) -> int:
 class WalCheckpoints:
     """The two steps of a file's checkpoint (see the module). The file's class has ``_wal``
     (the bytes its commits added to the WAL since the last checkpoint, as it counts them),
-    ``_writer`` (the connection its groups are written through, or None until the first),
+    ``_writer`` (the connection its groups are written through, or None until the first:
+    :meth:`_writing` opens it),
     ``_connect()`` (a new connection to the file) and ``_what`` (its name in errors), and
     calls :meth:`_close_backfill` as it closes.
 
@@ -151,13 +152,19 @@ class WalCheckpoints:
         """The catch-up: copy what is left of the WAL and start it over (the task, between
         two groups, from a worker thread: :func:`checkpoint`). Without a backfill before it,
         it is the whole checkpoint. An incomplete one is tried again sooner."""
+        writer = self._writing()
+        self._backfilling = self._backfilled = False
+        self._wal = checkpoint(writer, self._what, self._wal_bound)
+
+    def _writing(self) -> sqlite3.Connection:
+        """The connection groups are written through, opened at its first use (an SQLite error
+        is an OperationError naming the file)."""
         try:
             if self._writer is None:
                 self._writer = self._connect()
         except sqlite3.Error as exc:
             raise OperationError(f"{self._what}: {exc}") from None
-        self._backfilling = self._backfilled = False
-        self._wal = checkpoint(self._writer, self._what, self._wal_bound)
+        return self._writer
 
     def _close_backfill(self) -> None:
         if self._backfiller is not None:
